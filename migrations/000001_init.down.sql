@@ -1,0 +1,3 @@
+DROP TABLE messages;
+DROP TABLE runs;
+DROP TABLE sessions;

@@ -1,0 +1,49 @@
+-- name: MessageInsert :exec
+INSERT INTO messages (
+    id, session_id, run_id, position, role, content, status,
+    tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
+) VALUES (
+    @id, @session_id, @run_id, @position, @role, @content, @status,
+    @tool_call_id, @tool_name, @tool_input, @tool_status, @created_at, @created_at
+);
+
+-- name: MessageUpdate :execrows
+-- Writes everything about a message that can change after it is inserted: an assistant
+-- segment's content when it closes, a tool call's output and status when it ends.
+UPDATE messages
+SET content = @content,
+    status = @status,
+    error_code = @error_code,
+    error_message = @error_message,
+    tool_output = @tool_output,
+    tool_status = @tool_status,
+    updated_at = @updated_at
+WHERE id = @id;
+
+-- name: MessagesListBefore :many
+-- The newest messages of a session below a position, newest first.
+SELECT sqlc.embed(m), r.request_id
+FROM messages m
+LEFT JOIN runs r ON r.id = m.run_id
+WHERE m.session_id = @session_id AND m.position < @before
+ORDER BY m.position DESC
+LIMIT @max_rows;
+
+-- name: MessagesListByRun :many
+SELECT sqlc.embed(m), r.request_id
+FROM messages m
+LEFT JOIN runs r ON r.id = m.run_id
+WHERE m.run_id = @run_id
+ORDER BY m.position;
+
+-- name: MessagePositionMax :one
+SELECT COALESCE(MAX(position), 0)::bigint FROM messages WHERE session_id = @session_id;
+
+-- name: MessagesInterruptRuns :execrows
+-- Marks what the interrupted runs left in progress: open assistant segments and tool calls
+-- that never ended.
+UPDATE messages
+SET status = 'interrupted',
+    tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
+    updated_at = @updated_at
+WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming';

@@ -1,0 +1,44 @@
+-- name: RunStart :exec
+-- Stores a run, its user message and the session's new updated_at in one statement, so
+-- a run never exists without its user message (and the storage rule costs one round trip).
+WITH touched AS (
+    UPDATE sessions SET updated_at = @started_at WHERE sessions.id = @session_id
+), new_run AS (
+    INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model)
+    VALUES (@run_id, @session_id, @request_id, 'running', @started_at, @started_at, @model)
+)
+INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
+VALUES (@message_id, @session_id, @run_id::uuid, @position, 'user', @content, 'complete', @started_at, @started_at);
+
+-- name: RunGetByRequest :one
+SELECT * FROM runs WHERE session_id = @session_id AND request_id = @request_id;
+
+-- name: RunGet :one
+SELECT * FROM runs WHERE id = @id;
+
+-- name: RunUpdate :exec
+UPDATE runs
+SET status = @status,
+    error_code = @error_code,
+    error_message = @error_message,
+    ended_at = @ended_at,
+    last_activity_at = @last_activity_at,
+    input_tokens = @input_tokens,
+    output_tokens = @output_tokens
+WHERE id = @id;
+
+-- name: RunsListUnfinished :many
+SELECT * FROM runs
+WHERE status IN ('running', 'awaiting_approval', 'paused')
+ORDER BY started_at;
+
+-- name: RunsInterruptUnfinished :many
+-- Ends every run a dead process left unfinished. Only for start-up: a live process's runs
+-- would be ended too.
+UPDATE runs
+SET status = 'interrupted',
+    error_code = @error_code,
+    error_message = @error_message,
+    ended_at = @ended_at
+WHERE status IN ('running', 'awaiting_approval', 'paused')
+RETURNING id;

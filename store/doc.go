@@ -1,0 +1,7 @@
+// Package store is chatd's PostgreSQL layer: sessions, runs and messages.
+//
+// It is the only package that imports queries (the sqlc-generated code). It converts rows
+// to its own domain types (Session, Run, Message), maps pgx.ErrNoRows to ErrNotFound and
+// unique violations to ErrConflict, and offers InTx for work that must be atomic. It knows
+// nothing of actors, sockets or the wire protocol; callers decide when to write.
+package store

@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/queries"
+)
+
+// MessageInsert stores a new message. It returns ErrConflict when the position is taken.
+func (s *Store) MessageInsert(ctx context.Context, m Message) error {
+	p := queries.MessageInsertParams{
+		ID:        m.ID,
+		SessionID: m.SessionID,
+		RunID:     m.RunID,
+		Position:  m.Position,
+		Role:      string(m.Role),
+		Content:   m.Content,
+		Status:    string(m.Status),
+		CreatedAt: Timestamp(m.CreatedAt),
+	}
+	if m.Tool != nil {
+		p.ToolCallID = &m.Tool.CallID
+		p.ToolName = &m.Tool.Name
+		p.ToolInput = m.Tool.Input
+		p.ToolStatus = ptr(string(m.Tool.Status))
+	}
+	if err := s.q.MessageInsert(ctx, s.db, p); err != nil {
+		return fmt.Errorf("insert message %d: %w", m.Position, mapErr(err))
+	}
+	return nil
+}
+
+// MessageUpdate writes what can change after insertion: content, status, error, and a
+// tool call's output and status. It returns ErrNotFound when no such message exists.
+func (s *Store) MessageUpdate(ctx context.Context, m Message) error {
+	code, msg := errorColumns(m.Error)
+	p := queries.MessageUpdateParams{
+		ID:           m.ID,
+		Content:      m.Content,
+		Status:       string(m.Status),
+		ErrorCode:    code,
+		ErrorMessage: msg,
+		UpdatedAt:    Timestamp(m.UpdatedAt),
+	}
+	if m.Tool != nil {
+		p.ToolOutput = m.Tool.Output
+		p.ToolStatus = ptr(string(m.Tool.Status))
+	}
+	n, err := s.q.MessageUpdate(ctx, s.db, p)
+	if err != nil {
+		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("update message %s: %w", m.ID, ErrNotFound)
+	}
+	return nil
+}
+
+// MessagesBefore returns up to limit of the session's newest messages with a position
+// below before, in ascending position, and whether older ones exist. Pass before <= 0 for
+// the newest messages of all.
+func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]Message, bool, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	if limit < 1 {
+		return nil, false, fmt.Errorf("list messages: limit %d is below 1", limit)
+	}
+	rows, err := s.q.MessagesListBefore(ctx, s.db, queries.MessagesListBeforeParams{
+		SessionID: sessionID,
+		Before:    before,
+		MaxRows:   int32(min(limit, math.MaxInt32-1)) + 1,
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("list messages of session %s: %w", sessionID, mapErr(err))
+	}
+	hasMore := len(rows) > limit
+	if hasMore {
+		rows = rows[:limit]
+	}
+	msgs := make([]Message, len(rows))
+	for i, r := range rows { // rows are newest first
+		msgs[len(rows)-1-i] = messageFromRow(r.Message, r.RequestID)
+	}
+	return msgs, hasMore, nil
+}
+
+// MessagesByRun returns the messages of one run in ascending position.
+func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]Message, error) {
+	rows, err := s.q.MessagesListByRun(ctx, s.db, &runID)
+	if err != nil {
+		return nil, fmt.Errorf("list messages of run %s: %w", runID, mapErr(err))
+	}
+	msgs := make([]Message, len(rows))
+	for i, r := range rows {
+		msgs[i] = messageFromRow(r.Message, r.RequestID)
+	}
+	return msgs, nil
+}
+
+// MessagePositionMax returns the highest position used in the session, 0 for none.
+func (s *Store) MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (int64, error) {
+	n, err := s.q.MessagePositionMax(ctx, s.db, sessionID)
+	if err != nil {
+		return 0, fmt.Errorf("max position of session %s: %w", sessionID, mapErr(err))
+	}
+	return n, nil
+}
+
+func messageFromRow(r queries.Message, requestID *string) Message {
+	m := Message{
+		ID:        r.ID,
+		SessionID: r.SessionID,
+		RunID:     r.RunID,
+		RequestID: deref(requestID),
+		Position:  r.Position,
+		Role:      Role(r.Role),
+		Content:   r.Content,
+		Status:    MessageStatus(r.Status),
+		Error:     errorInfo(r.ErrorCode, r.ErrorMessage),
+		CreatedAt: r.CreatedAt.UTC(),
+		UpdatedAt: r.UpdatedAt.UTC(),
+	}
+	if r.ToolCallID != nil {
+		m.Tool = &ToolCall{
+			CallID: *r.ToolCallID,
+			Name:   deref(r.ToolName),
+			Input:  r.ToolInput,
+			Output: r.ToolOutput,
+			Status: ToolStatus(deref(r.ToolStatus)),
+		}
+	}
+	return m
+}

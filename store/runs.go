@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/queries"
+)
+
+// RunStart stores a new run together with its user message, in one statement. It returns
+// ErrConflict when the session already has a run with the same RequestID (or, which the
+// caller should never cause, a message at the same position).
+func (s *Store) RunStart(ctx context.Context, run Run, user Message) error {
+	err := s.q.RunStart(ctx, s.db, queries.RunStartParams{
+		MessageID: user.ID,
+		SessionID: run.SessionID,
+		RunID:     run.ID,
+		Position:  user.Position,
+		Content:   user.Content,
+		StartedAt: Timestamp(run.StartedAt),
+		RequestID: run.RequestID,
+		Model:     run.Model,
+	})
+	if err != nil {
+		return fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))
+	}
+	return nil
+}
+
+// RunGet returns the run with id, or ErrNotFound.
+func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (Run, error) {
+	row, err := s.q.RunGet(ctx, s.db, id)
+	if err != nil {
+		return Run{}, fmt.Errorf("get run %s: %w", id, mapErr(err))
+	}
+	return runFromRow(row), nil
+}
+
+// RunByRequest returns the session's run for requestID, or ErrNotFound.
+func (s *Store) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (Run, error) {
+	row, err := s.q.RunGetByRequest(ctx, s.db, queries.RunGetByRequestParams{
+		SessionID: sessionID,
+		RequestID: requestID,
+	})
+	if err != nil {
+		return Run{}, fmt.Errorf("get run %s of session %s: %w", requestID, sessionID, mapErr(err))
+	}
+	return runFromRow(row), nil
+}
+
+// RunUpdate writes the run's status, error, end time, last activity and usage.
+func (s *Store) RunUpdate(ctx context.Context, run Run) error {
+	code, msg := errorColumns(run.Error)
+	var ended *time.Time
+	if run.EndedAt != nil {
+		ended = ptr(Timestamp(*run.EndedAt))
+	}
+	err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
+		ID:             run.ID,
+		Status:         string(run.Status),
+		ErrorCode:      code,
+		ErrorMessage:   msg,
+		EndedAt:        ended,
+		LastActivityAt: Timestamp(run.LastActivityAt),
+		InputTokens:    run.Usage.InputTokens,
+		OutputTokens:   run.Usage.OutputTokens,
+	})
+	if err != nil {
+		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
+	}
+	return nil
+}
+
+// RunsUnfinished lists the runs that are not in a terminal status, oldest first.
+func (s *Store) RunsUnfinished(ctx context.Context) ([]Run, error) {
+	rows, err := s.q.RunsListUnfinished(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished runs: %w", mapErr(err))
+	}
+	runs := make([]Run, len(rows))
+	for i, r := range rows {
+		runs[i] = runFromRow(r)
+	}
+	return runs, nil
+}
+
+// RunsInterruptUnfinished ends every unfinished run as interrupted with reason, and marks
+// what they left open (streaming assistant segments, running tool calls) interrupted too.
+// It is for start-up, when no run can be live: a dead process left these behind. Text an
+// open segment had streamed is lost; what was stored at earlier segment boundaries stays.
+// It returns the ids of the runs it ended.
+func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reason ErrorInfo) ([]uuid.UUID, error) {
+	now = Timestamp(now)
+	var ids []uuid.UUID
+	err := s.InTx(ctx, func(tx *Store) error {
+		var err error
+		ids, err = tx.q.RunsInterruptUnfinished(ctx, tx.db, queries.RunsInterruptUnfinishedParams{
+			ErrorCode:    &reason.Code,
+			ErrorMessage: &reason.Message,
+			EndedAt:      &now,
+		})
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		_, err = tx.q.MessagesInterruptRuns(ctx, tx.db, queries.MessagesInterruptRunsParams{
+			UpdatedAt: now,
+			RunIds:    ids,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("interrupt unfinished runs: %w", mapErr(err))
+	}
+	return ids, nil
+}
+
+func runFromRow(r queries.Run) Run {
+	return Run{
+		ID:             r.ID,
+		SessionID:      r.SessionID,
+		RequestID:      r.RequestID,
+		Status:         RunStatus(r.Status),
+		Error:          errorInfo(r.ErrorCode, r.ErrorMessage),
+		StartedAt:      r.StartedAt.UTC(),
+		EndedAt:        utcPtr(r.EndedAt),
+		LastActivityAt: r.LastActivityAt.UTC(),
+		Usage:          Usage{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens},
+		Model:          r.Model,
+	}
+}

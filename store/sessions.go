@@ -1,0 +1,44 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/queries"
+)
+
+// SessionGet returns the session with id, or ErrNotFound.
+func (s *Store) SessionGet(ctx context.Context, id uuid.UUID) (Session, error) {
+	row, err := s.q.SessionGet(ctx, s.db, id)
+	if err != nil {
+		return Session{}, fmt.Errorf("get session %s: %w", id, mapErr(err))
+	}
+	return sessionFromRow(queries.Session(row)), nil
+}
+
+// SessionCreate stores sess unless a session with its id exists, and returns the stored
+// session either way; compare its Owner to learn whose it is.
+func (s *Store) SessionCreate(ctx context.Context, sess Session) (Session, error) {
+	row, err := s.q.SessionInsert(ctx, s.db, queries.SessionInsertParams{
+		ID:        sess.ID,
+		Owner:     sess.Owner,
+		Title:     sess.Title,
+		CreatedAt: Timestamp(sess.CreatedAt),
+	})
+	if err != nil {
+		return Session{}, fmt.Errorf("create session %s: %w", sess.ID, mapErr(err))
+	}
+	return sessionFromRow(queries.Session(row)), nil
+}
+
+func sessionFromRow(r queries.Session) Session {
+	return Session{
+		ID:        r.ID,
+		Owner:     r.Owner,
+		Title:     r.Title,
+		CreatedAt: r.CreatedAt.UTC(),
+		UpdatedAt: r.UpdatedAt.UTC(),
+	}
+}

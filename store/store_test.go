@@ -1,0 +1,222 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type bundle struct {
+	ctx     context.Context
+	session store.Session
+	now     time.Time
+}
+
+func setup(t *testing.T) (*store.Store, bundle) {
+	t.Helper()
+	t.Parallel()
+	s := storetest.New(t)
+	ctx := context.Background()
+	now := store.Timestamp(time.Now())
+	sess, err := s.SessionCreate(ctx, store.Session{ID: uuid.New(), Owner: "alice", CreatedAt: now})
+	require.NoError(t, err)
+	return s, bundle{ctx: ctx, session: sess, now: now}
+}
+
+func startRun(t *testing.T, s *store.Store, b bundle, requestID string, pos int64) (store.Run, store.Message) {
+	t.Helper()
+	run := store.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: requestID, Status: store.RunRunning, StartedAt: b.now, LastActivityAt: b.now}
+	user := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: store.RoleUser, Content: "hi " + requestID, Status: store.MessageComplete, CreatedAt: b.now}
+	require.NoError(t, s.RunStart(b.ctx, run, user))
+	return run, user
+}
+
+func TestSessionCreateKeepsFirstOwner(t *testing.T) {
+	s, b := setup(t)
+	got, err := s.SessionCreate(b.ctx, store.Session{ID: b.session.ID, Owner: "mallory", CreatedAt: b.now.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, "alice", got.Owner)
+	require.Equal(t, b.now, got.CreatedAt)
+
+	_, err = s.SessionGet(b.ctx, uuid.New())
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func TestRunStartStoresRunAndUserMessage(t *testing.T) {
+	s, b := setup(t)
+	run, user := startRun(t, s, b, "r1", 1)
+
+	got, err := s.RunByRequest(b.ctx, b.session.ID, "r1")
+	require.NoError(t, err)
+	require.Equal(t, run.ID, got.ID)
+	require.Equal(t, store.RunRunning, got.Status)
+	require.Nil(t, got.EndedAt)
+
+	msgs, err := s.MessagesByRun(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	user.RequestID = "r1"
+	user.UpdatedAt = user.CreatedAt
+	require.Equal(t, user, msgs[0])
+
+	sess, err := s.SessionGet(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, b.now, sess.UpdatedAt)
+}
+
+func TestRunStartDuplicateRequestIsConflictAndWritesNothing(t *testing.T) {
+	s, b := setup(t)
+	startRun(t, s, b, "r1", 1)
+
+	run := store.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
+	user := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: store.RoleUser, Content: "again", Status: store.MessageComplete, CreatedAt: b.now}
+	err := s.RunStart(b.ctx, run, user)
+	require.ErrorIs(t, err, store.ErrConflict)
+
+	msgs, _, err := s.MessagesBefore(b.ctx, b.session.ID, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1, "the failed start must not leave its user message")
+}
+
+func TestMessageInsertPositionConflict(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	m := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: store.RoleAssistant, Status: store.MessageStreaming, CreatedAt: b.now}
+	require.ErrorIs(t, s.MessageInsert(b.ctx, m), store.ErrConflict)
+}
+
+func TestMessageUpdateToolAndMissing(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	tool := store.Message{
+		ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: store.RoleTool,
+		Status: store.MessageStreaming, CreatedAt: b.now,
+		Tool: &store.ToolCall{CallID: "c1", Name: "lookup", Input: json.RawMessage(`{"q": "x"}`), Status: store.ToolRunning},
+	}
+	require.NoError(t, s.MessageInsert(b.ctx, tool))
+
+	out := "42"
+	tool.Tool.Output = &out
+	tool.Tool.Status = store.ToolOK
+	tool.Status = store.MessageComplete
+	tool.UpdatedAt = b.now.Add(time.Second)
+	require.NoError(t, s.MessageUpdate(b.ctx, tool))
+
+	msgs, err := s.MessagesByRun(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	got := msgs[1]
+	require.Equal(t, store.MessageComplete, got.Status)
+	require.Equal(t, "42", *got.Tool.Output)
+	require.Equal(t, store.ToolOK, got.Tool.Status)
+	require.JSONEq(t, `{"q":"x"}`, string(got.Tool.Input))
+	require.Equal(t, "r1", got.RequestID)
+
+	missing := tool
+	missing.ID = uuid.New()
+	require.ErrorIs(t, s.MessageUpdate(b.ctx, missing), store.ErrNotFound)
+}
+
+func TestMessagesBeforePages(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	for pos := int64(2); pos <= 7; pos++ {
+		require.NoError(t, s.MessageInsert(b.ctx, store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: store.RoleAssistant, Status: store.MessageComplete, CreatedAt: b.now}))
+	}
+
+	positions := func(ms []store.Message) []int64 {
+		var ps []int64
+		for _, m := range ms {
+			ps = append(ps, m.Position)
+		}
+		return ps
+	}
+	msgs, more, err := s.MessagesBefore(b.ctx, b.session.ID, 0, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{5, 6, 7}, positions(msgs))
+	require.True(t, more)
+
+	msgs, more, err = s.MessagesBefore(b.ctx, b.session.ID, 5, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{2, 3, 4}, positions(msgs))
+	require.True(t, more)
+
+	msgs, more, err = s.MessagesBefore(b.ctx, b.session.ID, 2, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, positions(msgs))
+	require.False(t, more)
+
+	max, err := s.MessagePositionMax(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, max)
+	max, err = s.MessagePositionMax(b.ctx, uuid.New())
+	require.NoError(t, err)
+	require.EqualValues(t, 0, max)
+}
+
+func TestRunsInterruptUnfinished(t *testing.T) {
+	s, b := setup(t)
+	live, _ := startRun(t, s, b, "live", 1)
+	seg := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 2, Role: store.RoleAssistant, Status: store.MessageStreaming, CreatedAt: b.now}
+	require.NoError(t, s.MessageInsert(b.ctx, seg))
+	tool := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 3, Role: store.RoleTool, Status: store.MessageStreaming, CreatedAt: b.now,
+		Tool: &store.ToolCall{CallID: "c", Name: "t", Input: json.RawMessage(`{}`), Status: store.ToolRunning}}
+	require.NoError(t, s.MessageInsert(b.ctx, tool))
+
+	done, _ := startRun(t, s, b, "done", 4)
+	done.Status = store.RunDone
+	ended := b.now
+	done.EndedAt = &ended
+	require.NoError(t, s.RunUpdate(b.ctx, done))
+
+	later := b.now.Add(time.Minute)
+	ids, err := s.RunsInterruptUnfinished(b.ctx, later, store.ErrorInfo{Code: "interrupted", Message: "the server stopped"})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{live.ID}, ids)
+
+	got, err := s.RunGet(b.ctx, live.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunInterrupted, got.Status)
+	require.Equal(t, &store.ErrorInfo{Code: "interrupted", Message: "the server stopped"}, got.Error)
+	require.Equal(t, later, *got.EndedAt)
+
+	msgs, err := s.MessagesByRun(b.ctx, live.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.MessageComplete, msgs[0].Status, "the user message is untouched")
+	require.Equal(t, store.MessageInterrupted, msgs[1].Status)
+	require.Equal(t, store.MessageInterrupted, msgs[2].Status)
+	require.Equal(t, store.ToolCancelled, msgs[2].Tool.Status)
+
+	got, err = s.RunGet(b.ctx, done.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunDone, got.Status, "a finished run is left alone")
+
+	ids, err = s.RunsInterruptUnfinished(b.ctx, later, store.ErrorInfo{Code: "interrupted"})
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}
+
+func TestInTxRollsBack(t *testing.T) {
+	s, b := setup(t)
+	boom := errors.New("boom")
+	err := s.InTx(b.ctx, func(tx *store.Store) error {
+		startRun(t, tx, b, "r1", 1)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	_, err = s.RunByRequest(b.ctx, b.session.ID, "r1")
+	require.ErrorIs(t, err, store.ErrNotFound)
+}

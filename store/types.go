@@ -1,0 +1,131 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// RunStatus is where a run is in its life. The first three are active; the others are
+// terminal and never change again.
+type RunStatus string
+
+// Run statuses, as stored and as sent on the wire.
+const (
+	RunRunning          RunStatus = "running"
+	RunAwaitingApproval RunStatus = "awaiting_approval"
+	RunPaused           RunStatus = "paused"
+	RunDone             RunStatus = "done"
+	RunError            RunStatus = "error"
+	RunCancelled        RunStatus = "cancelled"
+	RunInterrupted      RunStatus = "interrupted"
+)
+
+// Active reports whether a run with this status has not ended yet.
+func (s RunStatus) Active() bool {
+	return s == RunRunning || s == RunAwaitingApproval || s == RunPaused
+}
+
+// Role says who a message is from.
+type Role string
+
+// Message roles.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+	RoleSystem    Role = "system"
+)
+
+// MessageStatus is the state of one message. An assistant segment is streaming while its
+// text arrives and complete once closed; a tool message is streaming while its call runs.
+type MessageStatus string
+
+// Message statuses.
+const (
+	MessageComplete    MessageStatus = "complete"
+	MessageStreaming   MessageStatus = "streaming"
+	MessageCancelled   MessageStatus = "cancelled"
+	MessageError       MessageStatus = "error"
+	MessageInterrupted MessageStatus = "interrupted"
+)
+
+// ToolStatus is the state of a tool call.
+type ToolStatus string
+
+// Tool call statuses.
+const (
+	ToolRunning          ToolStatus = "running"
+	ToolAwaitingApproval ToolStatus = "awaiting_approval"
+	ToolOK               ToolStatus = "ok"
+	ToolError            ToolStatus = "error"
+	ToolDenied           ToolStatus = "denied"
+	ToolCancelled        ToolStatus = "cancelled"
+)
+
+// ErrorInfo is an error as users see it: a stable code and a readable message.
+type ErrorInfo struct {
+	Code    string
+	Message string
+}
+
+// Session is one conversation.
+type Session struct {
+	ID        uuid.UUID
+	Owner     string // the authenticated user id; "" when authentication is off
+	Title     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Usage counts the model tokens a run consumed.
+type Usage struct {
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// Run is one user message and everything produced for it.
+type Run struct {
+	ID             uuid.UUID
+	SessionID      uuid.UUID
+	RequestID      string
+	Status         RunStatus
+	Error          *ErrorInfo
+	StartedAt      time.Time
+	EndedAt        *time.Time
+	LastActivityAt time.Time
+	Usage          Usage
+	Model          string
+}
+
+// ToolCall is the tool part of a message with role tool.
+type ToolCall struct {
+	CallID string
+	Name   string
+	Input  json.RawMessage
+	Output *string
+	Status ToolStatus
+}
+
+// Message is one entry of a session's transcript.
+type Message struct {
+	ID        uuid.UUID
+	SessionID uuid.UUID
+	RunID     *uuid.UUID
+	RequestID string // the request id of RunID's run; "" without a run
+	Position  int64
+	Role      Role
+	Content   string
+	Status    MessageStatus
+	Error     *ErrorInfo
+	Tool      *ToolCall // set for role tool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Timestamp rounds t the way PostgreSQL stores a timestamptz (microseconds, UTC), so a
+// value kept in memory equals the same value read back.
+func Timestamp(t time.Time) time.Time {
+	return t.UTC().Round(time.Microsecond)
+}
