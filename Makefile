@@ -1,0 +1,34 @@
+# chatd: `make run` serves the demo on 127.0.0.1:8080, `make test` runs every test.
+# Both start the project's private PostgreSQL (scripts/devdb.sh) unless DATABASE_URL is set.
+
+SQLC_VERSION := v1.31.1
+DEVDB := scripts/devdb.sh
+
+.PHONY: run test vet generate db-url db-stop db-status build
+
+run:
+	$(DEVDB) exec go run ./cmd/chatd
+
+build:
+	go build -o bin/chatd ./cmd/chatd
+
+test: vet
+	$(DEVDB) exec go test -race -count=1 ./...
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+
+# Regenerates queries/*.gen.go from queries/*.sql and the migrations. sqlc needs cgo (gcc).
+generate:
+	go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION) generate
+
+db-url:
+	@$(DEVDB) url
+
+db-stop:
+	@$(DEVDB) stop
+
+db-status:
+	@$(DEVDB) status

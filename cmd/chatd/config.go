@@ -1,0 +1,229 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
+)
+
+// Config is everything chatd can be told at start-up. Each field has a flag and an
+// environment variable; a flag given on the command line wins over the variable.
+type Config struct {
+	// Addr is the address to listen on (CHATD_ADDR).
+	Addr string
+	// DatabaseURL is the PostgreSQL connection URL (DATABASE_URL). Required.
+	DatabaseURL string
+	// AllowedOrigins are browser origins allowed besides the server's own
+	// (CHATD_ALLOWED_ORIGINS, comma-separated host patterns or scheme://host patterns).
+	AllowedOrigins []string
+	// LogLevel is trace, debug, info, warn or error (CHATD_LOG_LEVEL).
+	LogLevel string
+	// LogFormat is json, console, or auto: console on a terminal, json otherwise
+	// (CHATD_LOG_FORMAT).
+	LogFormat string
+
+	// RingEvents and RingBytes bound each session's replay ring (CHATD_RING_EVENTS,
+	// CHATD_RING_BYTES).
+	RingEvents int
+	RingBytes  int
+	// SendQueueBytes bounds each connection's outbound queue (CHATD_SEND_QUEUE_BYTES).
+	SendQueueBytes int
+	// ReadLimit is the largest frame a client may send (CHATD_READ_LIMIT).
+	ReadLimit int
+	// MaxContentBytes is the largest user message (CHATD_MAX_CONTENT_BYTES).
+	MaxContentBytes int
+	// IdleEvict is how long a session with no subscriber and no run stays in memory
+	// (CHATD_IDLE_EVICT).
+	IdleEvict time.Duration
+	// ShutdownTimeout bounds a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+
+	// DemoWords and DemoDelay set the demo agent's reply length and pace
+	// (CHATD_DEMO_WORDS, CHATD_DEMO_DELAY).
+	DemoWords int
+	DemoDelay time.Duration
+}
+
+// parseConfig reads flags from args with defaults taken from the environment.
+func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("chatd", flag.ContinueOnError)
+	fs.SetOutput(usage)
+
+	env := envDefaults{getenv: getenv}
+	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address (CHATD_ADDR)")
+	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
+	origins := fs.String("allowed-origins", env.str("CHATD_ALLOWED_ORIGINS", ""), "comma-separated extra allowed origins (CHATD_ALLOWED_ORIGINS)")
+	fs.StringVar(&c.LogLevel, "log-level", env.str("CHATD_LOG_LEVEL", "info"), "trace, debug, info, warn or error (CHATD_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", env.str("CHATD_LOG_FORMAT", "auto"), "json, console or auto (CHATD_LOG_FORMAT)")
+	fs.IntVar(&c.RingEvents, "ring-events", env.int("CHATD_RING_EVENTS", conversation.DefaultRingEvents), "events kept per session for replay (CHATD_RING_EVENTS)")
+	fs.Var(byteSize{&c.RingBytes}, "ring-bytes", "bytes kept per session for replay, e.g. 4MiB (CHATD_RING_BYTES)")
+	fs.Var(byteSize{&c.SendQueueBytes}, "send-queue-bytes", "outbound queue per connection, e.g. 1MiB (CHATD_SEND_QUEUE_BYTES)")
+	fs.Var(byteSize{&c.ReadLimit}, "read-limit", "largest client frame, e.g. 256KiB (CHATD_READ_LIMIT)")
+	fs.Var(byteSize{&c.MaxContentBytes}, "max-content-bytes", "largest user message, e.g. 128KiB (CHATD_MAX_CONTENT_BYTES)")
+	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
+	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
+	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
+
+	c.RingBytes = env.bytes("CHATD_RING_BYTES", conversation.DefaultRingBytes)
+	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
+	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", transport.DefaultReadLimit)
+	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
+
+	if env.err != nil {
+		return Config{}, env.err
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, o := range strings.Split(*origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			c.AllowedOrigins = append(c.AllowedOrigins, o)
+		}
+	}
+	return c, c.validate()
+}
+
+// validate names the first setting that is wrong.
+func (c Config) validate() error {
+	switch {
+	case c.Addr == "":
+		return errors.New("CHATD_ADDR (-addr) is empty")
+	case c.DatabaseURL == "":
+		return errors.New("DATABASE_URL (-database-url) is not set: point it at PostgreSQL, or use `make run`, which starts a private one")
+	case c.LogFormat != "json" && c.LogFormat != "console" && c.LogFormat != "auto":
+		return fmt.Errorf("CHATD_LOG_FORMAT (-log-format) is %q; use json, console or auto", c.LogFormat)
+	case c.RingEvents < 1:
+		return fmt.Errorf("CHATD_RING_EVENTS (-ring-events) is %d; it must be at least 1", c.RingEvents)
+	case c.RingBytes < 1024:
+		return fmt.Errorf("CHATD_RING_BYTES (-ring-bytes) is %d; it must be at least 1KiB", c.RingBytes)
+	case c.SendQueueBytes < 1024:
+		return fmt.Errorf("CHATD_SEND_QUEUE_BYTES (-send-queue-bytes) is %d; it must be at least 1KiB", c.SendQueueBytes)
+	case c.ReadLimit < 1024:
+		return fmt.Errorf("CHATD_READ_LIMIT (-read-limit) is %d; it must be at least 1KiB", c.ReadLimit)
+	case c.MaxContentBytes < 1:
+		return fmt.Errorf("CHATD_MAX_CONTENT_BYTES (-max-content-bytes) is %d; it must be at least 1", c.MaxContentBytes)
+	case c.IdleEvict <= 0:
+		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("CHATD_SHUTDOWN_TIMEOUT (-shutdown-timeout) is %s; it must be positive", c.ShutdownTimeout)
+	case c.DemoWords < 1:
+		return fmt.Errorf("CHATD_DEMO_WORDS (-demo-words) is %d; it must be at least 1", c.DemoWords)
+	case c.DemoDelay < 0:
+		return fmt.Errorf("CHATD_DEMO_DELAY (-demo-delay) is %s; it must not be negative", c.DemoDelay)
+	}
+	return nil
+}
+
+// envDefaults reads typed defaults from the environment, keeping the first bad value.
+type envDefaults struct {
+	getenv func(string) string
+	err    error
+}
+
+func (e *envDefaults) str(key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (e *envDefaults) int(key string, def int) int {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q is not a whole number", key, v))
+		return def
+	}
+	return n
+}
+
+func (e *envDefaults) duration(key string, def time.Duration) time.Duration {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q is not a duration (use e.g. 30ms, 5m)", key, v))
+		return def
+	}
+	return d
+}
+
+func (e *envDefaults) bytes(key string, def int) int {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := parseBytes(v)
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
+		return def
+	}
+	return n
+}
+
+func (e *envDefaults) fail(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+// byteSize is a flag.Value for sizes such as 4096, 64KiB or 4MiB.
+type byteSize struct{ p *int }
+
+func (b byteSize) String() string {
+	if b.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*b.p)
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
+}
+
+// parseBytes reads a byte count with an optional binary suffix: K/KiB, M/MiB, G/GiB
+// (case-insensitive, B optional).
+func parseBytes(s string) (int, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"gib", 1 << 30}, {"mib", 1 << 20}, {"kib", 1 << 10}, {"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}, {"b", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 {
+		return 0, errors.New("not a byte size (use e.g. 65536, 64KiB, 4MiB)")
+	}
+	if n > (1<<31)/mult {
+		return 0, errors.New("byte size is too large")
+	}
+	return n * mult, nil
+}

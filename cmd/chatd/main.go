@@ -1,0 +1,236 @@
+// Command chatd serves resumable AI chat over WebSockets: runs belong to the server, are
+// stored in PostgreSQL as they happen, and any client that reconnects is caught up.
+//
+// Configuration is by flags or environment variables; see `chatd -help` and README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/migrations"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/transport"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// run is main with its inputs passed in; it returns the exit code.
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "chatd: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "chatd: %v\n", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	m := NewMain(cfg, log)
+	if err := m.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("chatd could not start")
+		m.Close(context.Background())
+		return 1
+	}
+	<-ctx.Done()
+	stop() // a second signal kills at once
+	log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
+
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := m.Close(sctx); err != nil {
+		log.Error().Err(err).Msg("shutdown was not clean")
+		return 1
+	}
+	log.Info().Msg("stopped")
+	return 0
+}
+
+func newLogger(cfg Config, w io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
+	if err != nil || cfg.LogLevel == "" {
+		return zerolog.Logger{}, fmt.Errorf("CHATD_LOG_LEVEL (-log-level) is %q; use trace, debug, info, warn or error", cfg.LogLevel)
+	}
+	console := cfg.LogFormat == "console"
+	if cfg.LogFormat == "auto" {
+		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			console = true
+		}
+	}
+	if console {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// Main is chatd wired together. Tests run it in-process with Run and Close.
+type Main struct {
+	cfg Config
+	log zerolog.Logger
+
+	pool *pgxpool.Pool
+	hub  *hub.Hub
+	srv  *transport.Server
+	http *http.Server
+	ln   net.Listener
+	// serveErr receives the HTTP server's result.
+	serveErr chan error
+}
+
+// NewMain returns an unstarted chatd.
+func NewMain(cfg Config, log zerolog.Logger) *Main {
+	return &Main{cfg: cfg, log: log}
+}
+
+// Addr is the address the server listens on, once Run has returned.
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// Run connects to the database, applies migrations, marks runs a dead process left
+// behind as interrupted, and starts serving. It returns once the server listens.
+func (m *Main) Run(ctx context.Context) error {
+	poolCfg, err := pgxpool.ParseConfig(m.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(m.cfg.DatabaseURL, "pool_max_conns") {
+		poolCfg.MaxConns = 16
+	}
+	m.pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("open database pool: %w", err)
+	}
+	st := store.New(m.pool)
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = st.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect to the database at %s: %w", redactURL(m.cfg.DatabaseURL), err)
+	}
+	if err := migrations.Up(ctx, m.pool); err != nil {
+		return err
+	}
+	ids, err := st.RunsInterruptUnfinished(ctx, time.Now(), store.ErrorInfo{
+		Code:    conversation.CodeInterrupted,
+		Message: "the server stopped during this run",
+	})
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		m.log.Warn().Int("runs", len(ids)).Msg("marked runs left unfinished by a previous process as interrupted")
+	}
+
+	agent := demo.New(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay})
+	m.hub, err = hub.New(conversation.Config{
+		Store:           st,
+		Agent:           agent,
+		Encoder:         transport.Encoder{},
+		Logger:          m.log,
+		RingEvents:      m.cfg.RingEvents,
+		RingBytes:       m.cfg.RingBytes,
+		MaxReplayBytes:  max(m.cfg.SendQueueBytes/2, 1),
+		IdleTimeout:     m.cfg.IdleEvict,
+		MaxContentBytes: m.cfg.MaxContentBytes,
+	}, m.log)
+	if err != nil {
+		return err
+	}
+	m.srv, err = transport.New(transport.Config{
+		Hub:            m.hub,
+		Ready:          st.Ping,
+		Logger:         m.log,
+		AllowedOrigins: m.cfg.AllowedOrigins,
+		ReadLimit:      int64(m.cfg.ReadLimit),
+		SendQueueBytes: m.cfg.SendQueueBytes,
+	})
+	if err != nil {
+		return err
+	}
+
+	m.ln, err = net.Listen("tcp", m.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", m.cfg.Addr, err)
+	}
+	m.http = &http.Server{
+		Handler:           m.srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          nil,
+	}
+	m.serveErr = make(chan error, 1)
+	go func() { m.serveErr <- m.http.Serve(m.ln) }()
+
+	m.log.Info().
+		Str("addr", m.Addr()).
+		Str("agent", "demo").
+		Int("demo_words", m.cfg.DemoWords).
+		Dur("demo_delay", m.cfg.DemoDelay).
+		Msgf("chatd listening: ws://%s/v1/ws (demo agent: no model needed)", m.Addr())
+	return nil
+}
+
+// Close shuts down in order: stop accepting connections, end active runs as interrupted
+// with their text stored (their last event reaches the clients), close every socket with
+// 1001, close the database pool. It is safe after a Run that failed part way.
+func (m *Main) Close(ctx context.Context) error {
+	var errs []error
+	if m.http != nil {
+		// Stops the listener; upgraded WebSocket connections are the transport's to close.
+		if err := m.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop HTTP server: %w", err))
+		}
+		if err := <-m.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
+	if m.hub != nil {
+		if err := m.hub.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.srv != nil {
+		if err := m.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.pool != nil {
+		m.pool.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// redactURL hides the password of a database URL for logs.
+func redactURL(raw string) string {
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	c := cfg.ConnConfig
+	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+}

@@ -1,0 +1,65 @@
+package conversation
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/google/uuid"
+)
+
+// Agent produces the reply to one user message. Run streams its output through out and
+// returns when it is done: nil for success, an error (ideally *Error, for a code the user
+// sees) for failure. It must return promptly once ctx is cancelled; the actor has already
+// stored the run as cancelled or interrupted by then and ignores anything emitted later.
+type Agent interface {
+	Run(ctx context.Context, req Request, out Emitter) error
+}
+
+// Request is what an agent is asked to do.
+type Request struct {
+	SessionID uuid.UUID
+	RunID     uuid.UUID
+	RequestID string
+	// Content is the user's message.
+	Content string
+}
+
+// Emitter receives an agent's output, in order. Its methods must be called from one
+// goroutine at a time. Each returns ErrRunEnded (or ErrStopped) once the run is over,
+// and an *Error when the call itself is wrong (an unknown tool call id, say).
+type Emitter interface {
+	// Text appends delta to the assistant's reply. The first text after the start of
+	// the run or after a tool call opens a new assistant segment.
+	Text(delta string) error
+	// ToolStart records that the agent calls a tool. It closes the open assistant
+	// segment and returns once the tool message is stored.
+	ToolStart(call ToolCall) error
+	// ToolOutput streams output of a running tool call.
+	ToolOutput(callID, text string) error
+	// ToolEnd records a tool call's result and returns once it is stored.
+	ToolEnd(callID string, result ToolResult) error
+}
+
+// ToolCall describes a tool invocation.
+type ToolCall struct {
+	// ID is unique within the run.
+	ID   string
+	Name string
+	// Input is the call's arguments as JSON; empty means {}.
+	Input json.RawMessage
+}
+
+// ToolResult is how a tool call ended.
+type ToolResult struct {
+	// Output is the result shown to the user and the model. When empty, the output
+	// streamed with ToolOutput is kept.
+	Output string
+	// Err marks the call failed; the message is kept as the output when Output is empty.
+	Err error
+}
+
+// AgentFunc adapts a function to the Agent interface.
+type AgentFunc func(ctx context.Context, req Request, out Emitter) error
+
+// Run calls f.
+func (f AgentFunc) Run(ctx context.Context, req Request, out Emitter) error { return f(ctx, req, out) }

@@ -1,0 +1,108 @@
+package conversation
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/store"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultRingEvents       = 4096
+	DefaultRingBytes        = 4 << 20
+	DefaultMaxReplayBytes   = 512 << 10
+	DefaultSnapshotMessages = 200
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultMaxContentBytes  = 128 << 10
+	DefaultInboxSize        = 256
+
+	// MaxRequestIDLen is the longest requestId the protocol allows.
+	MaxRequestIDLen = 128
+	// MaxHistoryLimit is the most messages one history page holds.
+	MaxHistoryLimit = 200
+)
+
+// Config is shared by every actor of a process.
+type Config struct {
+	// Store persists the transcript. Required.
+	Store *store.Store
+	// Agent produces replies. Required.
+	Agent Agent
+	// Encoder turns events into frames. Required.
+	Encoder Encoder
+	// Clock drives idle eviction and timestamps. Defaults to the real clock.
+	Clock clockwork.Clock
+	// Logger is the parent logger; each actor adds its session id.
+	Logger zerolog.Logger
+
+	// RingEvents and RingBytes bound the replay ring.
+	RingEvents int
+	RingBytes  int
+	// MaxReplayBytes is the largest replay a hello gets; a longer gap is answered with a
+	// snapshot. Keep it under the subscribers' queue size, or the replay itself would
+	// overflow the queue.
+	MaxReplayBytes int
+	// SnapshotMessages is how many of the newest messages a snapshot holds.
+	SnapshotMessages int
+	// IdleTimeout is how long an actor with no subscribers and no active run lives.
+	IdleTimeout time.Duration
+	// MaxContentBytes is the largest user message chat.send accepts.
+	MaxContentBytes int
+	// InboxSize is the capacity of each actor's inbox.
+	InboxSize int
+}
+
+// withDefaults returns c with its zero fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	setDefault(&c.RingEvents, DefaultRingEvents)
+	setDefault(&c.RingBytes, DefaultRingBytes)
+	setDefault(&c.MaxReplayBytes, DefaultMaxReplayBytes)
+	setDefault(&c.SnapshotMessages, DefaultSnapshotMessages)
+	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.MaxContentBytes, DefaultMaxContentBytes)
+	setDefault(&c.InboxSize, DefaultInboxSize)
+	return c
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+// Validate reports the first field that is missing or out of range.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Store == nil:
+		return errors.New("conversation config: Store is required")
+	case c.Agent == nil:
+		return errors.New("conversation config: Agent is required")
+	case c.Encoder == nil:
+		return errors.New("conversation config: Encoder is required")
+	case c.RingEvents < 1:
+		return fmt.Errorf("conversation config: RingEvents %d is below 1", c.RingEvents)
+	case c.RingBytes < 1:
+		return fmt.Errorf("conversation config: RingBytes %d is below 1", c.RingBytes)
+	case c.MaxReplayBytes < 1:
+		return fmt.Errorf("conversation config: MaxReplayBytes %d is below 1", c.MaxReplayBytes)
+	case c.SnapshotMessages < 1:
+		return fmt.Errorf("conversation config: SnapshotMessages %d is below 1", c.SnapshotMessages)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("conversation config: IdleTimeout %s is negative", c.IdleTimeout)
+	case c.MaxContentBytes < 1:
+		return fmt.Errorf("conversation config: MaxContentBytes %d is below 1", c.MaxContentBytes)
+	case c.InboxSize < 1:
+		return fmt.Errorf("conversation config: InboxSize %d is below 1", c.InboxSize)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package conversation
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes of *Error. They are the protocol's error codes; the transport sends them as
+// they are. Agents may end runs with codes of their own.
+const (
+	CodeBadRequest   = "bad_request"
+	CodeNotFound     = "not_found"
+	CodeUnauthorized = "unauthorized"
+	CodeRunActive    = "run_active"
+	CodeNoRun        = "no_run"
+	CodeConflict     = "conflict"
+	CodeTooLarge     = "too_large"
+	CodeStorage      = "storage"
+	CodeInternal     = "internal"
+
+	// CodeAgent ends a run whose agent failed with an error that carries no code.
+	CodeAgent = "agent_error"
+	// CodeInterrupted ends a run that the server stopped: a shutdown, or a crash found
+	// at the next start-up.
+	CodeInterrupted = "interrupted"
+)
+
+// Error is an error with a code a client can act on and a message a person can read.
+// Commands return it for bad input and refused operations; an agent returns it to end its
+// run with a specific code.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+var (
+	// ErrStopped is returned by an actor that has stopped (evicted or shut down). The
+	// hub answers it by starting a new actor for the session.
+	ErrStopped = errors.New("conversation actor stopped")
+	// ErrNotYours is returned by Hello for a session that belongs to another user.
+	ErrNotYours = errors.New("session belongs to another user")
+	// ErrRunEnded is returned by Emitter methods once the run has ended (cancelled,
+	// failed, or the server is shutting down). The agent should return.
+	ErrRunEnded = errors.New("run ended")
+)

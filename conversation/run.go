@@ -1,0 +1,571 @@
+package conversation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/store"
+)
+
+// runState is the live part of the active run. The actor owns it; the run goroutine only
+// holds the pointer to name its run in intents.
+type runState struct {
+	info   store.Run
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	seg   *liveMessage            // the open assistant segment
+	tools map[string]*liveMessage // running tool calls by call id
+	calls map[string]bool         // every call id the run has used
+}
+
+// liveMessage is a stored message whose text is still growing in memory: an open
+// segment's content, or a running tool's streamed output.
+type liveMessage struct {
+	msg store.Message
+	buf strings.Builder
+}
+
+// view returns the message as a client should see it now.
+func (l *liveMessage) view() store.Message {
+	m := l.msg
+	if m.Tool != nil {
+		tool := *m.Tool
+		if l.buf.Len() > 0 {
+			out := l.buf.String()
+			tool.Output = &out
+		}
+		m.Tool = &tool
+	} else {
+		m.Content = l.buf.String()
+	}
+	return m
+}
+
+// overlay replaces stored rows of live messages with their live view.
+func (a *Actor) overlay(msgs []store.Message) {
+	if a.run == nil {
+		return
+	}
+	for i := range msgs {
+		if l := a.run.live(msgs[i].ID); l != nil {
+			msgs[i] = l.view()
+		}
+	}
+}
+
+func (r *runState) live(id uuid.UUID) *liveMessage {
+	if r.seg != nil && r.seg.msg.ID == id {
+		return r.seg
+	}
+	for _, t := range r.tools {
+		if t.msg.ID == id {
+			return t
+		}
+	}
+	return nil
+}
+
+func (a *Actor) isCurrent(run *runState) bool { return run != nil && a.run == run }
+
+func (a *Actor) send(req SendRequest) (SendResult, error) {
+	if err := validateSend(req, a.cfg.MaxContentBytes); err != nil {
+		return SendResult{}, err
+	}
+	if err := a.load(); err != nil {
+		return SendResult{}, a.storageError("load the session", err)
+	}
+	if a.session == nil {
+		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	}
+	if a.run != nil {
+		if a.run.info.RequestID == req.RequestID {
+			return SendResult{RunID: a.run.info.ID, Duplicate: true, Status: a.run.info.Status}, nil
+		}
+		// A retry of an older request is still a duplicate, not a second run.
+		if prev, err := a.runByRequest(req.RequestID); err == nil {
+			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+		}
+		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
+	}
+
+	now := a.now()
+	runID := newID()
+	info := store.Run{
+		ID:             runID,
+		SessionID:      a.id,
+		RequestID:      req.RequestID,
+		Status:         store.RunRunning,
+		StartedAt:      now,
+		LastActivityAt: now,
+	}
+	user := store.Message{
+		ID:        newID(),
+		SessionID: a.id,
+		RunID:     &runID,
+		RequestID: req.RequestID,
+		Position:  a.nextPos,
+		Role:      store.RoleUser,
+		Content:   req.Content,
+		Status:    store.MessageComplete,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	ctx, cancel := dbContext()
+	err := a.cfg.Store.RunStart(ctx, info, user)
+	cancel()
+	if errors.Is(err, store.ErrConflict) {
+		if prev, err := a.runByRequest(req.RequestID); err == nil {
+			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+		}
+		// The position was taken: something else writes to this session. Re-read it.
+		a.loaded = false
+		return SendResult{}, a.storageError("store the message", err)
+	}
+	if err != nil {
+		return SendResult{}, a.storageError("store the message", err)
+	}
+	a.nextPos++
+
+	runCtx, runCancel := context.WithCancel(context.Background())
+	run := &runState{
+		info:   info,
+		ctx:    runCtx,
+		cancel: runCancel,
+		tools:  make(map[string]*liveMessage),
+		calls:  make(map[string]bool),
+	}
+	a.run = run
+	a.publish(Event{Type: EventChatStarted, RunID: runID, RequestID: req.RequestID, Run: runView(run), Message: &user})
+	a.startAgent(run, Request{SessionID: a.id, RunID: runID, RequestID: req.RequestID, Content: req.Content})
+	return SendResult{RunID: runID, Status: store.RunRunning}, nil
+}
+
+func validateSend(req SendRequest, maxContent int) error {
+	switch {
+	case req.RequestID == "":
+		return errorf(CodeBadRequest, "requestId is required")
+	case len(req.RequestID) > MaxRequestIDLen:
+		return errorf(CodeBadRequest, "requestId is longer than %d characters", MaxRequestIDLen)
+	case strings.TrimSpace(req.Content) == "":
+		return errorf(CodeBadRequest, "content is empty")
+	case len(req.Content) > maxContent:
+		return errorf(CodeTooLarge, "content is %d bytes; the limit is %d", len(req.Content), maxContent)
+	case strings.IndexByte(req.Content, 0) >= 0:
+		return errorf(CodeBadRequest, "content contains a NUL character")
+	case !utf8.ValidString(req.Content):
+		return errorf(CodeBadRequest, "content is not valid UTF-8")
+	}
+	return nil
+}
+
+func (a *Actor) runByRequest(requestID string) (store.Run, error) {
+	ctx, cancel := dbContext()
+	defer cancel()
+	return a.cfg.Store.RunByRequest(ctx, a.id, requestID)
+}
+
+func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {
+	run := a.run
+	if run == nil {
+		return CancelResult{}, errorf(CodeNoRun, "no run is active in this session")
+	}
+	if runID != uuid.Nil && runID != run.info.ID {
+		return CancelResult{}, errorf(CodeNoRun, "run %s is not active", runID)
+	}
+	a.finish(run, store.RunCancelled, nil)
+	return CancelResult{RunID: run.info.ID, Status: store.RunCancelled}, nil
+}
+
+// startAgent runs the agent in its own goroutine; what it emits comes back as intents.
+func (a *Actor) startAgent(run *runState, req Request) {
+	a.runs.Add(1)
+	go func() {
+		defer a.runs.Done()
+		err := a.callAgent(run, req)
+		select {
+		case a.inbox <- &runEndIntent{run, err}:
+		case <-a.done:
+		}
+	}()
+}
+
+func (a *Actor) callAgent(run *runState, req Request) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error().Str("run_id", run.info.ID.String()).Interface("panic", p).Msg("agent panicked")
+			err = errorf(CodeInternal, "the agent crashed")
+		}
+	}()
+	return a.cfg.Agent.Run(run.ctx, req, &emitter{a: a, run: run})
+}
+
+type (
+	textIntent struct {
+		run  *runState
+		text string
+	}
+	toolStartIntent struct {
+		run   *runState
+		call  ToolCall
+		reply chan error
+	}
+	toolOutputIntent struct {
+		run          *runState
+		callID, text string
+	}
+	toolEndIntent struct {
+		run    *runState
+		callID string
+		result ToolResult
+		reply  chan error
+	}
+	runEndIntent struct {
+		run *runState
+		err error
+	}
+)
+
+// emitter is the Emitter of one run: it turns calls into intents for the actor.
+type emitter struct {
+	a   *Actor
+	run *runState
+}
+
+func (e *emitter) Text(delta string) error {
+	if delta == "" {
+		return nil
+	}
+	return e.post(&textIntent{e.run, delta})
+}
+
+func (e *emitter) ToolStart(call ToolCall) error {
+	reply := make(chan error, 1)
+	return e.call(&toolStartIntent{e.run, call, reply}, reply)
+}
+
+func (e *emitter) ToolOutput(callID, text string) error {
+	if text == "" {
+		return nil
+	}
+	return e.post(&toolOutputIntent{e.run, callID, text})
+}
+
+func (e *emitter) ToolEnd(callID string, result ToolResult) error {
+	reply := make(chan error, 1)
+	return e.call(&toolEndIntent{e.run, callID, result, reply}, reply)
+}
+
+func (e *emitter) post(it intent) error {
+	if e.run.ctx.Err() != nil {
+		return ErrRunEnded
+	}
+	select {
+	case e.a.inbox <- it:
+		return nil
+	case <-e.run.ctx.Done():
+		return ErrRunEnded
+	case <-e.a.done:
+		return ErrStopped
+	}
+}
+
+func (e *emitter) call(it intent, reply chan error) error {
+	if err := e.post(it); err != nil {
+		return err
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-e.run.ctx.Done():
+		return ErrRunEnded
+	case <-e.a.done:
+		return ErrStopped
+	}
+}
+
+// cleanText makes agent text storable: PostgreSQL text holds neither NUL nor invalid
+// UTF-8, and what clients see must be what is stored.
+func cleanText(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
+}
+
+func (a *Actor) onText(run *runState, text string) {
+	if !a.isCurrent(run) {
+		return
+	}
+	text = cleanText(text)
+	if run.seg == nil {
+		now := a.now()
+		seg := &liveMessage{msg: store.Message{
+			ID:        newID(),
+			SessionID: a.id,
+			RunID:     &run.info.ID,
+			RequestID: run.info.RequestID,
+			Position:  a.nextPos,
+			Role:      store.RoleAssistant,
+			Status:    store.MessageStreaming,
+			CreatedAt: now,
+			UpdatedAt: now,
+		}}
+		if err := a.insert(seg.msg); err != nil {
+			a.failStorage(run, "store the reply", err)
+			return
+		}
+		run.seg = seg
+		m := seg.msg
+		a.publish(a.runEvent(run, Event{Type: EventSegmentStarted, Message: &m}))
+	}
+	run.seg.buf.WriteString(text)
+	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: run.seg.msg.ID, Text: text}))
+}
+
+func (a *Actor) onToolStart(run *runState, call ToolCall) error {
+	if !a.isCurrent(run) {
+		return ErrRunEnded
+	}
+	switch {
+	case call.ID == "" || len(call.ID) > 256:
+		return errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes")
+	case run.calls[call.ID]:
+		return errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
+	case call.Name == "":
+		return errorf(CodeBadRequest, "tool call %q has no name", call.ID)
+	}
+	input := call.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	if !json.Valid(input) {
+		return errorf(CodeBadRequest, "tool call %q input is not JSON", call.ID)
+	}
+	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
+		a.failStorage(run, "store the reply", err)
+		return ErrRunEnded
+	}
+	now := a.now()
+	tool := &liveMessage{msg: store.Message{
+		ID:        newID(),
+		SessionID: a.id,
+		RunID:     &run.info.ID,
+		RequestID: run.info.RequestID,
+		Position:  a.nextPos,
+		Role:      store.RoleTool,
+		Status:    store.MessageStreaming,
+		Tool: &store.ToolCall{
+			CallID: call.ID,
+			Name:   cleanText(call.Name),
+			Input:  input,
+			Status: store.ToolRunning,
+		},
+		CreatedAt: now,
+		UpdatedAt: now,
+	}}
+	if err := a.insert(tool.msg); err != nil {
+		a.failStorage(run, "store the tool call", err)
+		return ErrRunEnded
+	}
+	run.calls[call.ID] = true
+	run.tools[call.ID] = tool
+	m := tool.view()
+	a.publish(a.runEvent(run, Event{Type: EventToolStart, Message: &m}))
+	return nil
+}
+
+func (a *Actor) onToolOutput(run *runState, callID, text string) {
+	if !a.isCurrent(run) {
+		return
+	}
+	tool := run.tools[callID]
+	if tool == nil {
+		a.log.Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
+		return
+	}
+	text = cleanText(text)
+	tool.buf.WriteString(text)
+	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
+}
+
+func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
+	if !a.isCurrent(run) {
+		return ErrRunEnded
+	}
+	tool := run.tools[callID]
+	if tool == nil {
+		return errorf(CodeNotFound, "tool call %q is not running", callID)
+	}
+	output := cleanText(res.Output)
+	if output == "" {
+		output = tool.buf.String()
+	}
+	status, msgErr := store.ToolOK, (*store.ErrorInfo)(nil)
+	if res.Err != nil {
+		status = store.ToolError
+		msgErr = &store.ErrorInfo{Code: "tool_error", Message: cleanText(res.Err.Error())}
+		if output == "" {
+			output = msgErr.Message
+		}
+	}
+	if err := a.endTool(run, tool, store.MessageComplete, status, output, msgErr); err != nil {
+		a.failStorage(run, "store the tool result", err)
+		return ErrRunEnded
+	}
+	return nil
+}
+
+// endTool stores a tool call's end and publishes tool.end.
+func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus store.MessageStatus, status store.ToolStatus, output string, msgErr *store.ErrorInfo) error {
+	delete(run.tools, tool.msg.Tool.CallID)
+	m := tool.msg
+	t := *m.Tool
+	t.Output = &output
+	t.Status = status
+	m.Tool = &t
+	m.Status = msgStatus
+	m.Error = msgErr
+	m.UpdatedAt = a.now()
+	err := a.update(m)
+	a.publish(a.runEvent(run, Event{Type: EventToolEnd, Message: &m}))
+	return err
+}
+
+// closeSegment writes the open segment's content, once, and publishes its end.
+func (a *Actor) closeSegment(run *runState, status store.MessageStatus, msgErr *store.ErrorInfo) error {
+	seg := run.seg
+	if seg == nil {
+		return nil
+	}
+	run.seg = nil
+	m := seg.view()
+	m.Status = status
+	m.Error = msgErr
+	m.UpdatedAt = a.now()
+	err := a.update(m)
+	a.publish(a.runEvent(run, Event{Type: EventSegmentEnded, MessageID: m.ID, Status: status, Error: msgErr}))
+	return err
+}
+
+func (a *Actor) onRunEnd(run *runState, err error) {
+	if !a.isCurrent(run) {
+		return // already ended: cancelled, failed on a write, or interrupted
+	}
+	if err == nil {
+		a.finish(run, store.RunDone, nil)
+		return
+	}
+	info := &store.ErrorInfo{Code: CodeAgent, Message: cleanText(err.Error())}
+	if e := (*Error)(nil); errors.As(err, &e) {
+		info = &store.ErrorInfo{Code: e.Code, Message: cleanText(e.Message)}
+	}
+	a.log.Info().Str("run_id", run.info.ID.String()).Str("code", info.Code).Str("message", info.Message).Msg("agent failed")
+	a.finish(run, store.RunError, info)
+}
+
+// failStorage ends a run whose write failed: a run whose transcript cannot be stored
+// must not go on as if it were.
+func (a *Actor) failStorage(run *runState, op string, err error) {
+	e := a.storageError(op, err)
+	a.finish(run, store.RunError, &store.ErrorInfo{Code: e.Code, Message: e.Message})
+}
+
+// finish ends the run: the open segment and running tools are closed with statuses that
+// match how the run ended, the run is stored, and its terminal event is published. The
+// agent's context is cancelled; anything it emits afterwards is ignored.
+func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorInfo) {
+	run.cancel()
+	a.run = nil
+
+	msgStatus := map[store.RunStatus]store.MessageStatus{
+		store.RunDone:        store.MessageComplete,
+		store.RunError:       store.MessageError,
+		store.RunCancelled:   store.MessageCancelled,
+		store.RunInterrupted: store.MessageInterrupted,
+	}[status]
+	var errs []error
+	var segErr *store.ErrorInfo
+	if status == store.RunError {
+		segErr = info
+	}
+	errs = append(errs, a.closeSegment(run, msgStatus, segErr))
+
+	// Tool calls still running when the run ends did not finish.
+	tools := make([]*liveMessage, 0, len(run.tools))
+	for _, t := range run.tools {
+		tools = append(tools, t)
+	}
+	slices.SortFunc(tools, func(x, y *liveMessage) int { return int(x.msg.Position - y.msg.Position) })
+	for _, t := range tools {
+		toolStatus, toolMsg, toolErr := store.ToolCancelled, msgStatus, (*store.ErrorInfo)(nil)
+		switch status {
+		case store.RunDone:
+			toolStatus, toolMsg = store.ToolError, store.MessageError
+			toolErr = &store.ErrorInfo{Code: "tool_unfinished", Message: "the run ended before this tool call did"}
+		case store.RunError:
+			toolStatus, toolErr = store.ToolError, info
+		}
+		errs = append(errs, a.endTool(run, t, toolMsg, toolStatus, t.buf.String(), toolErr))
+	}
+
+	now := a.now()
+	run.info.Status = status
+	run.info.Error = info
+	run.info.EndedAt = &now
+	run.info.LastActivityAt = now
+	ctx, cancel := dbContext()
+	errs = append(errs, a.cfg.Store.RunUpdate(ctx, run.info))
+	cancel()
+	if err := errors.Join(errs...); err != nil {
+		// The terminal event still goes out: a spinner that never stops is worse than a
+		// transcript that the next start-up marks interrupted.
+		a.log.Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store the end of a run")
+	}
+
+	typ := map[store.RunStatus]EventType{
+		store.RunDone:        EventChatDone,
+		store.RunError:       EventChatError,
+		store.RunCancelled:   EventChatCancelled,
+		store.RunInterrupted: EventChatError,
+	}[status]
+	a.publish(a.runEvent(run, Event{Type: typ, Run: runView(run)}))
+}
+
+// runEvent fills the fields every event of a run carries and touches its activity time.
+func (a *Actor) runEvent(run *runState, ev Event) Event {
+	run.info.LastActivityAt = a.now()
+	ev.RunID = run.info.ID
+	ev.RequestID = run.info.RequestID
+	return ev
+}
+
+func runView(run *runState) *store.Run {
+	r := run.info
+	return &r
+}
+
+func (a *Actor) insert(m store.Message) error {
+	ctx, cancel := dbContext()
+	defer cancel()
+	if err := a.cfg.Store.MessageInsert(ctx, m); err != nil {
+		return err
+	}
+	a.nextPos++
+	return nil
+}
+
+func (a *Actor) update(m store.Message) error {
+	ctx, cancel := dbContext()
+	defer cancel()
+	return a.cfg.Store.MessageUpdate(ctx, m)
+}

@@ -1,0 +1,145 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/conversation"
+)
+
+// ErrClosed is returned once Shutdown has begun.
+var ErrClosed = errors.New("hub is shut down")
+
+// shutdownParallelism bounds how many actors store their interrupted runs at once.
+const shutdownParallelism = 16
+
+// Hub finds or starts the actor of a session.
+type Hub struct {
+	cfg conversation.Config
+	log zerolog.Logger
+
+	mu     sync.Mutex
+	actors map[uuid.UUID]*conversation.Actor
+	closed bool
+}
+
+// New returns a hub whose actors share cfg.
+func New(cfg conversation.Config, log zerolog.Logger) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Hub{
+		cfg:    cfg,
+		log:    log.With().Str("component", "hub").Logger(),
+		actors: make(map[uuid.UUID]*conversation.Actor),
+	}, nil
+}
+
+// Hello subscribes req.Subscriber to session id, starting its actor if needed, and returns
+// the actor for the connection's later commands. Errors are those of Actor.Hello, and
+// ErrClosed.
+func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloRequest) (*conversation.Actor, conversation.HelloResult, error) {
+	// An actor can stop between get and Hello (idle eviction); its replacement is a new
+	// incarnation, so the retry cannot meet the same stopped actor again.
+	for attempt := 0; ; attempt++ {
+		a, err := h.get(id)
+		if err != nil {
+			return nil, conversation.HelloResult{}, err
+		}
+		res, err := a.Hello(ctx, req)
+		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
+			continue
+		}
+		if err != nil {
+			return nil, res, err
+		}
+		return a, res, nil
+	}
+}
+
+func (h *Hub) get(id uuid.UUID) (*conversation.Actor, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if a, ok := h.actors[id]; ok {
+		return a, nil
+	}
+	a := conversation.Start(h.cfg, id, h.forget)
+	h.actors[id] = a
+	h.log.Debug().Str("session_id", id.String()).Str("epoch", a.Epoch()).Msg("started conversation")
+	return a, nil
+}
+
+// forget is called by an actor that is evicting itself, from its own goroutine.
+func (h *Hub) forget(a *conversation.Actor) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.actors[a.SessionID()] == a {
+		delete(h.actors, a.SessionID())
+	}
+}
+
+// Len returns the number of live actors.
+func (h *Hub) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.actors)
+}
+
+// Lookup returns the live actor of a session, if there is one.
+func (h *Hub) Lookup(id uuid.UUID) (*conversation.Actor, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.actors[id]
+	return a, ok
+}
+
+// Shutdown stops every actor: active runs are stored as interrupted and subscribers are
+// dropped with conversation.DropShutdown. It returns when all actors and their run
+// goroutines are gone, or ctx ends. New hellos fail with ErrClosed from the start.
+func (h *Hub) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.closed = true
+	actors := make([]*conversation.Actor, 0, len(h.actors))
+	for _, a := range h.actors {
+		actors = append(actors, a)
+	}
+	clear(h.actors)
+	h.mu.Unlock()
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, shutdownParallelism)
+	)
+	for _, a := range actors {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := a.Stop(ctx)
+			if err == nil {
+				err = a.Wait(ctx)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("shut down conversations: %w", err)
+	}
+	return nil
+}

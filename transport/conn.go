@@ -1,0 +1,508 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/hub"
+)
+
+// Close codes of the protocol beyond the standard ones.
+const (
+	closeProtocol     websocket.StatusCode = 4000
+	closeUnauthorized websocket.StatusCode = 4001
+	closeNotFound     websocket.StatusCode = 4004
+	closeSlow         websocket.StatusCode = 4008
+)
+
+// conn is one WebSocket connection. The handler goroutine reads and answers commands; one
+// writer goroutine drains the outbound queue. conn is the conversation.Subscriber of its
+// session: the actor queues frames with Deliver, which never blocks.
+type conn struct {
+	s      *Server
+	ws     *websocket.Conn
+	req    *http.Request
+	log    zerolog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Outbound queue.
+	mu         sync.Mutex
+	frames     [][]byte
+	queued     int           // bytes queued or being written
+	closeReq   *closeRequest // set once; no frame is queued after it
+	closeTimer clockwork.Timer
+	wake       chan struct{}
+	writerDone chan struct{}
+
+	// Pings.
+	pingMu      sync.Mutex
+	pingTimer   clockwork.Timer
+	pingStopped bool
+	pings       sync.WaitGroup
+
+	// Owned by the reading goroutine.
+	actor      *conversation.Actor
+	helloed    atomic.Bool
+	helloTimer clockwork.Timer
+}
+
+type closeRequest struct {
+	code   websocket.StatusCode
+	reason string
+	flush  bool // send what is queued first
+}
+
+var _ conversation.Subscriber = (*conn)(nil)
+
+func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conn{
+		s:          s,
+		ws:         ws,
+		req:        r,
+		log:        s.log.With().Str("remote", r.RemoteAddr).Logger(),
+		ctx:        ctx,
+		cancel:     cancel,
+		wake:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+	}
+}
+
+// Deliver queues a frame. A frame that would take the queue over its byte limit is
+// refused, unless the queue is empty: one large snapshot must still get through.
+func (c *conn) Deliver(frame []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeReq != nil {
+		return false
+	}
+	if c.queued > 0 && c.queued+len(frame) > c.s.cfg.SendQueueBytes {
+		return false
+	}
+	c.frames = append(c.frames, frame)
+	c.queued += len(frame)
+	c.signal()
+	return true
+}
+
+// Dropped is called by the actor when it lets go of this connection.
+func (c *conn) Dropped(reason conversation.DropReason) {
+	switch reason {
+	case conversation.DropSlow:
+		c.requestClose(closeSlow, "too slow: outbound queue full", false)
+	default:
+		c.requestClose(websocket.StatusGoingAway, "server shutting down", true)
+	}
+}
+
+// requestClose asks the writer to close the connection, after the queued frames when
+// flush is set. The first request wins. If the peer does not let the writer finish within
+// the grace period, the connection is cut.
+func (c *conn) requestClose(code websocket.StatusCode, reason string, flush bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeReq != nil {
+		return
+	}
+	c.closeReq = &closeRequest{code: code, reason: reason, flush: flush}
+	if !flush {
+		c.frames = nil
+	}
+	c.closeTimer = c.s.clock.AfterFunc(c.s.cfg.CloseGrace, c.cancel)
+	c.signal()
+}
+
+func (c *conn) closing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeReq != nil
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued frames (reusing spare's storage for the next ones) and the
+// close request, if any.
+func (c *conn) take(spare [][]byte) ([][]byte, *closeRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	frames := c.frames
+	c.frames = spare[:0]
+	return frames, c.closeReq
+}
+
+func (c *conn) written(n int) (stop bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queued -= n
+	return c.closeReq != nil && !c.closeReq.flush
+}
+
+func (c *conn) writeLoop() {
+	defer close(c.writerDone)
+	var spare [][]byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.ctx.Done():
+			return
+		}
+		frames, req := c.take(spare)
+		for i, f := range frames {
+			if err := c.ws.Write(c.ctx, websocket.MessageText, f); err != nil {
+				c.cancel()
+				return
+			}
+			frames[i] = nil
+			if c.written(len(f)) {
+				break // dropped as slow: what is left is thrown away
+			}
+		}
+		spare = frames[:0]
+		if req == nil {
+			c.mu.Lock()
+			req = c.closeReq
+			pending := len(c.frames) > 0
+			c.mu.Unlock()
+			if req == nil || (req.flush && pending) {
+				continue // more to write first; wake is set
+			}
+		}
+		err := c.ws.Close(req.code, req.reason)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Debug().Err(err).Int("code", int(req.code)).Msg("close handshake")
+		}
+		c.cancel()
+		return
+	}
+}
+
+// serve runs the connection until it closes.
+func (c *conn) serve() {
+	go c.writeLoop()
+	c.helloTimer = c.s.clock.AfterFunc(c.s.cfg.HelloTimeout, func() {
+		if !c.helloed.Load() {
+			c.requestClose(closeProtocol, "no hello within the deadline", true)
+		}
+	})
+	c.schedulePing()
+
+	for {
+		typ, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			c.logReadError(err)
+			break
+		}
+		if c.closing() {
+			continue // keep reading so the close handshake can finish
+		}
+		c.handle(typ, data)
+	}
+
+	c.cancel()
+	c.helloTimer.Stop()
+	c.stopPings()
+	<-c.writerDone
+	c.mu.Lock()
+	if c.closeTimer != nil {
+		c.closeTimer.Stop()
+	}
+	c.mu.Unlock()
+	if c.actor != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.actor.Unsubscribe(ctx, c)
+		cancel()
+	}
+}
+
+func (c *conn) logReadError(err error) {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway:
+		return
+	case websocket.StatusMessageTooBig:
+		c.log.Info().Msg("closed a connection that sent a frame over the read limit")
+		return
+	}
+	if c.ctx.Err() != nil {
+		return
+	}
+	c.log.Debug().Err(err).Msg("connection ended")
+}
+
+// schedulePing arms the next ping. Pings run from a timer, not a goroutine of their own,
+// so an idle connection costs two goroutines: the reader and the writer.
+func (c *conn) schedulePing() {
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	if c.pingStopped {
+		return
+	}
+	c.pingTimer = c.s.clock.AfterFunc(c.s.cfg.PingInterval, c.ping)
+}
+
+func (c *conn) ping() {
+	c.pingMu.Lock()
+	if c.pingStopped {
+		c.pingMu.Unlock()
+		return
+	}
+	c.pings.Add(1)
+	c.pingMu.Unlock()
+	defer c.pings.Done()
+
+	ctx, cancel := context.WithCancel(c.ctx)
+	timeout := c.s.clock.AfterFunc(c.s.cfg.PingTimeout, cancel)
+	err := c.ws.Ping(ctx)
+	timeout.Stop()
+	cancel()
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.log.Info().Msg("closing a connection that did not answer a ping")
+			c.cancel()
+		}
+		return
+	}
+	c.schedulePing()
+}
+
+func (c *conn) stopPings() {
+	c.pingMu.Lock()
+	c.pingStopped = true
+	if c.pingTimer != nil {
+		c.pingTimer.Stop()
+	}
+	c.pingMu.Unlock()
+	c.pings.Wait()
+}
+
+// reply queues a reply frame; a connection too slow to take it is closed.
+func (c *conn) reply(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.log.Error().Err(err).Msg("encode reply")
+		return
+	}
+	if !c.Deliver(b) {
+		c.requestClose(closeSlow, "too slow: outbound queue full", false)
+	}
+}
+
+func (c *conn) replyError(requestID *string, code, message string) {
+	c.reply(wireErrorReply{Type: "error", RequestID: requestID, Code: code, Message: message})
+}
+
+// replyErr answers a failed command with the error's code.
+func (c *conn) replyErr(requestID *string, err error) {
+	var ce *conversation.Error
+	switch {
+	case errors.As(err, &ce):
+		c.replyError(requestID, ce.Code, ce.Message)
+	case errors.Is(err, conversation.ErrStopped), errors.Is(err, hub.ErrClosed):
+		c.replyError(requestID, conversation.CodeInternal, "the server is shutting down; reconnect")
+		c.requestClose(websocket.StatusGoingAway, "server shutting down", true)
+	case c.ctx.Err() != nil:
+		// The connection is closing; nobody is listening for the answer.
+	default:
+		c.log.Error().Err(err).Msg("command failed")
+		c.replyError(requestID, conversation.CodeInternal, "internal error")
+	}
+}
+
+// violation answers a frame that breaks the protocol and closes with 4000.
+func (c *conn) violation(requestID *string, message string) {
+	c.replyError(requestID, conversation.CodeBadRequest, message)
+	c.requestClose(closeProtocol, message, true)
+}
+
+func (c *conn) handle(typ websocket.MessageType, data []byte) {
+	if typ != websocket.MessageText {
+		c.replyError(nil, conversation.CodeBadRequest, "frames must be JSON in text frames")
+		return
+	}
+	var f clientFrame
+	if err := json.Unmarshal(data, &f); err != nil {
+		c.replyError(nil, conversation.CodeBadRequest, "malformed frame: "+jsonProblem(err))
+		return
+	}
+	if f.RequestID != nil && (*f.RequestID == "" || len(*f.RequestID) > conversation.MaxRequestIDLen) {
+		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", conversation.MaxRequestIDLen))
+		return
+	}
+	switch f.Type {
+	case "":
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "type is required")
+	case typeHello:
+		if c.helloed.Load() {
+			c.violation(f.RequestID, "hello was already sent on this connection")
+			return
+		}
+		c.hello(f)
+	case typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeHistoryFetch:
+		if !c.helloed.Load() {
+			c.violation(f.RequestID, "send hello first")
+			return
+		}
+		c.command(f)
+	default:
+		t := f.Type
+		if len(t) > 64 {
+			t = t[:64] + "…"
+		}
+		c.replyError(f.RequestID, codeUnknownType, fmt.Sprintf("unknown frame type %q", t))
+	}
+}
+
+func (c *conn) hello(f clientFrame) {
+	owner, err := c.s.cfg.Auth.Authenticate(c.ctx, c.req, f.Token)
+	if err != nil {
+		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")
+		c.requestClose(closeUnauthorized, "unauthorized", true)
+		return
+	}
+	id := uuid.Nil
+	if f.SessionID != nil {
+		id, err = uuid.Parse(*f.SessionID)
+		if err != nil || id == uuid.Nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "sessionId must be a UUID")
+			return
+		}
+	} else {
+		id = uuid.Must(uuid.NewV7())
+	}
+	var lastSeq int64
+	if f.LastSeq != nil {
+		if *f.LastSeq < 0 {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "lastSeq must not be negative")
+			return
+		}
+		lastSeq = *f.LastSeq
+	}
+	actor, res, err := c.s.cfg.Hub.Hello(c.ctx, id, conversation.HelloRequest{
+		Owner:      owner,
+		Epoch:      f.Epoch,
+		LastSeq:    lastSeq,
+		Subscriber: c,
+	})
+	if errors.Is(err, conversation.ErrNotYours) {
+		c.replyError(f.RequestID, conversation.CodeNotFound, "session not found")
+		c.requestClose(closeNotFound, "session not found", true)
+		return
+	}
+	if err != nil {
+		c.replyErr(f.RequestID, err)
+		return
+	}
+	c.actor = actor
+	c.helloed.Store(true)
+	c.helloTimer.Stop()
+	c.log = c.log.With().Str("session_id", id.String()).Logger()
+	c.log.Debug().Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
+}
+
+func (c *conn) command(f clientFrame) {
+	switch f.Type {
+	case typeChatSend:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.send needs a requestId")
+			return
+		}
+		if f.Content == nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.send needs content")
+			return
+		}
+		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content})
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
+
+	case typeChatCancel:
+		runID := uuid.Nil
+		if f.RunID != nil {
+			id, err := uuid.Parse(*f.RunID)
+			if err != nil {
+				c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
+				return
+			}
+			runID = id
+		}
+		res, err := c.actor.Cancel(c.ctx, runID)
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Status: string(res.Status)})
+
+	case typeHistoryFetch:
+		var before int64
+		if f.Before != nil {
+			if *f.Before < 1 {
+				c.replyError(f.RequestID, conversation.CodeBadRequest, "before must be a message position (1 or more)")
+				return
+			}
+			before = *f.Before
+		}
+		limit := defaultHistoryLimit
+		if f.Limit != nil {
+			limit = *f.Limit
+		}
+		page, err := c.actor.History(c.ctx, before, limit)
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireHistory{Type: "history", RequestID: f.RequestID, Messages: toWireMessages(page.Messages), HasMore: page.HasMore})
+
+	case typeToolDecide:
+		switch {
+		case f.ToolCallID == "":
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "tool.decide needs a toolCallId")
+		case f.Decision != "approve" && f.Decision != "deny":
+			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
+		default:
+			c.replyError(f.RequestID, conversation.CodeNotFound,
+				fmt.Sprintf("no approval is pending for tool call %q: this server does not ask for tool approvals yet", f.ToolCallID))
+		}
+
+	case typeChatResume:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.resume needs a requestId")
+			return
+		}
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume is not supported by this server yet")
+	}
+}
+
+// jsonProblem describes a decoding error without echoing the whole frame back.
+func jsonProblem(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("invalid JSON at byte %d", syntax.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return "a frame must be a JSON object"
+		}
+		return fmt.Sprintf("field %s must be a %s", typ.Field, typ.Type.Kind())
+	}
+	return "invalid JSON"
+}

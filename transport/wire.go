@@ -1,0 +1,249 @@
+package transport
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+)
+
+// Client frame types.
+const (
+	typeHello        = "hello"
+	typeChatSend     = "chat.send"
+	typeChatCancel   = "chat.cancel"
+	typeToolDecide   = "tool.decide"
+	typeChatResume   = "chat.resume"
+	typeHistoryFetch = "history.fetch"
+)
+
+// Error codes the transport adds to conversation's.
+const (
+	codeUnknownType = "unknown_type"
+)
+
+// clientFrame holds every field any client frame may carry. Pointers tell a missing field
+// from a zero one where the protocol cares.
+type clientFrame struct {
+	Type       string  `json:"type"`
+	RequestID  *string `json:"requestId"`
+	SessionID  *string `json:"sessionId"`
+	Epoch      string  `json:"epoch"`
+	LastSeq    *int64  `json:"lastSeq"`
+	Token      string  `json:"token"`
+	Content    *string `json:"content"`
+	RunID      *string `json:"runId"`
+	ToolCallID string  `json:"toolCallId"`
+	Decision   string  `json:"decision"`
+	Before     *int64  `json:"before"`
+	Limit      *int    `json:"limit"`
+}
+
+type wireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type wireTool struct {
+	CallID string          `json:"callId"`
+	Name   string          `json:"name"`
+	Input  json.RawMessage `json:"input"`
+	Output *string         `json:"output,omitempty"`
+	Status string          `json:"status"`
+}
+
+type wireMessage struct {
+	ID        uuid.UUID  `json:"id"`
+	Position  int64      `json:"position"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	Status    string     `json:"status"`
+	RunID     *uuid.UUID `json:"runId,omitempty"`
+	RequestID string     `json:"requestId,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	Error     *wireError `json:"error,omitempty"`
+	Tool      *wireTool  `json:"tool,omitempty"`
+}
+
+type wireUsage struct {
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
+}
+
+type wireRun struct {
+	RunID          uuid.UUID  `json:"runId"`
+	RequestID      string     `json:"requestId"`
+	Status         string     `json:"status"`
+	StartedAt      time.Time  `json:"startedAt"`
+	EndedAt        *time.Time `json:"endedAt,omitempty"`
+	LastActivityAt time.Time  `json:"lastActivityAt"`
+	Error          *wireError `json:"error,omitempty"`
+	Usage          *wireUsage `json:"usage,omitempty"`
+}
+
+// wireEvent is every sequenced event; omitempty keeps each type to its own fields.
+type wireEvent struct {
+	Type        string       `json:"type"`
+	Seq         int64        `json:"seq"`
+	RunID       uuid.UUID    `json:"runId"`
+	RequestID   string       `json:"requestId"`
+	Run         *wireRun     `json:"run,omitempty"`
+	UserMessage *wireMessage `json:"userMessage,omitempty"`
+	Message     *wireMessage `json:"message,omitempty"`
+	MessageID   *uuid.UUID   `json:"messageId,omitempty"`
+	Text        *string      `json:"text,omitempty"`
+	Status      string       `json:"status,omitempty"`
+	Error       *wireError   `json:"error,omitempty"`
+}
+
+type wireSnapshot struct {
+	Type      string        `json:"type"`
+	SessionID uuid.UUID     `json:"sessionId"`
+	Epoch     string        `json:"epoch"`
+	LastSeq   int64         `json:"lastSeq"`
+	Messages  []wireMessage `json:"messages"`
+	HasMore   bool          `json:"hasMore"`
+	ActiveRun *wireRun      `json:"activeRun"`
+}
+
+type wireResumed struct {
+	Type      string    `json:"type"`
+	SessionID uuid.UUID `json:"sessionId"`
+	Epoch     string    `json:"epoch"`
+	LastSeq   int64     `json:"lastSeq"`
+}
+
+type wireAck struct {
+	Type      string     `json:"type"`
+	RequestID *string    `json:"requestId,omitempty"`
+	RunID     *uuid.UUID `json:"runId,omitempty"`
+	Duplicate bool       `json:"duplicate"`
+	Status    string     `json:"status,omitempty"`
+}
+
+type wireErrorReply struct {
+	Type      string  `json:"type"`
+	RequestID *string `json:"requestId,omitempty"`
+	Code      string  `json:"code"`
+	Message   string  `json:"message"`
+}
+
+type wireHistory struct {
+	Type      string        `json:"type"`
+	RequestID *string       `json:"requestId,omitempty"`
+	Messages  []wireMessage `json:"messages"`
+	HasMore   bool          `json:"hasMore"`
+}
+
+func toWireError(e *store.ErrorInfo) *wireError {
+	if e == nil {
+		return nil
+	}
+	return &wireError{Code: e.Code, Message: e.Message}
+}
+
+func toWireMessage(m store.Message) wireMessage {
+	w := wireMessage{
+		ID:        m.ID,
+		Position:  m.Position,
+		Role:      string(m.Role),
+		Content:   m.Content,
+		Status:    string(m.Status),
+		RunID:     m.RunID,
+		RequestID: m.RequestID,
+		CreatedAt: m.CreatedAt,
+		Error:     toWireError(m.Error),
+	}
+	if m.Tool != nil {
+		w.Tool = &wireTool{
+			CallID: m.Tool.CallID,
+			Name:   m.Tool.Name,
+			Input:  m.Tool.Input,
+			Output: m.Tool.Output,
+			Status: string(m.Tool.Status),
+		}
+	}
+	return w
+}
+
+func toWireMessages(ms []store.Message) []wireMessage {
+	out := make([]wireMessage, len(ms))
+	for i, m := range ms {
+		out[i] = toWireMessage(m)
+	}
+	return out
+}
+
+func toWireRun(r *store.Run) *wireRun {
+	if r == nil {
+		return nil
+	}
+	w := &wireRun{
+		RunID:          r.ID,
+		RequestID:      r.RequestID,
+		Status:         string(r.Status),
+		StartedAt:      r.StartedAt,
+		EndedAt:        r.EndedAt,
+		LastActivityAt: r.LastActivityAt,
+		Error:          toWireError(r.Error),
+	}
+	if r.Usage != (store.Usage{}) {
+		w.Usage = &wireUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}
+	}
+	return w
+}
+
+// Encoder is the conversation.Encoder of protocol version 1.
+type Encoder struct{}
+
+var _ conversation.Encoder = Encoder{}
+
+// Event encodes a sequenced event.
+func (Encoder) Event(ev conversation.Event) ([]byte, error) {
+	w := wireEvent{
+		Type:      string(ev.Type),
+		Seq:       ev.Seq,
+		RunID:     ev.RunID,
+		RequestID: ev.RequestID,
+		Run:       toWireRun(ev.Run),
+		Status:    string(ev.Status),
+		Error:     toWireError(ev.Error),
+	}
+	if ev.Message != nil {
+		m := toWireMessage(*ev.Message)
+		if ev.Type == conversation.EventChatStarted {
+			w.UserMessage = &m
+		} else {
+			w.Message = &m
+		}
+	}
+	switch ev.Type {
+	case conversation.EventDelta, conversation.EventToolOutput:
+		w.MessageID = &ev.MessageID
+		w.Text = &ev.Text
+	case conversation.EventSegmentEnded:
+		w.MessageID = &ev.MessageID
+	}
+	return json.Marshal(w)
+}
+
+// Snapshot encodes a snapshot frame.
+func (Encoder) Snapshot(s conversation.Snapshot) ([]byte, error) {
+	return json.Marshal(wireSnapshot{
+		Type:      "snapshot",
+		SessionID: s.SessionID,
+		Epoch:     s.Epoch,
+		LastSeq:   s.LastSeq,
+		Messages:  toWireMessages(s.Messages),
+		HasMore:   s.HasMore,
+		ActiveRun: toWireRun(s.ActiveRun),
+	})
+}
+
+// Resumed encodes a resumed frame.
+func (Encoder) Resumed(r conversation.Resumed) ([]byte, error) {
+	return json.Marshal(wireResumed{Type: "resumed", SessionID: r.SessionID, Epoch: r.Epoch, LastSeq: r.LastSeq})
+}
