@@ -1,0 +1,173 @@
+package conversation_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// sub is a Subscriber that applies every frame to a client-side state.
+type sub struct {
+	mu      sync.Mutex
+	state   *wstest.State
+	frames  []wstest.Frame
+	err     error
+	dropped conversation.DropReason
+	signal  chan struct{}
+}
+
+func newSub() *sub { return &sub{state: wstest.NewState(), signal: make(chan struct{}, 1)} }
+
+func (s *sub) Deliver(b []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := wstest.Decode(b)
+	if err == nil {
+		err = s.state.Apply(f)
+	}
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	s.frames = append(s.frames, f)
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (s *sub) Dropped(r conversation.DropReason) {
+	s.mu.Lock()
+	s.dropped = r
+	s.mu.Unlock()
+}
+
+// waitFor waits until a delivered frame matches.
+func (s *sub) waitFor(t *testing.T, match func(wstest.Frame) bool) wstest.Frame {
+	t.Helper()
+	timeout := time.After(wstest.ReadTimeout)
+	seen := 0
+	for {
+		s.mu.Lock()
+		require.NoError(t, s.err)
+		for ; seen < len(s.frames); seen++ {
+			if match(s.frames[seen]) {
+				f := s.frames[seen]
+				s.mu.Unlock()
+				return f
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.signal:
+		case <-timeout:
+			t.Fatal("no matching frame")
+		}
+	}
+}
+
+// statementCounter counts the SQL statements sent on a pool.
+type statementCounter struct {
+	mu    sync.Mutex
+	stmts []string
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first, _, _ := strings.Cut(strings.TrimSpace(d.SQL), "\n")
+	c.stmts = append(c.stmts, first)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) reset() {
+	c.mu.Lock()
+	c.stmts = nil
+	c.mu.Unlock()
+}
+
+func (c *statementCounter) taken() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.stmts...)
+}
+
+func startActor(t *testing.T, st *store.Store, agent conversation.Agent) *conversation.Actor {
+	t.Helper()
+	a := conversation.Start(conversation.Config{
+		Store:   st,
+		Agent:   agent,
+		Encoder: transport.Encoder{},
+		Clock:   clockwork.NewFakeClock(),
+		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	}, uuid.New(), nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	return a
+}
+
+// The storage rule: a run's writes grow with its segments and tool calls, never with its
+// tokens. A 1000-word reply with one tool call costs what a 10-word one does.
+func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
+	t.Parallel()
+	count := func(words int) []string {
+		counter := &statementCounter{}
+		st := storetest.New(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
+		a := startActor(t, st, script.New(
+			script.Words(words/2),
+			script.Tool("c1", "lookup", `{"q": "x"}`, "result"),
+			script.Words(words-words/2),
+		))
+		s := newSub()
+		ctx := context.Background()
+		_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+		require.NoError(t, err)
+
+		counter.reset()
+		_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+		require.NoError(t, err)
+		end := s.waitFor(t, wstest.Frame.Terminal)
+		require.Equal(t, "chat.done", end.Type)
+		stmts := counter.taken()
+
+		msgs := s.state.Sorted()
+		require.Len(t, msgs, 4)
+		require.Equal(t, script.Joined(words/2), msgs[1].Content)
+		return stmts
+	}
+	small, large := count(10), count(1000)
+	t.Logf("statements for a run with 2 segments and 1 tool call: %d\n%s", len(large), strings.Join(large, "\n"))
+	require.Equal(t, len(small), len(large), "statements must not depend on the number of tokens")
+	// 2 segments + 1 tool call: at most 2 × 3 + 4 (the benchmark issue's bound).
+	require.LessOrEqual(t, len(large), 2*(2+1)+4)
+	// And exactly: the run and user message in one statement, an insert and an update
+	// per segment and per tool call, and the run's end.
+	require.Len(t, large, 1+2+2+2+1)
+}

@@ -1,0 +1,134 @@
+package transport_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// slowIP is the loopback address slow clients dial from, so the server can shrink the
+// kernel buffers of their connections alone.
+var slowIP = net.IPv4(127, 0, 0, 2)
+
+// smallBuffers shrinks the server side's send buffer of connections from slowIP, so a
+// client that stops reading backs up into the server's queue after a few KiB instead of
+// a few MiB.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok && tc.RemoteAddr().(*net.TCPAddr).IP.Equal(slowIP) {
+		_ = tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+// smallReceiveBuffer dials from slowIP with a small receive buffer.
+func smallReceiveBuffer() *wstest.DialOptions {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: slowIP}, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	return &wstest.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}}
+}
+
+func TestSlowConsumerIsDroppedAndOthersAreNot(t *testing.T) {
+	t.Parallel()
+	// 40 batches of 50 deltas of 200 bytes: 400 KB of text, far more than the slow
+	// client's queue and buffers. The agent waits at a gate between batches so the test
+	// can let the fast tab catch up: it must never be the one that is too slow.
+	const batches, perBatch = 40, 50
+	chunk := strings.Repeat("x", 200)
+	batch := make([]string, perBatch)
+	for i := range batch {
+		batch[i] = chunk
+	}
+	gate := script.NewGate()
+	var steps []script.Step
+	for range batches {
+		steps = append(steps, gate.Wait(), script.Text(batch...))
+	}
+	e := newEnv(t, envOptions{
+		agent:     script.New(steps...),
+		transport: func(c *transport.Config) { c.SendQueueBytes = 64 << 10 },
+		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
+	})
+
+	fastClient := e.session()
+	sessionID := fastClient.State.SessionID
+	fast := newObserver(fastClient)
+
+	slow := wstest.Dial(t, e.URL, smallReceiveBuffer())
+	slow.Hello(sessionID)
+	// From here the slow client reads nothing until the run is over.
+
+	sender := e.join(sessionID)
+	sender.Send(map[string]any{"type": "chat.send", "requestId": "r1", "content": "flood"})
+	ctx := testCtx(t)
+	for b := range batches {
+		require.NoError(t, gate.Pass(ctx))
+		// chat.started, assistant.segment.started, then perBatch deltas per batch.
+		want := int64(2 + (b+1)*perBatch)
+		for fast.lastSeq() < want {
+			fast.waitProgress(t)
+		}
+	}
+
+	end := fast.terminal(t)
+	require.Equal(t, "chat.done", end.Type)
+
+	// The slow client gets what was queued before the drop, then 4008.
+	require.Equal(t, websocket.StatusCode(4008), slow.ExpectClose())
+	require.Less(t, slow.State.LastSeq, fast.lastSeq(), "the slow client cannot have kept up")
+
+	// The fast client got everything, and the run completed and was stored.
+	require.NoError(t, fast.stop())
+	e.requireConverged(sessionID, fast.c)
+	require.Equal(t, "done", string(storedRun(t, e, sessionID, "r1").Status))
+
+	// The dropped client reconnects from where it was and converges.
+	back, f := slow.Resume(e.URL, nil)
+	require.Contains(t, []string{"resumed", "snapshot"}, f.Type)
+	back.ReadToSeq(fast.c.State.LastSeq)
+	e.requireConverged(sessionID, back)
+}
+
+// A reply that does not fit the queue of a connection that stopped reading is handled
+// like an event that does not fit: that connection alone is closed with 4008.
+func TestSlowConsumerRepliesDoNotBlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{
+		agent:     script.New(script.Text("ok")),
+		transport: func(c *transport.Config) { c.SendQueueBytes = 2048 },
+		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
+	})
+	c := wstest.Dial(t, e.URL, smallReceiveBuffer())
+	c.Hello("")
+	// Many commands without reading a single reply: each answer is queued; the server's
+	// reader never waits for the writer.
+	// 400 error replies of about 150 bytes are far more than the queue and the buffers.
+	ctx, cancel := context.WithTimeout(context.Background(), wstest.ReadTimeout)
+	defer cancel()
+	for range 400 {
+		err := c.WS.Write(ctx, websocket.MessageText, []byte(`{"type":"no-such-type-`+strings.Repeat("y", 60)+`"}`))
+		require.NoError(t, err)
+	}
+	// Now read: some error replies, then the close.
+	require.Equal(t, websocket.StatusCode(4008), c.ExpectClose())
+}
