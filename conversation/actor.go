@@ -28,11 +28,12 @@ type Actor struct {
 	cfg   Config
 	log   zerolog.Logger
 
-	inbox  chan intent
-	idleC  chan uint64
-	done   chan struct{} // closed when the loop has returned
-	runs   sync.WaitGroup
-	onStop func(*Actor)
+	inbox     chan intent
+	idleC     chan uint64
+	done      chan struct{} // closed once the actor takes no more intents
+	closeOnce sync.Once
+	runs      sync.WaitGroup
+	onStop    func(a *Actor, stop func())
 
 	// Owned by the loop goroutine.
 	loaded    bool
@@ -48,11 +49,13 @@ type Actor struct {
 }
 
 // Start launches the actor of session id with a new epoch. cfg must be valid (see
-// Config.Validate). onStop, when not nil, is called from the actor's goroutine when it
-// stops on its own after IdleTimeout with no subscribers and no run, before it stops
-// taking intents; the hub forgets the actor there. Intents that reach a stopped actor
-// fail with ErrStopped.
-func Start(cfg Config, id uuid.UUID, onStop func(*Actor)) *Actor {
+// Config.Validate). Intents that reach a stopped actor fail with ErrStopped.
+//
+// onStop, when not nil, is called from the actor's goroutine when it stops on its own
+// (after IdleTimeout with no subscribers and no run). It must call stop, which closes
+// Done; the hub forgets the actor and calls stop under one lock, so a session never has
+// two actors that take intents, and a stopped actor is never handed out.
+func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor {
 	cfg = cfg.withDefaults()
 	epoch := newEpoch()
 	a := &Actor{
@@ -253,7 +256,7 @@ func call[T any](ctx context.Context, a *Actor, build func(chan result[T]) inten
 }
 
 func (a *Actor) loop() {
-	defer close(a.done)
+	evicted := false
 	a.checkIdle()
 	for !a.stopped {
 		select {
@@ -264,14 +267,20 @@ func (a *Actor) loop() {
 				continue // a timer that was stopped too late
 			}
 			a.log.Debug().Msg("evicting idle conversation")
-			if a.onStop != nil {
-				a.onStop(a)
-			}
+			evicted = true
 			a.stopped = true
 		}
 		a.checkIdle()
 	}
 	a.disarmIdle()
+	if evicted && a.onStop != nil {
+		a.onStop(a, a.closeDone)
+	}
+	a.closeDone()
+}
+
+func (a *Actor) closeDone() {
+	a.closeOnce.Do(func() { close(a.done) })
 }
 
 func (a *Actor) handle(it intent) {

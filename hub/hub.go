@@ -77,13 +77,16 @@ func (h *Hub) get(id uuid.UUID) (*conversation.Actor, error) {
 	return a, nil
 }
 
-// forget is called by an actor that is evicting itself, from its own goroutine.
-func (h *Hub) forget(a *conversation.Actor) {
+// forget is called by an actor that is evicting itself, from its own goroutine. Removing
+// it and stopping it under the lock means get never returns a stopped actor and never
+// starts a second one while the first still takes intents.
+func (h *Hub) forget(a *conversation.Actor, stop func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.actors[a.SessionID()] == a {
 		delete(h.actors, a.SessionID())
 	}
+	stop()
 }
 
 // Len returns the number of live actors.
