@@ -412,8 +412,8 @@ func (c *conn) hello(f clientFrame) {
 	c.actor = actor
 	c.helloed.Store(true)
 	c.helloTimer.Stop()
-	c.log = c.log.With().Str("session_id", id.String()).Logger()
-	c.log.Debug().Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
+	// c.log is shared with the writer and ping goroutines, so it is never reassigned.
+	c.log.Debug().Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
 }
 
 func (c *conn) command(f clientFrame) {

@@ -59,6 +59,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.SetOutput(usage)
 
 	env := envDefaults{getenv: getenv}
+	// Byte sizes are flag.Values: their defaults must be in place before fs.Var, which
+	// records the default shown by -help.
+	c.RingBytes = env.bytes("CHATD_RING_BYTES", conversation.DefaultRingBytes)
+	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
+	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", transport.DefaultReadLimit)
+	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address (CHATD_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	origins := fs.String("allowed-origins", env.str("CHATD_ALLOWED_ORIGINS", ""), "comma-separated extra allowed origins (CHATD_ALLOWED_ORIGINS)")
@@ -73,11 +79,6 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
-
-	c.RingBytes = env.bytes("CHATD_RING_BYTES", conversation.DefaultRingBytes)
-	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
-	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", transport.DefaultReadLimit)
-	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 
 	if env.err != nil {
 		return Config{}, env.err
@@ -188,11 +189,21 @@ func (e *envDefaults) fail(err error) {
 // byteSize is a flag.Value for sizes such as 4096, 64KiB or 4MiB.
 type byteSize struct{ p *int }
 
+// String prints the size with the largest binary unit that divides it, as -help shows it.
 func (b byteSize) String() string {
 	if b.p == nil {
 		return ""
 	}
-	return strconv.Itoa(*b.p)
+	n := *b.p
+	for _, u := range []struct {
+		name string
+		size int
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.Itoa(n/u.size) + u.name
+		}
+	}
+	return strconv.Itoa(n)
 }
 
 func (b byteSize) Set(s string) error {

@@ -1,0 +1,868 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// childEnv, when "1", makes the test binary run chatd itself instead of the tests, so a
+// test can start chatd as a real process: exec.Command(os.Args[0], chatd flags...).
+const childEnv = "CHATD_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// ---------------------------------------------------------------------------------------
+// Configuration
+
+// envMap is a getenv backed by a map.
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	var usage bytes.Buffer
+	cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &usage)
+	require.NoError(t, err)
+	require.Equal(t, Config{
+		Addr:            "127.0.0.1:8080",
+		DatabaseURL:     "postgres://db/chatd",
+		LogLevel:        "info",
+		LogFormat:       "auto",
+		RingEvents:      4096,
+		RingBytes:       4 << 20,
+		SendQueueBytes:  1 << 20,
+		ReadLimit:       256 << 10,
+		MaxContentBytes: 128 << 10,
+		IdleEvict:       5 * time.Minute,
+		ShutdownTimeout: 10 * time.Second,
+		DemoWords:       60,
+		DemoDelay:       30 * time.Millisecond,
+	}, cfg)
+	require.Empty(t, usage.String(), "nothing is printed for a good configuration")
+}
+
+func TestParseConfigValues(t *testing.T) {
+	allEnv := map[string]string{
+		"CHATD_ADDR":              "0.0.0.0:9000",
+		"DATABASE_URL":            "postgres://env/chatd",
+		"CHATD_ALLOWED_ORIGINS":   "a.example, https://b.example",
+		"CHATD_LOG_LEVEL":         "debug",
+		"CHATD_LOG_FORMAT":        "json",
+		"CHATD_RING_EVENTS":       "100",
+		"CHATD_RING_BYTES":        "2MiB",
+		"CHATD_SEND_QUEUE_BYTES":  "512KiB",
+		"CHATD_READ_LIMIT":        "64k",
+		"CHATD_MAX_CONTENT_BYTES": "1000",
+		"CHATD_IDLE_EVICT":        "90s",
+		"CHATD_SHUTDOWN_TIMEOUT":  "3s",
+		"CHATD_DEMO_WORDS":        "7",
+		"CHATD_DEMO_DELAY":        "0s",
+	}
+	fromEnv := Config{
+		Addr:            "0.0.0.0:9000",
+		DatabaseURL:     "postgres://env/chatd",
+		AllowedOrigins:  []string{"a.example", "https://b.example"},
+		LogLevel:        "debug",
+		LogFormat:       "json",
+		RingEvents:      100,
+		RingBytes:       2 << 20,
+		SendQueueBytes:  512 << 10,
+		ReadLimit:       64 << 10,
+		MaxContentBytes: 1000,
+		IdleEvict:       90 * time.Second,
+		ShutdownTimeout: 3 * time.Second,
+		DemoWords:       7,
+		DemoDelay:       0,
+	}
+
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(*Config)
+	}{
+		{name: "env values are used", env: allEnv},
+		{
+			name: "flags beat env vars",
+			env:  allEnv,
+			args: []string{
+				"-addr", "127.0.0.1:7000",
+				"-database-url", "postgres://flag/chatd",
+				"-allowed-origins", "c.example",
+				"-log-level", "warn",
+				"-log-format", "console",
+				"-ring-events", "50",
+				"-ring-bytes", "64KiB",
+				"-send-queue-bytes", "4096",
+				"-read-limit", "1m",
+				"-max-content-bytes", "2KiB",
+				"-idle-evict", "1h",
+				"-shutdown-timeout", "20s",
+				"-demo-words", "9",
+				"-demo-delay", "5ms",
+			},
+			want: func(c *Config) {
+				*c = Config{
+					Addr:            "127.0.0.1:7000",
+					DatabaseURL:     "postgres://flag/chatd",
+					AllowedOrigins:  []string{"c.example"},
+					LogLevel:        "warn",
+					LogFormat:       "console",
+					RingEvents:      50,
+					RingBytes:       64 << 10,
+					SendQueueBytes:  4096,
+					ReadLimit:       1 << 20,
+					MaxContentBytes: 2 << 10,
+					IdleEvict:       time.Hour,
+					ShutdownTimeout: 20 * time.Second,
+					DemoWords:       9,
+					DemoDelay:       5 * time.Millisecond,
+				}
+			},
+		},
+		{
+			name: "one flag beats its env var, the others still come from the env",
+			env:  allEnv,
+			args: []string{"-addr=127.0.0.1:7001", "-ring-bytes=8MiB"},
+			want: func(c *Config) { c.Addr, c.RingBytes = "127.0.0.1:7001", 8<<20 },
+		},
+		{
+			name: "flags without env vars",
+			env:  map[string]string{},
+			args: []string{"-database-url", "postgres://flag/only", "-demo-words", "3"},
+			want: func(c *Config) {
+				*c = Config{
+					Addr: "127.0.0.1:8080", DatabaseURL: "postgres://flag/only", LogLevel: "info", LogFormat: "auto",
+					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
+					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
+					DemoWords: 3, DemoDelay: 30 * time.Millisecond,
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want := fromEnv
+			want.AllowedOrigins = append([]string(nil), fromEnv.AllowedOrigins...)
+			if tc.want != nil {
+				tc.want(&want)
+			}
+			var usage bytes.Buffer
+			got, err := parseConfig(tc.args, envMap(tc.env), &usage)
+			require.NoError(t, err, "usage output: %s", usage.String())
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+func TestParseConfigByteSizes(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"65536", 65536},
+		{"64KiB", 64 << 10},
+		{"64kib", 64 << 10},
+		{"64K", 64 << 10},
+		{"4MiB", 4 << 20},
+		{"4m", 4 << 20},
+		{"4MB", 4 << 20},
+		{"1GiB", 1 << 30},
+		{" 2048 ", 2048},
+	}
+	for _, tc := range tests {
+		t.Run(strings.TrimSpace(tc.in), func(t *testing.T) {
+			env := map[string]string{
+				"DATABASE_URL":           "postgres://db/chatd",
+				"CHATD_RING_BYTES":       tc.in,
+				"CHATD_SEND_QUEUE_BYTES": tc.in,
+				"CHATD_READ_LIMIT":       tc.in,
+			}
+			cfg, err := parseConfig(nil, envMap(env), &bytes.Buffer{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, cfg.RingBytes, "CHATD_RING_BYTES=%q", tc.in)
+			require.Equal(t, tc.want, cfg.SendQueueBytes, "CHATD_SEND_QUEUE_BYTES=%q", tc.in)
+			require.Equal(t, tc.want, cfg.ReadLimit, "CHATD_READ_LIMIT=%q", tc.in)
+
+			cfg, err = parseConfig([]string{"-ring-bytes", tc.in, "-read-limit", tc.in},
+				envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &bytes.Buffer{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, cfg.RingBytes, "-ring-bytes %q", tc.in)
+			require.Equal(t, tc.want, cfg.ReadLimit, "-read-limit %q", tc.in)
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		noDB bool
+		// mention must all appear in the error.
+		mention []string
+	}{
+		{name: "missing DATABASE_URL", noDB: true, mention: []string{"DATABASE_URL"}},
+		{name: "ring events not a number", env: map[string]string{"CHATD_RING_EVENTS": "abc"}, mention: []string{"CHATD_RING_EVENTS", "abc"}},
+		{name: "ring events zero", env: map[string]string{"CHATD_RING_EVENTS": "0"}, mention: []string{"CHATD_RING_EVENTS"}},
+		{name: "negative idle evict", env: map[string]string{"CHATD_IDLE_EVICT": "-1s"}, mention: []string{"CHATD_IDLE_EVICT"}},
+		{name: "idle evict not a duration", env: map[string]string{"CHATD_IDLE_EVICT": "soon"}, mention: []string{"CHATD_IDLE_EVICT", "soon"}},
+		{name: "log format xml", env: map[string]string{"CHATD_LOG_FORMAT": "xml"}, mention: []string{"CHATD_LOG_FORMAT", "xml"}},
+		{name: "ring bytes not a size", env: map[string]string{"CHATD_RING_BYTES": "lots"}, mention: []string{"CHATD_RING_BYTES", "lots"}},
+		{name: "ring bytes negative", env: map[string]string{"CHATD_RING_BYTES": "-5"}, mention: []string{"CHATD_RING_BYTES"}},
+		{name: "ring bytes too small", env: map[string]string{"CHATD_RING_BYTES": "100"}, mention: []string{"CHATD_RING_BYTES"}},
+		{name: "send queue too small", env: map[string]string{"CHATD_SEND_QUEUE_BYTES": "1000"}, mention: []string{"CHATD_SEND_QUEUE_BYTES"}},
+		{name: "read limit not a size", env: map[string]string{"CHATD_READ_LIMIT": "4 megs"}, mention: []string{"CHATD_READ_LIMIT"}},
+		{name: "max content zero", env: map[string]string{"CHATD_MAX_CONTENT_BYTES": "0"}, mention: []string{"CHATD_MAX_CONTENT_BYTES"}},
+		{name: "shutdown timeout zero", env: map[string]string{"CHATD_SHUTDOWN_TIMEOUT": "0s"}, mention: []string{"CHATD_SHUTDOWN_TIMEOUT"}},
+		{name: "demo words not a number", env: map[string]string{"CHATD_DEMO_WORDS": "many"}, mention: []string{"CHATD_DEMO_WORDS"}},
+		{name: "demo words zero", env: map[string]string{"CHATD_DEMO_WORDS": "0"}, mention: []string{"CHATD_DEMO_WORDS"}},
+		{name: "demo delay negative", env: map[string]string{"CHATD_DEMO_DELAY": "-1ms"}, mention: []string{"CHATD_DEMO_DELAY"}},
+		{name: "empty addr flag", args: []string{"-addr", ""}, mention: []string{"CHATD_ADDR"}},
+		{name: "bad byte size flag", args: []string{"-ring-bytes", "huge"}, mention: []string{"ring-bytes"}},
+		{name: "unknown flag", args: []string{"-no-such-flag"}, mention: []string{"no-such-flag"}},
+		{name: "stray argument", args: []string{"serve"}, mention: []string{"serve"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"DATABASE_URL": "postgres://db/chatd"}
+			if tc.noDB {
+				delete(env, "DATABASE_URL")
+			}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			_, err := parseConfig(tc.args, envMap(env), &bytes.Buffer{})
+			require.Error(t, err)
+			for _, s := range tc.mention {
+				require.Contains(t, err.Error(), s)
+			}
+		})
+	}
+}
+
+func TestRunBadConfigExits2(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		mention string
+	}{
+		{name: "missing DATABASE_URL", env: map[string]string{}, mention: "DATABASE_URL"},
+		{name: "bad ring events", env: map[string]string{"DATABASE_URL": "postgres://db/chatd", "CHATD_RING_EVENTS": "abc"}, mention: "CHATD_RING_EVENTS"},
+		{name: "bad log level", env: map[string]string{"DATABASE_URL": "postgres://db/chatd", "CHATD_LOG_LEVEL": "loud"}, mention: "CHATD_LOG_LEVEL"},
+		{name: "bad flag", args: []string{"-demo-delay", "slow"}, env: map[string]string{"DATABASE_URL": "postgres://db/chatd"}, mention: "demo-delay"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := run(tc.args, envMap(tc.env), &stderr)
+			require.Equal(t, 2, code, "stderr: %s", stderr.String())
+			require.Contains(t, stderr.String(), tc.mention)
+			require.Contains(t, stderr.String(), "chatd")
+		})
+	}
+
+	t.Run("help exits 0", func(t *testing.T) {
+		var stderr bytes.Buffer
+		require.Equal(t, 0, run([]string{"-help"}, envMap(nil), &stderr))
+		require.Contains(t, stderr.String(), "CHATD_RING_EVENTS")
+	})
+}
+
+// TestHelpShowsByteSizeDefaults checks that `chatd -help` shows the real default of each
+// byte-size flag, as it does for every other flag.
+func TestHelpShowsByteSizeDefaults(t *testing.T) {
+	var usage bytes.Buffer
+	_, err := parseConfig([]string{"-help"}, envMap(nil), &usage)
+	require.ErrorIs(t, err, flag.ErrHelp)
+
+	// Each flag's entry starts with "\n  -name".
+	entries := map[string]string{}
+	for _, e := range strings.Split(usage.String(), "\n  -")[1:] {
+		name, _, _ := strings.Cut(e, " ")
+		entries[name] = e
+	}
+	for name, forms := range map[string][]string{
+		"ring-bytes":        {"4194304", "4MiB"},
+		"send-queue-bytes":  {"1048576", "1MiB"},
+		"read-limit":        {"262144", "256KiB"},
+		"max-content-bytes": {"131072", "128KiB"},
+	} {
+		entry, ok := entries[name]
+		require.True(t, ok, "-%s is not in the usage:\n%s", name, usage.String())
+		require.NotContains(t, entry, "(default 0)", "-%s shows a default of 0", name)
+		found := false
+		for _, f := range forms {
+			found = found || strings.Contains(entry, "(default "+f+")")
+		}
+		require.True(t, found, "-%s should show its default %s; usage entry: %q", name, forms[1], entry)
+	}
+}
+
+// ---------------------------------------------------------------------------------------
+// chatd as a child process
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// child is chatd running as a separate process.
+type child struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	addr string
+	log  *syncBuffer
+
+	done     chan struct{} // closed once the process has exited and been reaped
+	exitedAt time.Time     // set before done is closed
+}
+
+// freeAddr returns a loopback address nothing listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// startChild starts chatd as a child process with env added to the test's environment,
+// and waits until it answers /healthz. It is killed, if still running, when the test ends,
+// and its log is printed when the test failed.
+func startChild(t *testing.T, name string, env map[string]string) *child {
+	t.Helper()
+	c := &child{t: t, name: name, addr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], "-addr", c.addr)
+	c.cmd.Env = append(os.Environ(), childEnv+"=1", "CHATD_LOG_FORMAT=json", "CHATD_LOG_LEVEL=debug")
+	for k, v := range env {
+		c.cmd.Env = append(c.cmd.Env, k+"="+v)
+	}
+	c.cmd.Stdout = c.log
+	c.cmd.Stderr = c.log
+	require.NoError(t, c.cmd.Start())
+	go func() {
+		_ = c.cmd.Wait()
+		c.exitedAt = time.Now()
+		close(c.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+		if t.Failed() {
+			t.Logf("log of %s (%s, %s):\n%s", c.name, c.addr, c.cmd.ProcessState, c.log.String())
+		}
+	})
+	c.waitHealthy()
+	return c
+}
+
+// waitHealthy polls GET /healthz until it answers 200, the process exits, or a deadline.
+func (c *child) waitHealthy() {
+	c.t.Helper()
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: time.Second}
+	url := "http://" + c.addr + "/healthz"
+
+	ticker := time.NewTicker(20 * time.Millisecond)
+	defer ticker.Stop()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-c.done:
+			c.t.Fatalf("%s exited before it answered /healthz: %s\n%s", c.name, c.cmd.ProcessState, c.log.String())
+		case <-deadline.C:
+			c.t.Fatalf("%s did not answer %s in time (last error: %v)", c.name, url, lastErr)
+		case <-ticker.C:
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+		lastErr = fmt.Errorf("status %s", resp.Status)
+	}
+}
+
+// wsURL is the child's WebSocket endpoint.
+func (c *child) wsURL() string { return "ws://" + c.addr + "/v1/ws" }
+
+// signal sends sig to the process.
+func (c *child) signal(sig os.Signal) {
+	c.t.Helper()
+	require.NoError(c.t, c.cmd.Process.Signal(sig), "signal %s", c.name)
+}
+
+// wait waits up to timeout for the process to exit and returns its state.
+func (c *child) wait(timeout time.Duration) *os.ProcessState {
+	c.t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-c.done:
+		return c.cmd.ProcessState
+	case <-timer.C:
+		c.t.Fatalf("%s did not exit within %s", c.name, timeout)
+		return nil
+	}
+}
+
+// openStore opens the database at url for checks; the pool closes when the test ends.
+func openStore(t *testing.T, url string) *store.Store {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return store.New(pool)
+}
+
+func dbCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sessionMessages returns every stored message of the session, in position order.
+func sessionMessages(t *testing.T, st *store.Store, sessionID string) []store.Message {
+	t.Helper()
+	id, err := uuid.Parse(sessionID)
+	require.NoError(t, err)
+	msgs, hasMore, err := st.MessagesBefore(dbCtx(t), id, 0, 200)
+	require.NoError(t, err)
+	require.False(t, hasMore)
+	return msgs
+}
+
+func toWire(t *testing.T, msgs []store.Message) []wstest.Message {
+	t.Helper()
+	w, err := wstest.FromStore(msgs)
+	require.NoError(t, err)
+	return w
+}
+
+func getRun(t *testing.T, st *store.Store, runID string) store.Run {
+	t.Helper()
+	id, err := uuid.Parse(runID)
+	require.NoError(t, err)
+	run, err := st.RunGet(dbCtx(t), id)
+	require.NoError(t, err)
+	return run
+}
+
+// byID returns the message with id from msgs.
+func byID(t *testing.T, msgs []store.Message, id string) store.Message {
+	t.Helper()
+	for _, m := range msgs {
+		if m.ID.String() == id {
+			return m
+		}
+	}
+	t.Fatalf("message %s is not stored", id)
+	return store.Message{}
+}
+
+// ---------------------------------------------------------------------------------------
+// Crash and restart
+
+func TestCrashMarksRunInterrupted(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	env := map[string]string{
+		"DATABASE_URL":     dbURL,
+		"CHATD_DEMO_DELAY": "20ms",
+		"CHATD_DEMO_WORDS": "200",
+	}
+	first := startChild(t, "chatd (to be killed)", env)
+
+	c := wstest.Dial(t, first.wsURL(), nil)
+	snap := c.Hello("")
+	require.Equal(t, "snapshot", snap.Type)
+	sessionID := snap.SessionID
+	require.NotEmpty(t, sessionID)
+
+	const content = "please call the tool for me"
+	require.True(t, demo.MentionsTool(content))
+	ack := c.Chat("req-crash", content)
+	require.Equal(t, "ack", ack.Type, "chat.send answered with %s", ack.Raw)
+	runID := ack.RunID
+	require.NotEmpty(t, runID)
+
+	// Read until the second assistant segment (after the tool) has streamed a delta.
+	var seg1, toolID, seg2 string
+	seen := 0
+	for done := false; !done; {
+		for ; seen < len(c.Seen); seen++ {
+			f := c.Seen[seen]
+			require.False(t, f.Terminal(), "the run ended before the crash: %s", f.Raw)
+			switch f.Type {
+			case "assistant.segment.started":
+				if toolID == "" {
+					seg1 = f.Message.ID
+				} else {
+					seg2 = f.Message.ID
+				}
+			case "tool.end":
+				toolID = f.Message.ID
+			case "chat.delta":
+				if seg2 != "" && f.MessageID == seg2 {
+					done = true
+				}
+			}
+		}
+		if !done {
+			c.Read()
+		}
+	}
+	require.NotEmpty(t, seg1)
+	require.NotEqual(t, seg1, seg2)
+
+	seg1Text := c.State.Messages[seg1].Content
+	words := demo.Reply(content, 200)
+	require.Equal(t, strings.Join(words[:100], " "), seg1Text, "the first segment holds the first half of the reply")
+	require.Equal(t, "complete", c.State.Messages[seg1].Status)
+	require.NotEmpty(t, c.State.Messages[seg2].Content)
+
+	// Crash: SIGKILL, no cleanup of any kind runs.
+	first.signal(syscall.SIGKILL)
+	ps := first.wait(15 * time.Second)
+	require.False(t, ps.Success())
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	require.True(t, ok)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "exit: %s", ps)
+
+	// What the dead process left behind: the run still running, the open segment
+	// streaming with no content (content is written only at segment boundaries).
+	run := getRun(t, st, runID)
+	require.Equal(t, store.RunRunning, run.Status)
+	require.Nil(t, run.EndedAt)
+	stored := sessionMessages(t, st, sessionID)
+	require.Len(t, stored, 4, "user, segment, tool, segment")
+	require.Equal(t, store.MessageStreaming, byID(t, stored, seg2).Status)
+	require.Equal(t, "", byID(t, stored, seg2).Content)
+
+	// The client's view with the open segment's unstored text removed is the database.
+	want := c.State.Sorted()
+	for i := range want {
+		if want[i].ID == seg2 {
+			require.Equal(t, "streaming", want[i].Status)
+			want[i].Content = ""
+		}
+	}
+	require.Empty(t, wstest.Diff(toWire(t, stored), want))
+
+	// Restart in-process on the same database.
+	var logBuf syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of the restarted chatd:\n%s", logBuf.String())
+		}
+	})
+	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{
+		"DATABASE_URL":     dbURL,
+		"CHATD_LOG_FORMAT": "json",
+		"CHATD_LOG_LEVEL":  "debug",
+	}), &logBuf)
+	require.NoError(t, err)
+	logger, err := newLogger(cfg, &logBuf)
+	require.NoError(t, err)
+	m := NewMain(cfg, logger)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			_ = m.Close(ctx)
+		}
+	})
+	runCtx, cancelRun := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelRun()
+	require.NoError(t, m.Run(runCtx))
+	require.Contains(t, logBuf.String(), "marked runs left unfinished")
+
+	run = getRun(t, st, runID)
+	require.Equal(t, store.RunInterrupted, run.Status)
+	require.NotNil(t, run.Error)
+	require.Equal(t, "interrupted", run.Error.Code)
+	require.NotNil(t, run.EndedAt)
+
+	stored = sessionMessages(t, st, sessionID)
+	require.Len(t, stored, 4)
+	require.Equal(t, store.RoleUser, stored[0].Role)
+	require.Equal(t, content, stored[0].Content)
+	require.Equal(t, store.MessageComplete, stored[0].Status)
+
+	s1 := byID(t, stored, seg1)
+	require.Equal(t, store.RoleAssistant, s1.Role)
+	require.Equal(t, store.MessageComplete, s1.Status)
+	require.Equal(t, seg1Text, s1.Content, "the closed segment keeps its full text")
+
+	tool := byID(t, stored, toolID)
+	require.Equal(t, store.RoleTool, tool.Role)
+	require.Equal(t, store.MessageComplete, tool.Status)
+	require.NotNil(t, tool.Tool)
+	require.Equal(t, demo.ToolName, tool.Tool.Name)
+	require.Equal(t, store.ToolOK, tool.Tool.Status)
+	require.NotNil(t, tool.Tool.Output)
+	require.Equal(t, fmt.Sprintf("3 demo results for %q", content), *tool.Tool.Output)
+
+	s2 := byID(t, stored, seg2)
+	require.Equal(t, store.MessageInterrupted, s2.Status)
+	require.Equal(t, "", s2.Content, "the open segment's text was never stored")
+	require.Equal(t, []string{stored[0].ID.String(), seg1, toolID, seg2},
+		[]string{stored[0].ID.String(), stored[1].ID.String(), stored[2].ID.String(), stored[3].ID.String()})
+
+	// A client that connects now sees exactly that, and no active run.
+	c2 := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	snap2 := c2.Hello(sessionID)
+	require.Equal(t, "snapshot", snap2.Type)
+	require.NotEqual(t, snap.Epoch, snap2.Epoch, "a new process is a new epoch")
+	var raw map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(snap2.Raw, &raw))
+	require.Contains(t, raw, "activeRun")
+	require.Equal(t, "null", string(raw["activeRun"]))
+	require.Empty(t, wstest.Diff(toWire(t, stored), c2.State.Sorted()))
+	statuses := map[string]string{}
+	for _, msg := range snap2.Messages {
+		statuses[msg.ID] = msg.Status
+	}
+	require.Equal(t, map[string]string{stored[0].ID.String(): "complete", seg1: "complete", toolID: "complete", seg2: "interrupted"}, statuses)
+
+	// The old client's view, with the lost text dropped and the segment interrupted, is
+	// what the server now holds.
+	for i := range want {
+		if want[i].ID == seg2 {
+			want[i].Status = "interrupted"
+		}
+	}
+	require.Empty(t, wstest.Diff(want, c2.State.Sorted()))
+
+	c2.WS.CloseNow()
+	closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, m.Close(ctx))
+}
+
+// ---------------------------------------------------------------------------------------
+// Graceful shutdown
+
+func TestShutdownInterruptsRunsAndClosesWith1001(t *testing.T) {
+	const shutdownTimeout = 5 * time.Second
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	srv := startChild(t, "chatd", map[string]string{
+		"DATABASE_URL":           dbURL,
+		"CHATD_DEMO_DELAY":       "20ms",
+		"CHATD_DEMO_WORDS":       "500",
+		"CHATD_SHUTDOWN_TIMEOUT": shutdownTimeout.String(),
+	})
+
+	c1 := wstest.Dial(t, srv.wsURL(), nil)
+	snap := c1.Hello("")
+	require.Equal(t, "snapshot", snap.Type)
+	sessionID := snap.SessionID
+	c2 := wstest.Dial(t, srv.wsURL(), nil)
+	snap2 := c2.Hello(sessionID)
+	require.Equal(t, "snapshot", snap2.Type)
+	require.Equal(t, sessionID, snap2.SessionID)
+
+	// Bystanders: a client of another session with no run, and one that never said hello.
+	idle := wstest.Dial(t, srv.wsURL(), nil)
+	require.Equal(t, "snapshot", idle.Hello("").Type)
+	silent := wstest.Dial(t, srv.wsURL(), nil)
+
+	ack := c1.Chat("req-shutdown", "tell me a long story")
+	require.Equal(t, "ack", ack.Type, "chat.send answered with %s", ack.Raw)
+	runID := ack.RunID
+
+	countDeltas := func(c *wstest.Client) int {
+		n := 0
+		for _, f := range c.Seen {
+			require.False(t, f.Terminal(), "the run ended early: %s", f.Raw)
+			if f.Type == "chat.delta" {
+				n++
+			}
+		}
+		return n
+	}
+	for countDeltas(c1) < 5 {
+		c1.Read()
+	}
+	for countDeltas(c2) < 1 {
+		c2.Read()
+	}
+
+	sentAt := time.Now()
+	srv.signal(syscall.SIGTERM)
+
+	for i, c := range []*wstest.Client{c1, c2} {
+		term := c.ReadTerminal()
+		require.Equal(t, "chat.error", term.Type, "client %d: %s", i+1, term.Raw)
+		require.NotNil(t, term.Run)
+		require.Equal(t, runID, term.Run.RunID)
+		require.Equal(t, "interrupted", term.Run.Status, "client %d: %s", i+1, term.Raw)
+		require.NotNil(t, term.Run.Error, "client %d: %s", i+1, term.Raw)
+		require.Equal(t, "interrupted", term.Run.Error.Code)
+		require.EqualValues(t, 1001, c.ExpectClose(), "client %d closes with 1001 (going away)", i+1)
+		require.Nil(t, c.State.ActiveRun)
+	}
+
+	require.EqualValues(t, 1001, idle.ExpectClose(), "an idle client closes with 1001")
+	require.Empty(t, idle.Seen, "the idle session saw no events")
+	require.EqualValues(t, 1001, silent.ExpectClose(), "a client without hello closes with 1001")
+
+	ps := srv.wait(shutdownTimeout + 5*time.Second)
+	require.Equal(t, 0, ps.ExitCode(), "exit: %s", ps)
+	require.Less(t, srv.exitedAt.Sub(sentAt), shutdownTimeout, "chatd exits within CHATD_SHUTDOWN_TIMEOUT")
+	require.Contains(t, srv.log.String(), `"stopped"`)
+
+	// Both clients hold the same conversation, and it is what the database holds.
+	require.Empty(t, wstest.Diff(c1.State.Sorted(), c2.State.Sorted()))
+
+	run := getRun(t, st, runID)
+	require.Equal(t, store.RunInterrupted, run.Status)
+	require.NotNil(t, run.Error)
+	require.Equal(t, "interrupted", run.Error.Code)
+	require.NotNil(t, run.EndedAt)
+
+	stored := sessionMessages(t, st, sessionID)
+	require.Len(t, stored, 2, "user message and one segment")
+	seg := stored[1]
+	require.Equal(t, store.RoleAssistant, seg.Role)
+	require.Equal(t, store.MessageInterrupted, seg.Status)
+	require.NotEmpty(t, seg.Content, "the text streamed so far is stored at shutdown")
+	require.Equal(t, c1.State.Messages[seg.ID.String()].Content, seg.Content)
+	require.Empty(t, wstest.Diff(toWire(t, stored), c1.State.Sorted()))
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up failures
+
+func TestRunFailsWithoutDatabase(t *testing.T) {
+	// A port where nothing listens.
+	dead := freeAddr(t)
+	dbURL := "postgres://chatd:s3cret-pw@" + dead + "/chatd?sslmode=disable&connect_timeout=5"
+
+	t.Run("Main.Run", func(t *testing.T) {
+		var logBuf syncBuffer
+		cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &logBuf)
+		require.NoError(t, err)
+		logger, err := newLogger(cfg, &logBuf)
+		require.NoError(t, err)
+		m := NewMain(cfg, logger)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		errc := make(chan error, 1)
+		start := time.Now()
+		go func() { errc <- m.Run(ctx) }()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		select {
+		case err = <-errc:
+		case <-timer.C:
+			t.Fatal("Main.Run did not return within 30s with no database")
+		}
+		require.Error(t, err)
+		require.Less(t, time.Since(start), 20*time.Second)
+		require.Contains(t, err.Error(), "connect to the database")
+		require.Contains(t, err.Error(), dead, "the error names where it tried")
+		require.NotContains(t, err.Error(), "s3cret-pw", "the password is not shown")
+
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		require.NoError(t, m.Close(cctx), "Close after a failed Run")
+	})
+
+	t.Run("address in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+
+		var logBuf syncBuffer
+		cfg, err := parseConfig([]string{"-addr", ln.Addr().String()}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
+		require.NoError(t, err)
+		logger, err := newLogger(cfg, &logBuf)
+		require.NoError(t, err)
+		m := NewMain(cfg, logger)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = m.Run(ctx)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "listen on "+ln.Addr().String())
+		require.NoError(t, m.Close(ctx), "Close after a Run that failed part way")
+	})
+
+	t.Run("run exits 1", func(t *testing.T) {
+		var stderr syncBuffer
+		code := make(chan int, 1)
+		go func() {
+			code <- run([]string{"-addr", "127.0.0.1:0", "-log-format", "json"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &stderr)
+		}()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		select {
+		case c := <-code:
+			require.Equal(t, 1, c, "stderr: %s", stderr.String())
+		case <-timer.C:
+			t.Fatal("run did not return within 30s with no database")
+		}
+		require.Contains(t, stderr.String(), "could not start")
+		require.Contains(t, stderr.String(), "connect to the database")
+		require.NotContains(t, stderr.String(), "s3cret-pw")
+	})
+}
