@@ -53,10 +53,16 @@ type conn struct {
 	pingStopped bool
 	pings       sync.WaitGroup
 
+	// The hello deadline. A hello that arrived in time is never cut off by the deadline
+	// while it is being answered; one that then fails closes the connection.
+	helloMu      sync.Mutex
+	helloBusy    bool // a hello is being answered
+	helloExpired bool // the deadline passed
+	helloed      atomic.Bool
+	helloTimer   clockwork.Timer
+
 	// Owned by the reading goroutine.
-	actor      *conversation.Actor
-	helloed    atomic.Bool
-	helloTimer clockwork.Timer
+	actor *conversation.Actor
 }
 
 type closeRequest struct {
@@ -198,7 +204,10 @@ func (c *conn) writeLoop() {
 func (c *conn) serve() {
 	go c.writeLoop()
 	c.helloTimer = c.s.clock.AfterFunc(c.s.cfg.HelloTimeout, func() {
-		if !c.helloed.Load() {
+		c.helloMu.Lock()
+		defer c.helloMu.Unlock()
+		c.helloExpired = true
+		if !c.helloBusy && !c.helloed.Load() {
 			c.requestClose(closeProtocol, "no hello within the deadline", true)
 		}
 	})
@@ -337,12 +346,20 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 		return
 	}
 	var f clientFrame
-	if err := json.Unmarshal(data, &f); err != nil {
-		c.replyError(nil, conversation.CodeBadRequest, "malformed frame: "+jsonProblem(err))
+	err := json.Unmarshal(data, &f)
+	validID := f.RequestID != nil && *f.RequestID != "" && len(*f.RequestID) <= conversation.MaxRequestIDLen
+	if f.RequestID != nil && !validID {
+		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", conversation.MaxRequestIDLen))
 		return
 	}
-	if f.RequestID != nil && (*f.RequestID == "" || len(*f.RequestID) > conversation.MaxRequestIDLen) {
-		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", conversation.MaxRequestIDLen))
+	if err != nil {
+		// A field of the wrong type leaves the others decoded: echo a valid requestId
+		// so the client can match the error to its request.
+		var echo *string
+		if validID {
+			echo = f.RequestID
+		}
+		c.replyError(echo, conversation.CodeBadRequest, "malformed frame: "+jsonProblem(err))
 		return
 	}
 	switch f.Type {
@@ -370,6 +387,18 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 }
 
 func (c *conn) hello(f clientFrame) {
+	c.helloMu.Lock()
+	c.helloBusy = true
+	c.helloMu.Unlock()
+	defer func() {
+		c.helloMu.Lock()
+		defer c.helloMu.Unlock()
+		c.helloBusy = false
+		if c.helloExpired && !c.helloed.Load() {
+			c.requestClose(closeProtocol, "no hello within the deadline", true)
+		}
+	}()
+
 	owner, err := c.s.cfg.Auth.Authenticate(c.ctx, c.req, f.Token)
 	if err != nil {
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")

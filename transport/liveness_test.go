@@ -1,0 +1,334 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// waitTimeout bounds each wait for something that should happen at once; a test that waits
+// longer has hung.
+const waitTimeout = 10 * time.Second
+
+func waitContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// livenessEnv is newEnv with an agent that is never asked for much: these tests start no
+// runs.
+func livenessEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	o.agent = script.New(script.Text("ok"))
+	return newEnv(t, o)
+}
+
+// bgReader reads a client's connection in the background, as a browser does, so that the
+// client's WebSocket library handles pings (coder/websocket only does so inside Read).
+type bgReader struct {
+	c      *wstest.Client
+	frames chan wstest.Frame
+	err    chan error // the error that ended reading
+}
+
+func readInBackground(t *testing.T, c *wstest.Client) *bgReader {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &bgReader{c: c, frames: make(chan wstest.Frame, 64), err: make(chan error, 1)}
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			_, b, err := c.WS.Read(ctx)
+			if err != nil {
+				r.err <- err
+				return
+			}
+			f, err := wstest.Decode(b)
+			if err != nil {
+				r.err <- err
+				return
+			}
+			select {
+			case r.frames <- f:
+			case <-ctx.Done():
+				r.err <- ctx.Err()
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel() // ends the Read (and closes the connection)
+		<-exited
+	})
+	return r
+}
+
+// roundTrip sends a history.fetch and requires that the next frame is its reply.
+func (r *bgReader) roundTrip(ctx context.Context, t *testing.T, requestID string) {
+	t.Helper()
+	r.c.Send(map[string]any{"type": "history.fetch", "requestId": requestID, "limit": 1})
+	select {
+	case f := <-r.frames:
+		require.Equal(t, "history", f.Type, "reply to %s: %s", requestID, f.Raw)
+		require.Equal(t, requestID, f.RequestID, "reply to %s: %s", requestID, f.Raw)
+	case err := <-r.err:
+		t.Fatalf("connection ended while waiting for the reply to %s: %v", requestID, err)
+	case <-ctx.Done():
+		t.Fatalf("no reply to %s", requestID)
+	}
+}
+
+func (r *bgReader) waitPing(ctx context.Context, t *testing.T, pings <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-pings:
+	case err := <-r.err:
+		t.Fatalf("connection ended while waiting for a ping: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the server did not ping")
+	}
+}
+
+// pingClient dials with a ping hook: each received ping is signalled on the returned
+// channel, and answered only when answer is true.
+func pingClient(t *testing.T, e *env, answer bool) (*wstest.Client, <-chan struct{}) {
+	t.Helper()
+	pings := make(chan struct{}, 16)
+	c := wstest.Dial(t, e.URL, &wstest.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pings <- struct{}{}:
+			default:
+			}
+			return answer
+		},
+	})
+	c.Hello("")
+	// The reply comes after hello has been handled entirely: its timer is stopped, so the
+	// only timer of the connection is the ping timer.
+	requireHistory(t, c, "after-hello")
+	return c, pings
+}
+
+func TestHelloDeadline(t *testing.T) {
+	t.Parallel()
+	e := livenessEnv(t, envOptions{})
+	ctx := waitContext(t)
+
+	silent := e.dial() // never says hello
+	early := e.dial()  // says hello at once
+	late := e.dial()   // says hello just before the deadline
+	// Each connection arms a hello timer and a ping timer.
+	require.NoError(t, e.WSClock.BlockUntilContext(ctx, 6))
+
+	early.Hello("")
+	requireHistory(t, early, "early-1")
+
+	e.WSClock.Advance(transport.DefaultHelloTimeout - time.Millisecond)
+	late.Hello("")
+	requireHistory(t, late, "late-1")
+
+	e.WSClock.Advance(time.Millisecond)
+	require.Equal(t, websocket.StatusCode(4000), silent.ExpectClose())
+
+	// The deadline has passed for all three; the two that said hello in time are served.
+	requireHistory(t, early, "early-2")
+	requireHistory(t, late, "late-2")
+}
+
+func TestPingKeepsReadingClientOpen(t *testing.T) {
+	t.Parallel()
+	e := livenessEnv(t, envOptions{})
+	ctx := waitContext(t)
+	c, pings := pingClient(t, e, true)
+	r := readInBackground(t, c)
+
+	for i := range 4 {
+		require.NoError(t, e.WSClock.BlockUntilContext(ctx, 1)) // the ping timer
+		e.WSClock.Advance(transport.DefaultPingInterval)
+		r.waitPing(ctx, t, pings)
+		// The reply to the first request comes after the client's reader has handled the
+		// ping, so its pong is written; the second request is on the wire behind that pong,
+		// so its reply means the server has read the pong. The next Advance cannot find
+		// this ping's timeout still armed.
+		r.roundTrip(ctx, t, fmt.Sprintf("ping-%d-a", i))
+		r.roundTrip(ctx, t, fmt.Sprintf("ping-%d-b", i))
+	}
+
+	// A whole ping timeout later nothing has cut the connection, and no other ping came.
+	e.WSClock.Advance(transport.DefaultPingTimeout)
+	r.roundTrip(ctx, t, "final")
+	require.Empty(t, pings, "more pings than ping intervals")
+}
+
+func TestPingClosesUnresponsiveClient(t *testing.T) {
+	t.Parallel()
+	e := livenessEnv(t, envOptions{})
+	ctx := waitContext(t)
+	// The client keeps reading, so the test sees what happens, but never answers a ping.
+	c, pings := pingClient(t, e, false)
+	r := readInBackground(t, c)
+
+	require.NoError(t, e.WSClock.BlockUntilContext(ctx, 1)) // the ping timer
+	e.WSClock.Advance(transport.DefaultPingInterval)
+	r.waitPing(ctx, t, pings)
+
+	// Just before the ping timeout the connection is still served.
+	e.WSClock.Advance(transport.DefaultPingTimeout - time.Millisecond)
+	r.roundTrip(ctx, t, "before-timeout")
+
+	e.WSClock.Advance(time.Millisecond)
+	select {
+	case err := <-r.err:
+		require.Error(t, err)
+		require.False(t, errors.Is(err, context.Canceled), "the test's own cancellation: %v", err)
+		t.Logf("connection ended: %v (close status %d)", err, websocket.CloseStatus(err))
+	case f := <-r.frames:
+		t.Fatalf("unexpected frame instead of the close: %s", f.Raw)
+	case <-ctx.Done():
+		t.Fatal("a connection that did not answer a ping was not closed after the ping timeout")
+	}
+}
+
+func TestOrigins(t *testing.T) {
+	t.Parallel()
+	const self = "self" // the server's own origin
+	cases := []struct {
+		name     string
+		allowed  []string
+		origin   string // "" sends no Origin header
+		accepted bool
+	}{
+		{name: "other host refused", origin: "https://evil.example"},
+		{name: "other host listed as a host", allowed: []string{"evil.example"}, origin: "https://evil.example", accepted: true},
+		{name: "other host listed with its scheme", allowed: []string{"https://evil.example"}, origin: "https://evil.example", accepted: true},
+		{name: "other host listed with another scheme", allowed: []string{"https://evil.example"}, origin: "http://evil.example"},
+		{name: "same origin", origin: self, accepted: true},
+		{name: "no origin", accepted: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := livenessEnv(t, envOptions{transport: func(c *transport.Config) { c.AllowedOrigins = tc.allowed }})
+			origin := tc.origin
+			if origin == self {
+				origin = e.ts.URL
+			}
+			var opts *wstest.DialOptions
+			if origin != "" {
+				opts = wstest.Header("Origin", origin)
+			}
+			c := wstest.Dial(t, e.URL, opts)
+			if !tc.accepted {
+				require.Equal(t, websocket.StatusPolicyViolation, c.ExpectClose())
+				return
+			}
+			c.Hello("")
+			requireHistory(t, c, "origin-accepted")
+		})
+	}
+}
+
+func TestSubprotocol(t *testing.T) {
+	t.Parallel()
+	e := livenessEnv(t, envOptions{})
+
+	c := wstest.Dial(t, e.URL, &wstest.DialOptions{Subprotocols: []string{"chatd.v1"}})
+	require.Equal(t, "chatd.v1", c.WS.Subprotocol())
+	c.Hello("")
+	requireHistory(t, c, "with-subprotocol")
+
+	// Not offering it is fine too.
+	plain := e.dial()
+	require.Empty(t, plain.WS.Subprotocol())
+	plain.Hello("")
+}
+
+func requireStatus(t *testing.T, e *env, path string, want int) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(waitContext(t), http.MethodGet, e.ts.URL+path, nil)
+	require.NoError(t, err)
+	resp, err := e.ts.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, want, resp.StatusCode, "GET %s: %s", path, body)
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	up := livenessEnv(t, envOptions{})
+	requireStatus(t, up, "/healthz", http.StatusOK)
+	requireStatus(t, up, "/readyz", http.StatusOK)
+
+	down := livenessEnv(t, envOptions{transport: func(c *transport.Config) {
+		c.Ready = func(context.Context) error { return errors.New("database unavailable") }
+	}})
+	requireStatus(t, down, "/readyz", http.StatusServiceUnavailable)
+	// Liveness does not depend on readiness.
+	requireStatus(t, down, "/healthz", http.StatusOK)
+}
+
+// blockingAuth holds every hello in Authenticate until the test releases it, so a test can
+// keep a hello "in progress" while it moves the clock.
+type blockingAuth struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (a blockingAuth) Authenticate(ctx context.Context, _ *http.Request, _ string) (string, error) {
+	a.entered <- struct{}{}
+	select {
+	case <-a.release:
+		return "", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// A hello that arrived before the deadline is answered even if answering it takes past the
+// deadline; a hello that then fails leaves a connection with no hello, which is closed.
+func TestHelloDeadlineDuringASlowHello(t *testing.T) {
+	t.Parallel()
+	auth := blockingAuth{entered: make(chan struct{}), release: make(chan struct{})}
+	e := livenessEnv(t, envOptions{transport: func(c *transport.Config) { c.Auth = auth }})
+	ctx := waitContext(t)
+
+	pass := func(c *wstest.Client, hello map[string]any) {
+		t.Helper()
+		c.Send(hello)
+		select {
+		case <-auth.entered:
+		case <-ctx.Done():
+			t.Fatal("hello never reached the authenticator")
+		}
+		// The connection's hello timer and ping timer, now past the deadline.
+		e.WSClock.Advance(transport.DefaultHelloTimeout + time.Second)
+		auth.release <- struct{}{}
+	}
+
+	ok := e.dial()
+	pass(ok, map[string]any{"type": "hello"})
+	require.Equal(t, "snapshot", ok.Read().Type)
+	require.Equal(t, "ack", ok.Chat("r1", "still here").Type, "the connection must stay open")
+
+	bad := e.dial()
+	pass(bad, map[string]any{"type": "hello", "sessionId": "not-a-uuid"})
+	reply := bad.Read()
+	require.Equal(t, "bad_request", reply.Code)
+	require.Equal(t, websocket.StatusCode(4000), bad.ExpectClose())
+}
