@@ -500,7 +500,7 @@ func (a *Actor) publish(ev Event) {
 		if !sub.Deliver(frame) {
 			delete(a.subs, sub)
 			sub.Dropped(DropSlow)
-			a.log.Info().Msg("dropped a slow subscriber")
+			a.log.Debug().Msg("dropped a subscriber that could not take an event")
 		}
 	}
 }

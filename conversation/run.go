@@ -105,18 +105,8 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		StartedAt:      now,
 		LastActivityAt: now,
 	}
-	user := store.Message{
-		ID:        newID(),
-		SessionID: a.id,
-		RunID:     &runID,
-		RequestID: req.RequestID,
-		Position:  a.nextPos,
-		Role:      store.RoleUser,
-		Content:   req.Content,
-		Status:    store.MessageComplete,
-		CreatedAt: now,
-		UpdatedAt: now,
-	}
+	user := a.newRunMessage(info, store.RoleUser, store.MessageComplete)
+	user.Content = req.Content
 	ctx, cancel := dbContext()
 	err := a.cfg.Store.RunStart(ctx, info, user)
 	cancel()
@@ -308,18 +298,7 @@ func (a *Actor) onText(run *runState, text string) {
 	}
 	text = cleanText(text)
 	if run.seg == nil {
-		now := a.now()
-		seg := &liveMessage{msg: store.Message{
-			ID:        newID(),
-			SessionID: a.id,
-			RunID:     &run.info.ID,
-			RequestID: run.info.RequestID,
-			Position:  a.nextPos,
-			Role:      store.RoleAssistant,
-			Status:    store.MessageStreaming,
-			CreatedAt: now,
-			UpdatedAt: now,
-		}}
+		seg := &liveMessage{msg: a.newRunMessage(run.info, store.RoleAssistant, store.MessageStreaming)}
 		if err := a.insert(seg.msg); err != nil {
 			a.failStorage(run, "store the reply", err)
 			return
@@ -355,24 +334,13 @@ func (a *Actor) onToolStart(run *runState, call ToolCall) error {
 		a.failStorage(run, "store the reply", err)
 		return ErrRunEnded
 	}
-	now := a.now()
-	tool := &liveMessage{msg: store.Message{
-		ID:        newID(),
-		SessionID: a.id,
-		RunID:     &run.info.ID,
-		RequestID: run.info.RequestID,
-		Position:  a.nextPos,
-		Role:      store.RoleTool,
-		Status:    store.MessageStreaming,
-		Tool: &store.ToolCall{
-			CallID: call.ID,
-			Name:   cleanText(call.Name),
-			Input:  input,
-			Status: store.ToolRunning,
-		},
-		CreatedAt: now,
-		UpdatedAt: now,
-	}}
+	tool := &liveMessage{msg: a.newRunMessage(run.info, store.RoleTool, store.MessageStreaming)}
+	tool.msg.Tool = &store.ToolCall{
+		CallID: call.ID,
+		Name:   cleanText(call.Name),
+		Input:  input,
+		Status: store.ToolRunning,
+	}
 	if err := a.insert(tool.msg); err != nil {
 		a.failStorage(run, "store the tool call", err)
 		return ErrRunEnded
@@ -552,6 +520,22 @@ func (a *Actor) runEvent(run *runState, ev Event) Event {
 func runView(run *runState) *store.Run {
 	r := run.info
 	return &r
+}
+
+// newRunMessage returns the next message of the session, belonging to run.
+func (a *Actor) newRunMessage(run store.Run, role store.Role, status store.MessageStatus) store.Message {
+	now := a.now()
+	return store.Message{
+		ID:        newID(),
+		SessionID: a.id,
+		RunID:     &run.ID,
+		RequestID: run.RequestID,
+		Position:  a.nextPos,
+		Role:      role,
+		Status:    status,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
 }
 
 func (a *Actor) insert(m store.Message) error {

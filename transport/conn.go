@@ -108,20 +108,22 @@ func (c *conn) Deliver(frame []byte) bool {
 func (c *conn) Dropped(reason conversation.DropReason) {
 	switch reason {
 	case conversation.DropSlow:
-		c.requestClose(closeSlow, "too slow: outbound queue full", false)
+		if c.requestClose(closeSlow, "too slow: outbound queue full", false) {
+			c.log.Info().Int("queue_bytes", c.s.cfg.SendQueueBytes).Msg("closing a connection whose send queue overflowed (4008)")
+		}
 	default:
 		c.requestClose(websocket.StatusGoingAway, "server shutting down", true)
 	}
 }
 
 // requestClose asks the writer to close the connection, after the queued frames when
-// flush is set. The first request wins. If the peer does not let the writer finish within
-// the grace period, the connection is cut.
-func (c *conn) requestClose(code websocket.StatusCode, reason string, flush bool) {
+// flush is set. The first request wins; it reports whether this one did. If the peer does
+// not let the writer finish within the grace period, the connection is cut.
+func (c *conn) requestClose(code websocket.StatusCode, reason string, flush bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closeReq != nil {
-		return
+		return false
 	}
 	c.closeReq = &closeRequest{code: code, reason: reason, flush: flush}
 	if !flush {
@@ -129,6 +131,7 @@ func (c *conn) requestClose(code websocket.StatusCode, reason string, flush bool
 	}
 	c.closeTimer = c.s.clock.AfterFunc(c.s.cfg.CloseGrace, c.cancel)
 	c.signal()
+	return true
 }
 
 func (c *conn) closing() bool {
@@ -233,6 +236,12 @@ func (c *conn) serve() {
 	if c.closeTimer != nil {
 		c.closeTimer.Stop()
 	}
+	// Gone: refuse frames from now on instead of queueing them for nobody until the
+	// actor hears of the unsubscribe.
+	if c.closeReq == nil {
+		c.closeReq = &closeRequest{code: websocket.StatusNormalClosure}
+	}
+	c.frames = nil
 	c.mu.Unlock()
 	if c.actor != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
