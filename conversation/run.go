@@ -107,6 +107,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	}
 	user := a.newRunMessage(info, store.RoleUser, store.MessageComplete)
 	user.Content = req.Content
+	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
 	ctx, cancel := dbContext()
 	err := a.cfg.Store.RunStart(ctx, info, user)
 	cancel()

@@ -8,7 +8,7 @@ WITH touched AS (
     VALUES (@run_id, @session_id, @request_id, 'running', @started_at, @started_at, @model)
 )
 INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-VALUES (@message_id, @session_id, @run_id::uuid, @position, 'user', @content, 'complete', @started_at, @started_at);
+VALUES (@message_id, @session_id, @run_id::uuid, @position, 'user', @content, 'complete', @message_created_at, @message_created_at);
 
 -- name: RunGetByRequest :one
 SELECT * FROM runs WHERE session_id = @session_id AND request_id = @request_id;

@@ -67,24 +67,25 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 
 const runStart = `-- name: RunStart :exec
 WITH touched AS (
-    UPDATE sessions SET updated_at = $6 WHERE sessions.id = $2
+    UPDATE sessions SET updated_at = $7 WHERE sessions.id = $2
 ), new_run AS (
     INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model)
-    VALUES ($3, $2, $7, 'running', $6, $6, $8)
+    VALUES ($3, $2, $8, 'running', $7, $7, $9)
 )
 INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
 VALUES ($1, $2, $3::uuid, $4, 'user', $5, 'complete', $6, $6)
 `
 
 type RunStartParams struct {
-	MessageID uuid.UUID
-	SessionID uuid.UUID
-	RunID     uuid.UUID
-	Position  int64
-	Content   string
-	StartedAt time.Time
-	RequestID string
-	Model     string
+	MessageID        uuid.UUID
+	SessionID        uuid.UUID
+	RunID            uuid.UUID
+	Position         int64
+	Content          string
+	MessageCreatedAt time.Time
+	StartedAt        time.Time
+	RequestID        string
+	Model            string
 }
 
 // Stores a run, its user message and the session's new updated_at in one statement, so
@@ -96,6 +97,7 @@ func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) err
 		arg.RunID,
 		arg.Position,
 		arg.Content,
+		arg.MessageCreatedAt,
 		arg.StartedAt,
 		arg.RequestID,
 		arg.Model,

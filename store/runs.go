@@ -21,8 +21,10 @@ func (s *Store) RunStart(ctx context.Context, run Run, user Message) error {
 		Position:  user.Position,
 		Content:   user.Content,
 		StartedAt: Timestamp(run.StartedAt),
-		RequestID: run.RequestID,
-		Model:     run.Model,
+		// The message keeps its own timestamp: what was sent to clients is what is stored.
+		MessageCreatedAt: Timestamp(user.CreatedAt),
+		RequestID:        run.RequestID,
+		Model:            run.Model,
 	})
 	if err != nil {
 		return fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))

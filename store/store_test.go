@@ -77,6 +77,22 @@ func TestRunStartStoresRunAndUserMessage(t *testing.T) {
 	require.Equal(t, b.now, sess.UpdatedAt)
 }
 
+// The store writes the timestamps it is given: a user message stamped a moment after its
+// run started keeps its own time.
+func TestRunStartKeepsTheMessageTimestamp(t *testing.T) {
+	s, b := setup(t)
+	run := store.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
+	later := b.now.Add(7 * time.Microsecond)
+	user := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: store.RoleUser, Content: "x", Status: store.MessageComplete, CreatedAt: later}
+	require.NoError(t, s.RunStart(b.ctx, run, user))
+	msgs, err := s.MessagesByRun(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, later, msgs[0].CreatedAt)
+	got, err := s.RunGet(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, b.now, got.StartedAt)
+}
+
 func TestRunStartDuplicateRequestIsConflictAndWritesNothing(t *testing.T) {
 	s, b := setup(t)
 	startRun(t, s, b, "r1", 1)
