@@ -6,8 +6,9 @@ DEVDB := scripts/devdb.sh
 
 .PHONY: run test vet generate db-url db-stop db-status build
 
-run:
-	$(DEVDB) exec go run ./cmd/chatd
+# Built, then run directly (not with go run, which exits 1 when interrupted).
+run: build
+	$(DEVDB) exec bin/chatd
 
 build:
 	go build -o bin/chatd ./cmd/chatd

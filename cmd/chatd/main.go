@@ -61,7 +61,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	<-ctx.Done()
 	stop() // a second signal kills at once
-	log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
+	log.Info().Stringer("timeout", cfg.ShutdownTimeout).Msg("shutting down")
 
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -190,7 +190,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Str("addr", m.Addr()).
 		Str("agent", "demo").
 		Int("demo_words", m.cfg.DemoWords).
-		Dur("demo_delay", m.cfg.DemoDelay).
+		Stringer("demo_delay", m.cfg.DemoDelay).
 		Msgf("chatd listening: ws://%s/v1/ws (demo agent: no model needed)", m.Addr())
 	return nil
 }
