@@ -29,19 +29,17 @@ func (r *ring) push(seq int64, frame []byte) {
 	for r.n > 0 && (r.n >= r.maxEvents || r.bytes+len(frame) > r.maxBytes) {
 		r.dropOldest()
 	}
-	e := ringEntry{seq, frame}
-	if r.n < len(r.buf) {
-		r.buf[(r.head+r.n)%len(r.buf)] = e
-	} else {
-		// Every slot is used and, after the loop above, n < maxEvents: grow, putting the
-		// entries back in order so the buffer can wrap again.
-		grown := make([]ringEntry, r.n, min(max(2*r.n, 16), r.maxEvents))
+	if r.n == len(r.buf) {
+		// Every slot is used and, after the loop above, n < maxEvents: double the buffer
+		// (up to maxEvents), putting the entries back in order so it can wrap again.
+		grown := make([]ringEntry, min(max(2*r.n, 16), r.maxEvents))
 		for i := range r.n {
 			grown[i] = r.buf[(r.head+i)%len(r.buf)]
 		}
-		r.buf = append(grown, e)
+		r.buf = grown
 		r.head = 0
 	}
+	r.buf[(r.head+r.n)%len(r.buf)] = ringEntry{seq, frame}
 	r.n++
 	r.bytes += len(frame)
 }

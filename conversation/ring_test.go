@@ -112,3 +112,26 @@ func TestRingGrowsAfterByteEviction(t *testing.T) {
 	}
 	require.Equal(t, int64(seq)-int64(r.n), r.evicted)
 }
+
+// Filling the ring costs a logarithmic number of allocations, not one per event: it
+// doubles its buffer, it does not regrow on every push.
+func TestRingGrowthAllocations(t *testing.T) {
+	f := frame(1, 16)
+	allocs := testing.AllocsPerRun(5, func() {
+		r := newRing(4096, 1<<30)
+		for seq := int64(1); seq <= 4096; seq++ {
+			r.push(seq, f)
+		}
+	})
+	// 16, 32, ..., 4096: nine buffers.
+	require.LessOrEqual(t, allocs, 10.0)
+
+	r := newRing(4096, 1<<30)
+	for seq := int64(1); seq <= 4096; seq++ {
+		r.push(seq, f)
+	}
+	steady := testing.AllocsPerRun(100, func() {
+		r.push(r.buf[(r.head+r.n-1)%len(r.buf)].seq+1, f)
+	})
+	require.Zero(t, steady, "a full ring pushes without allocating")
+}
