@@ -3,13 +3,10 @@ SELECT * FROM sessions WHERE id = @id;
 
 -- name: SessionInsert :one
 -- Creates the session unless it exists; either way returns the stored row, so two
--- callers racing to create one session both see the same owner.
-WITH inserted AS (
-    INSERT INTO sessions (id, owner, title, created_at, updated_at)
-    VALUES (@id, @owner, @title, @created_at, @created_at)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING *
-)
-SELECT * FROM inserted
-UNION ALL
-SELECT * FROM sessions WHERE id = @id AND NOT EXISTS (SELECT 1 FROM inserted);
+-- callers racing to create one session both see the same owner. DO UPDATE (a no-op) is
+-- what makes RETURNING give the existing row: with DO NOTHING a caller that waited on a
+-- concurrent insert would get no row at all. Only called for sessions not yet seen.
+INSERT INTO sessions (id, owner, title, created_at, updated_at)
+VALUES (@id, @owner, @title, @created_at, @created_at)
+ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
+RETURNING *;

@@ -30,15 +30,10 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 }
 
 const sessionInsert = `-- name: SessionInsert :one
-WITH inserted AS (
-    INSERT INTO sessions (id, owner, title, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $4)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id, owner, title, created_at, updated_at
-)
-SELECT id, owner, title, created_at, updated_at FROM inserted
-UNION ALL
-SELECT id, owner, title, created_at, updated_at FROM sessions WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM inserted)
+INSERT INTO sessions (id, owner, title, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $4)
+ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
+RETURNING id, owner, title, created_at, updated_at
 `
 
 type SessionInsertParams struct {
@@ -48,24 +43,18 @@ type SessionInsertParams struct {
 	CreatedAt time.Time
 }
 
-type SessionInsertRow struct {
-	ID        uuid.UUID
-	Owner     string
-	Title     string
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
-
 // Creates the session unless it exists; either way returns the stored row, so two
-// callers racing to create one session both see the same owner.
-func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertParams) (SessionInsertRow, error) {
+// callers racing to create one session both see the same owner. DO UPDATE (a no-op) is
+// what makes RETURNING give the existing row: with DO NOTHING a caller that waited on a
+// concurrent insert would get no row at all. Only called for sessions not yet seen.
+func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertParams) (Session, error) {
 	row := db.QueryRow(ctx, sessionInsert,
 		arg.ID,
 		arg.Owner,
 		arg.Title,
 		arg.CreatedAt,
 	)
-	var i SessionInsertRow
+	var i Session
 	err := row.Scan(
 		&i.ID,
 		&i.Owner,

@@ -15,7 +15,7 @@ func (s *Store) SessionGet(ctx context.Context, id uuid.UUID) (Session, error) {
 	if err != nil {
 		return Session{}, fmt.Errorf("get session %s: %w", id, mapErr(err))
 	}
-	return sessionFromRow(queries.Session(row)), nil
+	return sessionFromRow(row), nil
 }
 
 // SessionCreate stores sess unless a session with its id exists, and returns the stored
@@ -30,7 +30,7 @@ func (s *Store) SessionCreate(ctx context.Context, sess Session) (Session, error
 	if err != nil {
 		return Session{}, fmt.Errorf("create session %s: %w", sess.ID, mapErr(err))
 	}
-	return sessionFromRow(queries.Session(row)), nil
+	return sessionFromRow(row), nil
 }
 
 func sessionFromRow(r queries.Session) Session {

@@ -34,6 +34,9 @@ func New(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, db: pool, q: queries.New()}
 }
 
+// Pool returns the pool the store uses, for tests and tools that need plain SQL.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {

@@ -55,6 +55,53 @@ func TestSessionCreateKeepsFirstOwner(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
+// A caller that creates a session while another transaction's insert of it is still open
+// waits for that transaction and then gets the stored row, not "not found".
+func TestSessionCreateWaitsForAConcurrentInsert(t *testing.T) {
+	s, b := setup(t)
+	id := uuid.New()
+	inserted, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.InTx(b.ctx, func(tx *store.Store) error {
+			_, err := tx.SessionCreate(b.ctx, store.Session{ID: id, Owner: "first", CreatedAt: b.now})
+			close(inserted)
+			<-release
+			return err
+		})
+	}()
+	<-inserted
+
+	type result struct {
+		sess store.Session
+		err  error
+	}
+	second := make(chan result, 1)
+	go func() {
+		sess, err := s.SessionCreate(b.ctx, store.Session{ID: id, Owner: "second", CreatedAt: b.now})
+		second <- result{sess, err}
+	}()
+
+	// Wait until the second insert is blocked on the first one's row lock.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for waiting := false; !waiting; {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the second insert never waited for the first")
+		}
+		require.NoError(t, s.Pool().QueryRow(b.ctx,
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+	}
+	close(release)
+	require.NoError(t, <-first)
+	r := <-second
+	require.NoError(t, r.err)
+	require.Equal(t, "first", r.sess.Owner)
+}
+
 func TestRunStartStoresRunAndUserMessage(t *testing.T) {
 	s, b := setup(t)
 	run, user := startRun(t, s, b, "r1", 1)
