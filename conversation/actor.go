@@ -20,6 +20,12 @@ import (
 // freeze a session forever.
 const storeTimeout = 10 * time.Second
 
+// A write that failed is retried after retryMin, doubling up to retryMax.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
+
 // Actor is the ConversationModel of one session. All its state is owned by one goroutine;
 // the exported methods send intents to it and wait for the answer.
 type Actor struct {
@@ -30,6 +36,7 @@ type Actor struct {
 
 	inbox     chan intent
 	idleC     chan uint64
+	retryC    chan uint64
 	done      chan struct{} // closed once the actor takes no more intents
 	closeOnce sync.Once
 	runs      sync.WaitGroup
@@ -46,6 +53,14 @@ type Actor struct {
 	idleGen   uint64
 	idleTimer clockwork.Timer
 	stopped   bool
+
+	// Writes that failed, newest version of each row, kept until a retry stores them.
+	// Clients were told of these states, so snapshots and history show them too.
+	unsavedMsgs map[uuid.UUID]store.Message
+	unsavedRuns map[uuid.UUID]store.Run
+	retryGen    uint64
+	retryTimer  clockwork.Timer
+	retryDelay  time.Duration
 }
 
 // Start launches the actor of session id with a new epoch. cfg must be valid (see
@@ -65,10 +80,14 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		log:    cfg.Logger.With().Str("component", "conversation").Str("session_id", id.String()).Str("epoch", epoch).Logger(),
 		inbox:  make(chan intent, cfg.InboxSize),
 		idleC:  make(chan uint64),
+		retryC: make(chan uint64),
 		done:   make(chan struct{}),
 		onStop: onStop,
 		ring:   newRing(cfg.RingEvents, cfg.RingBytes),
 		subs:   make(map[Subscriber]struct{}),
+
+		unsavedMsgs: make(map[uuid.UUID]store.Message),
+		unsavedRuns: make(map[uuid.UUID]store.Run),
 	}
 	go a.loop()
 	return a
@@ -269,10 +288,18 @@ func (a *Actor) loop() {
 			a.log.Debug().Msg("evicting idle conversation")
 			evicted = true
 			a.stopped = true
+		case gen := <-a.retryC:
+			if gen == a.retryGen {
+				a.retryTimer = nil
+				a.flushUnsaved()
+			}
 		}
 		a.checkIdle()
 	}
 	a.disarmIdle()
+	if a.retryTimer != nil {
+		a.retryTimer.Stop()
+	}
 	if evicted && a.onStop != nil {
 		a.onStop(a, a.closeDone)
 	}
@@ -317,7 +344,11 @@ func (a *Actor) handle(it intent) {
 	}
 }
 
-func (a *Actor) idle() bool { return a.run == nil && len(a.subs) == 0 }
+// idle reports whether the actor holds nothing that needs it: no subscriber, no run, and
+// no write still to be retried.
+func (a *Actor) idle() bool {
+	return a.run == nil && len(a.subs) == 0 && len(a.unsavedMsgs) == 0 && len(a.unsavedRuns) == 0
+}
 
 // checkIdle arms the eviction timer when the actor has become idle and disarms it when it
 // is busy again.
@@ -516,7 +547,64 @@ func (a *Actor) stop() {
 		delete(a.subs, sub)
 		sub.Dropped(DropShutdown)
 	}
+	a.flushUnsaved()
+	if n := len(a.unsavedMsgs) + len(a.unsavedRuns); n > 0 {
+		// The next start-up marks the run interrupted and its open rows with it.
+		a.log.Error().Int("rows", n).Msg("stopping with writes the database did not take")
+	}
 	a.stopped = true
+}
+
+// scheduleRetry arms the retry of unsaved writes, backing off while they keep failing.
+func (a *Actor) scheduleRetry() {
+	if a.retryTimer != nil || a.stopped {
+		return
+	}
+	a.retryDelay = min(max(2*a.retryDelay, retryMin), retryMax)
+	a.retryGen++
+	gen := a.retryGen
+	a.retryTimer = a.cfg.Clock.AfterFunc(a.retryDelay, func() {
+		select {
+		case a.retryC <- gen:
+		case <-a.done:
+		}
+	})
+}
+
+// flushUnsaved retries the writes that failed. It stops at the first failure (the
+// database is likely still down) and tries again later.
+func (a *Actor) flushUnsaved() {
+	retry := func(op string, err error) bool {
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			a.log.Error().Err(err).Str("op", op).Msg("a row to update is missing; giving up on it")
+			return true
+		}
+		a.log.Warn().Err(err).Str("op", op).Dur("next_retry", min(2*a.retryDelay, retryMax)).Msg("database write still failing")
+		a.scheduleRetry()
+		return false
+	}
+	for id, m := range a.unsavedMsgs {
+		ctx, cancel := dbContext()
+		err := a.cfg.Store.MessageUpdate(ctx, m)
+		cancel()
+		if !retry("store a message", err) {
+			return
+		}
+		delete(a.unsavedMsgs, id)
+	}
+	for id, r := range a.unsavedRuns {
+		ctx, cancel := dbContext()
+		err := a.cfg.Store.RunUpdate(ctx, r)
+		cancel()
+		if !retry("store a run", err) {
+			return
+		}
+		delete(a.unsavedRuns, id)
+	}
+	a.retryDelay = 0
 }
 
 func newEpoch() string {

@@ -1,10 +1,12 @@
 package conversation
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
@@ -27,10 +29,28 @@ const (
 	MaxHistoryLimit = 200
 )
 
+// Store is what an actor needs of the database. *store.Store implements it; tests wrap
+// the real one to inject failures.
+type Store interface {
+	SessionGet(ctx context.Context, id uuid.UUID) (store.Session, error)
+	SessionCreate(ctx context.Context, sess store.Session) (store.Session, error)
+	MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (int64, error)
+	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]store.Message, bool, error)
+	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]store.Message, error)
+	MessageInsert(ctx context.Context, m store.Message) error
+	MessageUpdate(ctx context.Context, m store.Message) error
+	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status store.MessageStatus, now time.Time) (int64, error)
+	RunStart(ctx context.Context, run store.Run, user store.Message) error
+	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (store.Run, error)
+	RunUpdate(ctx context.Context, run store.Run) error
+}
+
+var _ Store = (*store.Store)(nil)
+
 // Config is shared by every actor of a process.
 type Config struct {
 	// Store persists the transcript. Required.
-	Store *store.Store
+	Store Store
 	// Agent produces replies. Required.
 	Agent Agent
 	// Encoder turns events into frames. Required.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
@@ -115,14 +114,19 @@ func (c *statementCounter) taken() []string {
 	return append([]string(nil), c.stmts...)
 }
 
-func startActor(t *testing.T, st *store.Store, agent conversation.Agent) *conversation.Actor {
+func startActor(t *testing.T, st conversation.Store, agent conversation.Agent) *conversation.Actor {
+	t.Helper()
+	return startActorWithClock(t, st, agent, clockwork.NewFakeClock())
+}
+
+func startActorWithClock(t *testing.T, st conversation.Store, agent conversation.Agent, clock clockwork.Clock) *conversation.Actor {
 	t.Helper()
 	a := conversation.Start(conversation.Config{
 		Store:   st,
 		Agent:   agent,
 		Encoder: transport.Encoder{},
-		Clock:   clockwork.NewFakeClock(),
-		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Clock:   clock,
+		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
 	}, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -170,4 +174,10 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 	// And exactly: the run and user message in one statement, an insert and an update
 	// per segment and per tool call, and the run's end.
 	require.Len(t, large, 1+2+2+2+1)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

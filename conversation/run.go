@@ -23,6 +23,21 @@ type runState struct {
 	seg   *liveMessage            // the open assistant segment
 	tools map[string]*liveMessage // running tool calls by call id
 	calls map[string]bool         // every call id the run has used
+
+	// lostInsert is set when an insert failed: it may have committed anyway, leaving a
+	// row the actor does not know of, which the end of the run settles.
+	lostInsert bool
+}
+
+func newRunState(info store.Run) *runState {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &runState{
+		info:   info,
+		ctx:    ctx,
+		cancel: cancel,
+		tools:  make(map[string]*liveMessage),
+		calls:  make(map[string]bool),
+	}
 }
 
 // liveMessage is a stored message whose text is still growing in memory: an open
@@ -48,14 +63,17 @@ func (l *liveMessage) view() store.Message {
 	return m
 }
 
-// overlay replaces stored rows of live messages with their live view.
+// overlay replaces stored rows with what clients were told: the live view of an open
+// segment or running tool, and rows whose last update the database has not taken yet.
 func (a *Actor) overlay(msgs []store.Message) {
-	if a.run == nil {
-		return
-	}
 	for i := range msgs {
-		if l := a.run.live(msgs[i].ID); l != nil {
-			msgs[i] = l.view()
+		if m, ok := a.unsavedMsgs[msgs[i].ID]; ok {
+			msgs[i] = m
+		}
+		if a.run != nil {
+			if l := a.run.live(msgs[i].ID); l != nil {
+				msgs[i] = l.view()
+			}
 		}
 	}
 }
@@ -111,31 +129,59 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	ctx, cancel := dbContext()
 	err := a.cfg.Store.RunStart(ctx, info, user)
 	cancel()
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		// The statement may have committed before its answer was lost.
+		if prev, e := a.runByRequest(req.RequestID); e == nil && prev.ID == runID {
+			err = nil
+		}
+	}
 	if errors.Is(err, store.ErrConflict) {
-		if prev, err := a.runByRequest(req.RequestID); err == nil {
+		if prev, e := a.runByRequest(req.RequestID); e == nil {
+			if prev.Status.Active() {
+				// Stored as running, yet no agent drives it: a start whose answer was
+				// lost. Start it now.
+				return a.adopt(prev)
+			}
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
-		// The position was taken: something else writes to this session. Re-read it.
+	}
+	if err != nil {
+		// Whatever happened, the next message's position must be read again.
 		a.loaded = false
 		return SendResult{}, a.storageError("store the message", err)
 	}
-	if err != nil {
-		return SendResult{}, a.storageError("store the message", err)
-	}
 	a.nextPos++
-
-	runCtx, runCancel := context.WithCancel(context.Background())
-	run := &runState{
-		info:   info,
-		ctx:    runCtx,
-		cancel: runCancel,
-		tools:  make(map[string]*liveMessage),
-		calls:  make(map[string]bool),
-	}
-	a.run = run
-	a.publish(Event{Type: EventChatStarted, RunID: runID, RequestID: req.RequestID, Run: runView(run), Message: &user})
-	a.startAgent(run, Request{SessionID: a.id, RunID: runID, RequestID: req.RequestID, Content: req.Content})
+	a.begin(newRunState(info), user)
 	return SendResult{RunID: runID, Status: store.RunRunning}, nil
+}
+
+// begin makes run the active run: chat.started goes out and the agent starts.
+func (a *Actor) begin(run *runState, user store.Message) {
+	a.run = run
+	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
+	a.startAgent(run, Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content})
+}
+
+// adopt starts a run that is stored as running but that no agent drives: its RunStart
+// committed although the actor was told it failed, and the client has now retried.
+func (a *Actor) adopt(prev store.Run) (SendResult, error) {
+	ctx, cancel := dbContext()
+	msgs, err := a.cfg.Store.MessagesByRun(ctx, prev.ID)
+	cancel()
+	if err != nil {
+		return SendResult{}, a.storageError("read the run", err)
+	}
+	if len(msgs) == 0 || msgs[0].Role != store.RoleUser {
+		return SendResult{}, errorf(CodeInternal, "run %s has no user message", prev.ID)
+	}
+	a.loaded = false // positions moved under the actor
+	if err := a.load(); err != nil {
+		return SendResult{}, a.storageError("load the session", err)
+	}
+	a.log.Warn().Str("run_id", prev.ID.String()).Msg("starting a run whose start was stored but reported as failed")
+	prev.LastActivityAt = a.now()
+	a.begin(newRunState(prev), msgs[0])
+	return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 }
 
 func validateSend(req SendRequest, maxContent int) error {
@@ -157,6 +203,11 @@ func validateSend(req SendRequest, maxContent int) error {
 }
 
 func (a *Actor) runByRequest(requestID string) (store.Run, error) {
+	for _, r := range a.unsavedRuns {
+		if r.RequestID == requestID {
+			return r, nil
+		}
+	}
 	ctx, cancel := dbContext()
 	defer cancel()
 	return a.cfg.Store.RunByRequest(ctx, a.id, requestID)
@@ -300,7 +351,7 @@ func (a *Actor) onText(run *runState, text string) {
 	text = cleanText(text)
 	if run.seg == nil {
 		seg := &liveMessage{msg: a.newRunMessage(run.info, store.RoleAssistant, store.MessageStreaming)}
-		if err := a.insert(seg.msg); err != nil {
+		if err := a.insert(run, seg.msg); err != nil {
 			a.failStorage(run, "store the reply", err)
 			return
 		}
@@ -342,7 +393,7 @@ func (a *Actor) onToolStart(run *runState, call ToolCall) error {
 		Input:  input,
 		Status: store.ToolRunning,
 	}
-	if err := a.insert(tool.msg); err != nil {
+	if err := a.insert(run, tool.msg); err != nil {
 		a.failStorage(run, "store the tool call", err)
 		return ErrRunEnded
 	}
@@ -488,16 +539,20 @@ func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorI
 	}
 
 	now := a.now()
+	if run.lostInsert {
+		ctx, cancel := dbContext()
+		_, err := a.cfg.Store.MessagesSettleRun(ctx, run.info.ID, msgStatus, now)
+		cancel()
+		errs = append(errs, err)
+	}
 	run.info.Status = status
 	run.info.Error = info
 	run.info.EndedAt = &now
 	run.info.LastActivityAt = now
-	ctx, cancel := dbContext()
-	errs = append(errs, a.cfg.Store.RunUpdate(ctx, run.info))
-	cancel()
+	errs = append(errs, a.updateRun(run.info))
 	if err := errors.Join(errs...); err != nil {
-		// The terminal event still goes out: a spinner that never stops is worse than a
-		// transcript that the next start-up marks interrupted.
+		// The terminal event still goes out: the writes that failed are kept, shown in
+		// snapshots and retried, and a spinner that never stops is worse.
 		a.log.Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store the end of a run")
 	}
 
@@ -539,18 +594,43 @@ func (a *Actor) newRunMessage(run store.Run, role store.Role, status store.Messa
 	}
 }
 
-func (a *Actor) insert(m store.Message) error {
+// insert stores a new message of run. A failure may still have committed, so the next
+// position is read again and the end of the run settles rows it did not track.
+func (a *Actor) insert(run *runState, m store.Message) error {
 	ctx, cancel := dbContext()
 	defer cancel()
 	if err := a.cfg.Store.MessageInsert(ctx, m); err != nil {
+		a.loaded = false
+		run.lostInsert = true
 		return err
 	}
 	a.nextPos++
 	return nil
 }
 
+// update stores a message's new state. When the database fails, the state is kept and
+// retried: clients have been (or are about to be) told of it.
 func (a *Actor) update(m store.Message) error {
 	ctx, cancel := dbContext()
 	defer cancel()
-	return a.cfg.Store.MessageUpdate(ctx, m)
+	if err := a.cfg.Store.MessageUpdate(ctx, m); err != nil {
+		a.unsavedMsgs[m.ID] = m
+		a.scheduleRetry()
+		return err
+	}
+	delete(a.unsavedMsgs, m.ID)
+	return nil
+}
+
+// updateRun is update for runs.
+func (a *Actor) updateRun(r store.Run) error {
+	ctx, cancel := dbContext()
+	defer cancel()
+	if err := a.cfg.Store.RunUpdate(ctx, r); err != nil {
+		a.unsavedRuns[r.ID] = r
+		a.scheduleRetry()
+		return err
+	}
+	delete(a.unsavedRuns, r.ID)
+	return nil
 }

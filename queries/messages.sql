@@ -39,11 +39,11 @@ ORDER BY m.position;
 -- name: MessagePositionMax :one
 SELECT COALESCE(MAX(position), 0)::bigint FROM messages WHERE session_id = @session_id;
 
--- name: MessagesInterruptRuns :execrows
--- Marks what the interrupted runs left in progress: open assistant segments and tool calls
--- that never ended.
+-- name: MessagesSettleRuns :execrows
+-- Ends what runs left in progress: rows still streaming (open segments, tool calls that
+-- never ended) take the given status, and tool calls that never ended are cancelled.
 UPDATE messages
-SET status = 'interrupted',
+SET status = @status,
     tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
     updated_at = @updated_at
 WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming';

@@ -109,29 +109,6 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 	return result.RowsAffected(), nil
 }
 
-const messagesInterruptRuns = `-- name: MessagesInterruptRuns :execrows
-UPDATE messages
-SET status = 'interrupted',
-    tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
-    updated_at = $1
-WHERE run_id = ANY($2::uuid[]) AND status = 'streaming'
-`
-
-type MessagesInterruptRunsParams struct {
-	UpdatedAt time.Time
-	RunIds    []uuid.UUID
-}
-
-// Marks what the interrupted runs left in progress: open assistant segments and tool calls
-// that never ended.
-func (q *Queries) MessagesInterruptRuns(ctx context.Context, db DBTX, arg MessagesInterruptRunsParams) (int64, error) {
-	result, err := db.Exec(ctx, messagesInterruptRuns, arg.UpdatedAt, arg.RunIds)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const messagesListBefore = `-- name: MessagesListBefore :many
 SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, r.request_id
 FROM messages m
@@ -240,4 +217,28 @@ func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UU
 		return nil, err
 	}
 	return items, nil
+}
+
+const messagesSettleRuns = `-- name: MessagesSettleRuns :execrows
+UPDATE messages
+SET status = $1,
+    tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
+    updated_at = $2
+WHERE run_id = ANY($3::uuid[]) AND status = 'streaming'
+`
+
+type MessagesSettleRunsParams struct {
+	Status    string
+	UpdatedAt time.Time
+	RunIds    []uuid.UUID
+}
+
+// Ends what runs left in progress: rows still streaming (open segments, tool calls that
+// never ended) take the given status, and tool calls that never ended are cancelled.
+func (q *Queries) MessagesSettleRuns(ctx context.Context, db DBTX, arg MessagesSettleRunsParams) (int64, error) {
+	result, err := db.Exec(ctx, messagesSettleRuns, arg.Status, arg.UpdatedAt, arg.RunIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

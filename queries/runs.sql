@@ -39,6 +39,7 @@ UPDATE runs
 SET status = 'interrupted',
     error_code = @error_code,
     error_message = @error_message,
-    ended_at = @ended_at
+    ended_at = @ended_at,
+    last_activity_at = @ended_at
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 RETURNING id;

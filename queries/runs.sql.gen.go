@@ -147,7 +147,8 @@ UPDATE runs
 SET status = 'interrupted',
     error_code = $1,
     error_message = $2,
-    ended_at = $3
+    ended_at = $3,
+    last_activity_at = $3
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 RETURNING id
 `

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -100,6 +101,21 @@ func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]Message, 
 		msgs[i] = messageFromRow(r.Message, r.RequestID)
 	}
 	return msgs, nil
+}
+
+// MessagesSettleRun gives every message of the run that is still streaming the status
+// status (running tool calls become cancelled), and returns how many it changed. It ends
+// rows the writer lost track of, such as one whose insert reported an error but committed.
+func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status MessageStatus, now time.Time) (int64, error) {
+	n, err := s.q.MessagesSettleRuns(ctx, s.db, queries.MessagesSettleRunsParams{
+		Status:    string(status),
+		UpdatedAt: Timestamp(now),
+		RunIds:    []uuid.UUID{runID},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("settle messages of run %s: %w", runID, mapErr(err))
+	}
+	return n, nil
 }
 
 // MessagePositionMax returns the highest position used in the session, 0 for none.

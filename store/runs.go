@@ -107,7 +107,8 @@ func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reas
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		_, err = tx.q.MessagesInterruptRuns(ctx, tx.db, queries.MessagesInterruptRunsParams{
+		_, err = tx.q.MessagesSettleRuns(ctx, tx.db, queries.MessagesSettleRunsParams{
+			Status:    string(MessageInterrupted),
 			UpdatedAt: now,
 			RunIds:    ids,
 		})

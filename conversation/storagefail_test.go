@@ -1,0 +1,299 @@
+package conversation_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+var errInjected = errors.New("injected database failure")
+
+type faultMode int
+
+const (
+	failBefore faultMode = iota + 1 // the write is not made
+	failAfter                       // the write commits, but the caller is told it failed
+)
+
+type fault struct {
+	mode  faultMode
+	times int // how many calls fail; <0 for all
+}
+
+// faultStore is the real store with failures injected per method: the database is real,
+// only the answers are lost.
+type faultStore struct {
+	*store.Store
+	mu     sync.Mutex
+	faults map[string]fault
+}
+
+func newFaultStore(t *testing.T) *faultStore {
+	return &faultStore{Store: storetest.New(t), faults: map[string]fault{}}
+}
+
+func (f *faultStore) set(method string, mode faultMode, times int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults[method] = fault{mode, times}
+}
+
+func (f *faultStore) clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.faults)
+}
+
+func (f *faultStore) do(method string, write func() error) error {
+	f.mu.Lock()
+	ft, ok := f.faults[method]
+	if ok && ft.times != 0 {
+		ft.times--
+		f.faults[method] = ft
+	} else {
+		ok = false
+	}
+	f.mu.Unlock()
+	if !ok {
+		return write()
+	}
+	if ft.mode == failAfter {
+		if err := write(); err != nil {
+			return err
+		}
+	}
+	return errInjected
+}
+
+func (f *faultStore) MessageInsert(ctx context.Context, m store.Message) error {
+	return f.do("MessageInsert", func() error { return f.Store.MessageInsert(ctx, m) })
+}
+
+func (f *faultStore) MessageUpdate(ctx context.Context, m store.Message) error {
+	return f.do("MessageUpdate", func() error { return f.Store.MessageUpdate(ctx, m) })
+}
+
+func (f *faultStore) RunUpdate(ctx context.Context, r store.Run) error {
+	return f.do("RunUpdate", func() error { return f.Store.RunUpdate(ctx, r) })
+}
+
+func (f *faultStore) RunStart(ctx context.Context, r store.Run, m store.Message) error {
+	return f.do("RunStart", func() error { return f.Store.RunStart(ctx, r, m) })
+}
+
+func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (store.Run, error) {
+	var r store.Run
+	err := f.do("RunByRequest", func() error {
+		var err error
+		r, err = f.Store.RunByRequest(ctx, sessionID, requestID)
+		return err
+	})
+	return r, err
+}
+
+// stored returns a session's messages as the database has them, in wire form.
+func stored(t *testing.T, st *store.Store, sessionID uuid.UUID) []wstest.Message {
+	t.Helper()
+	msgs, _, err := st.MessagesBefore(context.Background(), sessionID, 0, 1000)
+	require.NoError(t, err)
+	out, err := wstest.FromStore(msgs)
+	require.NoError(t, err)
+	return out
+}
+
+// snapshotOf subscribes a new subscriber and returns the messages of its snapshot.
+func snapshotOf(t *testing.T, a *conversation.Actor) []wstest.Message {
+	t.Helper()
+	s := newSub()
+	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
+	require.NoError(t, err)
+	f := s.waitFor(t, func(f wstest.Frame) bool { return f.Type == "snapshot" })
+	a.Unsubscribe(context.Background(), s)
+	return f.Messages
+}
+
+func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, n))
+}
+
+// A segment whose closing write fails: clients were told it is complete, so snapshots
+// say so too, and the write is retried until the database has it.
+func TestFailedUpdateIsShownAndRetried(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	clock := clockwork.NewFakeClock()
+	gate := script.NewGate()
+	a := startActorWithClock(t, st, script.New(script.Text("hello", " world"), gate.Wait(), script.Tool("c1", "t", `{}`, "out")), clock)
+	live := newSub()
+	ctx := context.Background()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	live.waitFor(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == " world" })
+
+	st.set("MessageUpdate", failBefore, -1)
+	require.NoError(t, gate.Pass(testCtx(t)))
+	end := live.waitFor(t, wstest.Frame.Terminal)
+	require.Equal(t, "chat.error", end.Type)
+	require.Equal(t, "storage", end.Run.Error.Code)
+
+	// The live subscriber saw the segment complete; the database still has it open.
+	view := live.state.Sorted()
+	require.Equal(t, "hello world", view[1].Content)
+	require.Equal(t, "complete", view[1].Status)
+	db := stored(t, st.Store, a.SessionID())
+	require.Equal(t, "", db[1].Content)
+	require.Equal(t, "streaming", db[1].Status)
+
+	// A new tab sees what the live one sees.
+	require.Empty(t, wstest.Diff(view, snapshotOf(t, a)))
+
+	// With nobody watching, the only timer is the retry: an actor with unsaved writes is
+	// not idle, so it is not evicted (which would lose them).
+	a.Unsubscribe(ctx, live)
+	// Retried with backoff while the database keeps failing: after 1s, then 2s more.
+	waitTimers(t, clock, 1)
+	clock.Advance(time.Second)
+	waitTimers(t, clock, 1) // the failed retry re-armed itself
+	st.clear()
+	clock.Advance(time.Second) // not yet: the second retry waits 2s
+	require.Equal(t, "streaming", stored(t, st.Store, a.SessionID())[1].Status)
+	clock.Advance(time.Second)
+	// The write succeeds; with nothing left to store the actor turns idle and arms its
+	// eviction timer, so once that timer exists the database must hold the segment.
+	waitTimers(t, clock, 1)
+	require.Empty(t, wstest.Diff(view, stored(t, st.Store, a.SessionID())))
+	require.Empty(t, wstest.Diff(view, snapshotOf(t, a)))
+}
+
+// A run whose final write fails is over for its clients at once; its stored status
+// follows on a retry, and a repeat of its request sees the status clients were told.
+func TestFailedRunEndIsShownAndRetried(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	clock := clockwork.NewFakeClock()
+	a := startActorWithClock(t, st, script.New(script.Text("done soon")), clock)
+	live := newSub()
+	ctx := context.Background()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
+	require.NoError(t, err)
+
+	st.set("RunUpdate", failBefore, -1)
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.Equal(t, "chat.done", live.waitFor(t, wstest.Frame.Terminal).Type)
+
+	run, err := st.Store.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunRunning, run.Status, "the failed write did not reach the database")
+
+	again, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.Equal(t, conversation.SendResult{RunID: res.RunID, Duplicate: true, Status: store.RunDone}, again)
+
+	a.Unsubscribe(ctx, live)
+	st.clear()
+	waitTimers(t, clock, 1) // the retry
+	clock.Advance(time.Second)
+	waitTimers(t, clock, 1) // now the idle timer: everything is stored
+	run, err = st.Store.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunDone, run.Status)
+}
+
+// An insert that reports failure but committed leaves a row the actor never published.
+// The run ends as a storage error, the stray row does not stay "streaming", and the next
+// message gets a free position.
+func TestLostInsertIsSettled(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	a := startActor(t, st, script.New(script.Text("never shown")))
+	live := newSub()
+	ctx := context.Background()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
+	require.NoError(t, err)
+
+	st.set("MessageInsert", failAfter, 1)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	end := live.waitFor(t, wstest.Frame.Terminal)
+	require.Equal(t, "chat.error", end.Type)
+	require.Equal(t, "storage", end.Run.Error.Code)
+
+	db := stored(t, st.Store, a.SessionID())
+	require.Len(t, db, 2, "the user message and the row whose insert 'failed'")
+	require.Equal(t, "error", db[1].Status)
+
+	// The next run takes the position after the stray row instead of colliding with it.
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "again"})
+	require.NoError(t, err)
+	require.Equal(t, "chat.done", live.waitFor(t, func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r2" }).Type)
+}
+
+// A RunStart whose answer was lost after it committed: the actor finds the run stored
+// and carries on.
+func TestRunStartCommittedDespiteError(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	a := startActor(t, st, script.New(script.Text("hi")))
+	live := newSub()
+	ctx := context.Background()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
+	require.NoError(t, err)
+
+	st.set("RunStart", failAfter, 1)
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Equal(t, "chat.done", live.waitFor(t, wstest.Frame.Terminal).Type)
+	require.Empty(t, wstest.Diff(stored(t, st.Store, a.SessionID()), live.state.Sorted()))
+}
+
+// When even the check fails, the client is told storage failed; its retry of the same
+// request finds the run stored as running with no agent, and starts it.
+func TestRunStartLostThenRetried(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	a := startActor(t, st, script.New(script.Text("adopted")))
+	live := newSub()
+	ctx := context.Background()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
+	require.NoError(t, err)
+
+	st.set("RunStart", failAfter, 1)
+	st.set("RunByRequest", failBefore, 1)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	var ce *conversation.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, conversation.CodeStorage, ce.Code)
+
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, store.RunRunning, res.Status)
+	end := live.waitFor(t, wstest.Frame.Terminal)
+	require.Equal(t, "chat.done", end.Type)
+	require.Equal(t, res.RunID.String(), end.RunID)
+
+	msgs := live.state.Sorted()
+	require.Len(t, msgs, 2)
+	require.Equal(t, "go", msgs[0].Content)
+	require.Equal(t, "adopted", msgs[1].Content)
+	require.Empty(t, wstest.Diff(stored(t, st.Store, a.SessionID()), msgs))
+}
