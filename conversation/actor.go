@@ -463,11 +463,9 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		}
 		frames = append(frames, frame)
 	}
-	for _, f := range frames {
-		if !sub.Deliver(f) {
-			sub.Dropped(DropSlow)
-			return res, nil
-		}
+	if !sub.CatchUp(frames) {
+		sub.Dropped(DropSlow)
+		return res, nil
 	}
 	a.subs[sub] = struct{}{}
 	return res, nil

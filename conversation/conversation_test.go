@@ -56,6 +56,13 @@ func (s *sub) Deliver(b []byte) bool {
 	return true
 }
 
+func (s *sub) CatchUp(frames [][]byte) bool {
+	for _, f := range frames {
+		s.Deliver(f)
+	}
+	return true
+}
+
 func (s *sub) Dropped(r conversation.DropReason) {
 	s.mu.Lock()
 	s.dropped = r

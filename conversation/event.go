@@ -84,10 +84,16 @@ const (
 	DropShutdown
 )
 
-// Subscriber receives a session's frames. The actor calls both methods from its own
-// goroutine, so neither may block.
+// Subscriber receives a session's frames. The actor calls its methods from its own
+// goroutine, so none may block.
 type Subscriber interface {
-	// Deliver queues frame for sending. It returns false when the frame does not fit
+	// CatchUp queues the frames that answer a hello (resumed and the replayed events, or
+	// a snapshot). They are bounded by the actor (a replay by MaxReplayBytes, a snapshot
+	// by SnapshotMessages), so they must not count against the budget for live events:
+	// a large snapshot must not get the next live event refused. It returns false only
+	// when the subscriber is closed.
+	CatchUp(frames [][]byte) bool
+	// Deliver queues a live event's frame. It returns false when the frame does not fit
 	// (the queue is full, or the subscriber is closed); the actor then drops it.
 	Deliver(frame []byte) bool
 	// Dropped tells the subscriber it will get no more frames from this actor.

@@ -42,7 +42,8 @@ func New(cfg conversation.Config, log zerolog.Logger) (*Hub, error) {
 
 // Hello subscribes req.Subscriber to session id, starting its actor if needed, and returns
 // the actor for the connection's later commands. Errors are those of Actor.Hello, and
-// ErrClosed.
+// ErrClosed. On an error the actor the hello reached is returned too (nil if none): when
+// ctx ended, the hello may still have subscribed, and the caller should unsubscribe.
 func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloRequest) (*conversation.Actor, conversation.HelloResult, error) {
 	// An actor can stop between get and Hello (idle eviction); its replacement is a new
 	// incarnation, so the retry cannot meet the same stopped actor again.
@@ -55,10 +56,7 @@ func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloReq
 		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
 			continue
 		}
-		if err != nil {
-			return nil, res, err
-		}
-		return a, res, nil
+		return a, res, err
 	}
 }
 

@@ -136,6 +136,13 @@ func (s *sub) Deliver(frame []byte) bool {
 	return true
 }
 
+func (s *sub) CatchUp(frames [][]byte) bool {
+	for _, f := range frames {
+		s.Deliver(f)
+	}
+	return true
+}
+
 func (s *sub) Dropped(reason conversation.DropReason) {
 	s.mu.Lock()
 	s.drops = append(s.drops, reason)
@@ -671,4 +678,44 @@ func TestShutdownInterruptsRuns(t *testing.T) {
 	require.True(t, errors.Is(err, hub.ErrClosed), "hello for a new session after shutdown: %v", err)
 	require.Equal(t, 0, e.hub.Len())
 	require.NoError(t, e.hub.Shutdown(ctx), "a second shutdown")
+}
+
+// A hello whose context ends while the actor handles it may still subscribe. Hello then
+// returns the actor with the error, so the caller can unsubscribe, and the actor is left
+// with no subscriber that nobody reads (it turns idle and arms its eviction timer).
+func TestCancelledHelloCanBeUndone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, script.New(script.Text("x")))
+	id := uuid.New()
+	ctx := testCtx(t)
+	keeper := newSub()
+	a, _, err := e.hub.Hello(ctx, id, hello(keeper)) // creates the session
+	require.NoError(t, err)
+
+	var subs []*sub
+	for range 50 {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		s := newSub()
+		got, _, err := e.hub.Hello(cctx, id, hello(s))
+		require.Same(t, a, got, "Hello returns the actor it reached, error or not")
+		require.ErrorIs(t, err, context.Canceled)
+		got.Unsubscribe(ctx, s)
+		subs = append(subs, s)
+	}
+	roundTrip(ctx, t, a) // everything queued before has been handled
+	subscribed := 0
+	for _, s := range subs {
+		if len(s.received(t).frames) > 0 {
+			subscribed++ // the hello got through although its caller had given up
+		}
+	}
+	t.Logf("%d of 50 cancelled hellos had subscribed anyway", subscribed)
+	require.Positive(t, subscribed, "the test never exercised a hello that subscribed after its caller gave up")
+
+	// Once the keeper leaves too, nothing holds the actor: it arms its eviction timer.
+	a.Unsubscribe(ctx, keeper)
+	require.NoError(t, e.clock.BlockUntilContext(ctx, 1))
+	e.clock.Advance(idleTimeout)
+	waitDone(ctx, t, a)
 }

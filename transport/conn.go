@@ -38,10 +38,14 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// Outbound queue.
+	// Outbound queue: one FIFO, two budgets. Live events and replies each may queue up
+	// to SendQueueBytes that the writer has not taken yet; catch-up frames (bounded by
+	// the actor) count against neither. While the writer writes a batch the next one
+	// fills, so a slow connection holds at most about twice the budget.
 	mu         sync.Mutex
 	frames     [][]byte
-	queued     int           // bytes queued or being written
+	eventBytes int
+	replyBytes int
 	closeReq   *closeRequest // set once; no frame is queued after it
 	closeTimer clockwork.Timer
 	wake       chan struct{}
@@ -87,19 +91,36 @@ func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	}
 }
 
-// Deliver queues a frame. A frame that would take the queue over its byte limit is
-// refused, unless the queue is empty: one large snapshot must still get through.
+// Deliver queues a live event. One that would take the events waiting for the writer
+// over the budget is refused (the actor then drops this connection with 4008), unless
+// none are waiting: a single event larger than the budget still gets through.
 func (c *conn) Deliver(frame []byte) bool {
+	return c.enqueue(frame, &c.eventBytes)
+}
+
+// CatchUp queues the answer to a hello, outside both budgets.
+func (c *conn) CatchUp(frames [][]byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closeReq != nil {
 		return false
 	}
-	if c.queued > 0 && c.queued+len(frame) > c.s.cfg.SendQueueBytes {
+	c.frames = append(c.frames, frames...)
+	c.signal()
+	return true
+}
+
+func (c *conn) enqueue(frame []byte, budget *int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeReq != nil {
+		return false
+	}
+	if *budget > 0 && *budget+len(frame) > c.s.cfg.SendQueueBytes {
 		return false
 	}
 	c.frames = append(c.frames, frame)
-	c.queued += len(frame)
+	*budget += len(frame)
 	c.signal()
 	return true
 }
@@ -148,19 +169,20 @@ func (c *conn) signal() {
 }
 
 // take returns the queued frames (reusing spare's storage for the next ones) and the
-// close request, if any.
+// close request, if any. The frames taken no longer count against the budgets.
 func (c *conn) take(spare [][]byte) ([][]byte, *closeRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	frames := c.frames
 	c.frames = spare[:0]
+	c.eventBytes, c.replyBytes = 0, 0
 	return frames, c.closeReq
 }
 
-func (c *conn) written(n int) (stop bool) {
+// dropping reports whether the connection is being closed without sending what is left.
+func (c *conn) dropping() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.queued -= n
 	return c.closeReq != nil && !c.closeReq.flush
 }
 
@@ -180,7 +202,7 @@ func (c *conn) writeLoop() {
 				return
 			}
 			frames[i] = nil
-			if c.written(len(f)) {
+			if c.dropping() {
 				break // dropped as slow: what is left is thrown away
 			}
 		}
@@ -310,15 +332,17 @@ func (c *conn) stopPings() {
 	c.pings.Wait()
 }
 
-// reply queues a reply frame; a connection too slow to take it is closed.
+// reply queues a reply frame. Replies have their own budget, so a large history page
+// cannot get live events refused; a client that sends commands but does not read the
+// replies is closed with 4008 once they fill it.
 func (c *conn) reply(v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		c.log.Error().Err(err).Msg("encode reply")
 		return
 	}
-	if !c.Deliver(b) {
-		c.requestClose(closeSlow, "too slow: outbound queue full", false)
+	if !c.enqueue(b, &c.replyBytes) && c.requestClose(closeSlow, "too slow: outbound queue full", false) {
+		c.log.Info().Int("queue_bytes", c.s.cfg.SendQueueBytes).Msg("closing a connection that does not read its replies (4008)")
 	}
 }
 
@@ -438,6 +462,12 @@ func (c *conn) hello(f clientFrame) {
 		LastSeq:    lastSeq,
 		Subscriber: c,
 	})
+	if err != nil && actor != nil {
+		// A hello whose ctx ended may have subscribed all the same; make sure it did not.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		actor.Unsubscribe(ctx, c)
+		cancel()
+	}
 	if errors.Is(err, conversation.ErrNotYours) {
 		c.replyError(f.RequestID, conversation.CodeNotFound, "session not found")
 		c.requestClose(closeNotFound, "session not found", true)

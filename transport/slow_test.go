@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
 )
@@ -131,4 +133,50 @@ func TestSlowConsumerRepliesDoNotBlock(t *testing.T) {
 	}
 	// Now read: some error replies, then the close.
 	require.Equal(t, websocket.StatusCode(4008), c.ExpectClose())
+}
+
+// A snapshot or a history page larger than the send queue must not get the live events
+// behind it refused: a tab that joins a long conversation mid-run, on a slow link, is not
+// "too slow" for receiving the conversation it asked for.
+func TestLargeCatchUpAndHistoryDoNotCountAsBacklog(t *testing.T) {
+	t.Parallel()
+	gate := script.NewGate()
+	e := newEnv(t, envOptions{
+		agent: script.PerRun(func(req conversation.Request) []script.Step {
+			if req.Content == "long" {
+				return []script.Step{script.Text(strings.Repeat("x", 8000))}
+			}
+			return []script.Step{gate.Wait(), script.Words(20), gate.Wait(), script.Words(20)}
+		}),
+		transport: func(c *transport.Config) { c.SendQueueBytes = 16 << 10 },
+		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
+	})
+	a := e.session()
+	// 32 KB of history, twice the queue, in runs small enough for the queue.
+	for i := range 4 {
+		require.Equal(t, "ack", a.Chat(fmt.Sprint("long-", i), "long").Type)
+		a.ReadTerminal()
+	}
+	require.Equal(t, "ack", a.Chat("r2", "streaming").Type)
+
+	// A slow tab says hello and does not read yet: its snapshot (larger than the queue)
+	// sits in the server's writer while the run streams.
+	slow := wstest.Dial(t, e.URL, smallReceiveBuffer())
+	slow.Send(map[string]any{"type": "hello", "sessionId": a.State.SessionID})
+	ctx := testCtx(t)
+	require.NoError(t, gate.Pass(ctx))
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == " w20" })
+
+	snap := slow.Read()
+	require.Equal(t, "snapshot", snap.Type)
+	slow.ReadToSeq(a.State.LastSeq)
+
+	// A history page larger than the queue, asked for while events are waiting.
+	slow.Send(map[string]any{"type": "history.fetch", "requestId": "h", "limit": 200})
+	require.NoError(t, gate.Pass(ctx))
+	a.ReadTerminal()
+	page := slow.ReadReply("h")
+	require.Equal(t, "history", page.Type, "%s", page.Raw)
+	slow.ReadToSeq(a.State.LastSeq)
+	e.requireConverged(a.State.SessionID, a, slow)
 }
