@@ -129,6 +129,8 @@ type HelloRequest struct {
 	LastSeq int64
 	// Subscriber receives the catch-up frames and then every live event.
 	Subscriber Subscriber
+	// RequestID, when the hello carried one, is echoed on the catch-up frame.
+	RequestID string
 }
 
 // HelloResult says how a subscriber was caught up.
@@ -443,7 +445,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	var frames [][]byte
 	if req.Epoch == a.epoch {
 		if replay, size, ok := a.ring.since(req.LastSeq, a.seq); ok && size <= a.cfg.MaxReplayBytes {
-			resumed, err := a.cfg.Encoder.Resumed(Resumed{SessionID: a.id, Epoch: a.epoch, LastSeq: req.LastSeq})
+			resumed, err := a.cfg.Encoder.Resumed(Resumed{SessionID: a.id, Epoch: a.epoch, LastSeq: req.LastSeq, RequestID: req.RequestID})
 			if err != nil {
 				return HelloResult{}, a.encodeError(err)
 			}
@@ -457,6 +459,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		if err != nil {
 			return HelloResult{}, a.storageError("read the session", err)
 		}
+		snap.RequestID = req.RequestID
 		frame, err := a.cfg.Encoder.Snapshot(snap)
 		if err != nil {
 			return HelloResult{}, a.encodeError(err)

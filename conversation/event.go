@@ -50,6 +50,7 @@ type Event struct {
 // segment with its text so far, running tool calls with their output so far) and the
 // active run, if any.
 type Snapshot struct {
+	RequestID string // of the hello it answers, if any
 	SessionID uuid.UUID
 	Epoch     string
 	LastSeq   int64
@@ -60,6 +61,7 @@ type Snapshot struct {
 
 // Resumed announces a replay: the events after LastSeq (the subscriber's own) follow.
 type Resumed struct {
+	RequestID string // of the hello it answers, if any
 	SessionID uuid.UUID
 	Epoch     string
 	LastSeq   int64

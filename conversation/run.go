@@ -184,12 +184,19 @@ func (a *Actor) adopt(prev store.Run) (SendResult, error) {
 	return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 }
 
+// ValidRequestID reports whether id is a requestId the protocol allows: 1 to
+// MaxRequestIDLen characters (not bytes) of valid UTF-8 without NUL.
+func ValidRequestID(id string) bool {
+	return id != "" && utf8.ValidString(id) && utf8.RuneCountInString(id) <= MaxRequestIDLen &&
+		strings.IndexByte(id, 0) < 0
+}
+
 func validateSend(req SendRequest, maxContent int) error {
 	switch {
 	case req.RequestID == "":
 		return errorf(CodeBadRequest, "requestId is required")
-	case len(req.RequestID) > MaxRequestIDLen:
-		return errorf(CodeBadRequest, "requestId is longer than %d characters", MaxRequestIDLen)
+	case !ValidRequestID(req.RequestID):
+		return errorf(CodeBadRequest, "requestId must be 1 to %d characters of valid UTF-8", MaxRequestIDLen)
 	case strings.TrimSpace(req.Content) == "":
 		return errorf(CodeBadRequest, "content is empty")
 	case len(req.Content) > maxContent:
@@ -332,6 +339,38 @@ func (e *emitter) call(it intent, reply chan error) error {
 	}
 }
 
+// storableJSON checks that a tool input is JSON that PostgreSQL's jsonb accepts: valid
+// UTF-8, and no string holding U+0000.
+func storableJSON(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("not valid UTF-8")
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errors.New("not JSON")
+	}
+	if hasNUL(v) {
+		return errors.New(`contains \u0000, which cannot be stored`)
+	}
+	return nil
+}
+
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.IndexByte(v, 0) >= 0
+	case []any:
+		return slices.ContainsFunc(v, hasNUL)
+	case map[string]any:
+		for k, e := range v {
+			if strings.IndexByte(k, 0) >= 0 || hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // cleanText makes agent text storable: PostgreSQL text holds neither NUL nor invalid
 // UTF-8, and what clients see must be what is stored.
 func cleanText(s string) string {
@@ -368,8 +407,8 @@ func (a *Actor) onToolStart(run *runState, call ToolCall) error {
 		return ErrRunEnded
 	}
 	switch {
-	case call.ID == "" || len(call.ID) > 256:
-		return errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes")
+	case call.ID == "" || len(call.ID) > 256 || !utf8.ValidString(call.ID) || strings.IndexByte(call.ID, 0) >= 0:
+		return errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
 	case run.calls[call.ID]:
 		return errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
 	case call.Name == "":
@@ -379,8 +418,8 @@ func (a *Actor) onToolStart(run *runState, call ToolCall) error {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	if !json.Valid(input) {
-		return errorf(CodeBadRequest, "tool call %q input is not JSON", call.ID)
+	if err := storableJSON(input); err != nil {
+		return errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
 	}
 	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
 		a.failStorage(run, "store the reply", err)

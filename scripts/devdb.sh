@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# devdb.sh: the project's private PostgreSQL for `make run`, `make test` and `make bench`.
+# devdb.sh: the project's private PostgreSQL for `make run` and `make test`.
 #
 #   scripts/devdb.sh exec CMD...   run CMD with DATABASE_URL set (starting the server if needed)
 #   scripts/devdb.sh url           start if needed and print the DATABASE_URL

@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -46,3 +47,61 @@ func TestChatStreamsAndStores(t *testing.T) {
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// The answer to a hello echoes its requestId, like every reply.
+func TestHelloEchoesRequestID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{agent: script.New(script.Text("ok"))})
+	c := e.dial()
+	c.Send(map[string]any{"type": "hello", "requestId": "h1"})
+	snap := c.Read()
+	require.Equal(t, "snapshot", snap.Type)
+	require.Equal(t, "h1", snap.RequestID)
+
+	again := e.dial()
+	again.State = c.State
+	again.Send(map[string]any{"type": "hello", "requestId": "h2", "sessionId": c.State.SessionID, "epoch": c.State.Epoch, "lastSeq": c.State.LastSeq})
+	resumed := again.Read()
+	require.Equal(t, "resumed", resumed.Type)
+	require.Equal(t, "h2", resumed.RequestID)
+}
+
+// requestId is limited in characters, not bytes.
+func TestRequestIDLengthIsInCharacters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{agent: script.New(script.Text("ok"))})
+	c := e.session()
+	id := strings.Repeat("é", 128) // 256 bytes
+	ack := c.Chat(id, "hi")
+	require.Equal(t, "ack", ack.Type, "%s", ack.Raw)
+	require.Equal(t, id, ack.RequestID)
+	c.ReadTerminal()
+
+	c.Send(map[string]any{"type": "chat.send", "requestId": id + "é", "content": "hi"})
+	f := c.ReadType("error")
+	require.Equal(t, "bad_request", f.Code)
+}
+
+// Tool input PostgreSQL cannot store is refused to the agent as bad input, not turned
+// into a storage failure.
+func TestUnstorableToolInputIsRefused(t *testing.T) {
+	t.Parallel()
+	for name, input := range map[string]string{
+		"NUL in a string": `{"a": "x\u0000y"}`,
+		"NUL in a key":    `{"\u0000": 1}`,
+		"not JSON":        `{"a": `,
+		"invalid UTF-8":   "{\"a\": \"\xff\"}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{agent: script.New(script.Text("before"), script.ToolStart("c1", "t", input))})
+			c := e.session()
+			require.Equal(t, "ack", c.Chat("r1", "go").Type)
+			end := c.ReadTerminal()
+			require.Equal(t, "chat.error", end.Type)
+			require.Equal(t, "bad_request", end.Run.Error.Code)
+			require.Contains(t, end.Run.Error.Message, "c1")
+			e.requireConverged(c.State.SessionID, c)
+		})
+	}
+}

@@ -380,7 +380,7 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	}
 	var f clientFrame
 	err := json.Unmarshal(data, &f)
-	validID := f.RequestID != nil && *f.RequestID != "" && len(*f.RequestID) <= conversation.MaxRequestIDLen
+	validID := f.RequestID != nil && conversation.ValidRequestID(*f.RequestID)
 	if f.RequestID != nil && !validID {
 		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", conversation.MaxRequestIDLen))
 		return
@@ -461,6 +461,7 @@ func (c *conn) hello(f clientFrame) {
 		Epoch:      f.Epoch,
 		LastSeq:    lastSeq,
 		Subscriber: c,
+		RequestID:  deref(f.RequestID),
 	})
 	if err != nil && actor != nil {
 		// A hello whose ctx ended may have subscribed all the same; make sure it did not.
@@ -557,6 +558,13 @@ func (c *conn) command(f clientFrame) {
 		}
 		c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume is not supported by this server yet")
 	}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // jsonProblem describes a decoding error without echoing the whole frame back.

@@ -101,6 +101,7 @@ type wireEvent struct {
 
 type wireSnapshot struct {
 	Type      string        `json:"type"`
+	RequestID string        `json:"requestId,omitempty"`
 	SessionID uuid.UUID     `json:"sessionId"`
 	Epoch     string        `json:"epoch"`
 	LastSeq   int64         `json:"lastSeq"`
@@ -111,6 +112,7 @@ type wireSnapshot struct {
 
 type wireResumed struct {
 	Type      string    `json:"type"`
+	RequestID string    `json:"requestId,omitempty"`
 	SessionID uuid.UUID `json:"sessionId"`
 	Epoch     string    `json:"epoch"`
 	LastSeq   int64     `json:"lastSeq"`
@@ -234,6 +236,7 @@ func (Encoder) Event(ev conversation.Event) ([]byte, error) {
 func (Encoder) Snapshot(s conversation.Snapshot) ([]byte, error) {
 	return json.Marshal(wireSnapshot{
 		Type:      "snapshot",
+		RequestID: s.RequestID,
 		SessionID: s.SessionID,
 		Epoch:     s.Epoch,
 		LastSeq:   s.LastSeq,
@@ -245,5 +248,5 @@ func (Encoder) Snapshot(s conversation.Snapshot) ([]byte, error) {
 
 // Resumed encodes a resumed frame.
 func (Encoder) Resumed(r conversation.Resumed) ([]byte, error) {
-	return json.Marshal(wireResumed{Type: "resumed", SessionID: r.SessionID, Epoch: r.Epoch, LastSeq: r.LastSeq})
+	return json.Marshal(wireResumed{Type: "resumed", RequestID: r.RequestID, SessionID: r.SessionID, Epoch: r.Epoch, LastSeq: r.LastSeq})
 }
