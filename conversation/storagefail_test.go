@@ -103,6 +103,21 @@ func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requ
 	return r, err
 }
 
+// faultSetup starts an actor on a fault-injecting store with one subscriber. A nil clock
+// means a fake clock nobody advances.
+func faultSetup(t *testing.T, agent conversation.Agent, clock *clockwork.FakeClock) (*faultStore, *conversation.Actor, *sub) {
+	t.Helper()
+	st := newFaultStore(t)
+	if clock == nil {
+		clock = clockwork.NewFakeClock()
+	}
+	a := startActorWithClock(t, st, agent, clock)
+	live := newSub()
+	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: live})
+	require.NoError(t, err)
+	return st, a, live
+}
+
 // stored returns a session's messages as the database has them, in wire form.
 func stored(t *testing.T, st *store.Store, sessionID uuid.UUID) []wstest.Message {
 	t.Helper()
@@ -135,15 +150,11 @@ func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int) {
 // say so too, and the write is retried until the database has it.
 func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 	t.Parallel()
-	st := newFaultStore(t)
 	clock := clockwork.NewFakeClock()
 	gate := script.NewGate()
-	a := startActorWithClock(t, st, script.New(script.Text("hello", " world"), gate.Wait(), script.Tool("c1", "t", `{}`, "out")), clock)
-	live := newSub()
+	st, a, live := faultSetup(t, script.New(script.Text("hello", " world"), gate.Wait(), script.Tool("c1", "t", `{}`, "out")), clock)
 	ctx := context.Background()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
-	require.NoError(t, err)
-	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	live.waitFor(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == " world" })
 
@@ -186,13 +197,9 @@ func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 // follows on a retry, and a repeat of its request sees the status clients were told.
 func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 	t.Parallel()
-	st := newFaultStore(t)
 	clock := clockwork.NewFakeClock()
-	a := startActorWithClock(t, st, script.New(script.Text("done soon")), clock)
-	live := newSub()
+	st, a, live := faultSetup(t, script.New(script.Text("done soon")), clock)
 	ctx := context.Background()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
-	require.NoError(t, err)
 
 	st.set("RunUpdate", failBefore, -1)
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
@@ -222,15 +229,11 @@ func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 // message gets a free position.
 func TestLostInsertIsSettled(t *testing.T) {
 	t.Parallel()
-	st := newFaultStore(t)
-	a := startActor(t, st, script.New(script.Text("never shown")))
-	live := newSub()
+	st, a, live := faultSetup(t, script.New(script.Text("never shown")), nil)
 	ctx := context.Background()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
-	require.NoError(t, err)
 
 	st.set("MessageInsert", failAfter, 1)
-	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	end := live.waitFor(t, wstest.Frame.Terminal)
 	require.Equal(t, "chat.error", end.Type)
@@ -250,12 +253,8 @@ func TestLostInsertIsSettled(t *testing.T) {
 // and carries on.
 func TestRunStartCommittedDespiteError(t *testing.T) {
 	t.Parallel()
-	st := newFaultStore(t)
-	a := startActor(t, st, script.New(script.Text("hi")))
-	live := newSub()
+	st, a, live := faultSetup(t, script.New(script.Text("hi")), nil)
 	ctx := context.Background()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
-	require.NoError(t, err)
 
 	st.set("RunStart", failAfter, 1)
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
@@ -269,16 +268,12 @@ func TestRunStartCommittedDespiteError(t *testing.T) {
 // request finds the run stored as running with no agent, and starts it.
 func TestRunStartLostThenRetried(t *testing.T) {
 	t.Parallel()
-	st := newFaultStore(t)
-	a := startActor(t, st, script.New(script.Text("adopted")))
-	live := newSub()
+	st, a, live := faultSetup(t, script.New(script.Text("adopted")), nil)
 	ctx := context.Background()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: live})
-	require.NoError(t, err)
 
 	st.set("RunStart", failAfter, 1)
 	st.set("RunByRequest", failBefore, 1)
-	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	var ce *conversation.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, conversation.CodeStorage, ce.Code)
