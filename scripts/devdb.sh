@@ -23,10 +23,11 @@ die() { say "$*"; exit 1; }
 
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
-# as_pg runs a command as the user that owns the cluster: `postgres` when we are root.
+# as_pg runs a command as the user that owns the cluster: `postgres` when we are root,
+# from / because that user may not be allowed into the current directory.
 as_pg() {
 	if is_root; then
-		runuser -u postgres -- "$@"
+		(cd / && runuser -u postgres -- "$@")
 	else
 		"$@"
 	fi
