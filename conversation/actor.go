@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/store"
@@ -35,31 +34,30 @@ type Actor struct {
 	log   zerolog.Logger
 
 	inbox     chan intent
-	idleC     chan uint64
-	retryC    chan uint64
+	timerC    chan timerFire
 	done      chan struct{} // closed once the actor takes no more intents
 	closeOnce sync.Once
 	runs      sync.WaitGroup
 	onStop    func(a *Actor, stop func())
 
 	// Owned by the loop goroutine.
-	loaded    bool
-	session   *store.Session // nil until loaded, or while the session does not exist
-	nextPos   int64
-	seq       int64
-	ring      *ring
-	subs      map[Subscriber]struct{}
-	run       *runState // the active run, nil when none
-	idleGen   uint64
-	idleTimer clockwork.Timer
-	stopped   bool
+	loaded   bool
+	session  *store.Session // nil until loaded, or while the session does not exist
+	nextPos  int64
+	seq      int64
+	ring     *ring
+	subs     map[Subscriber]struct{}
+	run      *runState // the active run, nil when none
+	stopped  bool
+	evicted  bool
+	idleT    actorTimer
+	abandonT actorTimer
+	retryT   actorTimer
 
 	// Writes that failed, newest version of each row, kept until a retry stores them.
 	// Clients were told of these states, so snapshots and history show them too.
 	unsavedMsgs map[uuid.UUID]store.Message
 	unsavedRuns map[uuid.UUID]store.Run
-	retryGen    uint64
-	retryTimer  clockwork.Timer
 	retryDelay  time.Duration
 }
 
@@ -79,8 +77,7 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		cfg:    cfg,
 		log:    cfg.Logger.With().Str("component", "conversation").Str("session_id", id.String()).Str("epoch", epoch).Logger(),
 		inbox:  make(chan intent, cfg.InboxSize),
-		idleC:  make(chan uint64),
-		retryC: make(chan uint64),
+		timerC: make(chan timerFire),
 		done:   make(chan struct{}),
 		onStop: onStop,
 		ring:   newRing(cfg.RingEvents, cfg.RingBytes),
@@ -88,6 +85,10 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 
 		unsavedMsgs: make(map[uuid.UUID]store.Message),
 		unsavedRuns: make(map[uuid.UUID]store.Run),
+
+		idleT:    actorTimer{kind: timerIdle},
+		abandonT: actorTimer{kind: timerAbandon},
+		retryT:   actorTimer{kind: timerRetry},
 	}
 	go a.loop()
 	return a
@@ -277,35 +278,63 @@ func call[T any](ctx context.Context, a *Actor, build func(chan result[T]) inten
 }
 
 func (a *Actor) loop() {
-	evicted := false
-	a.checkIdle()
+	a.checkTimers()
 	for !a.stopped {
 		select {
 		case it := <-a.inbox:
 			a.handle(it)
-		case gen := <-a.idleC:
-			if gen != a.idleGen || !a.idle() {
-				continue // a timer that was stopped too late
-			}
-			a.log.Debug().Msg("evicting idle conversation")
-			evicted = true
-			a.stopped = true
-		case gen := <-a.retryC:
-			if gen == a.retryGen {
-				a.retryTimer = nil
-				a.flushUnsaved()
-			}
+		case f := <-a.timerC:
+			a.onTimer(f)
 		}
-		a.checkIdle()
+		a.checkTimers()
 	}
-	a.disarmIdle()
-	if a.retryTimer != nil {
-		a.retryTimer.Stop()
-	}
-	if evicted && a.onStop != nil {
+	a.idleT.disarm()
+	a.abandonT.disarm()
+	a.retryT.disarm()
+	if a.evicted && a.onStop != nil {
 		a.onStop(a, a.closeDone)
 	}
 	a.closeDone()
+}
+
+func (a *Actor) onTimer(f timerFire) {
+	switch f.kind {
+	case timerIdle:
+		if a.idleT.fired(f) && a.idle() {
+			a.log.Debug().Msg("evicting idle conversation")
+			a.evicted = true
+			a.stopped = true
+		}
+	case timerRetry:
+		if a.retryT.fired(f) {
+			a.flushUnsaved()
+		}
+	case timerAbandon:
+		if a.abandonT.fired(f) && a.abandonable() {
+			a.log.Info().Str("run_id", a.run.info.ID.String()).Dur("after", a.cfg.AbandonAfter).Msg("cancelling a run nobody watches")
+			a.finish(a.run, store.RunCancelled, nil, store.CancelAbandoned)
+		}
+	}
+}
+
+// checkTimers arms the timers whose condition holds and disarms the others.
+func (a *Actor) checkTimers() {
+	if a.idle() && !a.stopped {
+		a.arm(&a.idleT, a.cfg.IdleTimeout)
+	} else {
+		a.idleT.disarm()
+	}
+	if a.abandonable() && !a.stopped {
+		a.arm(&a.abandonT, a.cfg.AbandonAfter)
+	} else {
+		a.abandonT.disarm()
+	}
+}
+
+// abandonable reports whether the active run streams with nobody watching. A run that
+// waits for an approval waits indefinitely: that is not abandonment.
+func (a *Actor) abandonable() bool {
+	return a.run != nil && a.run.info.Status == store.RunRunning && len(a.subs) == 0
 }
 
 func (a *Actor) closeDone() {
@@ -341,6 +370,16 @@ func (a *Actor) handle(it intent) {
 		it.reply <- a.onToolEnd(it.run, it.callID, it.result)
 	case *runEndIntent:
 		a.onRunEnd(it.run, it.err)
+	case *decideIntent:
+		v, err := a.decide(it.callID, it.approved)
+		it.reply <- result[DecideResult]{v, err}
+	case *approvalIntent:
+		ch, err := a.onAwaitApproval(it.run, it.call)
+		it.reply <- result[<-chan Decision]{ch, err}
+	case *pausedIntent:
+		it.reply <- a.onPaused(it.run)
+	case *usageIntent:
+		a.onUsage(it.run, it.usage)
 	default:
 		panic(fmt.Sprintf("conversation: unknown intent %T", it))
 	}
@@ -350,34 +389,6 @@ func (a *Actor) handle(it intent) {
 // no write still to be retried.
 func (a *Actor) idle() bool {
 	return a.run == nil && len(a.subs) == 0 && len(a.unsavedMsgs) == 0 && len(a.unsavedRuns) == 0
-}
-
-// checkIdle arms the eviction timer when the actor has become idle and disarms it when it
-// is busy again.
-func (a *Actor) checkIdle() {
-	if !a.idle() || a.stopped {
-		a.disarmIdle()
-		return
-	}
-	if a.idleTimer != nil {
-		return
-	}
-	a.idleGen++
-	gen := a.idleGen
-	a.idleTimer = a.cfg.Clock.AfterFunc(a.cfg.IdleTimeout, func() {
-		select {
-		case a.idleC <- gen:
-		case <-a.done:
-		}
-	})
-}
-
-func (a *Actor) disarmIdle() {
-	if a.idleTimer != nil {
-		a.idleTimer.Stop()
-		a.idleTimer = nil
-		a.idleGen++ // a timer that already fired is now stale
-	}
 }
 
 func (a *Actor) now() time.Time { return store.Timestamp(a.cfg.Clock.Now()) }
@@ -542,7 +553,7 @@ func (a *Actor) stop() {
 		a.finish(a.run, store.RunInterrupted, &store.ErrorInfo{
 			Code:    CodeInterrupted,
 			Message: "the server shut down during this run",
-		})
+		}, store.CancelShutdown)
 	}
 	for sub := range a.subs {
 		delete(a.subs, sub)
@@ -558,18 +569,11 @@ func (a *Actor) stop() {
 
 // scheduleRetry arms the retry of unsaved writes, backing off while they keep failing.
 func (a *Actor) scheduleRetry() {
-	if a.retryTimer != nil || a.stopped {
+	if a.retryT.timer != nil || a.stopped {
 		return
 	}
 	a.retryDelay = min(max(2*a.retryDelay, retryMin), retryMax)
-	a.retryGen++
-	gen := a.retryGen
-	a.retryTimer = a.cfg.Clock.AfterFunc(a.retryDelay, func() {
-		select {
-		case a.retryC <- gen:
-		case <-a.done:
-		}
-	})
+	a.arm(&a.retryT, a.retryDelay)
 }
 
 // flushUnsaved retries the writes that failed. It stops at the first failure (the

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 
 	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/store"
 )
 
 // Agent produces the reply to one user message. Run streams its output through out and
@@ -38,7 +40,24 @@ type Emitter interface {
 	ToolOutput(callID, text string) error
 	// ToolEnd records a tool call's result and returns once it is stored.
 	ToolEnd(callID string, result ToolResult) error
+
+	// AwaitApproval records a tool call that may only run once a person approves it: it
+	// is stored and published with tool status awaiting_approval, and the run waits
+	// (status awaiting_approval, with the call as its pendingApproval). The channel
+	// receives the first decision. An approved call is running when the decision
+	// arrives, and the agent ends it with ToolEnd as usual; a denied call has been ended
+	// by the actor (tool status denied, output DeclinedOutput). If the run ends first,
+	// no decision comes: the agent's context is cancelled instead.
+	AwaitApproval(call ToolCall) (<-chan Decision, error)
+	// Paused records that the agent paused the session's sandbox while the run waits
+	// for a decision; the run's status is paused until a decision arrives.
+	Paused() error
+	// Usage adds the model tokens a model call consumed to the run's usage.
+	Usage(u Usage) error
 }
+
+// Usage counts model tokens.
+type Usage = store.Usage
 
 // ToolCall describes a tool invocation.
 type ToolCall struct {

@@ -20,6 +20,7 @@ const (
 	DefaultMaxReplayBytes   = 512 << 10
 	DefaultSnapshotMessages = 200
 	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultAbandonAfter     = 30 * time.Minute
 	DefaultMaxContentBytes  = 128 << 10
 	DefaultInboxSize        = 256
 
@@ -71,6 +72,9 @@ type Config struct {
 	SnapshotMessages int
 	// IdleTimeout is how long an actor with no subscribers and no active run lives.
 	IdleTimeout time.Duration
+	// AbandonAfter is how long a streaming run may go with no subscriber before it is
+	// cancelled as abandoned. A run waiting for an approval is never abandoned.
+	AbandonAfter time.Duration
 	// MaxContentBytes is the largest user message chat.send accepts.
 	MaxContentBytes int
 	// InboxSize is the capacity of each actor's inbox.
@@ -87,6 +91,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxReplayBytes, DefaultMaxReplayBytes)
 	setDefault(&c.SnapshotMessages, DefaultSnapshotMessages)
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.AbandonAfter, DefaultAbandonAfter)
 	setDefault(&c.MaxContentBytes, DefaultMaxContentBytes)
 	setDefault(&c.InboxSize, DefaultInboxSize)
 	return c
@@ -119,6 +124,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: SnapshotMessages %d is below 1", c.SnapshotMessages)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("conversation config: IdleTimeout %s is negative", c.IdleTimeout)
+	case c.AbandonAfter < 0:
+		return fmt.Errorf("conversation config: AbandonAfter %s is negative", c.AbandonAfter)
 	case c.MaxContentBytes < 1:
 		return fmt.Errorf("conversation config: MaxContentBytes %d is below 1", c.MaxContentBytes)
 	case c.InboxSize < 1:

@@ -20,9 +20,10 @@ type runState struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	seg   *liveMessage            // the open assistant segment
-	tools map[string]*liveMessage // running tool calls by call id
-	calls map[string]bool         // every call id the run has used
+	seg       *liveMessage             // the open assistant segment
+	tools     map[string]*liveMessage  // running tool calls by call id
+	calls     map[string]bool          // every call id the run has used
+	approvals map[string]chan Decision // calls waiting for a decision, by call id
 
 	// lostInsert is set when an insert failed: it may have committed anyway, leaving a
 	// row the actor does not know of, which the end of the run settles.
@@ -32,11 +33,12 @@ type runState struct {
 func newRunState(info store.Run) *runState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &runState{
-		info:   info,
-		ctx:    ctx,
-		cancel: cancel,
-		tools:  make(map[string]*liveMessage),
-		calls:  make(map[string]bool),
+		info:      info,
+		ctx:       ctx,
+		cancel:    cancel,
+		tools:     make(map[string]*liveMessage),
+		calls:     make(map[string]bool),
+		approvals: make(map[string]chan Decision),
 	}
 }
 
@@ -228,7 +230,7 @@ func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {
 	if runID != uuid.Nil && runID != run.info.ID {
 		return CancelResult{}, errorf(CodeNoRun, "run %s is not active", runID)
 	}
-	a.finish(run, store.RunCancelled, nil)
+	a.finish(run, store.RunCancelled, nil, store.CancelUser)
 	return CancelResult{RunID: run.info.ID, Status: store.RunCancelled}, nil
 }
 
@@ -309,6 +311,30 @@ func (e *emitter) ToolOutput(callID, text string) error {
 func (e *emitter) ToolEnd(callID string, result ToolResult) error {
 	reply := make(chan error, 1)
 	return e.call(&toolEndIntent{e.run, callID, result, reply}, reply)
+}
+
+func (e *emitter) AwaitApproval(call ToolCall) (<-chan Decision, error) {
+	reply := make(chan result[<-chan Decision], 1)
+	if err := e.post(&approvalIntent{e.run, call, reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-reply:
+		return r.val, r.err
+	case <-e.run.ctx.Done():
+		return nil, ErrRunEnded
+	case <-e.a.done:
+		return nil, ErrStopped
+	}
+}
+
+func (e *emitter) Paused() error {
+	reply := make(chan error, 1)
+	return e.call(&pausedIntent{e.run, reply}, reply)
+}
+
+func (e *emitter) Usage(u Usage) error {
+	return e.post(&usageIntent{e.run, u})
 }
 
 func (e *emitter) post(it intent) error {
@@ -403,44 +429,51 @@ func (a *Actor) onText(run *runState, text string) {
 }
 
 func (a *Actor) onToolStart(run *runState, call ToolCall) error {
+	_, err := a.startTool(run, call, store.ToolRunning)
+	return err
+}
+
+// startTool validates and stores a new tool call with the given tool status, closing the
+// open segment first, and publishes tool.start.
+func (a *Actor) startTool(run *runState, call ToolCall, status store.ToolStatus) (*liveMessage, error) {
 	if !a.isCurrent(run) {
-		return ErrRunEnded
+		return nil, ErrRunEnded
 	}
 	switch {
 	case call.ID == "" || len(call.ID) > 256 || !utf8.ValidString(call.ID) || strings.IndexByte(call.ID, 0) >= 0:
-		return errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
+		return nil, errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
 	case run.calls[call.ID]:
-		return errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
+		return nil, errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
 	case call.Name == "":
-		return errorf(CodeBadRequest, "tool call %q has no name", call.ID)
+		return nil, errorf(CodeBadRequest, "tool call %q has no name", call.ID)
 	}
 	input := call.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
 	if err := storableJSON(input); err != nil {
-		return errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
+		return nil, errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
 	}
 	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
 		a.failStorage(run, "store the reply", err)
-		return ErrRunEnded
+		return nil, ErrRunEnded
 	}
 	tool := &liveMessage{msg: a.newRunMessage(run.info, store.RoleTool, store.MessageStreaming)}
 	tool.msg.Tool = &store.ToolCall{
 		CallID: call.ID,
 		Name:   cleanText(call.Name),
 		Input:  input,
-		Status: store.ToolRunning,
+		Status: status,
 	}
 	if err := a.insert(run, tool.msg); err != nil {
 		a.failStorage(run, "store the tool call", err)
-		return ErrRunEnded
+		return nil, ErrRunEnded
 	}
 	run.calls[call.ID] = true
 	run.tools[call.ID] = tool
 	m := tool.view()
 	a.publish(a.runEvent(run, Event{Type: EventToolStart, Message: &m}))
-	return nil
+	return tool, nil
 }
 
 func (a *Actor) onToolOutput(run *runState, callID, text string) {
@@ -521,7 +554,7 @@ func (a *Actor) onRunEnd(run *runState, err error) {
 		return // already ended: cancelled, failed on a write, or interrupted
 	}
 	if err == nil {
-		a.finish(run, store.RunDone, nil)
+		a.finish(run, store.RunDone, nil, "")
 		return
 	}
 	info := &store.ErrorInfo{Code: CodeAgent, Message: cleanText(err.Error())}
@@ -529,22 +562,24 @@ func (a *Actor) onRunEnd(run *runState, err error) {
 		info = &store.ErrorInfo{Code: e.Code, Message: cleanText(e.Message)}
 	}
 	a.log.Info().Str("run_id", run.info.ID.String()).Str("code", info.Code).Str("message", info.Message).Msg("agent failed")
-	a.finish(run, store.RunError, info)
+	a.finish(run, store.RunError, info, "")
 }
 
 // failStorage ends a run whose write failed: a run whose transcript cannot be stored
 // must not go on as if it were.
 func (a *Actor) failStorage(run *runState, op string, err error) {
 	e := a.storageError(op, err)
-	a.finish(run, store.RunError, &store.ErrorInfo{Code: e.Code, Message: e.Message})
+	a.finish(run, store.RunError, &store.ErrorInfo{Code: e.Code, Message: e.Message}, "")
 }
 
 // finish ends the run: the open segment and running tools are closed with statuses that
 // match how the run ended, the run is stored, and its terminal event is published. The
-// agent's context is cancelled; anything it emits afterwards is ignored.
-func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorInfo) {
+// agent's context is cancelled; anything it emits afterwards is ignored. reason says why a
+// run was cancelled or interrupted ("" otherwise).
+func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorInfo, reason store.CancelReason) {
 	run.cancel()
 	a.run = nil
+	clear(run.approvals) // the agent's waits end with its context
 
 	msgStatus := map[store.RunStatus]store.MessageStatus{
 		store.RunDone:        store.MessageComplete,
@@ -588,6 +623,8 @@ func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorI
 	run.info.Error = info
 	run.info.EndedAt = &now
 	run.info.LastActivityAt = now
+	run.info.CancelReason = reason
+	run.info.PendingApproval = nil
 	errs = append(errs, a.updateRun(run.info))
 	if err := errors.Join(errs...); err != nil {
 		// The terminal event still goes out: the writes that failed are kept, shown in

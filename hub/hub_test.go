@@ -379,7 +379,10 @@ func TestIdleEviction(t *testing.T) {
 func TestNoEvictionWhileBusy(t *testing.T) {
 	t.Parallel()
 	gate := script.NewGate()
-	e := newEnv(t, script.New(gate.Wait(), script.Text("finally")))
+	// Abandonment (a run with nobody watching) is far beyond this test's clock moves.
+	e := newEnv(t, script.New(gate.Wait(), script.Text("finally")), func(c *conversation.Config) {
+		c.AbandonAfter = 1000 * idleTimeout
+	})
 	ctx := testCtx(t)
 	id := uuid.New()
 
@@ -402,7 +405,7 @@ func TestNoEvictionWhileBusy(t *testing.T) {
 	s.awaitType(ctx, t, "chat.started")
 	a.Unsubscribe(ctx, s)
 	roundTrip(ctx, t, a)
-	require.False(t, timerArmed(e.clock), "an actor with an active run armed its idle timer")
+	// (The abandonment timer is armed now; the idle timer is not, as the clock shows.)
 	for range 3 {
 		e.clock.Advance(100 * idleTimeout)
 		roundTrip(ctx, t, a)
@@ -416,8 +419,14 @@ func TestNoEvictionWhileBusy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.RunRunning, run.Status)
 
-	// The run ends: now the actor is idle, and goes IdleTimeout later.
+	// The run ends: now the actor is idle, and goes IdleTimeout later. A subscriber
+	// watches the end (and disarms the abandonment timer while it is there).
+	watch := newSub()
+	_, _, err = e.hub.Hello(ctx, id, hello(watch))
+	require.NoError(t, err)
 	require.NoError(t, gate.Pass(ctx))
+	watch.awaitType(ctx, t, "chat.done")
+	a.Unsubscribe(ctx, watch)
 	require.NoError(t, e.clock.BlockUntilContext(ctx, 1))
 	run, err = e.st.RunGet(ctx, sent.RunID)
 	require.NoError(t, err)

@@ -59,6 +59,22 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	return ctx.Err()
 }
 
+// Latest returns the version of the newest migration: what Up brings a database to.
+func Latest() uint {
+	names, err := fs.Glob(files, "*.up.sql")
+	if err != nil {
+		panic(err) // the pattern is constant and valid
+	}
+	var latest uint
+	for _, name := range names {
+		var v uint
+		if _, err := fmt.Sscanf(name, "%d_", &v); err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest
+}
+
 // Hash identifies the set of migrations: it changes whenever a file is added or edited.
 // Tests name their migrated template database after it.
 func Hash() string {

@@ -43,6 +43,7 @@ type Run struct {
 	InputTokens    int64
 	OutputTokens   int64
 	Model          string
+	CancelReason   *string
 }
 
 type Session struct {
@@ -51,4 +52,5 @@ type Session struct {
 	Title     string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	SandboxID *string
 }

@@ -24,7 +24,8 @@ SET status = @status,
     ended_at = @ended_at,
     last_activity_at = @last_activity_at,
     input_tokens = @input_tokens,
-    output_tokens = @output_tokens
+    output_tokens = @output_tokens,
+    cancel_reason = @cancel_reason
 WHERE id = @id;
 
 -- name: RunsListUnfinished :many

@@ -13,7 +13,7 @@ import (
 )
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -32,12 +32,13 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.InputTokens,
 		&i.OutputTokens,
 		&i.Model,
+		&i.CancelReason,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -61,6 +62,7 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.InputTokens,
 		&i.OutputTokens,
 		&i.Model,
+		&i.CancelReason,
 	)
 	return i, err
 }
@@ -113,8 +115,9 @@ SET status = $1,
     ended_at = $4,
     last_activity_at = $5,
     input_tokens = $6,
-    output_tokens = $7
-WHERE id = $8
+    output_tokens = $7,
+    cancel_reason = $8
+WHERE id = $9
 `
 
 type RunUpdateParams struct {
@@ -125,6 +128,7 @@ type RunUpdateParams struct {
 	LastActivityAt time.Time
 	InputTokens    int64
 	OutputTokens   int64
+	CancelReason   *string
 	ID             uuid.UUID
 }
 
@@ -137,6 +141,7 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) e
 		arg.LastActivityAt,
 		arg.InputTokens,
 		arg.OutputTokens,
+		arg.CancelReason,
 		arg.ID,
 	)
 	return err
@@ -182,7 +187,7 @@ func (q *Queries) RunsInterruptUnfinished(ctx context.Context, db DBTX, arg Runs
 }
 
 const runsListUnfinished = `-- name: RunsListUnfinished :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason FROM runs
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 ORDER BY started_at
 `
@@ -209,6 +214,7 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 			&i.InputTokens,
 			&i.OutputTokens,
 			&i.Model,
+			&i.CancelReason,
 		); err != nil {
 			return nil, err
 		}

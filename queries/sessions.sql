@@ -1,6 +1,9 @@
 -- name: SessionGet :one
 SELECT * FROM sessions WHERE id = @id;
 
+-- name: SessionSetSandbox :execrows
+UPDATE sessions SET sandbox_id = @sandbox_id WHERE id = @id;
+
 -- name: SessionInsert :one
 -- Creates the session unless it exists; either way returns the stored row, so two
 -- callers racing to create one session both see the same owner. DO UPDATE (a no-op) is

@@ -13,7 +13,7 @@ import (
 )
 
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -25,6 +25,7 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.Title,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SandboxID,
 	)
 	return i, err
 }
@@ -33,7 +34,7 @@ const sessionInsert = `-- name: SessionInsert :one
 INSERT INTO sessions (id, owner, title, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $4)
 ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING id, owner, title, created_at, updated_at
+RETURNING id, owner, title, created_at, updated_at, sandbox_id
 `
 
 type SessionInsertParams struct {
@@ -61,6 +62,24 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.Title,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SandboxID,
 	)
 	return i, err
+}
+
+const sessionSetSandbox = `-- name: SessionSetSandbox :execrows
+UPDATE sessions SET sandbox_id = $1 WHERE id = $2
+`
+
+type SessionSetSandboxParams struct {
+	SandboxID *string
+	ID        uuid.UUID
+}
+
+func (q *Queries) SessionSetSandbox(ctx context.Context, db DBTX, arg SessionSetSandboxParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionSetSandbox, arg.SandboxID, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -69,6 +69,7 @@ func (s *Store) RunUpdate(ctx context.Context, run Run) error {
 		LastActivityAt: Timestamp(run.LastActivityAt),
 		InputTokens:    run.Usage.InputTokens,
 		OutputTokens:   run.Usage.OutputTokens,
+		CancelReason:   nilIfEmpty(string(run.CancelReason)),
 	})
 	if err != nil {
 		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
@@ -132,5 +133,6 @@ func runFromRow(r queries.Run) Run {
 		LastActivityAt: r.LastActivityAt.UTC(),
 		Usage:          Usage{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens},
 		Model:          r.Model,
+		CancelReason:   CancelReason(deref(r.CancelReason)),
 	}
 }

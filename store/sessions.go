@@ -33,11 +33,29 @@ func (s *Store) SessionCreate(ctx context.Context, sess Session) (Session, error
 	return sessionFromRow(row), nil
 }
 
+// SessionSetSandbox records the session's sandbox ("" for none). It returns ErrNotFound
+// for an unknown session.
+func (s *Store) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID string) error {
+	var sb *string
+	if sandboxID != "" {
+		sb = &sandboxID
+	}
+	n, err := s.q.SessionSetSandbox(ctx, s.db, queries.SessionSetSandboxParams{ID: id, SandboxID: sb})
+	if err != nil {
+		return fmt.Errorf("set sandbox of session %s: %w", id, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("set sandbox of session %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
 func sessionFromRow(r queries.Session) Session {
 	return Session{
 		ID:        r.ID,
 		Owner:     r.Owner,
 		Title:     r.Title,
+		SandboxID: deref(r.SandboxID),
 		CreatedAt: r.CreatedAt.UTC(),
 		UpdatedAt: r.UpdatedAt.UTC(),
 	}

@@ -78,6 +78,13 @@ func deref[T any](p *T) T {
 	return *p
 }
 
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 func errorInfo(code, message *string) *ErrorInfo {
 	if code == nil && message == nil {
 		return nil

@@ -283,3 +283,27 @@ func TestInTxRollsBack(t *testing.T) {
 	_, err = s.RunByRequest(b.ctx, b.session.ID, "r1")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+func TestSessionSandboxAndCancelReason(t *testing.T) {
+	s, b := setup(t)
+	require.Empty(t, b.session.SandboxID)
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "local-123"))
+	got, err := s.SessionGet(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, "local-123", got.SandboxID)
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, ""))
+	got, err = s.SessionGet(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.Empty(t, got.SandboxID)
+	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, uuid.New(), "x"), store.ErrNotFound)
+
+	run, _ := startRun(t, s, b, "r1", 1)
+	run.Status = store.RunCancelled
+	run.CancelReason = store.CancelAbandoned
+	ended := b.now
+	run.EndedAt = &ended
+	require.NoError(t, s.RunUpdate(b.ctx, run))
+	stored, err := s.RunGet(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.CancelAbandoned, stored.CancelReason)
+}

@@ -75,8 +75,27 @@ type Session struct {
 	ID        uuid.UUID
 	Owner     string // the authenticated user id; "" when authentication is off
 	Title     string
+	SandboxID string // the session's sandbox, reused by its runs; "" for none yet
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// CancelReason says why a run was cancelled or interrupted.
+type CancelReason string
+
+// Cancel reasons.
+const (
+	CancelUser      CancelReason = "user"
+	CancelAbandoned CancelReason = "abandoned"
+	CancelShutdown  CancelReason = "shutdown"
+)
+
+// PendingApproval is the tool call a run waits on. It is not a column: it is derived from
+// the run's tool messages whose tool status is awaiting_approval.
+type PendingApproval struct {
+	ToolCallID string
+	Name       string
+	Input      json.RawMessage
 }
 
 // Usage counts the model tokens a run consumed.
@@ -97,6 +116,9 @@ type Run struct {
 	LastActivityAt time.Time
 	Usage          Usage
 	Model          string
+	CancelReason   CancelReason // "" unless cancelled or interrupted for a reason
+	// PendingApproval is set while the run waits for a decision (never stored).
+	PendingApproval *PendingApproval
 }
 
 // ToolCall is the tool part of a message with role tool.

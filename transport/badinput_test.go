@@ -175,8 +175,9 @@ func TestBadInput(t *testing.T) {
 	const reqID = "after-bad-input"
 	startSeq := bystander.State.LastSeq
 	bystander.Send(map[string]any{"type": "chat.send", "requestId": reqID, "content": "are you still there?"})
-	acked := false
-	for {
+	// Replies are not ordered with events: read until both the ack and the end came.
+	acked, ended := false, false
+	for !acked || !ended {
 		f := bystander.Read()
 		if f.Type == "ack" {
 			require.False(t, acked, "second ack: %s", f.Raw)
@@ -188,9 +189,10 @@ func TestBadInput(t *testing.T) {
 		require.True(t, f.Sequenced(), "unexpected frame on the bystander: %s", f.Raw)
 		require.Equal(t, reqID, f.RequestID, "event of another run: %s", f.Raw)
 		if f.Terminal() {
+			require.False(t, ended, "second terminal event: %s", f.Raw)
 			require.Equal(t, "chat.done", f.Type, "%s", f.Raw)
 			require.Equal(t, "done", f.Run.Status)
-			break
+			ended = true
 		}
 	}
 	require.True(t, acked, "chat.send was not acknowledged")

@@ -547,8 +547,12 @@ func (c *conn) command(f clientFrame) {
 		case f.Decision != "approve" && f.Decision != "deny":
 			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
 		default:
-			c.replyError(f.RequestID, conversation.CodeNotFound,
-				fmt.Sprintf("no approval is pending for tool call %q: this server does not ask for tool approvals yet", f.ToolCallID))
+			res, err := c.actor.Decide(c.ctx, f.ToolCallID, f.Decision == "approve")
+			if err != nil {
+				c.replyErr(f.RequestID, err)
+				return
+			}
+			c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Status: string(res.Status)})
 		}
 
 	case typeChatResume:

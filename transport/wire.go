@@ -73,15 +73,23 @@ type wireUsage struct {
 	OutputTokens int64 `json:"outputTokens"`
 }
 
+type wirePendingApproval struct {
+	ToolCallID string          `json:"toolCallId"`
+	Name       string          `json:"name"`
+	Input      json.RawMessage `json:"input"`
+}
+
 type wireRun struct {
-	RunID          uuid.UUID  `json:"runId"`
-	RequestID      string     `json:"requestId"`
-	Status         string     `json:"status"`
-	StartedAt      time.Time  `json:"startedAt"`
-	EndedAt        *time.Time `json:"endedAt,omitempty"`
-	LastActivityAt time.Time  `json:"lastActivityAt"`
-	Error          *wireError `json:"error,omitempty"`
-	Usage          *wireUsage `json:"usage,omitempty"`
+	RunID           uuid.UUID            `json:"runId"`
+	RequestID       string               `json:"requestId"`
+	Status          string               `json:"status"`
+	StartedAt       time.Time            `json:"startedAt"`
+	EndedAt         *time.Time           `json:"endedAt,omitempty"`
+	LastActivityAt  time.Time            `json:"lastActivityAt"`
+	Error           *wireError           `json:"error,omitempty"`
+	PendingApproval *wirePendingApproval `json:"pendingApproval,omitempty"`
+	CancelReason    string               `json:"cancelReason,omitempty"`
+	Usage           *wireUsage           `json:"usage,omitempty"`
 }
 
 // wireEvent is every sequenced event; omitempty keeps each type to its own fields.
@@ -191,6 +199,10 @@ func toWireRun(r *store.Run) *wireRun {
 		EndedAt:        r.EndedAt,
 		LastActivityAt: r.LastActivityAt,
 		Error:          toWireError(r.Error),
+		CancelReason:   string(r.CancelReason),
+	}
+	if p := r.PendingApproval; p != nil {
+		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}
 	}
 	if r.Usage != (store.Usage{}) {
 		w.Usage = &wireUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}

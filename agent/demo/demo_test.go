@@ -3,6 +3,7 @@ package demo_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -106,3 +107,9 @@ func TestPaceAndCancel(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Len(t, r.text, 1)
 }
+
+func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Decision, error) {
+	return nil, errors.New("recorder: no approvals")
+}
+func (r *recorder) Paused() error                  { return nil }
+func (r *recorder) Usage(conversation.Usage) error { return nil }

@@ -187,3 +187,44 @@ func Joined(n int) string {
 	}
 	return b.String()
 }
+
+// Approval asks for approval of tool call id and waits for the decision. Approved, it
+// ends the call with output; denied, it goes on (the actor ended the call). decided, when
+// not nil, receives the decision.
+func Approval(id, name, input, output string, decided chan<- conversation.Decision) Step {
+	return func(ctx context.Context, out conversation.Emitter) error {
+		ch, err := out.AwaitApproval(conversation.ToolCall{ID: id, Name: name, Input: json.RawMessage(input)})
+		if err != nil {
+			return err
+		}
+		select {
+		case d := <-ch:
+			if decided != nil {
+				decided <- d
+			}
+			if d.Approved {
+				return out.ToolEnd(id, conversation.ToolResult{Output: output})
+			}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// AwaitOnly asks for approval of tool call id and returns at once, leaving the call
+// pending: a later step (or none) deals with the decision.
+func AwaitOnly(id, name, input string, decisions *<-chan conversation.Decision) Step {
+	return func(ctx context.Context, out conversation.Emitter) error {
+		ch, err := out.AwaitApproval(conversation.ToolCall{ID: id, Name: name, Input: json.RawMessage(input)})
+		if decisions != nil {
+			*decisions = ch
+		}
+		return err
+	}
+}
+
+// Paused reports the run paused (as the loop does after the approval timeout).
+func Paused() Step {
+	return func(_ context.Context, out conversation.Emitter) error { return out.Paused() }
+}

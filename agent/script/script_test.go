@@ -73,3 +73,9 @@ func TestGate(t *testing.T) {
 	defer scancel()
 	require.True(t, errors.Is(g.Pass(short), context.DeadlineExceeded), "no agent waits at the gate any more")
 }
+
+func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Decision, error) {
+	return nil, errors.New("recorder: no approvals")
+}
+func (r *recorder) Paused() error                  { return nil }
+func (r *recorder) Usage(conversation.Usage) error { return nil }

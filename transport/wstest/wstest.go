@@ -53,15 +53,28 @@ type Message struct {
 	Tool      *Tool      `json:"tool,omitempty"`
 }
 
+// PendingApproval is the call a run waits on.
+type PendingApproval struct {
+	ToolCallID string          `json:"toolCallId"`
+	Name       string          `json:"name"`
+	Input      json.RawMessage `json:"input"`
+}
+
 // Run is a run on the wire.
 type Run struct {
-	RunID          string     `json:"runId"`
-	RequestID      string     `json:"requestId"`
-	Status         string     `json:"status"`
-	StartedAt      time.Time  `json:"startedAt"`
-	EndedAt        *time.Time `json:"endedAt,omitempty"`
-	LastActivityAt time.Time  `json:"lastActivityAt"`
-	Error          *ErrorInfo `json:"error,omitempty"`
+	RunID           string           `json:"runId"`
+	RequestID       string           `json:"requestId"`
+	Status          string           `json:"status"`
+	StartedAt       time.Time        `json:"startedAt"`
+	EndedAt         *time.Time       `json:"endedAt,omitempty"`
+	LastActivityAt  time.Time        `json:"lastActivityAt"`
+	Error           *ErrorInfo       `json:"error,omitempty"`
+	PendingApproval *PendingApproval `json:"pendingApproval,omitempty"`
+	CancelReason    string           `json:"cancelReason,omitempty"`
+	Usage           *struct {
+		InputTokens  int64 `json:"inputTokens"`
+		OutputTokens int64 `json:"outputTokens"`
+	} `json:"usage,omitempty"`
 }
 
 // Frame is any server frame. Body is set for error replies (their "message" is text,

@@ -1,0 +1,106 @@
+package conversation_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// abandonSetup starts a run that streams and then waits (at a gate, or for an approval)
+// with one subscriber, and returns the pieces.
+func abandonSetup(t *testing.T, steps ...script.Step) (*store.Store, *clockwork.FakeClock, *conversation.Actor, *sub) {
+	t.Helper()
+	st := storetest.New(t)
+	clock := clockwork.NewFakeClock()
+	a := startActorWithClock(t, st, script.New(steps...), clock)
+	s := newSub()
+	ctx := context.Background()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	s.waitFor(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	return st, clock, a, s
+}
+
+func TestAbandonedRunIsCancelled(t *testing.T) {
+	t.Parallel()
+	st, clock, a, s := abandonSetup(t, script.Text("streaming"), script.Hang())
+	ctx := context.Background()
+
+	a.Unsubscribe(ctx, s)
+	waitTimers(t, clock, 1) // the abandonment timer, armed when the last subscriber left
+	clock.Advance(conversation.DefaultAbandonAfter - time.Second)
+	roundTrip(t, a)
+	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunRunning, run.Status, "not yet")
+
+	clock.Advance(time.Second)
+	waitTimers(t, clock, 1) // now idle: the run is over, the eviction timer is armed
+	run, err = st.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunCancelled, run.Status)
+	require.Equal(t, store.CancelAbandoned, run.CancelReason)
+	msgs, _, err := st.MessagesBefore(ctx, a.SessionID(), 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, "streaming", msgs[1].Content)
+	require.Equal(t, store.MessageCancelled, msgs[1].Status)
+}
+
+func TestWatchedRunIsNeverAbandoned(t *testing.T) {
+	t.Parallel()
+	st, clock, a, s := abandonSetup(t, script.Text("streaming"), script.Hang())
+	ctx := context.Background()
+	for range 10 {
+		clock.Advance(conversation.DefaultAbandonAfter)
+	}
+	roundTrip(t, a)
+	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunRunning, run.Status)
+
+	// A subscriber that comes back in time resets the clock.
+	a.Unsubscribe(ctx, s)
+	waitTimers(t, clock, 1)
+	clock.Advance(conversation.DefaultAbandonAfter - time.Minute)
+	back := newSub()
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: back})
+	require.NoError(t, err)
+	clock.Advance(time.Hour)
+	roundTrip(t, a)
+	run, err = st.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunRunning, run.Status)
+}
+
+// A run waiting for an approval waits indefinitely, watched or not.
+func TestRunAwaitingApprovalIsNotAbandoned(t *testing.T) {
+	t.Parallel()
+	st, clock, a, s := abandonSetup(t, script.Text("asking"), script.Approval("c1", "t", `{}`, "x", nil))
+	ctx := context.Background()
+	s.waitFor(t, func(f wstest.Frame) bool { return f.Type == "run.status" })
+	a.Unsubscribe(ctx, s)
+	roundTrip(t, a)
+	clock.Advance(100 * conversation.DefaultAbandonAfter)
+	roundTrip(t, a)
+	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunAwaitingApproval, run.Status)
+}
+
+// roundTrip makes the actor handle one intent: everything queued before it is done.
+func roundTrip(t *testing.T, a *conversation.Actor) {
+	t.Helper()
+	_, err := a.History(context.Background(), 0, 1)
+	require.NoError(t, err)
+}

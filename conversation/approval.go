@@ -1,0 +1,159 @@
+package conversation
+
+import (
+	"context"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/store"
+)
+
+// Decision is a person's answer to an approval request.
+type Decision struct {
+	Approved bool
+}
+
+// DecideResult says what a decision did to the run.
+type DecideResult struct {
+	RunID  uuid.UUID
+	Status store.RunStatus // the run's status after the decision
+}
+
+// DeclinedOutput is the result a denied tool call gets, and what the model is told.
+const DeclinedOutput = "The user declined to run this tool."
+
+// Decide answers the pending approval of tool call callID. The first decision wins:
+// a call that was already decided (or ended) returns *Error with CodeConflict, an
+// unknown call (or one when no run is active) CodeNotFound. An approved call is running
+// when Decide returns; a denied one has ended with tool status denied.
+func (a *Actor) Decide(ctx context.Context, callID string, approved bool) (DecideResult, error) {
+	return call(ctx, a, func(r chan result[DecideResult]) intent { return &decideIntent{callID, approved, r} })
+}
+
+type (
+	decideIntent struct {
+		callID   string
+		approved bool
+		reply    chan result[DecideResult]
+	}
+	approvalIntent struct {
+		run   *runState
+		call  ToolCall
+		reply chan result[<-chan Decision]
+	}
+	pausedIntent struct {
+		run   *runState
+		reply chan error
+	}
+	usageIntent struct {
+		run   *runState
+		usage store.Usage
+	}
+)
+
+// onAwaitApproval stores and publishes a tool call that waits for a person, and moves the
+// run to awaiting_approval (a paused run stays paused).
+func (a *Actor) onAwaitApproval(run *runState, call ToolCall) (<-chan Decision, error) {
+	if _, err := a.startTool(run, call, store.ToolAwaitingApproval); err != nil {
+		return nil, err
+	}
+	ch := make(chan Decision, 1)
+	run.approvals[call.ID] = ch
+	status := run.info.Status
+	if status == store.RunRunning {
+		status = store.RunAwaitingApproval
+	}
+	a.setStatus(run, status)
+	return ch, nil
+}
+
+// onPaused records that the agent paused the session's sandbox while the run waits.
+func (a *Actor) onPaused(run *runState) error {
+	if !a.isCurrent(run) {
+		return ErrRunEnded
+	}
+	if run.info.Status == store.RunAwaitingApproval {
+		a.setStatus(run, store.RunPaused)
+	}
+	return nil // a decision came first: the run is running again
+}
+
+func (a *Actor) onUsage(run *runState, u store.Usage) {
+	if !a.isCurrent(run) {
+		return
+	}
+	run.info.Usage.InputTokens += u.InputTokens
+	run.info.Usage.OutputTokens += u.OutputTokens
+}
+
+func (a *Actor) decide(callID string, approved bool) (DecideResult, error) {
+	run := a.run
+	if run == nil {
+		return DecideResult{}, errorf(CodeNotFound, "no approval is pending for tool call %q: no run is active", callID)
+	}
+	ch, waiting := run.approvals[callID]
+	if !waiting {
+		if run.calls[callID] {
+			return DecideResult{}, errorf(CodeConflict, "tool call %q was already decided", callID)
+		}
+		return DecideResult{}, errorf(CodeNotFound, "no approval is pending for tool call %q", callID)
+	}
+	delete(run.approvals, callID)
+	tool := run.tools[callID]
+	if approved {
+		m := tool.msg
+		t := *m.Tool
+		t.Status = store.ToolRunning
+		m.Tool = &t
+		m.UpdatedAt = a.now()
+		tool.msg = m
+		if err := a.update(m); err != nil {
+			a.log.Error().Err(err).Msg("store an approval")
+		}
+		v := tool.view()
+		a.publish(a.runEvent(run, Event{Type: EventToolStart, Message: &v}))
+	} else if err := a.endTool(run, tool, store.MessageComplete, store.ToolDenied, DeclinedOutput, nil); err != nil {
+		a.log.Error().Err(err).Msg("store a denial")
+	}
+	ch <- Decision{Approved: approved}
+
+	status := store.RunRunning
+	if len(run.approvals) > 0 {
+		status = store.RunAwaitingApproval
+	}
+	a.setStatus(run, status)
+	return DecideResult{RunID: run.info.ID, Status: status}, nil
+}
+
+// setStatus stores and publishes a non-terminal status change of the active run, with its
+// pending approval: the oldest call still waiting for a decision.
+func (a *Actor) setStatus(run *runState, status store.RunStatus) {
+	var pending *store.PendingApproval
+	waiting := make([]*liveMessage, 0, len(run.approvals))
+	for id := range run.approvals {
+		waiting = append(waiting, run.tools[id])
+	}
+	if len(waiting) > 0 {
+		oldest := slices.MinFunc(waiting, func(x, y *liveMessage) int { return int(x.msg.Position - y.msg.Position) })
+		t := oldest.msg.Tool
+		pending = &store.PendingApproval{ToolCallID: t.CallID, Name: t.Name, Input: t.Input}
+	}
+	if status == run.info.Status && samePending(pending, run.info.PendingApproval) {
+		return
+	}
+	run.info.Status = status
+	run.info.PendingApproval = pending
+	run.info.LastActivityAt = a.now()
+	if err := a.updateRun(run.info); err != nil {
+		a.log.Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
+	}
+	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
+}
+
+func samePending(x, y *store.PendingApproval) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return x.ToolCallID == y.ToolCallID
+}
