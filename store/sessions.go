@@ -33,6 +33,16 @@ func (s *Store) SessionCreate(ctx context.Context, sess Session) (Session, error
 	return sessionFromRow(row), nil
 }
 
+// SessionSandbox returns the id of the session's sandbox, "" for none. It returns
+// ErrNotFound for an unknown session.
+func (s *Store) SessionSandbox(ctx context.Context, id uuid.UUID) (string, error) {
+	sess, err := s.SessionGet(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return sess.SandboxID, nil
+}
+
 // SessionSetSandbox records the session's sandbox ("" for none). It returns ErrNotFound
 // for an unknown session.
 func (s *Store) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID string) error {

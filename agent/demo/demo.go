@@ -1,21 +1,25 @@
-// Package demo is chatd's embedded default agent. It needs no model and no network: it
-// streams a deterministic reply word by word at a set pace, so a newcomer can watch a run
-// stream, disconnect, reconnect and catch up. When the user's message contains the word
-// "tool" it calls a built-in demo tool between two text segments, so segment boundaries
-// and tool messages are visible too.
+// Package demo is chatd's embedded default: a model that needs no network, driven by the
+// real agent loop. It streams a deterministic reply word by word at a set pace, so a
+// newcomer can watch a run stream, disconnect, reconnect and catch up. A message with the
+// word "tool" makes it call current_time half way through; one with "approve" makes it
+// call demo_sandbox, a tool that needs approval and runs a fixed, harmless command in the
+// session's sandbox, so the approval prompt, the pause after the approval timeout and the
+// resume are visible too.
 package demo
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/sandbox"
 )
 
 // Defaults used by cmd/chatd (CHATD_DEMO_WORDS, CHATD_DEMO_DELAY).
@@ -24,8 +28,13 @@ const (
 	DefaultDelay = 30 * time.Millisecond
 )
 
-// ToolName is the demo tool the agent calls when a message says "tool".
-const ToolName = "demo_lookup"
+// Tool names the demo model calls.
+const (
+	// ToolName is the tool a message with "tool" gets: the built-in current_time.
+	ToolName = "current_time"
+	// ApprovalToolName is the approval-gated tool a message with "approve" gets.
+	ApprovalToolName = "demo_sandbox"
+)
 
 // Config sets the demo's length and pace.
 type Config struct {
@@ -37,22 +46,22 @@ type Config struct {
 	Clock clockwork.Clock
 }
 
-// Agent is the demo agent.
-type Agent struct {
+// Model is the demo model.
+type Model struct {
 	cfg Config
 }
 
-var _ conversation.Agent = (*Agent)(nil)
+var _ agent.Model = (*Model)(nil)
 
-// New returns a demo agent.
-func New(cfg Config) *Agent {
+// NewModel returns the demo model.
+func NewModel(cfg Config) *Model {
 	if cfg.Words < 1 {
 		cfg.Words = 1
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	return &Agent{cfg: cfg}
+	return &Model{cfg: cfg}
 }
 
 // filler is what the demo says after its opening; it cycles for long replies.
@@ -80,80 +89,135 @@ func quote(content string) string {
 	return strings.Join(f, " ")
 }
 
-// MentionsTool reports whether a message asks for the demo tool: it contains the word
-// "tool", in any case.
-func MentionsTool(content string) bool {
+// MentionsTool reports whether a message asks for a tool call: it has the word "tool".
+func MentionsTool(content string) bool { return hasWord(content, "tool") }
+
+// MentionsApprove reports whether a message asks for an approval: it has the word
+// "approve".
+func MentionsApprove(content string) bool { return hasWord(content, "approve") }
+
+func hasWord(content, word string) bool {
 	for _, w := range strings.FieldsFunc(content, func(r rune) bool { return !unicode.IsLetter(r) }) {
-		if strings.EqualFold(w, "tool") {
+		if strings.EqualFold(w, word) {
 			return true
 		}
 	}
 	return false
 }
 
-// Run streams the reply. With a tool call, the first half of the words comes before the
-// call and the rest after it.
-func (a *Agent) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
-	words := Reply(req.Content, a.cfg.Words)
-	split := len(words)
-	if MentionsTool(req.Content) {
-		split = len(words) / 2
+// Stream answers: the first half of the reply and a tool call when the user's message
+// asks for one, then the rest once the tool's result is back; otherwise the whole reply.
+func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) error {
+	if len(req.Messages) == 0 {
+		return &agent.ModelError{Code: "bad_request", Message: "the demo model needs a message"}
 	}
-	if err := a.stream(ctx, out, words[:split], split > 0); err != nil {
-		return err
+	var user string
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == agent.RoleUser {
+			user = req.Messages[i].Text
+			break
+		}
 	}
-	if split == len(words) {
-		return nil
-	}
-	if err := a.lookup(ctx, out, req.Content); err != nil {
-		return err
-	}
-	return a.stream(ctx, out, words[split:], false)
-}
+	words := Reply(user, m.cfg.Words)
+	half := len(words) / 2
+	last := req.Messages[len(req.Messages)-1]
 
-func (a *Agent) stream(ctx context.Context, out conversation.Emitter, words []string, first bool) error {
-	for i, w := range words {
-		if err := a.pause(ctx); err != nil {
+	var stream []string
+	var call *agent.ToolCall
+	switch {
+	case last.Role == agent.RoleTool:
+		stream = append([]string{toolSentence(last)}, words[half:]...)
+	case MentionsApprove(user) && half > 0:
+		stream = words[:half]
+		input, _ := json.Marshal(map[string]string{"reason": quote(user)})
+		call = &agent.ToolCall{ID: "demo-approval", Name: ApprovalToolName, Input: input}
+	case MentionsTool(user) && half > 0:
+		stream = words[:half]
+		call = &agent.ToolCall{ID: "demo-time", Name: ToolName, Input: json.RawMessage(`{}`)}
+	default:
+		stream = words
+	}
+	for i, w := range stream {
+		if err := m.pause(ctx); err != nil {
 			return err
 		}
-		if i > 0 || !first {
+		if i > 0 || last.Role == agent.RoleTool {
 			w = " " + w
 		}
-		if err := out.Text(w); err != nil {
+		if err := emit(agent.ModelEvent{Kind: agent.EventText, Text: w}); err != nil {
 			return err
 		}
 	}
-	return nil
+	if call != nil {
+		if err := emit(agent.ModelEvent{Kind: agent.EventToolCall, ToolCall: *call}); err != nil {
+			return err
+		}
+	}
+	return emit(agent.ModelEvent{Kind: agent.EventUsage, Usage: agent.Usage{
+		InputTokens:  int64(countWords(req.Messages)),
+		OutputTokens: int64(len(stream)),
+	}})
 }
 
-// lookup is the demo tool: it "searches" for the message's first words, streaming three
-// lines of progress, and returns a made-up but deterministic result.
-func (a *Agent) lookup(ctx context.Context, out conversation.Emitter, content string) error {
-	const id = "demo-call-1"
-	input, _ := json.Marshal(map[string]string{"query": quote(content)})
-	if err := out.ToolStart(conversation.ToolCall{ID: id, Name: ToolName, Input: input}); err != nil {
-		return err
+// toolSentence opens the answer after a tool call with what the tool said.
+func toolSentence(m agent.Message) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(m.Result), "\n")
+	if m.IsError {
+		return fmt.Sprintf("(%s did not run: %s)", m.ToolName, first)
 	}
-	for _, line := range []string{"connecting to the demo index\n", "searching\n", "found 3 matches\n"} {
-		if err := a.pause(ctx); err != nil {
-			return err
-		}
-		if err := out.ToolOutput(id, line); err != nil {
-			return err
-		}
-	}
-	result := fmt.Sprintf("3 demo results for %q", quote(content))
-	return out.ToolEnd(id, conversation.ToolResult{Output: result})
+	return fmt.Sprintf("(%s said: %s)", m.ToolName, first)
 }
 
-func (a *Agent) pause(ctx context.Context) error {
-	if a.cfg.Delay <= 0 {
+func countWords(msgs []agent.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(strings.Fields(m.Text)) + len(strings.Fields(m.Result))
+	}
+	return n
+}
+
+func (m *Model) pause(ctx context.Context) error {
+	if m.cfg.Delay <= 0 {
 		return ctx.Err()
 	}
 	select {
-	case <-a.cfg.Clock.After(a.cfg.Delay):
+	case <-m.cfg.Clock.After(m.cfg.Delay):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// SandboxTool is demo_sandbox: it needs approval, then runs a fixed, harmless command in
+// the session's sandbox and streams its output.
+type SandboxTool struct{}
+
+// Spec describes demo_sandbox.
+func (SandboxTool) Spec() agent.ToolSpec {
+	return agent.ToolSpec{
+		Name:          ApprovalToolName,
+		Description:   "Says hello from the session's sandbox: prints the working directory, the date and the files there. Needs approval.",
+		InputSchema:   json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"}}}`),
+		NeedsApproval: true,
+	}
+}
+
+// demoCommand is all demo_sandbox ever runs.
+const demoCommand = `echo "hello from your sandbox"; echo "directory: $(pwd)"; date -u; echo "visit $(date +%s)" >> visits.txt; echo "visits so far: $(wc -l < visits.txt)"`
+
+// Run runs the demo command.
+func (SandboxTool) Run(ctx context.Context, _ json.RawMessage, env agent.Env) (string, error) {
+	sb, err := env.Sandbox(ctx)
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Command: demoCommand, Timeout: 10 * time.Second, Output: io.MultiWriter(&out, env.Output())})
+	if err != nil {
+		return out.String(), err
+	}
+	if res.ExitCode != 0 {
+		return out.String(), fmt.Errorf("the demo command exited with code %d", res.ExitCode)
+	}
+	return out.String(), nil
 }

@@ -2,114 +2,178 @@ package demo_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/sandbox/local"
+	"github.com/chatd/chatd/agent/tools"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/wstest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// recorder is an Emitter that records what the agent emits.
-type recorder struct {
-	events []string
-	text   []string
-}
-
-func (r *recorder) Text(d string) error {
-	r.events = append(r.events, "text")
-	r.text = append(r.text, d)
-	return nil
-}
-
-func (r *recorder) ToolStart(c conversation.ToolCall) error {
-	var in map[string]string
-	if err := json.Unmarshal(c.Input, &in); err != nil {
-		return err
-	}
-	r.events = append(r.events, "start:"+c.Name+":"+in["query"])
-	return nil
-}
-
-func (r *recorder) ToolOutput(_, text string) error {
-	r.events = append(r.events, "output")
-	return nil
-}
-
-func (r *recorder) ToolEnd(_ string, res conversation.ToolResult) error {
-	r.events = append(r.events, "end:"+res.Output)
-	return nil
+// stream collects what the demo model answers to messages.
+func stream(t *testing.T, m agent.Model, msgs ...agent.Message) (text string, calls []agent.ToolCall) {
+	t.Helper()
+	var b strings.Builder
+	err := m.Stream(context.Background(), agent.ModelRequest{Messages: msgs}, func(ev agent.ModelEvent) error {
+		switch ev.Kind {
+		case agent.EventText:
+			b.WriteString(ev.Text)
+		case agent.EventToolCall:
+			calls = append(calls, ev.ToolCall)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return b.String(), calls
 }
 
 func TestRepliesWordByWord(t *testing.T) {
-	a := demo.New(demo.Config{Words: 25})
-	var r recorder
-	require.NoError(t, a.Run(context.Background(), conversation.Request{Content: "what is chatd?"}, &r))
-	require.Len(t, r.text, 25)
-	require.Equal(t, strings.Join(demo.Reply("what is chatd?", 25), " "), strings.Join(r.text, ""))
-	require.True(t, strings.HasPrefix(strings.Join(r.text, ""), `Demo reply to "what is chatd?".`))
-	for _, e := range r.events {
-		require.Equal(t, "text", e, "no tool without the word tool")
-	}
-	// Deterministic.
-	var again recorder
-	require.NoError(t, a.Run(context.Background(), conversation.Request{Content: "what is chatd?"}, &again))
-	require.Equal(t, r.text, again.text)
+	m := demo.NewModel(demo.Config{Words: 25})
+	text, calls := stream(t, m, agent.Message{Role: agent.RoleUser, Text: "what is chatd?"})
+	require.Empty(t, calls)
+	require.Equal(t, strings.Join(demo.Reply("what is chatd?", 25), " "), text)
+	require.True(t, strings.HasPrefix(text, `Demo reply to "what is chatd?".`))
+	again, _ := stream(t, m, agent.Message{Role: agent.RoleUser, Text: "what is chatd?"})
+	require.Equal(t, text, again, "deterministic")
 }
 
-func TestToolBetweenTwoSegments(t *testing.T) {
-	a := demo.New(demo.Config{Words: 10})
-	var r recorder
-	require.NoError(t, a.Run(context.Background(), conversation.Request{Content: "Please use a Tool."}, &r))
-	require.Equal(t, []string{
-		"text", "text", "text", "text", "text",
-		"start:demo_lookup:Please use a Tool.", "output", "output", "output", `end:3 demo results for "Please use a Tool."`,
-		"text", "text", "text", "text", "text",
-	}, r.events)
-	require.False(t, strings.HasPrefix(r.text[5], "Demo"), "the second segment continues the reply")
+func TestToolAndApprovalCalls(t *testing.T) {
+	m := demo.NewModel(demo.Config{Words: 10})
+	words := demo.Reply("use a tool", 10)
+	text, calls := stream(t, m, agent.Message{Role: agent.RoleUser, Text: "use a tool"})
+	require.Equal(t, strings.Join(words[:5], " "), text)
+	require.Len(t, calls, 1)
+	require.Equal(t, demo.ToolName, calls[0].Name)
+
+	// After the result: the rest of the reply, opened by what the tool said.
+	text, calls = stream(t, m,
+		agent.Message{Role: agent.RoleUser, Text: "use a tool"},
+		agent.Message{Role: agent.RoleAssistant, Text: "…", ToolCalls: calls},
+		agent.Message{Role: agent.RoleTool, ToolCallID: "demo-time", ToolName: "current_time", Result: "Friday, 2026-11-20T22:00:00Z"},
+	)
+	require.Empty(t, calls)
+	require.Equal(t, " (current_time said: Friday, 2026-11-20T22:00:00Z) "+strings.Join(words[5:], " "), text)
+
+	_, calls = stream(t, m, agent.Message{Role: agent.RoleUser, Text: "Please approve this"})
+	require.Len(t, calls, 1)
+	require.Equal(t, demo.ApprovalToolName, calls[0].Name)
 }
 
-func TestMentionsTool(t *testing.T) {
-	for msg, want := range map[string]bool{
-		"use a tool": true, "TOOL!": true, "(tool)": true,
-		"tools": false, "toolbox": false, "stool": false, "": false,
-	} {
+func TestMentions(t *testing.T) {
+	for msg, want := range map[string]bool{"use a tool": true, "TOOL!": true, "tools": false, "stool": false, "": false} {
 		require.Equal(t, want, demo.MentionsTool(msg), msg)
 	}
+	for msg, want := range map[string]bool{"approve it": true, "Approve.": true, "approved": false} {
+		require.Equal(t, want, demo.MentionsApprove(msg), msg)
+	}
 }
 
-// The pace comes from the clock: with a fake clock each word waits for the clock to move.
 func TestPaceAndCancel(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	a := demo.New(demo.Config{Words: 3, Delay: 30 * time.Millisecond, Clock: clock})
+	m := demo.NewModel(demo.Config{Words: 3, Delay: 30 * time.Millisecond, Clock: clock})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var r recorder
+	var got []string
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, conversation.Request{Content: "hi"}, &r) }()
-
+	go func() {
+		done <- m.Stream(ctx, agent.ModelRequest{Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}, func(ev agent.ModelEvent) error {
+			got = append(got, ev.Text)
+			return nil
+		})
+	}()
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	require.NoError(t, clock.BlockUntilContext(wctx, 1))
 	clock.Advance(30 * time.Millisecond)
-	require.NoError(t, clock.BlockUntilContext(wctx, 1)) // waiting for the second word
+	require.NoError(t, clock.BlockUntilContext(wctx, 1)) // waiting before the second word
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
-	require.Len(t, r.text, 1)
+	require.Len(t, got, 1)
 }
 
-func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Decision, error) {
-	return nil, errors.New("recorder: no approvals")
+// What a newcomer sees in make run with "approve": the approval prompt, the pause after
+// the approval timeout, and the resume, through the real loop, actor and a local sandbox.
+func TestApproveFlow(t *testing.T) {
+	st := storetest.New(t)
+	clock := clockwork.NewFakeClock()
+	p, err := local.New(t.TempDir())
+	require.NoError(t, err)
+	reg, err := agent.NewRegistry(tools.CurrentTime{}, demo.SandboxTool{})
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	loop, err := agent.New(agent.Config{
+		Model:     demo.NewModel(demo.Config{Words: 8}),
+		Tools:     reg,
+		Sandboxes: agent.NewSandboxes(p, st),
+		Clock:     clock,
+		Logger:    log,
+	})
+	require.NoError(t, err)
+	a := conversation.Start(conversation.Config{Store: st, Agent: loop, Encoder: transport.Encoder{}, Clock: clockwork.NewFakeClock(), Logger: log}, uuid.New(), nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	sub := wstest.NewSub()
+	ctx := context.Background()
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: sub})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "please approve a sandbox command"})
+	require.NoError(t, err)
+
+	status := func(s string) wstest.Frame {
+		return sub.Await(t, func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == s })
+	}
+	waiting := status("awaiting_approval")
+	require.Equal(t, demo.ApprovalToolName, waiting.Run.PendingApproval.Name)
+	require.NoError(t, clock.BlockUntilContext(testCtx(t), 1))
+	clock.Advance(agent.DefaultApprovalTimeout)
+	status("paused")
+
+	_, err = a.Decide(ctx, "demo-approval", true)
+	require.NoError(t, err)
+	status("running")
+	end := sub.Await(t, wstest.Frame.Terminal)
+	require.Equal(t, "chat.done", end.Type)
+
+	msgs := sub.Messages()
+	require.Len(t, msgs, 4)
+	require.Equal(t, "ok", msgs[2].Tool.Status)
+	require.Contains(t, *msgs[2].Tool.Output, "hello from your sandbox")
+	require.Contains(t, *msgs[2].Tool.Output, "visits so far: 1")
+	require.True(t, strings.HasPrefix(msgs[3].Content, " (demo_sandbox said: hello from your sandbox)"))
+	stored, _, err := st.MessagesBefore(ctx, a.SessionID(), 0, 10)
+	require.NoError(t, err)
+	want, err := wstest.FromStore(stored)
+	require.NoError(t, err)
+	require.Empty(t, wstest.Diff(want, msgs))
+	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
+	require.NoError(t, err)
+	require.Equal(t, store.RunDone, run.Status)
+	require.Positive(t, run.Usage.OutputTokens)
 }
-func (r *recorder) Paused() error                  { return nil }
-func (r *recorder) Usage(conversation.Usage) error { return nil }
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

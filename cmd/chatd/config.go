@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
@@ -50,6 +53,21 @@ type Config struct {
 	// (CHATD_DEMO_WORDS, CHATD_DEMO_DELAY).
 	DemoWords int
 	DemoDelay time.Duration
+
+	// ApprovalTimeout is how long a run waits for a decision before the session's
+	// sandbox is paused (CHATD_APPROVAL_TIMEOUT); SandboxKillAfter how long a paused
+	// sandbox lives (CHATD_SANDBOX_KILL_AFTER). Runs wait for decisions indefinitely.
+	ApprovalTimeout  time.Duration
+	SandboxKillAfter time.Duration
+	// AbandonAfter cancels a streaming run nobody has watched for this long
+	// (CHATD_ABANDON_AFTER).
+	AbandonAfter time.Duration
+	// MaxSteps bounds model calls per run (CHATD_MAX_STEPS).
+	MaxSteps int
+	// ShellTool offers the model the shell tool (CHATD_SHELL_TOOL, on|off).
+	ShellTool bool
+	// SandboxDir holds the local sandboxes (CHATD_SANDBOX_DIR).
+	SandboxDir string
 }
 
 // parseConfig reads flags from args with defaults taken from the environment.
@@ -79,6 +97,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
+	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
+	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
+	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
+	fs.BoolVar(&c.ShellTool, "shell-tool", env.onOff("CHATD_SHELL_TOOL", false), "offer the approval-gated shell tool (CHATD_SHELL_TOOL=on)")
+	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the local sandboxes (CHATD_SANDBOX_DIR)")
 
 	if env.err != nil {
 		return Config{}, env.err
@@ -124,6 +148,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_DEMO_WORDS (-demo-words) is %d; it must be at least 1", c.DemoWords)
 	case c.DemoDelay < 0:
 		return fmt.Errorf("CHATD_DEMO_DELAY (-demo-delay) is %s; it must not be negative", c.DemoDelay)
+	case c.ApprovalTimeout <= 0:
+		return fmt.Errorf("CHATD_APPROVAL_TIMEOUT (-approval-timeout) is %s; it must be positive", c.ApprovalTimeout)
+	case c.SandboxKillAfter <= 0:
+		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
+	case c.AbandonAfter <= 0:
+		return fmt.Errorf("CHATD_ABANDON_AFTER (-abandon-after) is %s; it must be positive", c.AbandonAfter)
+	case c.MaxSteps < 1:
+		return fmt.Errorf("CHATD_MAX_STEPS (-max-steps) is %d; it must be at least 1", c.MaxSteps)
+	case c.SandboxDir == "":
+		return errors.New("CHATD_SANDBOX_DIR (-sandbox-dir) is empty")
 	}
 	return nil
 }
@@ -152,6 +186,20 @@ func (e *envDefaults) int(key string, def int) int {
 		return def
 	}
 	return n
+}
+
+func (e *envDefaults) onOff(key string, def bool) bool {
+	v := strings.ToLower(strings.TrimSpace(e.getenv(key)))
+	switch v {
+	case "":
+		return def
+	case "on", "true", "1", "yes":
+		return true
+	case "off", "false", "0", "no":
+		return false
+	}
+	e.fail(fmt.Errorf("%s=%q: use on or off", key, e.getenv(key)))
+	return def
 }
 
 func (e *envDefaults) duration(key string, def time.Duration) time.Duration {

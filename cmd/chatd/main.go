@@ -22,7 +22,10 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/sandbox/local"
+	"github.com/chatd/chatd/agent/tools"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/migrations"
@@ -95,11 +98,12 @@ type Main struct {
 	cfg Config
 	log zerolog.Logger
 
-	pool *pgxpool.Pool
-	hub  *hub.Hub
-	srv  *transport.Server
-	http *http.Server
-	ln   net.Listener
+	pool      *pgxpool.Pool
+	sandboxes *local.Provider
+	hub       *hub.Hub
+	srv       *transport.Server
+	http      *http.Server
+	ln        net.Listener
 	// serveErr receives the HTTP server's result.
 	serveErr chan error
 }
@@ -147,10 +151,14 @@ func (m *Main) Run(ctx context.Context) error {
 		m.log.Warn().Int("runs", len(ids)).Msg("marked runs left unfinished by a previous process as interrupted")
 	}
 
-	agent := demo.New(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay})
+	loop, err := m.newAgent(st)
+	if err != nil {
+		return err
+	}
 	m.hub, err = hub.New(conversation.Config{
 		Store:           st,
-		Agent:           agent,
+		Agent:           loop,
+		AbandonAfter:    m.cfg.AbandonAfter,
 		Encoder:         transport.Encoder{},
 		Logger:          m.log,
 		RingEvents:      m.cfg.RingEvents,
@@ -188,11 +196,39 @@ func (m *Main) Run(ctx context.Context) error {
 
 	m.log.Info().
 		Str("addr", m.Addr()).
-		Str("agent", "demo").
+		Str("model", "demo").
 		Int("demo_words", m.cfg.DemoWords).
 		Stringer("demo_delay", m.cfg.DemoDelay).
-		Msgf("chatd listening: ws://%s/v1/ws (demo agent: no model needed)", m.Addr())
+		Bool("shell_tool", m.cfg.ShellTool).
+		Str("sandbox_dir", m.cfg.SandboxDir).
+		Msgf("chatd listening: ws://%s/v1/ws (demo model: no LLM needed; say \"tool\" or \"approve\" to see tool calls)", m.Addr())
 	return nil
+}
+
+// newAgent builds the agent loop: the demo model, the built-in tools, and local sandboxes.
+func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
+	var err error
+	m.sandboxes, err = local.New(m.cfg.SandboxDir)
+	if err != nil {
+		return nil, fmt.Errorf("CHATD_SANDBOX_DIR: %w", err)
+	}
+	ts := []agent.Tool{tools.CurrentTime{}, demo.SandboxTool{}}
+	if m.cfg.ShellTool {
+		ts = append(ts, tools.Shell{})
+	}
+	registry, err := agent.NewRegistry(ts...)
+	if err != nil {
+		return nil, err
+	}
+	return agent.New(agent.Config{
+		Model:            demo.NewModel(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay}),
+		Tools:            registry,
+		Sandboxes:        agent.NewSandboxes(m.sandboxes, st),
+		MaxSteps:         m.cfg.MaxSteps,
+		ApprovalTimeout:  m.cfg.ApprovalTimeout,
+		SandboxKillAfter: m.cfg.SandboxKillAfter,
+		Logger:           m.log,
+	})
 }
 
 // Close shuts down in order: stop accepting connections, end active runs as interrupted
@@ -218,6 +254,9 @@ func (m *Main) Close(ctx context.Context) error {
 		if err := m.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if m.sandboxes != nil {
+		m.sandboxes.Close() // nothing chatd started outlives it
 	}
 	if m.pool != nil {
 		m.pool.Close()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +65,13 @@ func TestParseConfigDefaults(t *testing.T) {
 		ShutdownTimeout: 10 * time.Second,
 		DemoWords:       60,
 		DemoDelay:       30 * time.Millisecond,
+
+		ApprovalTimeout:  5 * time.Minute,
+		SandboxKillAfter: 24 * time.Hour,
+		AbandonAfter:     30 * time.Minute,
+		MaxSteps:         20,
+		ShellTool:        false,
+		SandboxDir:       filepath.Join(os.TempDir(), "chatd-sandboxes"),
 	}, cfg)
 	require.Empty(t, usage.String(), "nothing is printed for a good configuration")
 }
@@ -84,6 +92,13 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_SHUTDOWN_TIMEOUT":  "3s",
 		"CHATD_DEMO_WORDS":        "7",
 		"CHATD_DEMO_DELAY":        "0s",
+
+		"CHATD_APPROVAL_TIMEOUT":   "10s",
+		"CHATD_SANDBOX_KILL_AFTER": "1h",
+		"CHATD_ABANDON_AFTER":      "2m",
+		"CHATD_MAX_STEPS":          "5",
+		"CHATD_SHELL_TOOL":         "on",
+		"CHATD_SANDBOX_DIR":        "/srv/sandboxes",
 	}
 	fromEnv := Config{
 		Addr:            "0.0.0.0:9000",
@@ -100,6 +115,13 @@ func TestParseConfigValues(t *testing.T) {
 		ShutdownTimeout: 3 * time.Second,
 		DemoWords:       7,
 		DemoDelay:       0,
+
+		ApprovalTimeout:  10 * time.Second,
+		SandboxKillAfter: time.Hour,
+		AbandonAfter:     2 * time.Minute,
+		MaxSteps:         5,
+		ShellTool:        true,
+		SandboxDir:       "/srv/sandboxes",
 	}
 
 	tests := []struct {
@@ -127,6 +149,12 @@ func TestParseConfigValues(t *testing.T) {
 				"-shutdown-timeout", "20s",
 				"-demo-words", "9",
 				"-demo-delay", "5ms",
+				"-approval-timeout", "1m",
+				"-sandbox-kill-after", "2h",
+				"-abandon-after", "3m",
+				"-max-steps", "4",
+				"-shell-tool=false",
+				"-sandbox-dir", "/tmp/sb",
 			},
 			want: func(c *Config) {
 				*c = Config{
@@ -144,6 +172,13 @@ func TestParseConfigValues(t *testing.T) {
 					ShutdownTimeout: 20 * time.Second,
 					DemoWords:       9,
 					DemoDelay:       5 * time.Millisecond,
+
+					ApprovalTimeout:  time.Minute,
+					SandboxKillAfter: 2 * time.Hour,
+					AbandonAfter:     3 * time.Minute,
+					MaxSteps:         4,
+					ShellTool:        false,
+					SandboxDir:       "/tmp/sb",
 				}
 			},
 		},
@@ -163,6 +198,8 @@ func TestParseConfigValues(t *testing.T) {
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond,
+					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute,
+					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
 				}
 			},
 		},
@@ -245,6 +282,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "demo words not a number", env: map[string]string{"CHATD_DEMO_WORDS": "many"}, mention: []string{"CHATD_DEMO_WORDS"}},
 		{name: "demo words zero", env: map[string]string{"CHATD_DEMO_WORDS": "0"}, mention: []string{"CHATD_DEMO_WORDS"}},
 		{name: "demo delay negative", env: map[string]string{"CHATD_DEMO_DELAY": "-1ms"}, mention: []string{"CHATD_DEMO_DELAY"}},
+		{name: "approval timeout zero", env: map[string]string{"CHATD_APPROVAL_TIMEOUT": "0s"}, mention: []string{"CHATD_APPROVAL_TIMEOUT"}},
+		{name: "sandbox kill after bad", env: map[string]string{"CHATD_SANDBOX_KILL_AFTER": "soon"}, mention: []string{"CHATD_SANDBOX_KILL_AFTER"}},
+		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},
+		{name: "max steps zero", env: map[string]string{"CHATD_MAX_STEPS": "0"}, mention: []string{"CHATD_MAX_STEPS"}},
+		{name: "shell tool maybe", env: map[string]string{"CHATD_SHELL_TOOL": "maybe"}, mention: []string{"CHATD_SHELL_TOOL"}},
 		{name: "empty addr flag", args: []string{"-addr", ""}, mention: []string{"CHATD_ADDR"}},
 		{name: "bad byte size flag", args: []string{"-ring-bytes", "huge"}, mention: []string{"ring-bytes"}},
 		{name: "unknown flag", args: []string{"-no-such-flag"}, mention: []string{"no-such-flag"}},
@@ -657,7 +699,8 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	require.Equal(t, demo.ToolName, tool.Tool.Name)
 	require.Equal(t, store.ToolOK, tool.Tool.Status)
 	require.NotNil(t, tool.Tool.Output)
-	require.Equal(t, fmt.Sprintf("3 demo results for %q", content), *tool.Tool.Output)
+	// The demo's "tool" is current_time: the time, as "Friday, 2026-11-20T22:47:24Z".
+	require.Regexp(t, `^[A-Z][a-z]+day, \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, *tool.Tool.Output)
 
 	s2 := byID(t, stored, seg2)
 	require.Equal(t, store.MessageInterrupted, s2.Status)

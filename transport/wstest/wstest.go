@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -520,4 +521,97 @@ func Header(key, value string) *DialOptions {
 	h := http.Header{}
 	h.Set(key, value)
 	return &DialOptions{HTTPHeader: h}
+}
+
+// Sub is an in-process conversation.Subscriber for tests that drive an actor directly:
+// it applies every frame to its State and lets the test wait for frames.
+type Sub struct {
+	mu      sync.Mutex
+	state   *State
+	frames  []Frame
+	err     error
+	dropped []conversation.DropReason
+	signal  chan struct{}
+	awaited int
+}
+
+var _ conversation.Subscriber = (*Sub)(nil)
+
+// NewSub returns an empty subscriber.
+func NewSub() *Sub { return &Sub{state: NewState(), signal: make(chan struct{}, 1)} }
+
+// Deliver applies a live event.
+func (s *Sub) Deliver(b []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := Decode(b)
+	if err == nil {
+		err = s.state.Apply(f)
+	}
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	s.frames = append(s.frames, f)
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// CatchUp applies the answer to a hello.
+func (s *Sub) CatchUp(frames [][]byte) bool {
+	for _, f := range frames {
+		s.Deliver(f)
+	}
+	return true
+}
+
+// Dropped records why the actor let go.
+func (s *Sub) Dropped(r conversation.DropReason) {
+	s.mu.Lock()
+	s.dropped = append(s.dropped, r)
+	s.mu.Unlock()
+}
+
+// State returns a copy of the subscriber's state's messages and its active run.
+func (s *Sub) Messages() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Sorted()
+}
+
+// ActiveRun returns the active run as the subscriber holds it.
+func (s *Sub) ActiveRun() *Run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.ActiveRun
+}
+
+// Await returns the first frame after the last one Await returned that matches, waiting
+// for it to arrive, and fails the test when the frames broke the protocol.
+func (s *Sub) Await(t testing.TB, match func(Frame) bool) Frame {
+	t.Helper()
+	timeout := time.After(ReadTimeout)
+	for {
+		s.mu.Lock()
+		if s.err != nil {
+			s.mu.Unlock()
+			t.Fatalf("subscriber: %v", s.err)
+		}
+		for s.awaited < len(s.frames) {
+			f := s.frames[s.awaited]
+			s.awaited++
+			if match(f) {
+				s.mu.Unlock()
+				return f
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.signal:
+		case <-timeout:
+			t.Fatal("no matching frame arrived")
+		}
+	}
 }

@@ -1,0 +1,268 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/modeltest"
+	"github.com/chatd/chatd/agent/sandbox/local"
+	"github.com/chatd/chatd/agent/tools"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// sandboxHarness is a harness whose loop has the shell tool and local session sandboxes.
+func sandboxHarness(t *testing.T, model agent.Model, edit ...func(*agent.Config)) (*harness, *local.Provider) {
+	t.Helper()
+	p, err := local.New(t.TempDir())
+	require.NoError(t, err)
+	h := newHarnessWithStore(t, model, func(st *store.Store, c *agent.Config) {
+		c.Sandboxes = agent.NewSandboxes(p, st)
+	}, append([]func(*agent.Config){withTools(tools.Shell{})}, edit...)...)
+	t.Cleanup(func() {
+		// Nothing may outlive the test: kill whatever sandbox the session has.
+		if id, err := h.st.SessionSandbox(context.Background(), h.actor.SessionID()); err == nil && id != "" {
+			_ = p.Kill(context.Background(), id)
+		}
+	})
+	return h, p
+}
+
+func shellCall(id, command string) agent.ModelEvent {
+	in, _ := json.Marshal(map[string]string{"command": command})
+	return modeltest.Call(id, "shell", string(in))
+}
+
+// awaitStatus waits for the run to reach status.
+func (h *harness) awaitStatus(status string) wstest.Frame {
+	h.t.Helper()
+	return h.sub.Await(h.t, func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == status })
+}
+
+func (h *harness) decide(callID string, approve bool) conversation.DecideResult {
+	h.t.Helper()
+	res, err := h.actor.Decide(context.Background(), callID, approve)
+	require.NoError(h.t, err)
+	return res
+}
+
+func (h *harness) sandboxID() string {
+	h.t.Helper()
+	id, err := h.st.SessionSandbox(context.Background(), h.actor.SessionID())
+	require.NoError(h.t, err)
+	return id
+}
+
+func (h *harness) runStatus() store.RunStatus {
+	h.t.Helper()
+	run := h.sub.ActiveRun()
+	require.NotNil(h.t, run)
+	stored, err := h.st.RunGet(context.Background(), uuid.MustParse(run.RunID))
+	require.NoError(h.t, err)
+	return stored.Status
+}
+
+// poll waits on a ticker for a condition about real processes (they offer no event).
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	poll(t, path, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
+// ticker is a shell command that leaves a process in the sandbox's background, writing
+// the time to a file every 10ms, and saves its pid.
+const ticker = `(while :; do date +%s%N > tick; sleep 0.01; done) > /dev/null 2>&1 & echo $! > bgpid; echo started`
+
+// A shell call waits for approval; after the timeout the session's sandbox is paused and
+// the run shows paused; the decision resumes the sandbox and the call runs.
+func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", ticker)}},
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s2", "cat tick")}},
+		modeltest.Say("The ticker is running."),
+	)
+	h, p := sandboxHarness(t, model)
+	h.send("start a ticker, then read it")
+
+	// The first call waits, then runs once approved, and leaves the ticker behind.
+	st := h.awaitStatus("awaiting_approval")
+	require.Equal(t, "s1", st.Run.PendingApproval.ToolCallID)
+	require.Equal(t, store.RunAwaitingApproval, h.runStatus())
+	require.Equal(t, store.RunRunning, h.decide("s1", true).Status)
+	end1 := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
+	require.Equal(t, "ok", end1.Message.Tool.Status, "%s", *end1.Message.Tool.Output)
+	ws := p.Workspace(h.sandboxID())
+	bg := readPID(t, filepath.Join(ws, "bgpid"))
+
+	// The second call waits; nobody decides within the approval timeout.
+	st = h.awaitStatus("awaiting_approval")
+	require.Equal(t, "s2", st.Run.PendingApproval.ToolCallID)
+	h.waitTimers(1) // the approval timeout
+	h.clock.Advance(agent.DefaultApprovalTimeout)
+	paused := h.awaitStatus("paused")
+	require.Equal(t, "s2", paused.Run.PendingApproval.ToolCallID, "a paused run still shows what it waits for")
+	require.Equal(t, store.RunPaused, h.runStatus())
+	poll(t, "the sandbox's ticker to be stopped", func() bool { return procState(bg) == "T" })
+
+	// The decision resumes the sandbox first, then the call runs.
+	require.Equal(t, store.RunRunning, h.decide("s2", true).Status)
+	end2 := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
+	require.Equal(t, "ok", end2.Message.Tool.Status)
+	require.NotEqual(t, "T", procState(bg), "the ticker runs again")
+	require.Equal(t, "chat.done", h.end().Type)
+
+	msgs := h.stored()
+	require.Len(t, msgs, 4)
+	require.Contains(t, *msgs[1].Tool.Output, "started")
+	require.Regexp(t, `^\d+\n`, *msgs[2].Tool.Output)
+	require.Equal(t, "The ticker is running.", msgs[3].Content)
+}
+
+// A sandbox paused for longer than its limit is killed; the run still waits, and the
+// approval that finally comes gets a new sandbox.
+func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", ticker+"; echo old > marker")}},
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s2", "ls")}},
+		modeltest.Say("Listed."),
+	)
+	h, p := sandboxHarness(t, model)
+	h.send("go")
+	h.awaitStatus("awaiting_approval")
+	h.decide("s1", true)
+	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
+	first := h.sandboxID()
+	bg := readPID(t, filepath.Join(p.Workspace(first), "bgpid"))
+
+	h.awaitStatus("awaiting_approval")
+	h.waitTimers(1)
+	h.clock.Advance(agent.DefaultApprovalTimeout)
+	h.awaitStatus("paused")
+	h.waitTimers(1) // the kill timer
+	h.clock.Advance(agent.DefaultSandboxKillAfter)
+	poll(t, "the killed sandbox's ticker to be gone", func() bool { s := procState(bg); return s == "" || s == "Z" })
+	require.Equal(t, store.RunPaused, h.runStatus(), "the run waits on, however long")
+
+	h.decide("s2", true)
+	end := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
+	require.Equal(t, "ok", end.Message.Tool.Status)
+	require.NotContains(t, *end.Message.Tool.Output, "marker", "a new sandbox starts empty")
+	require.Equal(t, "chat.done", h.end().Type)
+	second := h.sandboxID()
+	require.NotEqual(t, first, second)
+	require.FileExists(t, filepath.Join(p.Workspace(first), "marker"), "a killed sandbox keeps its directory")
+	h.stored()
+}
+
+// Denied: the call ends denied, the model is told, and it carries on.
+func TestDeniedCallIsReportedToTheModel(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", "rm -rf ~")}},
+		modeltest.Say("OK, I will leave it."),
+	)
+	h, _ := sandboxHarness(t, model)
+	h.send("clean up")
+	h.awaitStatus("awaiting_approval")
+	require.Equal(t, store.RunRunning, h.decide("s1", false).Status)
+	require.Equal(t, "chat.done", h.end().Type)
+
+	msgs := h.stored()
+	require.Equal(t, "denied", msgs[1].Tool.Status)
+	reqs := model.Requests()
+	require.Len(t, reqs, 2)
+	result := reqs[1].Messages[2]
+	require.Equal(t, agent.Message{Role: agent.RoleTool, ToolCallID: "s1", ToolName: "shell", Result: conversation.DeclinedOutput, IsError: true}, result)
+	require.Empty(t, h.sandboxID(), "nothing ran, so no sandbox was made")
+}
+
+// Cancelling while a command runs kills it: the child process is gone.
+func TestCancelDuringARunningTool(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", "echo $$ > pid; sleep 1000")}})
+	h, p := sandboxHarness(t, model)
+	h.send("wait forever")
+	h.awaitStatus("awaiting_approval")
+	h.decide("s1", true)
+	var id string
+	poll(t, "the tool to create the session's sandbox", func() bool { id = h.sandboxID(); return id != "" })
+	pid := readPID(t, filepath.Join(p.Workspace(id), "pid"))
+	require.Equal(t, "S", procState(pid))
+
+	res, err := h.actor.Cancel(context.Background(), uuid.Nil)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCancelled, res.Status)
+	end := h.end()
+	require.Equal(t, "chat.cancelled", end.Type)
+	poll(t, "the command's process to be gone", func() bool { s := procState(pid); return s == "" || s == "Z" })
+	msgs := h.stored()
+	require.Equal(t, "cancelled", msgs[1].Tool.Status)
+}
+
+// Cancelling while the run waits for a decision ends the call and the run cancelled.
+func TestCancelDuringTheApprovalWait(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", "true")}})
+	h, _ := sandboxHarness(t, model)
+	h.send("go")
+	h.awaitStatus("awaiting_approval")
+	h.waitTimers(1)
+	h.clock.Advance(agent.DefaultApprovalTimeout)
+	h.awaitStatus("paused")
+	_, err := h.actor.Cancel(context.Background(), uuid.Nil)
+	require.NoError(t, err)
+	end := h.end()
+	require.Equal(t, "chat.cancelled", end.Type)
+	require.Equal(t, "user", end.Run.CancelReason)
+	msgs := h.stored()
+	require.Equal(t, "cancelled", msgs[1].Tool.Status)
+	require.Equal(t, "cancelled", msgs[1].Status)
+	_, err = h.actor.Decide(context.Background(), "s1", true)
+	var ce *conversation.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, conversation.CodeNotFound, ce.Code)
+}

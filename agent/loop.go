@@ -1,0 +1,515 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/conversation"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultMaxSteps         = 20
+	DefaultMaxParallelTools = 4
+	DefaultMaxToolOutput    = 64 << 10
+	DefaultApprovalTimeout  = 5 * time.Minute
+	DefaultSandboxKillAfter = 24 * time.Hour
+	DefaultMaxRetries       = 2
+	DefaultRetryBackoff     = time.Second
+)
+
+// Run error codes the loop ends runs with.
+const (
+	CodeStepLimit  = "step_limit"
+	CodeModelError = "model_error"
+)
+
+// Config configures a Loop.
+type Config struct {
+	// Model answers. Required.
+	Model Model
+	// Tools the model may call; nil for none.
+	Tools *Registry
+	// Sandboxes gives tools their session's sandbox; nil when no tool needs one.
+	Sandboxes *Sandboxes
+	// System is the system prompt.
+	System string
+	// MaxSteps bounds model calls per run.
+	MaxSteps int
+	// MaxParallelTools bounds how many calls of one step run at once.
+	MaxParallelTools int
+	// MaxToolOutput caps each tool result (and its streamed output), in bytes.
+	MaxToolOutput int
+	// ApprovalTimeout is how long a run waits for a decision before it pauses the
+	// session's sandbox; SandboxKillAfter how long a paused sandbox lives before it is
+	// killed. The run itself waits for the decision indefinitely.
+	ApprovalTimeout  time.Duration
+	SandboxKillAfter time.Duration
+	// MaxRetries is how often a transient model error is retried, backing off from
+	// RetryBackoff (doubling), or the provider's retry-after when longer.
+	MaxRetries   int
+	RetryBackoff time.Duration
+	// Clock drives approval timeouts and retry backoff. Defaults to the real clock.
+	Clock  clockwork.Clock
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Tools == nil {
+		c.Tools = &Registry{tools: map[string]Tool{}}
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.MaxSteps, DefaultMaxSteps)
+	def(&c.MaxParallelTools, DefaultMaxParallelTools)
+	def(&c.MaxToolOutput, DefaultMaxToolOutput)
+	def(&c.MaxRetries, DefaultMaxRetries)
+	defDur(&c.ApprovalTimeout, DefaultApprovalTimeout)
+	defDur(&c.SandboxKillAfter, DefaultSandboxKillAfter)
+	defDur(&c.RetryBackoff, DefaultRetryBackoff)
+	return c
+}
+
+// Loop is the agent: it calls the model, runs the tools the model asks for (waiting for
+// approvals where a tool needs one), gives the results back, and repeats until the model
+// answers without tools or the step limit is reached.
+type Loop struct {
+	cfg Config
+	log zerolog.Logger
+}
+
+var _ conversation.Agent = (*Loop)(nil)
+
+// New returns a Loop.
+func New(cfg Config) (*Loop, error) {
+	cfg = cfg.withDefaults()
+	switch {
+	case cfg.Model == nil:
+		return nil, errors.New("agent config: Model is required")
+	case cfg.MaxSteps < 1 || cfg.MaxParallelTools < 1 || cfg.MaxToolOutput < 1 || cfg.MaxRetries < 0:
+		return nil, errors.New("agent config: limits must be positive")
+	}
+	return &Loop{cfg: cfg, log: cfg.Logger.With().Str("component", "agent").Logger()}, nil
+}
+
+// Run answers one user message.
+func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+	r := &run{l: l, req: req, out: &lockedEmitter{out: out}, ids: map[string]bool{}}
+	msgs := []Message{{Role: RoleUser, Text: req.Content}}
+	for step := 1; ; step++ {
+		if step > l.cfg.MaxSteps {
+			return &conversation.Error{
+				Code:    CodeStepLimit,
+				Message: fmt.Sprintf("the agent stopped after %d steps without a final answer", l.cfg.MaxSteps),
+			}
+		}
+		reply, err := r.callModel(ctx, msgs)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, reply)
+		if len(reply.ToolCalls) == 0 {
+			return nil
+		}
+		results, err := r.runTools(ctx, reply.ToolCalls)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, results...)
+	}
+}
+
+// run is one Run's state.
+type run struct {
+	l   *Loop
+	req conversation.Request
+	out *lockedEmitter
+	ids map[string]bool // tool call ids used so far
+}
+
+// uniqueID returns id, or a variant of it when the run already used it: models (local ones
+// especially) reuse ids across steps, and a run's call ids must be unique.
+func (r *run) uniqueID(id string) string {
+	if id == "" {
+		id = "call"
+	}
+	unique := id
+	for n := 2; r.ids[unique]; n++ {
+		unique = fmt.Sprintf("%s-%d", id, n)
+	}
+	r.ids[unique] = true
+	return unique
+}
+
+// callModel makes one model call, retrying transient errors while nothing has streamed.
+func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
+	cfg := r.l.cfg
+	req := ModelRequest{System: cfg.System, Messages: msgs, Tools: cfg.Tools.Specs()}
+	backoff := cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		reply := Message{Role: RoleAssistant}
+		var text strings.Builder
+		streamed := false
+		err := cfg.Model.Stream(ctx, req, func(ev ModelEvent) error {
+			switch ev.Kind {
+			case EventText:
+				streamed = true
+				text.WriteString(ev.Text)
+				return r.out.Text(ev.Text)
+			case EventReasoning:
+				streamed = true
+				if n := len(reply.Reasoning); n > 0 && reply.Reasoning[n-1].Signature == "" {
+					reply.Reasoning[n-1].Text += ev.Reasoning.Text
+					reply.Reasoning[n-1].Signature = ev.Reasoning.Signature
+				} else {
+					reply.Reasoning = append(reply.Reasoning, ev.Reasoning)
+				}
+			case EventToolCall:
+				streamed = true
+				reply.ToolCalls = append(reply.ToolCalls, ev.ToolCall)
+			case EventUsage:
+				return r.out.Usage(conversation.Usage{InputTokens: ev.Usage.InputTokens, OutputTokens: ev.Usage.OutputTokens})
+			}
+			return nil
+		})
+		if err == nil {
+			reply.Text = text.String()
+			return reply, nil
+		}
+		if ctx.Err() != nil || isRunEnded(err) {
+			return Message{}, err
+		}
+		var me *ModelError
+		transient := errors.As(err, &me) && me.Transient
+		if !transient || streamed || attempt >= cfg.MaxRetries {
+			if transient && attempt >= cfg.MaxRetries {
+				return Message{}, modelFailure(err, fmt.Sprintf(" (gave up after %d attempts)", attempt+1))
+			}
+			return Message{}, modelFailure(err, "")
+		}
+		wait := max(backoff, me.RetryAfter)
+		r.l.log.Info().Err(err).Int("attempt", attempt+1).Dur("retry_in", wait).Msg("transient model error")
+		select {
+		case <-cfg.Clock.After(wait):
+		case <-ctx.Done():
+			return Message{}, ctx.Err()
+		}
+		backoff *= 2
+	}
+}
+
+func isRunEnded(err error) bool {
+	return errors.Is(err, conversation.ErrRunEnded) || errors.Is(err, conversation.ErrStopped)
+}
+
+// modelFailure turns a model error into the run's error, with no raw provider text.
+func modelFailure(err error, suffix string) error {
+	var me *ModelError
+	if errors.As(err, &me) {
+		code := me.Code
+		if code == "" {
+			code = CodeModelError
+		}
+		msg := me.Message
+		if msg == "" {
+			msg = "the model call failed"
+		}
+		return &conversation.Error{Code: code, Message: msg + suffix}
+	}
+	return &conversation.Error{Code: CodeModelError, Message: "the model call failed" + suffix}
+}
+
+// call is one tool call of a step on its way to a result.
+type call struct {
+	ToolCall
+	tool     Tool
+	spec     ToolSpec
+	known    bool
+	badInput bool
+	decision <-chan conversation.Decision // set for calls waiting for approval
+	approved bool
+	result   Message
+}
+
+// runTools runs a step's tool calls and returns their results in call order. Calls are
+// announced in order (tool.start, or the approval request); decisions are awaited; then
+// the calls run, several at once.
+func (r *run) runTools(ctx context.Context, calls []ToolCall) ([]Message, error) {
+	cs := make([]*call, len(calls))
+	for i, tc := range calls {
+		c := &call{ToolCall: tc}
+		c.tool, c.spec, c.known = r.l.cfg.Tools.Lookup(tc.Name)
+		if len(c.Input) == 0 {
+			c.Input = json.RawMessage("{}")
+		}
+		if !json.Valid(c.Input) {
+			// Keep what the model sent, as a JSON string, so the call can be stored.
+			c.Input, _ = json.Marshal(string(tc.Input))
+			c.badInput = true
+		}
+		c.ID = r.uniqueID(c.ID)
+		calls[i].ID = c.ID // the model sees the id the run uses
+		cs[i] = c
+		var err error
+		if c.known && c.spec.NeedsApproval && !c.badInput {
+			c.decision, err = r.out.AwaitApproval(conversation.ToolCall{ID: c.ID, Name: c.Name, Input: c.Input})
+		} else {
+			err = r.out.ToolStart(conversation.ToolCall{ID: c.ID, Name: c.Name, Input: c.Input})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := r.awaitDecisions(ctx, cs); err != nil {
+		return nil, err
+	}
+
+	sem := make(chan struct{}, r.l.cfg.MaxParallelTools)
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if c.decision != nil && !c.approved {
+			c.result = Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name, Result: conversation.DeclinedOutput, IsError: true}
+			continue // the actor ended the call as denied
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.result = r.execute(ctx, c)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	results := make([]Message, len(cs))
+	for i, c := range cs {
+		results[i] = c.result
+	}
+	return results, nil
+}
+
+// awaitDecisions waits for every approval of the step. It waits indefinitely, but after
+// ApprovalTimeout it pauses the session's sandbox (and tells the run), and a sandbox
+// paused for SandboxKillAfter is killed. A decision resumes a paused sandbox; a killed one
+// is replaced when a tool next needs it.
+func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
+	type decided struct {
+		c *call
+		d conversation.Decision
+	}
+	pending := 0
+	ch := make(chan decided, len(cs))
+	// Deferred calls run last first: stop the forwarders, then wait for them.
+	var forwarders sync.WaitGroup
+	defer forwarders.Wait()
+	waitCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	for _, c := range cs {
+		if c.decision == nil {
+			continue
+		}
+		pending++
+		forwarders.Go(func() {
+			select {
+			case d := <-c.decision:
+				ch <- decided{c, d}
+			case <-waitCtx.Done():
+			}
+		})
+	}
+	if pending == 0 {
+		return nil
+	}
+
+	clock := r.l.cfg.Clock
+	pauseAt := clock.NewTimer(r.l.cfg.ApprovalTimeout)
+	defer pauseAt.Stop()
+	var killAt clockwork.Timer
+	var killC <-chan time.Time
+	paused := false
+	for pending > 0 {
+		select {
+		case d := <-ch:
+			pending--
+			d.c.approved = d.d.Approved
+			if killAt != nil {
+				killAt.Stop()
+				killAt, killC = nil, nil
+			}
+			if paused {
+				paused = false
+				if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
+					r.l.log.Warn().Err(err).Msg("resume the session's sandbox")
+				}
+			}
+			if pending > 0 {
+				pauseAt.Reset(r.l.cfg.ApprovalTimeout)
+			}
+		case <-pauseAt.Chan():
+			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Pause(ctx, id) }); err != nil {
+				r.l.log.Warn().Err(err).Msg("pause the session's sandbox")
+			}
+			paused = true
+			if err := r.out.Paused(); err != nil {
+				return err
+			}
+			killAt = clock.NewTimer(r.l.cfg.SandboxKillAfter)
+			killC = killAt.Chan()
+		case <-killC:
+			killAt, killC = nil, nil
+			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Kill(ctx, id) }); err != nil {
+				r.l.log.Warn().Err(err).Msg("kill the session's sandbox")
+			}
+		case <-ctx.Done():
+			if killAt != nil {
+				killAt.Stop()
+			}
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// sandboxes runs do on the session's sandboxes, when the agent has any.
+func (r *run) sandboxes(do func(*Sandboxes, context.Context, uuid.UUID) error) error {
+	if r.l.cfg.Sandboxes == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return do(r.l.cfg.Sandboxes, ctx, r.req.SessionID)
+}
+
+// execute runs one call and ends it. Tool errors and panics are results the model sees.
+func (r *run) execute(ctx context.Context, c *call) Message {
+	msg := Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name}
+	env := &toolEnv{r: r, ctx: ctx, out: &outputWriter{
+		emit:  func(s string) error { return r.out.ToolOutput(c.ID, s) },
+		limit: r.l.cfg.MaxToolOutput,
+	}}
+	var (
+		output string
+		err    error
+	)
+	switch {
+	case !c.known:
+		err = fmt.Errorf("there is no tool named %q", c.Name)
+	case c.badInput:
+		err = errors.New("the tool input is not valid JSON")
+	default:
+		output, err = r.safeRun(ctx, c, env)
+	}
+	if ctx.Err() != nil {
+		return msg // the run is over; the actor closed the call
+	}
+	output, _ = capText(output, r.l.cfg.MaxToolOutput)
+	res := conversation.ToolResult{Output: output}
+	if err != nil {
+		res.Err = err
+		msg.IsError = true
+		if output == "" {
+			output = err.Error()
+		}
+	}
+	msg.Result = output
+	if endErr := r.out.ToolEnd(c.ID, res); endErr != nil && !isRunEnded(endErr) {
+		r.l.log.Warn().Err(endErr).Str("call_id", c.ID).Msg("end a tool call")
+	}
+	return msg
+}
+
+func (r *run) safeRun(ctx context.Context, c *call, env Env) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.l.log.Error().Interface("panic", p).Str("tool", c.Name).Msg("tool panicked")
+			out, err = "", errToolPanicked
+		}
+	}()
+	return c.tool.Run(ctx, c.Input, env)
+}
+
+type toolEnv struct {
+	r   *run
+	ctx context.Context
+	out io.Writer
+}
+
+func (e *toolEnv) Output() io.Writer { return e.out }
+
+func (e *toolEnv) Sandbox(ctx context.Context) (sandbox.Sandbox, error) {
+	if e.r.l.cfg.Sandboxes == nil {
+		return nil, errors.New("no sandbox is configured")
+	}
+	return e.r.l.cfg.Sandboxes.Get(ctx, e.r.req.SessionID)
+}
+
+// lockedEmitter lets the step's tool goroutines share the run's emitter, whose methods
+// must not be called concurrently.
+type lockedEmitter struct {
+	mu  sync.Mutex
+	out conversation.Emitter
+}
+
+func (e *lockedEmitter) Text(d string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Text(d)
+}
+
+func (e *lockedEmitter) ToolStart(c conversation.ToolCall) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.ToolStart(c)
+}
+
+func (e *lockedEmitter) ToolOutput(id, text string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.ToolOutput(id, text)
+}
+
+func (e *lockedEmitter) ToolEnd(id string, res conversation.ToolResult) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.ToolEnd(id, res)
+}
+
+func (e *lockedEmitter) AwaitApproval(c conversation.ToolCall) (<-chan conversation.Decision, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.AwaitApproval(c)
+}
+
+func (e *lockedEmitter) Paused() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Paused()
+}
+
+func (e *lockedEmitter) Usage(u conversation.Usage) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Usage(u)
+}

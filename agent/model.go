@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Role says who a model message is from.
+type Role string
+
+// Model message roles.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one entry of the conversation a model is given.
+type Message struct {
+	Role Role
+	// Text is the user's or the assistant's text.
+	Text string
+	// Reasoning is the assistant's reasoning, kept for providers that want it back.
+	Reasoning []Reasoning
+	// ToolCalls are the calls an assistant message made, in order.
+	ToolCalls []ToolCall
+	// A tool message answers one call.
+	ToolCallID string
+	ToolName   string
+	Result     string
+	IsError    bool
+}
+
+// Reasoning is a block of a model's reasoning ("thinking"), with the provider's signature
+// when it has one.
+type Reasoning struct {
+	Text      string
+	Signature string
+}
+
+// ToolCall is a model's request to run a tool.
+type ToolCall struct {
+	ID    string
+	Name  string
+	Input json.RawMessage
+}
+
+// ModelRequest is one call to a model.
+type ModelRequest struct {
+	System   string
+	Messages []Message
+	Tools    []ToolSpec
+}
+
+// EventKind says what a ModelEvent carries.
+type EventKind int
+
+// Model event kinds.
+const (
+	EventText      EventKind = iota + 1 // Text: a piece of the answer
+	EventReasoning                      // Reasoning: a piece of reasoning (Signature at its end)
+	EventToolCall                       // ToolCall: a complete tool call
+	EventUsage                          // Usage: tokens of this call
+)
+
+// ModelEvent is one piece of a streamed model response.
+type ModelEvent struct {
+	Kind      EventKind
+	Text      string
+	Reasoning Reasoning
+	ToolCall  ToolCall
+	Usage     Usage
+}
+
+// Usage counts tokens.
+type Usage struct {
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// Model is an LLM provider. Stream sends the request and calls emit with each event of
+// the response, in order, returning when the response is complete. When emit returns an
+// error Stream stops and returns it. Errors should be *ModelError, so the loop knows
+// whether a retry may help.
+type Model interface {
+	Stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) error
+}
+
+// ModelError is a failed model call, classified.
+type ModelError struct {
+	// Code is shown to the user with the run's error, e.g. "rate_limited".
+	Code string
+	// Message is shown to the user: no raw SDK text, no secrets.
+	Message string
+	// Transient errors (timeouts, 5xx, 429, a connection reset, overload) may succeed
+	// on a retry; others (4xx, content policy) will not.
+	Transient bool
+	// RetryAfter is the provider's hint for the earliest retry, 0 for none.
+	RetryAfter time.Duration
+	// Err is the underlying error, for logs.
+	Err error
+}
+
+func (e *ModelError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return e.Code + ": " + e.Message
+}
+
+func (e *ModelError) Unwrap() error { return e.Err }

@@ -1,0 +1,292 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/local"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func newProvider(t *testing.T) *local.Provider {
+	t.Helper()
+	p, err := local.New(t.TempDir())
+	require.NoError(t, err)
+	return p
+}
+
+// waitFor polls cond on a ticker until it holds (processes are real: there is no event
+// to wait on), failing after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// procState returns the state letter of a process ("" when it no longer exists).
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return strings.Fields(s[i+1:])[0]
+}
+
+// groupPIDs lists the processes of process group pgid.
+func groupPIDs(t *testing.T, pgid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func readInt(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1 // caught mid-write
+	}
+	return n
+}
+
+func TestExecOutputAndExitCode(t *testing.T) {
+	p := newProvider(t)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "echo hello; echo oops >&2; pwd; exit 3", Output: &out})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.ExitCode)
+	require.False(t, res.TimedOut)
+	require.Equal(t, "hello\noops\n"+p.Workspace(sb.ID())+"\n", out.String())
+
+	// Files persist between commands of one sandbox.
+	_, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "echo kept > notes.txt"})
+	require.NoError(t, err)
+	out.Reset()
+	_, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "cat notes.txt", Output: &out})
+	require.NoError(t, err)
+	require.Equal(t, "kept\n", out.String())
+}
+
+func TestExecTimeoutKillsTheWholeGroup(t *testing.T) {
+	p := newProvider(t)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "sleep 30 & echo $! > child; wait",
+		Timeout: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.True(t, res.TimedOut)
+	require.Equal(t, -1, res.ExitCode)
+	child := readInt(t, filepath.Join(ws, "child"))
+	require.Positive(t, child)
+	waitFor(t, "the background child to die", func() bool { s := procState(child); return s == "" || s == "Z" })
+}
+
+// Cancelling the context kills the command and what it started: the child process is gone.
+func TestExecCancelKillsTheProcess(t *testing.T) {
+	p := newProvider(t)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, sandbox.ExecRequest{Command: "echo $$ > pid; sleep 30"})
+		done <- err
+	}()
+	waitFor(t, "the command to start", func() bool { return readInt(t, filepath.Join(ws, "pid")) > 0 })
+	pid := readInt(t, filepath.Join(ws, "pid"))
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	waitFor(t, "the process to be gone", func() bool { s := procState(pid); return s == "" || s == "Z" })
+}
+
+// Pause really stops the processes (the kernel reports them stopped and their counter does
+// not move), resume lets them continue, kill ends them and the sandbox is gone for good.
+func TestPauseResumeKill(t *testing.T) {
+	p := newProvider(t)
+	ctx := context.Background()
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	count := filepath.Join(ws, "count")
+
+	var wg sync.WaitGroup
+	var res sandbox.ExecResult
+	wg.Go(func() {
+		res, _ = sb.Exec(ctx, sandbox.ExecRequest{Command: `echo $$ > pid; i=0; while :; do i=$((i+1)); echo $i > count.tmp; mv count.tmp count; sleep 0.005; done`})
+	})
+	waitFor(t, "the counter to run", func() bool { return readInt(t, count) > 3 })
+	pgid := readInt(t, filepath.Join(ws, "pid"))
+
+	require.NoError(t, p.Pause(ctx, sb.ID()))
+	require.NoError(t, p.Pause(ctx, sb.ID()), "pausing twice is fine")
+	waitFor(t, "every process of the group to be stopped", func() bool {
+		pids := groupPIDs(t, pgid)
+		for _, pid := range pids {
+			if procState(pid) != "T" {
+				return false
+			}
+		}
+		return len(pids) > 0
+	})
+	frozen := readInt(t, count)
+	tick := time.NewTicker(20 * time.Millisecond)
+	for range 10 {
+		<-tick.C
+		require.Equal(t, frozen, readInt(t, count), "a paused sandbox made progress")
+	}
+	tick.Stop()
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+	require.ErrorIs(t, err, sandbox.ErrPaused)
+
+	again, err := p.Connect(ctx, sb.ID())
+	require.NoError(t, err)
+	require.Equal(t, sb.ID(), again.ID())
+	waitFor(t, "the counter to move again", func() bool { return readInt(t, count) > frozen })
+
+	require.NoError(t, p.Kill(ctx, sb.ID()))
+	wg.Wait()
+	require.Equal(t, -1, res.ExitCode)
+	waitFor(t, "the group to be gone", func() bool { return len(groupPIDs(t, pgid)) == 0 })
+
+	_, err = p.Connect(ctx, sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.ErrorIs(t, p.Pause(ctx, sb.ID()), sandbox.ErrGone)
+	require.NoError(t, p.Kill(ctx, sb.ID()), "killing twice is fine")
+	require.FileExists(t, count, "a killed sandbox keeps its directory")
+}
+
+// Another process (a restarted chatd) finds sandboxes by id: live ones can be used, killed
+// ones stay gone.
+func TestSandboxesOutliveTheProvider(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	p1, err := local.New(dir)
+	require.NoError(t, err)
+	live, err := p1.Create(ctx)
+	require.NoError(t, err)
+	_, err = live.Exec(ctx, sandbox.ExecRequest{Command: "echo 1 > f"})
+	require.NoError(t, err)
+	dead, err := p1.Create(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p1.Kill(ctx, dead.ID()))
+
+	p2, err := local.New(dir)
+	require.NoError(t, err)
+	sb, err := p2.Connect(ctx, live.ID())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "cat f", Output: &out})
+	require.NoError(t, err)
+	require.Equal(t, "1\n", out.String())
+	_, err = p2.Connect(ctx, dead.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	for _, bad := range []string{"", "..", "../x", "nope"} {
+		_, err = p2.Connect(ctx, bad)
+		require.ErrorIs(t, err, sandbox.ErrGone, bad)
+	}
+}
+
+// A command may leave processes running in the background (a dev server, say): pausing,
+// resuming and killing the sandbox reach them too.
+func TestBackgroundProcessesFollowTheSandbox(t *testing.T) {
+	p := newProvider(t)
+	ctx := context.Background()
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	count := filepath.Join(ws, "count")
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		Command: `(i=0; while :; do i=$((i+1)); echo $i > count.tmp; mv count.tmp count; sleep 0.005; done) > /dev/null 2>&1 & echo $! > bgpid`,
+	})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode)
+	bg := readInt(t, filepath.Join(ws, "bgpid"))
+	waitFor(t, "the background counter to run", func() bool { return readInt(t, count) > 3 })
+
+	require.NoError(t, p.Pause(ctx, sb.ID()))
+	waitFor(t, "the background process to be stopped", func() bool { return procState(bg) == "T" })
+	frozen := readInt(t, count)
+	tick := time.NewTicker(20 * time.Millisecond)
+	for range 5 {
+		<-tick.C
+		require.Equal(t, frozen, readInt(t, count))
+	}
+	tick.Stop()
+
+	_, err = p.Connect(ctx, sb.ID())
+	require.NoError(t, err)
+	waitFor(t, "the background counter to move again", func() bool { return readInt(t, count) > frozen })
+
+	require.NoError(t, p.Kill(ctx, sb.ID()))
+	waitFor(t, "the background process to be gone", func() bool { s := procState(bg); return s == "" || s == "Z" })
+}
+
+// Shutting the provider down ends the processes it started, paused ones too, and leaves
+// the sandbox usable for the next process.
+func TestCloseEndsProcessesButKeepsSandboxes(t *testing.T) {
+	dir := t.TempDir()
+	p, err := local.New(dir)
+	require.NoError(t, err)
+	ctx := context.Background()
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: `sleep 1000 > /dev/null 2>&1 & echo $! > bgpid`})
+	require.NoError(t, err)
+	bg := readInt(t, filepath.Join(p.Workspace(sb.ID()), "bgpid"))
+	require.NoError(t, p.Pause(ctx, sb.ID()))
+	waitFor(t, "the process to be stopped", func() bool { return procState(bg) == "T" })
+
+	p.Close()
+	waitFor(t, "the process to be gone", func() bool { s := procState(bg); return s == "" || s == "Z" })
+	next, err := local.New(dir)
+	require.NoError(t, err)
+	again, err := next.Connect(ctx, sb.ID())
+	require.NoError(t, err)
+	_, err = again.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+	require.NoError(t, err)
+}

@@ -1,0 +1,57 @@
+// Package sandbox defines where an agent's tools run commands: a per-session sandbox that
+// can be created, resumed, paused and killed. Implementations live in subpackages (local
+// runs child processes on this machine); a hosted one (an E2B-style HTTP API) implements
+// the same two interfaces, and the agent loop does not change.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// ErrGone is returned for a sandbox that was killed or never existed: its session needs
+// a new one.
+var ErrGone = errors.New("sandbox is gone")
+
+// ErrPaused is returned by Exec on a paused sandbox; Connect resumes it.
+var ErrPaused = errors.New("sandbox is paused")
+
+// Provider creates and manages sandboxes by id. Ids are opaque strings the caller stores
+// (chatd keeps one per session) and hands back later, possibly to another process.
+type Provider interface {
+	// Create starts a new sandbox.
+	Create(ctx context.Context) (Sandbox, error)
+	// Connect returns the sandbox with id, resuming it if it is paused. It returns
+	// ErrGone when the sandbox was killed or is unknown.
+	Connect(ctx context.Context, id string) (Sandbox, error)
+	// Pause freezes the sandbox and everything running in it, to save resources while
+	// its session waits. Pausing a paused sandbox is a no-op; ErrGone as for Connect.
+	Pause(ctx context.Context, id string) error
+	// Kill ends the sandbox and everything running in it. Killing a gone sandbox is not
+	// an error.
+	Kill(ctx context.Context, id string) error
+}
+
+// Sandbox runs commands.
+type Sandbox interface {
+	ID() string
+	// Exec runs a shell command and waits for it. Output (stdout and stderr together)
+	// is written to req.Output as it comes. The command is killed, with everything it
+	// started, when ctx ends or the timeout passes.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+}
+
+// ExecRequest is a command to run.
+type ExecRequest struct {
+	Command string
+	Timeout time.Duration // 0 for none beyond ctx
+	Output  io.Writer     // may be nil
+}
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	ExitCode int  // -1 when it was killed
+	TimedOut bool // killed because the timeout passed
+}

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"unicode/utf8"
+
+	"github.com/chatd/chatd/agent/sandbox"
+)
+
+// ToolSpec describes a tool to the model and to the loop.
+type ToolSpec struct {
+	// Name is how the model calls it: letters, digits, _ and -, at most 64.
+	Name        string
+	Description string
+	// InputSchema is the JSON schema of the tool's input object.
+	InputSchema json.RawMessage
+	// NeedsApproval makes every call wait for a person's decision before it runs.
+	NeedsApproval bool
+}
+
+// Tool is something the model can call.
+type Tool interface {
+	Spec() ToolSpec
+	// Run executes one call and returns its result for the model and the user. An
+	// error is a failed call: the model sees it and may try again; it never ends the
+	// run. Long output may be streamed to env.Output() as well.
+	Run(ctx context.Context, input json.RawMessage, env Env) (string, error)
+}
+
+// Env is what a tool call can use besides its input.
+type Env interface {
+	// Output streams output to the user as tool.output, up to the output cap.
+	Output() io.Writer
+	// Sandbox returns the session's sandbox, resuming it, or creating one when the
+	// session has none (or its old one was killed).
+	Sandbox(ctx context.Context) (sandbox.Sandbox, error)
+}
+
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Registry is the set of tools an agent offers, in a fixed order.
+type Registry struct {
+	tools map[string]Tool
+	specs []ToolSpec
+}
+
+// NewRegistry checks the tools' specs and returns them as a registry.
+func NewRegistry(tools ...Tool) (*Registry, error) {
+	r := &Registry{tools: make(map[string]Tool)}
+	for _, t := range tools {
+		s := t.Spec()
+		if !toolName.MatchString(s.Name) {
+			return nil, fmt.Errorf("tool name %q: use 1 to 64 letters, digits, _ or -", s.Name)
+		}
+		if _, dup := r.tools[s.Name]; dup {
+			return nil, fmt.Errorf("tool %q is registered twice", s.Name)
+		}
+		if len(s.InputSchema) == 0 {
+			s.InputSchema = json.RawMessage(`{"type":"object"}`)
+		}
+		if !json.Valid(s.InputSchema) {
+			return nil, fmt.Errorf("tool %q: input schema is not JSON", s.Name)
+		}
+		r.tools[s.Name] = t
+		r.specs = append(r.specs, s)
+	}
+	return r, nil
+}
+
+// Specs returns the tools' specs in registration order.
+func (r *Registry) Specs() []ToolSpec { return r.specs }
+
+// Lookup finds a tool by name.
+func (r *Registry) Lookup(name string) (Tool, ToolSpec, bool) {
+	t, ok := r.tools[name]
+	if !ok {
+		return nil, ToolSpec{}, false
+	}
+	for _, s := range r.specs {
+		if s.Name == name {
+			return t, s, true
+		}
+	}
+	return nil, ToolSpec{}, false
+}
+
+// errToolPanicked is what the model sees when a tool panics.
+var errToolPanicked = errors.New("the tool crashed")
+
+// capText cuts s to at most limit bytes on a character boundary and says how much was cut.
+func capText(s string, limit int) (string, bool) {
+	if len(s) <= limit {
+		return s, false
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("\n… [output truncated: %d more bytes]", len(s)-cut), true
+}
+
+// outputWriter streams a tool's output to the user: whole characters only (a write may
+// end inside one), and nothing past the cap.
+type outputWriter struct {
+	emit    func(string) error
+	limit   int
+	written int
+	pending []byte // an incomplete UTF-8 sequence at the end of the last write
+	capped  bool
+}
+
+func (w *outputWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if w.capped {
+		return n, nil
+	}
+	buf := append(w.pending, p...)
+	// Keep an incomplete trailing character for the next write.
+	end := len(buf)
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				end = i
+			}
+			break
+		}
+	}
+	w.pending = append([]byte(nil), buf[end:]...)
+	chunk := string(buf[:end])
+	if w.written+len(chunk) > w.limit {
+		chunk, _ = capText(chunk, w.limit-w.written)
+		w.capped = true
+	}
+	w.written += len(chunk)
+	if chunk == "" {
+		return n, nil
+	}
+	if err := w.emit(chunk); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
