@@ -405,10 +405,11 @@ func (r *run) sandboxes(do func(*Sandboxes, context.Context, uuid.UUID) error) e
 // execute runs one call and ends it. Tool errors and panics are results the model sees.
 func (r *run) execute(ctx context.Context, c *call) Message {
 	msg := Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name}
-	env := &toolEnv{r: r, ctx: ctx, out: &outputWriter{
+	streamed := &outputWriter{
 		emit:  func(s string) error { return r.out.ToolOutput(c.ID, s) },
 		limit: r.l.cfg.MaxToolOutput,
-	}}
+	}
+	env := &toolEnv{r: r, ctx: ctx, out: streamed}
 	var (
 		output string
 		err    error
@@ -424,7 +425,11 @@ func (r *run) execute(ctx context.Context, c *call) Message {
 	if ctx.Err() != nil {
 		return msg // the run is over; the actor closed the call
 	}
-	output, _ = capText(output, r.l.cfg.MaxToolOutput)
+	if output == "" {
+		output = streamed.sent.String() // what the user saw (already capped) is what the model gets
+	} else {
+		output = capText(output, r.l.cfg.MaxToolOutput)
+	}
 	res := conversation.ToolResult{Output: output}
 	if err != nil {
 		res.Err = err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/chatd/chatd/agent/sandbox"
@@ -92,26 +93,39 @@ func (r *Registry) Lookup(name string) (Tool, ToolSpec, bool) {
 // errToolPanicked is what the model sees when a tool panics.
 var errToolPanicked = errors.New("the tool crashed")
 
-// capText cuts s to at most limit bytes on a character boundary and says how much was cut.
-func capText(s string, limit int) (string, bool) {
-	if len(s) <= limit {
-		return s, false
+// capText cuts s to at most limit bytes on a character boundary, marked with how much
+// was cut.
+func capText(s string, limit int) string {
+	head, cut := cutText(s, limit)
+	if cut == 0 {
+		return s
 	}
-	cut := limit
+	return head + fmt.Sprintf("\n… [output truncated: %d more bytes]", cut)
+}
+
+// cutText returns the head of s of at most limit bytes ending on a character boundary,
+// and how many bytes it left out.
+func cutText(s string, limit int) (string, int) {
+	if len(s) <= limit {
+		return s, 0
+	}
+	cut := max(limit, 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + fmt.Sprintf("\n… [output truncated: %d more bytes]", len(s)-cut), true
+	return s[:cut], len(s) - cut
 }
 
 // outputWriter streams a tool's output to the user: whole characters only (a write may
-// end inside one), and nothing past the cap.
+// end inside one), and nothing past the cap. It keeps what it sent, so a tool that only
+// streams still gives the model its output.
 type outputWriter struct {
 	emit    func(string) error
 	limit   int
 	written int
 	pending []byte // an incomplete UTF-8 sequence at the end of the last write
 	capped  bool
+	sent    strings.Builder
 }
 
 func (w *outputWriter) Write(p []byte) (int, error) {
@@ -133,13 +147,16 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 	w.pending = append([]byte(nil), buf[end:]...)
 	chunk := string(buf[:end])
 	if w.written+len(chunk) > w.limit {
-		chunk, _ = capText(chunk, w.limit-w.written)
+		// How much more will come is unknown here, so the marker gives no count.
+		chunk, _ = cutText(chunk, w.limit-w.written)
+		chunk += "\n… [output truncated]"
 		w.capped = true
 	}
 	w.written += len(chunk)
 	if chunk == "" {
 		return n, nil
 	}
+	w.sent.WriteString(chunk)
 	if err := w.emit(chunk); err != nil {
 		return 0, err
 	}
