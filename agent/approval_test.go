@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +89,42 @@ func poll(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// pollOr is poll with a description of the situation when it times out.
+func pollOr(t *testing.T, what string, cond func() bool, describe func() string) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s: %s", what, describe())
+		}
+	}
+}
+
+// groupStates describes the processes in pid's process group.
+func groupStates(pid int) string {
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		return err.Error()
+	}
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(p); err == nil && g == pgid {
+			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			out = append(out, e.Name()+"="+procState(p)+"("+strings.ReplaceAll(string(b), "\x00", " ")+")")
+		}
+	}
+	return "pgid " + strconv.Itoa(pgid) + ": " + strings.Join(out, ", ")
+}
+
 func procState(pid int) string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -113,7 +150,8 @@ func readPID(t *testing.T, path string) int {
 
 // ticker is a shell command that leaves a process in the sandbox's background, writing
 // the time to a file every 10ms, and saves its pid.
-const ticker = `(while :; do date +%s%N > tick; sleep 0.01; done) > /dev/null 2>&1 & echo $! > bgpid; echo started`
+// (written to a temporary file and renamed, so a reader never sees it empty).
+const ticker = `(while :; do date +%s%N > tick.tmp; mv tick.tmp tick; sleep 0.01; done) > /dev/null 2>&1 & echo $! > bgpid; echo started`
 
 // A shell call waits for approval; after the timeout the session's sandbox is paused and
 // the run shows paused; the decision resumes the sandbox and the call runs.
@@ -136,6 +174,7 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 	require.Equal(t, "ok", end1.Message.Tool.Status, "%s", *end1.Message.Tool.Output)
 	ws := p.Workspace(h.sandboxID())
 	bg := readPID(t, filepath.Join(ws, "bgpid"))
+	poll(t, "the ticker's first tick", func() bool { _, err := os.Stat(filepath.Join(ws, "tick")); return err == nil })
 
 	// The second call waits; nobody decides within the approval timeout.
 	st = h.awaitStatus("awaiting_approval")
@@ -145,13 +184,28 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 	paused := h.awaitStatus("paused")
 	require.Equal(t, "s2", paused.Run.PendingApproval.ToolCallID, "a paused run still shows what it waits for")
 	require.Equal(t, store.RunPaused, h.runStatus())
-	poll(t, "the sandbox's ticker to be stopped", func() bool { return procState(bg) == "T" })
+	// Stopped: T, or D for a shell waiting in vfork on a child the signal stopped
+	// before its exec. Either way it makes no progress.
+	pollOr(t, "the sandbox's ticker to be stopped", func() bool { s := procState(bg); return s == "T" || s == "D" }, func() string {
+		return "ticker " + strconv.Itoa(bg) + " state " + procState(bg) + "; group: " + groupStates(bg)
+	})
+	frozen, _ := os.ReadFile(filepath.Join(ws, "tick"))
+	tick := time.NewTicker(20 * time.Millisecond)
+	for range 5 {
+		<-tick.C
+		now, _ := os.ReadFile(filepath.Join(ws, "tick"))
+		require.Equal(t, string(frozen), string(now), "the paused ticker made progress")
+	}
+	tick.Stop()
 
 	// The decision resumes the sandbox first, then the call runs.
 	require.Equal(t, store.RunRunning, h.decide("s2", true).Status)
 	end2 := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
-	require.Equal(t, "ok", end2.Message.Tool.Status)
-	require.NotEqual(t, "T", procState(bg), "the ticker runs again")
+	require.Equal(t, "ok", end2.Message.Tool.Status, "%s", *end2.Message.Tool.Output)
+	poll(t, "the ticker to run again", func() bool {
+		now, _ := os.ReadFile(filepath.Join(ws, "tick"))
+		return string(now) != string(frozen)
+	})
 	require.Equal(t, "chat.done", h.end().Type)
 
 	msgs := h.stored()
@@ -264,4 +318,30 @@ func TestCancelDuringTheApprovalWait(t *testing.T) {
 	var ce *conversation.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, conversation.CodeNotFound, ce.Code)
+}
+
+// A session keeps its sandbox: a later run of the session finds what an earlier one left.
+func TestLaterRunsReuseTheSessionsSandbox(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", "echo remembered > note")}},
+		modeltest.Say("Saved."),
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s2", "cat note")}},
+		modeltest.Say("Read."),
+	)
+	h, _ := sandboxHarness(t, model)
+	h.send("save a note")
+	h.awaitStatus("awaiting_approval")
+	h.decide("s1", true)
+	require.Equal(t, "chat.done", h.end().Type)
+	first := h.sandboxID()
+	require.NotEmpty(t, first)
+
+	h.send("read the note")
+	h.awaitStatus("awaiting_approval")
+	h.decide("s2", true)
+	require.Equal(t, "chat.done", h.end().Type)
+	require.Equal(t, first, h.sandboxID())
+	msgs := h.stored()
+	require.Equal(t, "remembered\n\n[exit code 0]", *msgs[len(msgs)-2].Tool.Output)
 }

@@ -675,6 +675,8 @@ func TestShutdownInterruptsRuns(t *testing.T) {
 	require.NotNil(t, run.EndedAt)
 	require.NotNil(t, run.Error)
 	require.Equal(t, conversation.CodeInterrupted, run.Error.Code)
+	require.Equal(t, store.CancelShutdown, run.CancelReason, "the shutdown is stored as the reason")
+	require.Equal(t, "shutdown", last.Run.CancelReason)
 	byReq, err := e.st.RunByRequest(ctx, id, "long")
 	require.NoError(t, err)
 	require.Equal(t, sent.RunID, byReq.ID)

@@ -141,6 +141,9 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 		return sandbox.ErrGone
 	case running:
 		bx.signal(syscall.SIGSTOP)
+		// A child forked while the first signal was delivered did not get it; its parent
+		// is stopped now and can fork no more, so a second signal reaches everything.
+		bx.signal(syscall.SIGSTOP)
 		bx.state = paused
 	}
 	return nil

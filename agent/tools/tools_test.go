@@ -1,0 +1,94 @@
+package tools_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/local"
+	"github.com/chatd/chatd/agent/tools"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// env gives a tool a real local sandbox and records what it streams.
+type env struct {
+	sb  sandbox.Sandbox
+	out bytes.Buffer
+}
+
+func (e *env) Output() io.Writer { return &e.out }
+func (e *env) Sandbox(context.Context) (sandbox.Sandbox, error) {
+	return e.sb, nil
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	p, err := local.New(t.TempDir())
+	require.NoError(t, err)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Kill(context.Background(), sb.ID()) })
+	return &env{sb: sb}
+}
+
+func input(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func TestShell(t *testing.T) {
+	s := tools.Shell{}
+	require.True(t, s.Spec().NeedsApproval, "every shell call needs approval")
+
+	e := newEnv(t)
+	out, err := s.Run(context.Background(), input(map[string]string{"command": "echo hi; echo there >&2"}), e)
+	require.NoError(t, err)
+	require.Equal(t, "hi\nthere\n\n[exit code 0]", out)
+	require.Equal(t, "hi\nthere\n", e.out.String(), "output is streamed as it comes")
+
+	out, err = s.Run(context.Background(), input(map[string]string{"command": "echo partial; exit 7"}), e)
+	require.EqualError(t, err, "the command exited with code 7")
+	require.Equal(t, "partial\n\n[exit code 7]", out)
+
+	for _, bad := range []json.RawMessage{input(map[string]string{"command": "  "}), json.RawMessage(`{"command": 5}`)} {
+		_, err = s.Run(context.Background(), bad, e)
+		require.Error(t, err)
+	}
+}
+
+// The tool's time limit, and a call asking for less, stop the command.
+func TestShellTimeLimit(t *testing.T) {
+	e := newEnv(t)
+	start := time.Now()
+	_, err := tools.Shell{Timeout: time.Hour}.Run(context.Background(), input(map[string]any{"command": "sleep 30", "timeout_seconds": 1}), e)
+	require.EqualError(t, err, "the command was stopped after 1s")
+	require.Less(t, time.Since(start), 10*time.Second)
+
+	_, err = tools.Shell{Timeout: 200 * time.Millisecond}.Run(context.Background(), input(map[string]any{"command": "sleep 30", "timeout_seconds": 60}), e)
+	require.EqualError(t, err, "the command was stopped after 200ms", "a call cannot ask for more than the tool allows")
+}
+
+func TestCurrentTime(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 20, 22, 30, 0, 0, time.UTC))
+	ct := tools.CurrentTime{Clock: clock}
+	require.False(t, ct.Spec().NeedsApproval)
+	out, err := ct.Run(context.Background(), json.RawMessage(`{}`), nil)
+	require.NoError(t, err)
+	require.Equal(t, "Friday, 2026-11-20T22:30:00Z", out)
+	out, err = ct.Run(context.Background(), input(map[string]string{"timezone": "Asia/Tokyo"}), nil)
+	require.NoError(t, err)
+	require.Equal(t, "Saturday, 2026-11-21T07:30:00+09:00", out)
+	_, err = ct.Run(context.Background(), input(map[string]string{"timezone": "Mars/Olympus"}), nil)
+	require.EqualError(t, err, `unknown time zone "Mars/Olympus"`)
+}
