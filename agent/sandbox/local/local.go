@@ -1,5 +1,5 @@
 // Package local is a sandbox provider that runs commands as child processes on this
-// machine, each sandbox with its own workspace directory. Every command runs in its own
+// (Linux) machine, each sandbox with its own workspace directory. Every command runs in its own
 // process group, so pausing (SIGSTOP), resuming (SIGCONT) and killing (SIGKILL) reach
 // everything it started. A killed sandbox keeps its directory (marked so that a later
 // process also sees it is gone).
@@ -19,10 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/chatd/chatd/agent/sandbox"
 )
@@ -41,7 +44,7 @@ var _ sandbox.Provider = (*Provider)(nil)
 
 // New returns a provider that keeps sandboxes under dir, creating it if needed.
 func New(dir string) (*Provider, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
 	abs, err := filepath.Abs(dir)
@@ -62,10 +65,16 @@ const (
 type box struct {
 	id, root string
 
-	mu     sync.Mutex
-	state  state
-	groups map[int]struct{} // process groups of running commands
+	mu    sync.Mutex
+	state state
+	// groups are the process groups of the sandbox's commands and of what they left in
+	// the background, by group id, with the members known to be ours.
+	groups map[int]members
 }
+
+// members maps the pids of a group's processes to their start times, which tell a live
+// process of ours from a later one that reused its pid.
+type members map[int]uint64
 
 // Workspace returns the working directory of sandbox id.
 func (p *Provider) Workspace(id string) string {
@@ -80,7 +89,7 @@ func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	if err := os.MkdirAll(p.Workspace(id), 0o755); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	bx := &box{id: id, root: filepath.Join(p.dir, id), groups: make(map[int]struct{})}
+	bx := &box{id: id, root: filepath.Join(p.dir, id), groups: make(map[int]members)}
 	p.mu.Lock()
 	p.boxes[id] = bx
 	p.mu.Unlock()
@@ -102,7 +111,7 @@ func (p *Provider) lookup(id string) (*box, error) {
 	if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
 		return nil, sandbox.ErrGone
 	}
-	bx := &box{id: id, root: root, groups: make(map[int]struct{})}
+	bx := &box{id: id, root: root, groups: make(map[int]members)}
 	if _, err := os.Stat(filepath.Join(root, killedMarker)); err == nil {
 		bx.state = killed
 	}
@@ -171,12 +180,20 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 	return nil
 }
 
-// signal sends sig to every process group of the sandbox, forgetting empty ones. bx.mu
-// is held.
+// signal sends sig to every process group of the sandbox. A group none of whose known
+// members is left is forgotten, not signalled: its id may now belong to a stranger.
+// bx.mu is held.
 func (bx *box) signal(sig syscall.Signal) {
-	for pgid := range bx.groups {
+	for pgid, known := range bx.groups {
+		current := groupMembers(pgid)
+		if !known.anyIn(current) {
+			delete(bx.groups, pgid)
+			continue
+		}
+		// Everything in the group now is ours: a live member holds the id.
+		bx.groups[pgid] = current
 		if syscall.Kill(-pgid, sig) != nil {
-			delete(bx.groups, pgid) // no process left in it
+			delete(bx.groups, pgid)
 			continue
 		}
 		if sig == syscall.SIGKILL {
@@ -209,7 +226,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	cmd.Dir = h.p.Workspace(h.b.id)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), "HOME="+cmd.Dir)
+	cmd.Env = commandEnv(cmd.Dir)
 	// A background child still holding the output pipe must not keep Exec waiting.
 	cmd.WaitDelay = 2 * time.Second
 
@@ -227,11 +244,28 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		return sandbox.ExecResult{}, fmt.Errorf("start command: %w", err)
 	}
 	pgid := cmd.Process.Pid
-	h.b.groups[pgid] = struct{}{}
+	h.b.groups[pgid] = members{pgid: startTime(pgid)}
 	h.b.mu.Unlock()
 
 	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	go func() {
+		// See the leader exit without reaping it: while it is a zombie its group id
+		// cannot be reused, so what is in the group then (processes left in the
+		// background) is certainly ours.
+		var info unix.Siginfo
+		for unix.Waitid(unix.P_PID, pgid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+		}
+		left := groupMembers(pgid)
+		delete(left, pgid)
+		h.b.mu.Lock()
+		if len(left) == 0 {
+			delete(h.b.groups, pgid)
+		} else {
+			h.b.groups[pgid] = left
+		}
+		h.b.mu.Unlock()
+		waited <- cmd.Wait()
+	}()
 	var err error
 	killedByCtx := false
 	select {
@@ -242,14 +276,6 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		_ = syscall.Kill(-pgid, syscall.SIGCONT)
 		err = <-waited
 	}
-	h.b.mu.Lock()
-	// Processes the command left in the background keep its group alive: pause, resume
-	// and kill must reach them too. A group id is not reused while the group has members,
-	// so a live group is safe to keep; an empty one is forgotten.
-	if syscall.Kill(-pgid, 0) != nil {
-		delete(h.b.groups, pgid)
-	}
-	h.b.mu.Unlock()
 
 	res := sandbox.ExecResult{ExitCode: cmd.ProcessState.ExitCode()}
 	if killedByCtx {
@@ -265,6 +291,80 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		return res, err
 	}
 	return res, nil
+}
+
+func (m members) anyIn(current members) bool {
+	for pid, start := range m {
+		if s, ok := current[pid]; ok && s == start {
+			return true
+		}
+	}
+	return false
+}
+
+// groupMembers lists the processes of process group pgid, with their start times.
+func groupMembers(pgid int) members {
+	out := members{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, start, ok := procStat(pid); ok && g == pgid {
+			out[pid] = start
+		}
+	}
+	return out
+}
+
+func startTime(pid int) uint64 {
+	_, start, _ := procStat(pid)
+	return start
+}
+
+// procStat reads a process's group id and start time (in clock ticks since boot) from
+// /proc/PID/stat.
+func procStat(pid int) (pgid int, start uint64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name, in parentheses, may hold spaces: fields start after its end.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): pgid is field 5, starttime field 22.
+	if len(f) < 20 {
+		return 0, 0, false
+	}
+	pgid, err1 := strconv.Atoi(f[2])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return pgid, start, true
+}
+
+// commandEnv is the whole environment of a sandboxed command. chatd's own environment is
+// never passed on: it holds the database URL and model API keys, and the command is
+// whatever the model asked for.
+func commandEnv(workspace string) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	return []string{"PATH=" + path, "HOME=" + workspace, "LANG=" + lang, "TERM=dumb", "TMPDIR=" + workspace}
 }
 
 // lockedWriter serializes stdout and stderr, which exec copies from two goroutines.

@@ -293,3 +293,40 @@ func TestCloseEndsProcessesButKeepsSandboxes(t *testing.T) {
 	_, err = again.Exec(ctx, sandbox.ExecRequest{Command: "true"})
 	require.NoError(t, err)
 }
+
+// A command sees a minimal environment, never chatd's: that holds the database URL and
+// the model API keys, and the command is whatever the model asked for.
+func TestCommandsDoNotSeeChatdsEnvironment(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://user:secret@db/chatd")
+	t.Setenv("ANTHROPIC_API_KEY", "sk-test-secret")
+	p := newProvider(t)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	_, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "env", Output: &out})
+	require.NoError(t, err)
+	env := out.String()
+	require.NotContains(t, env, "secret")
+	require.NotContains(t, env, "DATABASE_URL")
+	require.Contains(t, env, "HOME="+p.Workspace(sb.ID())+"\n")
+	require.Contains(t, env, "PATH=")
+}
+
+// A background process that ended leaves nothing to signal: the sandbox forgets its group
+// instead of signalling an id someone else may hold by now.
+func TestEndedBackgroundGroupsAreForgotten(t *testing.T) {
+	p := newProvider(t)
+	ctx := context.Background()
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: `sleep 0.1 > /dev/null 2>&1 & echo $! > bgpid`})
+	require.NoError(t, err)
+	bg := readInt(t, filepath.Join(ws, "bgpid"))
+	waitFor(t, "the background process to end", func() bool { s := procState(bg); return s == "" || s == "Z" })
+	require.NoError(t, p.Pause(ctx, sb.ID()))
+	_, err = p.Connect(ctx, sb.ID())
+	require.NoError(t, err)
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+	require.NoError(t, err)
+}
