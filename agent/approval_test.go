@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func (h *harness) awaitStatus(status string) wstest.Frame {
 
 func (h *harness) decide(callID string, approve bool) conversation.DecideResult {
 	h.t.Helper()
-	res, err := h.actor.Decide(context.Background(), callID, approve)
+	res, err := h.actor.Decide(context.Background(), uuid.Nil, callID, approve)
 	require.NoError(h.t, err)
 	return res
 }
@@ -314,10 +315,10 @@ func TestCancelDuringTheApprovalWait(t *testing.T) {
 	msgs := h.stored()
 	require.Equal(t, "cancelled", msgs[1].Tool.Status)
 	require.Equal(t, "cancelled", msgs[1].Status)
-	_, err = h.actor.Decide(context.Background(), "s1", true)
+	_, err = h.actor.Decide(context.Background(), uuid.Nil, "s1", true)
 	var ce *conversation.Error
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, conversation.CodeNotFound, ce.Code)
+	require.Equal(t, conversation.CodeConflict, ce.Code, "the call's run has ended")
 }
 
 // A session keeps its sandbox: a later run of the session finds what an earlier one left.
@@ -344,4 +345,135 @@ func TestLaterRunsReuseTheSessionsSandbox(t *testing.T) {
 	require.Equal(t, first, h.sandboxID())
 	msgs := h.stored()
 	require.Equal(t, "remembered\n\n[exit code 0]", *msgs[len(msgs)-2].Tool.Output)
+}
+
+// Several calls of one step start in parallel on a session with no sandbox yet: they must
+// share one sandbox, not create one each.
+func TestParallelCallsShareOneNewSandbox(t *testing.T) {
+	t.Parallel()
+	var calls []agent.ModelEvent
+	for _, id := range []string{"a", "b", "c", "d"} {
+		calls = append(calls, shellCall(id, "pwd"))
+	}
+	model := modeltest.New(modeltest.Turn{Events: calls}, modeltest.Say("done"))
+	h, p := sandboxHarness(t, model)
+	h.send("where am I?")
+	for _, id := range []string{"a", "b", "c", "d"} {
+		h.sub.Await(t, func(f wstest.Frame) bool {
+			return f.Type == "run.status" && f.Run.PendingApproval != nil && f.Run.PendingApproval.ToolCallID == id
+		})
+		h.decide(id, true)
+	}
+	require.Equal(t, "chat.done", h.end().Type)
+	want := p.Workspace(h.sandboxID()) + "\n\n[exit code 0]"
+	for _, m := range h.stored()[1:5] {
+		require.Equal(t, want, *m.Tool.Output, "call %s ran in another sandbox", m.Tool.CallID)
+	}
+}
+
+// Several approvals in one step: pendingApproval names the oldest waiting call, the run
+// waits until the last decision, then runs.
+func TestSeveralApprovalsInOneStep(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("a", "echo a"), shellCall("b", "echo b")}},
+		modeltest.Say("both done"),
+	)
+	h, _ := sandboxHarness(t, model)
+	h.send("two things")
+	first := h.sub.Await(t, func(f wstest.Frame) bool {
+		return f.Type == "run.status" && f.Run.PendingApproval != nil && f.Run.PendingApproval.ToolCallID == "a"
+	})
+	require.Equal(t, "awaiting_approval", first.Run.Status)
+	// Both calls are announced before the run waits on them.
+	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.start" && f.Message.Tool.CallID == "b" })
+	require.Equal(t, store.RunAwaitingApproval, h.decide("a", true).Status, "b still waits")
+	next := h.awaitStatus("awaiting_approval")
+	require.Equal(t, "b", next.Run.PendingApproval.ToolCallID)
+	require.Equal(t, store.RunRunning, h.decide("b", false).Status)
+	require.Equal(t, "chat.done", h.end().Type)
+	msgs := h.stored()
+	require.Equal(t, "ok", msgs[1].Tool.Status)
+	require.Equal(t, "denied", msgs[2].Tool.Status)
+}
+
+// A run that ends while its sandbox is paused does not leave the sandbox frozen.
+func TestCancelWhilePausedResumesTheSandbox(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", ticker)}},
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s2", "true")}},
+	)
+	h, p := sandboxHarness(t, model)
+	h.send("go")
+	h.awaitStatus("awaiting_approval")
+	h.decide("s1", true)
+	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
+	ws := p.Workspace(h.sandboxID())
+	bg := readPID(t, filepath.Join(ws, "bgpid"))
+	poll(t, "the first tick", func() bool { _, err := os.Stat(filepath.Join(ws, "tick")); return err == nil })
+	h.awaitStatus("awaiting_approval")
+	h.waitTimers(1)
+	h.clock.Advance(agent.DefaultApprovalTimeout)
+	h.awaitStatus("paused")
+	poll(t, "the ticker to be stopped", func() bool { s := procState(bg); return s == "T" || s == "D" })
+	frozen, _ := os.ReadFile(filepath.Join(ws, "tick"))
+
+	_, err := h.actor.Cancel(context.Background(), uuid.Nil)
+	require.NoError(t, err)
+	require.Equal(t, "chat.cancelled", h.end().Type)
+	poll(t, "the ticker to run again after the run ended", func() bool {
+		now, _ := os.ReadFile(filepath.Join(ws, "tick"))
+		return string(now) != string(frozen)
+	})
+}
+
+// blockingStore lets a test hold the loop inside a sandbox operation.
+type blockingStore struct {
+	*store.Store
+	block   atomic.Pointer[chan struct{}] // while set, SessionSandbox waits on it
+	entered chan struct{}
+}
+
+func (b *blockingStore) SessionSandbox(ctx context.Context, id uuid.UUID) (string, error) {
+	if ch := b.block.Swap(nil); ch != nil {
+		b.entered <- struct{}{}
+		<-*ch
+	}
+	return b.Store.SessionSandbox(ctx, id)
+}
+
+// A decision that races the pause (it arrives while the loop is pausing the sandbox) must
+// not leave the run shown paused while its sandbox runs.
+func TestDecisionRacingThePause(t *testing.T) {
+	t.Parallel()
+	p, err := local.New(t.TempDir())
+	require.NoError(t, err)
+	var bs *blockingStore
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("a", "echo a"), shellCall("b", "echo b")}},
+		modeltest.Say("done"),
+	)
+	h := newHarnessWithStore(t, model, func(st *store.Store, c *agent.Config) {
+		bs = &blockingStore{Store: st, entered: make(chan struct{})}
+		c.Sandboxes = agent.NewSandboxes(p, bs)
+	}, withTools(tools.Shell{}))
+	h.send("two")
+	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.start" && f.Message.Tool.CallID == "b" })
+	h.waitTimers(1)
+	release := make(chan struct{})
+	bs.block.Store(&release)
+	h.clock.Advance(agent.DefaultApprovalTimeout)
+	<-bs.entered // the loop is inside Pause
+	require.Equal(t, store.RunAwaitingApproval, h.decide("a", true).Status)
+	close(release)
+
+	// The loop finishes pausing (paused), then sees the decision, resumes the sandbox and
+	// says so: the run waits for b again, not paused.
+	h.awaitStatus("paused")
+	again := h.awaitStatus("awaiting_approval")
+	require.Equal(t, "b", again.Run.PendingApproval.ToolCallID)
+	require.Equal(t, store.RunAwaitingApproval, h.runStatus())
+	h.decide("b", true)
+	require.Equal(t, "chat.done", h.end().Type)
 }

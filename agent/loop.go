@@ -27,6 +27,10 @@ const (
 	DefaultSandboxKillAfter = 24 * time.Hour
 	DefaultMaxRetries       = 2
 	DefaultRetryBackoff     = time.Second
+
+	// maxRetryWait is the longest wait for a retry: a provider that asks for more (a
+	// 429 with retry-after: 3600) gets its error shown instead of a silent stall.
+	maxRetryWait = time.Minute
 )
 
 // Run error codes the loop ends runs with.
@@ -57,7 +61,8 @@ type Config struct {
 	ApprovalTimeout  time.Duration
 	SandboxKillAfter time.Duration
 	// MaxRetries is how often a transient model error is retried, backing off from
-	// RetryBackoff (doubling), or the provider's retry-after when longer.
+	// RetryBackoff (doubling), or the provider's retry-after when longer (up to a
+	// minute). Negative means never.
 	MaxRetries   int
 	RetryBackoff time.Duration
 	// Clock drives approval timeouts and retry backoff. Defaults to the real clock.
@@ -108,7 +113,7 @@ func New(cfg Config) (*Loop, error) {
 	switch {
 	case cfg.Model == nil:
 		return nil, errors.New("agent config: Model is required")
-	case cfg.MaxSteps < 1 || cfg.MaxParallelTools < 1 || cfg.MaxToolOutput < 1 || cfg.MaxRetries < 0:
+	case cfg.MaxSteps < 1 || cfg.MaxParallelTools < 1 || cfg.MaxToolOutput < 1:
 		return nil, errors.New("agent config: limits must be positive")
 	}
 	return &Loop{cfg: cfg, log: cfg.Logger.With().Str("component", "agent").Logger()}, nil
@@ -119,12 +124,6 @@ func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversati
 	r := &run{l: l, req: req, out: &lockedEmitter{out: out}, ids: map[string]bool{}}
 	msgs := []Message{{Role: RoleUser, Text: req.Content}}
 	for step := 1; ; step++ {
-		if step > l.cfg.MaxSteps {
-			return &conversation.Error{
-				Code:    CodeStepLimit,
-				Message: fmt.Sprintf("the agent stopped after %d steps without a final answer", l.cfg.MaxSteps),
-			}
-		}
 		reply, err := r.callModel(ctx, msgs)
 		if err != nil {
 			return err
@@ -132,6 +131,13 @@ func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversati
 		msgs = append(msgs, reply)
 		if len(reply.ToolCalls) == 0 {
 			return nil
+		}
+		if step == l.cfg.MaxSteps {
+			// Results the model would never see: do not run (or ask approval for) them.
+			return &conversation.Error{
+				Code:    CodeStepLimit,
+				Message: fmt.Sprintf("the agent stopped after %d steps without a final answer", l.cfg.MaxSteps),
+			}
 		}
 		results, err := r.runTools(ctx, reply.ToolCalls)
 		if err != nil {
@@ -202,7 +208,7 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 			return Message{}, err
 		}
 		var me *ModelError
-		transient := errors.As(err, &me) && me.Transient
+		transient := errors.As(err, &me) && me.Transient && me.RetryAfter <= maxRetryWait
 		if !transient || streamed || attempt >= cfg.MaxRetries {
 			if transient && attempt >= cfg.MaxRetries {
 				return Message{}, modelFailure(err, fmt.Sprintf(" (gave up after %d attempts)", attempt+1))
@@ -264,10 +270,16 @@ func (r *run) runTools(ctx context.Context, calls []ToolCall) ([]Message, error)
 		if len(c.Input) == 0 {
 			c.Input = json.RawMessage("{}")
 		}
-		if !json.Valid(c.Input) {
-			// Keep what the model sent, as a JSON string, so the call can be stored.
-			c.Input, _ = json.Marshal(string(tc.Input))
+		if conversation.CheckToolInput(c.Input) != nil {
+			// Keep what the model sent, as a (storable) JSON string, and fail the call.
+			c.Input, _ = json.Marshal(conversation.CleanText(string(tc.Input)))
 			c.badInput = true
+		}
+		if c.Name == "" || !conversation.ValidToolCallID(c.Name) {
+			c.Name, c.known = "unnamed", false
+		}
+		if !conversation.ValidToolCallID(c.ID) {
+			c.ID = "call" // the model's id cannot be stored; give it one that can
 		}
 		c.ID = r.uniqueID(c.ID)
 		calls[i].ID = c.ID // the model sees the id the run uses
@@ -349,6 +361,15 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 	var killAt clockwork.Timer
 	var killC <-chan time.Time
 	paused := false
+	defer func() {
+		// The wait ended without a decision (cancelled, failed, shut down): the
+		// sandbox must not stay frozen with nothing left to resume it.
+		if paused {
+			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
+				r.l.log.Warn().Err(err).Msg("resume the session's sandbox")
+			}
+		}
+	}()
 	for pending > 0 {
 		select {
 		case d := <-ch:
@@ -362,6 +383,9 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 				paused = false
 				if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
 					r.l.log.Warn().Err(err).Msg("resume the session's sandbox")
+				}
+				if err := r.out.Resumed(); err != nil {
+					return err
 				}
 			}
 			if pending > 0 {
@@ -426,19 +450,24 @@ func (r *run) execute(ctx context.Context, c *call) Message {
 		return msg // the run is over; the actor closed the call
 	}
 	if output == "" {
-		output = streamed.sent.String() // what the user saw (already capped) is what the model gets
+		// What the user saw (already capped) is what the model gets.
+		output = strings.ToValidUTF8(streamed.sent.String(), "\uFFFD")
 	} else {
 		output = capText(output, r.l.cfg.MaxToolOutput)
 	}
 	res := conversation.ToolResult{Output: output}
+	msg.Result = output
 	if err != nil {
 		res.Err = err
 		msg.IsError = true
+		// The model is told why, whatever output came before.
+		why := capText(err.Error(), 1024)
 		if output == "" {
-			output = err.Error()
+			msg.Result = why
+		} else {
+			msg.Result = output + "\n[error: " + why + "]"
 		}
 	}
-	msg.Result = output
 	if endErr := r.out.ToolEnd(c.ID, res); endErr != nil && !isRunEnded(endErr) {
 		r.l.log.Warn().Err(endErr).Str("call_id", c.ID).Msg("end a tool call")
 	}
@@ -511,6 +540,12 @@ func (e *lockedEmitter) Paused() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.out.Paused()
+}
+
+func (e *lockedEmitter) Resumed() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Resumed()
 }
 
 func (e *lockedEmitter) Usage(u conversation.Usage) error {

@@ -312,11 +312,12 @@ func TestStepLimitEndsTheRun(t *testing.T) {
 	require.Contains(t, end.Run.Error.Message, "3 steps")
 	h.endedRun(end)
 	require.Equal(t, 3, len(model.Requests()))
-	require.EqualValues(t, 3, runs.Load())
+	// The last step's calls are not run: the model would never see their results.
+	require.EqualValues(t, 2, runs.Load())
 
 	msgs := h.stored()
-	require.Len(t, msgs, 4)
-	for i, id := range []string{"c", "c-2", "c-3"} {
+	require.Len(t, msgs, 3)
+	for i, id := range []string{"c", "c-2"} {
 		m := msgs[1+i]
 		require.Equal(t, "tool", m.Role)
 		require.Equal(t, id, m.Tool.CallID)
@@ -338,7 +339,7 @@ func TestDefaultStepLimitIsTwenty(t *testing.T) {
 	require.Equal(t, "chat.error", end.Type)
 	require.Equal(t, agent.CodeStepLimit, end.Run.Error.Code)
 	require.Equal(t, 20, len(model.Requests()))
-	require.Len(t, h.stored(), 21)
+	require.Len(t, h.stored(), 20, "the user message and 19 tool calls: the 20th step's is not run")
 }
 
 // --- Concurrent tool calls -----------------------------------------------------------
@@ -590,10 +591,17 @@ func TestToolResultIsCapped(t *testing.T) {
 	require.Contains(t, out, "output truncated")
 	require.True(t, utf8.ValidString(out))
 	require.NotContains(t, out, "\uFFFD", "a character was cut")
-	kept := strings.Count(out, "€")
-	require.LessOrEqual(t, kept*3, limit)
-	require.GreaterOrEqual(t, kept*3, limit-3)
-	require.True(t, strings.HasPrefix(out, strings.Repeat("€", kept)))
+	// The head and the tail are kept (the end of output is where exit codes and the last
+	// error are), around a marker.
+	head, rest, ok := strings.Cut(out, "\n… [output truncated: ")
+	require.True(t, ok)
+	_, tail, ok := strings.Cut(rest, "] …\n")
+	require.True(t, ok)
+	require.Equal(t, strings.Repeat("€", len(head)/3), head)
+	require.Equal(t, strings.Repeat("€", len(tail)/3), tail)
+	require.LessOrEqual(t, len(head)+len(tail), limit)
+	require.GreaterOrEqual(t, len(head)+len(tail), limit-6)
+	require.Contains(t, rest, fmt.Sprintf("%d bytes not shown", len(big)-len(head)-len(tail)))
 
 	second := model.Requests()[1].Messages
 	require.LessOrEqual(t, len(second[2].Result), limit+100, "the model was sent the whole output")
@@ -826,4 +834,63 @@ func TestStreamedOnlyOutputReachesTheModel(t *testing.T) {
 	require.Equal(t, "chat.done", h.end().Type)
 	require.Equal(t, "line one\nline two\n", *h.stored()[1].Tool.Output)
 	require.Equal(t, "line one\nline two\n", model.Requests()[1].Messages[2].Result)
+}
+
+// Ids and inputs the model produces that cannot be stored become failed calls the model
+// hears about; they do not end the run.
+func TestUnstorableModelOutputIsAToolError(t *testing.T) {
+	t.Parallel()
+	echo := tool("echo", func(_ context.Context, in json.RawMessage, _ agent.Env) (string, error) { return string(in), nil })
+	longID := strings.Repeat("x", 300)
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{
+			modeltest.Call("nul", "echo", `{"x":"a\u0000b"}`),
+			modeltest.Call(longID, "echo", `{"ok":true}`),
+			modeltest.Call("badutf8", "echo", "{\"x\":\"\xff\"}"),
+		}},
+		modeltest.Say("carried on"),
+	)
+	h := newHarness(t, model, withTools(echo))
+	h.send("go")
+	require.Equal(t, "chat.done", h.end().Type)
+	msgs := h.stored()
+	require.Len(t, msgs, 5)
+	require.Equal(t, "error", msgs[1].Tool.Status)
+	require.Equal(t, "ok", msgs[2].Tool.Status, "a long id is replaced, the call runs")
+	require.Equal(t, "call", msgs[2].Tool.CallID)
+	require.Equal(t, "error", msgs[3].Tool.Status)
+	results := model.Requests()[1].Messages[2:5]
+	require.True(t, results[0].IsError)
+	require.False(t, results[1].IsError)
+	require.True(t, results[2].IsError)
+}
+
+// A failed call's result tells the model why, even when the tool also returned output.
+func TestFailedCallWithOutputTellsTheModelWhy(t *testing.T) {
+	t.Parallel()
+	partial := tool("partial", func(context.Context, json.RawMessage, agent.Env) (string, error) {
+		return "some output", errors.New("the command was stopped after 2m0s")
+	})
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{modeltest.Call("p", "partial", `{}`)}},
+		modeltest.Say("noted"),
+	)
+	h := newHarness(t, model, withTools(partial))
+	h.send("go")
+	require.Equal(t, "chat.done", h.end().Type)
+	res := model.Requests()[1].Messages[2]
+	require.True(t, res.IsError)
+	require.Equal(t, "some output\n[error: the command was stopped after 2m0s]", res.Result)
+}
+
+// A retry-after beyond a minute is not waited out silently: the run ends with the error.
+func TestLongRetryAfterIsNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(modeltest.Turn{Err: modeltest.TransientAfter("rate_limited", time.Hour)})
+	h := newHarness(t, model)
+	h.send("go")
+	end := h.end()
+	require.Equal(t, "chat.error", end.Type)
+	require.Equal(t, "rate_limited", end.Run.Error.Code)
+	require.Len(t, model.Requests(), 1)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -22,6 +23,39 @@ type SandboxStore interface {
 type Sandboxes struct {
 	provider sandbox.Provider
 	store    SandboxStore
+
+	mu    sync.Mutex
+	locks map[uuid.UUID]*sessionLock
+}
+
+// sessionLock serializes the sandbox operations of one session: two tool calls of one
+// step must not both find "no sandbox yet" and create two.
+type sessionLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (s *Sandboxes) lock(sessionID uuid.UUID) (unlock func()) {
+	s.mu.Lock()
+	if s.locks == nil {
+		s.locks = make(map[uuid.UUID]*sessionLock)
+	}
+	l := s.locks[sessionID]
+	if l == nil {
+		l = &sessionLock{}
+		s.locks[sessionID] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, sessionID)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // NewSandboxes returns session sandboxes from provider, their ids kept in store.
@@ -31,6 +65,7 @@ func NewSandboxes(provider sandbox.Provider, store SandboxStore) *Sandboxes {
 
 // Get returns the session's sandbox, resumed if it was paused, or a new one.
 func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandbox, error) {
+	defer s.lock(sessionID)()
 	id, err := s.store.SessionSandbox(ctx, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("look up the session's sandbox: %w", err)
@@ -74,6 +109,7 @@ func (s *Sandboxes) Kill(ctx context.Context, sessionID uuid.UUID) error {
 }
 
 func (s *Sandboxes) each(ctx context.Context, sessionID uuid.UUID, do func(context.Context, string) error) error {
+	defer s.lock(sessionID)()
 	id, err := s.store.SessionSandbox(ctx, sessionID)
 	if err != nil || id == "" {
 		return err

@@ -29,7 +29,8 @@ type Tool interface {
 	Spec() ToolSpec
 	// Run executes one call and returns its result for the model and the user. An
 	// error is a failed call: the model sees it and may try again; it never ends the
-	// run. Long output may be streamed to env.Output() as well.
+	// run. Long output may be streamed to env.Output() as well. Run must return soon
+	// after ctx ends: the run cannot end before its tools do.
 	Run(ctx context.Context, input json.RawMessage, env Env) (string, error)
 }
 
@@ -93,14 +94,20 @@ func (r *Registry) Lookup(name string) (Tool, ToolSpec, bool) {
 // errToolPanicked is what the model sees when a tool panics.
 var errToolPanicked = errors.New("the tool crashed")
 
-// capText cuts s to at most limit bytes on a character boundary, marked with how much
-// was cut.
+// capText cuts s to about limit bytes on character boundaries: the head, a marker with
+// how much was cut, and the tail, where the end of a command's output (an exit code, the
+// last error) usually is.
 func capText(s string, limit int) string {
-	head, cut := cutText(s, limit)
-	if cut == 0 {
+	if len(s) <= limit {
 		return s
 	}
-	return head + fmt.Sprintf("\n… [output truncated: %d more bytes]", cut)
+	tailLen := min(2048, limit/4)
+	head, _ := cutText(s, limit-tailLen)
+	tail := s[len(s)-tailLen:]
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	return head + fmt.Sprintf("\n… [output truncated: %d bytes not shown] …\n", len(s)-len(head)-len(tail)) + tail
 }
 
 // cutText returns the head of s of at most limit bytes ending on a character boundary,

@@ -41,18 +41,19 @@ type Actor struct {
 	onStop    func(a *Actor, stop func())
 
 	// Owned by the loop goroutine.
-	loaded   bool
-	session  *store.Session // nil until loaded, or while the session does not exist
-	nextPos  int64
-	seq      int64
-	ring     *ring
-	subs     map[Subscriber]struct{}
-	run      *runState // the active run, nil when none
-	stopped  bool
-	evicted  bool
-	idleT    actorTimer
-	abandonT actorTimer
-	retryT   actorTimer
+	loaded    bool
+	session   *store.Session // nil until loaded, or while the session does not exist
+	nextPos   int64
+	seq       int64
+	ring      *ring
+	subs      map[Subscriber]struct{}
+	run       *runState       // the active run, nil when none
+	lastCalls map[string]bool // tool call ids of the run that ended last
+	stopped   bool
+	evicted   bool
+	idleT     actorTimer
+	abandonT  actorTimer
+	retryT    actorTimer
 
 	// Writes that failed, newest version of each row, kept until a retry stores them.
 	// Clients were told of these states, so snapshots and history show them too.
@@ -371,13 +372,13 @@ func (a *Actor) handle(it intent) {
 	case *runEndIntent:
 		a.onRunEnd(it.run, it.err)
 	case *decideIntent:
-		v, err := a.decide(it.callID, it.approved)
+		v, err := a.decide(it.runID, it.callID, it.approved)
 		it.reply <- result[DecideResult]{v, err}
 	case *approvalIntent:
 		ch, err := a.onAwaitApproval(it.run, it.call)
 		it.reply <- result[<-chan Decision]{ch, err}
 	case *pausedIntent:
-		it.reply <- a.onPaused(it.run)
+		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:
 		a.onUsage(it.run, it.usage)
 	default:

@@ -52,6 +52,9 @@ type Emitter interface {
 	// Paused records that the agent paused the session's sandbox while the run waits
 	// for a decision; the run's status is paused until a decision arrives.
 	Paused() error
+	// Resumed records that the agent resumed the session's sandbox: a paused run waits
+	// again (awaiting_approval) or runs.
+	Resumed() error
 	// Usage adds the model tokens a model call consumed to the run's usage.
 	Usage(u Usage) error
 }

@@ -23,16 +23,19 @@ type DecideResult struct {
 // DeclinedOutput is the result a denied tool call gets, and what the model is told.
 const DeclinedOutput = "The user declined to run this tool."
 
-// Decide answers the pending approval of tool call callID. The first decision wins:
-// a call that was already decided (or ended) returns *Error with CodeConflict, an
-// unknown call (or one when no run is active) CodeNotFound. An approved call is running
-// when Decide returns; a denied one has ended with tool status denied.
-func (a *Actor) Decide(ctx context.Context, callID string, approved bool) (DecideResult, error) {
-	return call(ctx, a, func(r chan result[DecideResult]) intent { return &decideIntent{callID, approved, r} })
+// Decide answers the pending approval of tool call callID, of run runID when that is not
+// uuid.Nil (a client that names the run cannot approve a call of a later run that reused
+// the call's id). The first decision wins: a call that was already decided or ended (also
+// in the run that just ended), or one of another run, returns *Error with CodeConflict;
+// an unknown call CodeNotFound. An approved call is running when Decide returns; a denied
+// one has ended with tool status denied.
+func (a *Actor) Decide(ctx context.Context, runID uuid.UUID, callID string, approved bool) (DecideResult, error) {
+	return call(ctx, a, func(r chan result[DecideResult]) intent { return &decideIntent{runID, callID, approved, r} })
 }
 
 type (
 	decideIntent struct {
+		runID    uuid.UUID
 		callID   string
 		approved bool
 		reply    chan result[DecideResult]
@@ -43,8 +46,9 @@ type (
 		reply chan result[<-chan Decision]
 	}
 	pausedIntent struct {
-		run   *runState
-		reply chan error
+		run     *runState
+		resumed bool
+		reply   chan error
 	}
 	usageIntent struct {
 		run   *runState
@@ -68,15 +72,24 @@ func (a *Actor) onAwaitApproval(run *runState, call ToolCall) (<-chan Decision, 
 	return ch, nil
 }
 
-// onPaused records that the agent paused the session's sandbox while the run waits.
-func (a *Actor) onPaused(run *runState) error {
+// onPaused records that the agent paused (or resumed) the session's sandbox while the
+// run waits.
+func (a *Actor) onPaused(run *runState, resumed bool) error {
 	if !a.isCurrent(run) {
 		return ErrRunEnded
 	}
-	if run.info.Status == store.RunAwaitingApproval {
+	switch {
+	case !resumed && run.info.Status == store.RunAwaitingApproval:
 		a.setStatus(run, store.RunPaused)
+	case resumed && run.info.Status == store.RunPaused:
+		// A decision that raced the pause left the run paused; it is not any more.
+		status := store.RunRunning
+		if len(run.approvals) > 0 {
+			status = store.RunAwaitingApproval
+		}
+		a.setStatus(run, status)
 	}
-	return nil // a decision came first: the run is running again
+	return nil
 }
 
 func (a *Actor) onUsage(run *runState, u store.Usage) {
@@ -87,9 +100,15 @@ func (a *Actor) onUsage(run *runState, u store.Usage) {
 	run.info.Usage.OutputTokens += u.OutputTokens
 }
 
-func (a *Actor) decide(callID string, approved bool) (DecideResult, error) {
+func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideResult, error) {
 	run := a.run
+	if runID != uuid.Nil && (run == nil || run.info.ID != runID) {
+		return DecideResult{}, errorf(CodeConflict, "run %s is not waiting for a decision", runID)
+	}
 	if run == nil {
+		if a.lastCalls[callID] {
+			return DecideResult{}, errorf(CodeConflict, "tool call %q belongs to a run that has ended", callID)
+		}
 		return DecideResult{}, errorf(CodeNotFound, "no approval is pending for tool call %q: no run is active", callID)
 	}
 	ch, waiting := run.approvals[callID]
@@ -112,7 +131,7 @@ func (a *Actor) decide(callID string, approved bool) (DecideResult, error) {
 			a.log.Error().Err(err).Msg("store an approval")
 		}
 		v := tool.view()
-		a.publish(a.runEvent(run, Event{Type: EventToolStart, Message: &v}))
+		a.publish(a.runEvent(run, Event{Type: EventToolUpdate, Message: &v}))
 	} else if err := a.endTool(run, tool, store.MessageComplete, store.ToolDenied, DeclinedOutput, nil); err != nil {
 		a.log.Error().Err(err).Msg("store a denial")
 	}

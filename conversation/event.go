@@ -17,6 +17,7 @@ const (
 	EventSegmentEnded   EventType = "assistant.segment.ended"
 	EventToolStart      EventType = "tool.start"
 	EventToolOutput     EventType = "tool.output"
+	EventToolUpdate     EventType = "tool.update"
 	EventToolEnd        EventType = "tool.end"
 	EventRunStatus      EventType = "run.status"
 	EventChatDone       EventType = "chat.done"
@@ -30,7 +31,7 @@ const (
 //	assistant.segment.started  Message
 //	chat.delta                 MessageID, Text
 //	assistant.segment.ended    MessageID, Status, Error (when the segment failed)
-//	tool.start, tool.end       Message
+//	tool.start, tool.update, tool.end  Message
 //	tool.output                MessageID, Text
 //	run.status, chat.done, chat.error, chat.cancelled  Run
 type Event struct {

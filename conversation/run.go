@@ -330,7 +330,12 @@ func (e *emitter) AwaitApproval(call ToolCall) (<-chan Decision, error) {
 
 func (e *emitter) Paused() error {
 	reply := make(chan error, 1)
-	return e.call(&pausedIntent{e.run, reply}, reply)
+	return e.call(&pausedIntent{e.run, false, reply}, reply)
+}
+
+func (e *emitter) Resumed() error {
+	reply := make(chan error, 1)
+	return e.call(&pausedIntent{e.run, true, reply}, reply)
 }
 
 func (e *emitter) Usage(u Usage) error {
@@ -365,9 +370,15 @@ func (e *emitter) call(it intent, reply chan error) error {
 	}
 }
 
-// storableJSON checks that a tool input is JSON that PostgreSQL's jsonb accepts: valid
+// ValidToolCallID reports whether id can name a tool call: 1 to 256 bytes of UTF-8
+// without NUL.
+func ValidToolCallID(id string) bool {
+	return id != "" && len(id) <= 256 && utf8.ValidString(id) && strings.IndexByte(id, 0) < 0
+}
+
+// CheckToolInput checks that a tool input is JSON that PostgreSQL's jsonb accepts: valid
 // UTF-8, and no string holding U+0000.
-func storableJSON(b []byte) error {
+func CheckToolInput(b []byte) error {
 	if !utf8.Valid(b) {
 		return errors.New("not valid UTF-8")
 	}
@@ -397,8 +408,10 @@ func hasNUL(v any) bool {
 	return false
 }
 
-// cleanText makes agent text storable: PostgreSQL text holds neither NUL nor invalid
-// UTF-8, and what clients see must be what is stored.
+// CleanText makes text storable: PostgreSQL text holds neither NUL nor invalid UTF-8,
+// and what clients see must be what is stored.
+func CleanText(s string) string { return cleanText(s) }
+
 func cleanText(s string) string {
 	if strings.IndexByte(s, 0) >= 0 {
 		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
@@ -440,7 +453,7 @@ func (a *Actor) startTool(run *runState, call ToolCall, status store.ToolStatus)
 		return nil, ErrRunEnded
 	}
 	switch {
-	case call.ID == "" || len(call.ID) > 256 || !utf8.ValidString(call.ID) || strings.IndexByte(call.ID, 0) >= 0:
+	case !ValidToolCallID(call.ID):
 		return nil, errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
 	case run.calls[call.ID]:
 		return nil, errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
@@ -451,7 +464,7 @@ func (a *Actor) startTool(run *runState, call ToolCall, status store.ToolStatus)
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	if err := storableJSON(input); err != nil {
+	if err := CheckToolInput(input); err != nil {
 		return nil, errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
 	}
 	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
@@ -579,6 +592,7 @@ func (a *Actor) failStorage(run *runState, op string, err error) {
 func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorInfo, reason store.CancelReason) {
 	run.cancel()
 	a.run = nil
+	a.lastCalls = run.calls
 	clear(run.approvals) // the agent's waits end with its context
 
 	msgStatus := map[store.RunStatus]store.MessageStatus{

@@ -53,7 +53,7 @@ func TestApprovalApproveFromOneTabWhileAnotherWatches(t *testing.T) {
 	require.True(t, (<-decided).Approved)
 
 	for _, tab := range []*wstest.Client{a, b} {
-		running := tab.Await(func(f wstest.Frame) bool { return f.Type == "tool.start" })
+		running := tab.Await(func(f wstest.Frame) bool { return f.Type == "tool.update" })
 		require.Equal(t, "running", running.Message.Tool.Status)
 		st := awaitStatus(tab, "running")
 		require.Nil(t, st.Run.PendingApproval)
@@ -88,9 +88,10 @@ func TestApprovalDeny(t *testing.T) {
 	require.Equal(t, "Understood, I will not run it.", msgs[2].Content)
 	e.requireConverged(c.State.SessionID, c)
 
-	// A decision after the run ended finds nothing pending.
+	// A later decision on the call of the run that just ended: conflict.
 	late := decide(c, "d2", "c1", "approve")
-	require.Equal(t, "not_found", late.Code, "the run is over, nothing is pending")
+	require.Equal(t, "conflict", late.Code, "the call was decided and its run is over")
+	require.Equal(t, "not_found", decide(c, "d3", "never-existed", "approve").Code)
 }
 
 // Two tabs decide at once: exactly one wins, the other gets conflict.
@@ -218,7 +219,7 @@ func TestCancelDuringApprovalWait(t *testing.T) {
 	e.requireConverged(c.State.SessionID, c)
 
 	// The decision comes too late.
-	require.Equal(t, "not_found", decide(c, "d", "c1", "approve").Code)
+	require.Equal(t, "conflict", decide(c, "d", "c1", "approve").Code)
 }
 
 func TestDecideErrors(t *testing.T) {
@@ -239,5 +240,23 @@ func TestDecideErrors(t *testing.T) {
 	<-decided
 	require.Equal(t, "conflict", decide(c, "d", "c1", "deny").Code, "the first decision won")
 	require.NoError(t, gate.Pass(testCtx(t)))
+	c.ReadTerminal()
+}
+
+// A decision that names its run cannot approve a call of another run that reused the id.
+func TestDecideNamesItsRun(t *testing.T) {
+	t.Parallel()
+	decided := make(chan conversation.Decision, 1)
+	e := newEnv(t, envOptions{agent: script.New(script.Approval("c1", "t", `{}`, "x", decided))})
+	c := e.session()
+	ack := c.Chat("r1", "go")
+	awaitStatus(c, "awaiting_approval")
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "wrong", "runId": "01a1fb2f-0000-7000-8000-000000000000", "toolCallId": "c1", "decision": "approve"})
+	require.Equal(t, "conflict", c.ReadReply("wrong").Code)
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "bad", "runId": "nope", "toolCallId": "c1", "decision": "approve"})
+	require.Equal(t, "bad_request", c.ReadReply("bad").Code)
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "right", "runId": ack.RunID, "toolCallId": "c1", "decision": "approve"})
+	require.Equal(t, "ack", c.ReadReply("right").Type)
+	<-decided
 	c.ReadTerminal()
 }

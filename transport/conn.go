@@ -547,7 +547,16 @@ func (c *conn) command(f clientFrame) {
 		case f.Decision != "approve" && f.Decision != "deny":
 			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
 		default:
-			res, err := c.actor.Decide(c.ctx, f.ToolCallID, f.Decision == "approve")
+			runID := uuid.Nil
+			if f.RunID != nil {
+				id, err := uuid.Parse(*f.RunID)
+				if err != nil {
+					c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
+					return
+				}
+				runID = id
+			}
+			res, err := c.actor.Decide(c.ctx, runID, f.ToolCallID, f.Decision == "approve")
 			if err != nil {
 				c.replyErr(f.RequestID, err)
 				return

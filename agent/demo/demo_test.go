@@ -149,7 +149,7 @@ func TestApproveFlow(t *testing.T) {
 	clock.Advance(agent.DefaultApprovalTimeout)
 	status("paused")
 
-	_, err = a.Decide(ctx, "demo-approval", true)
+	_, err = a.Decide(ctx, uuid.Nil, "demo-approval", true)
 	require.NoError(t, err)
 	status("running")
 	end := sub.Await(t, wstest.Frame.Terminal)

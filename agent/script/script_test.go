@@ -78,4 +78,5 @@ func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Dec
 	return nil, errors.New("recorder: no approvals")
 }
 func (r *recorder) Paused() error                  { return nil }
+func (r *recorder) Resumed() error                 { return nil }
 func (r *recorder) Usage(conversation.Usage) error { return nil }

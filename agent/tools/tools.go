@@ -92,8 +92,9 @@ func (s Shell) Run(ctx context.Context, input json.RawMessage, env agent.Env) (s
 	if limit <= 0 {
 		limit = DefaultShellTimeout
 	}
-	if in.TimeoutSeconds > 0 {
-		limit = min(limit, time.Duration(in.TimeoutSeconds)*time.Second)
+	if in.TimeoutSeconds > 0 && in.TimeoutSeconds < int(limit/time.Second) {
+		// Compared in seconds: a huge value must not overflow into "no limit".
+		limit = time.Duration(in.TimeoutSeconds) * time.Second
 	}
 	sb, err := env.Sandbox(ctx)
 	if err != nil {

@@ -92,3 +92,10 @@ func TestCurrentTime(t *testing.T) {
 	_, err = ct.Run(context.Background(), input(map[string]string{"timezone": "Mars/Olympus"}), nil)
 	require.EqualError(t, err, `unknown time zone "Mars/Olympus"`)
 }
+
+// A huge timeout_seconds must not overflow into "no limit".
+func TestShellTimeoutDoesNotOverflow(t *testing.T) {
+	e := newEnv(t)
+	_, err := tools.Shell{Timeout: 200 * time.Millisecond}.Run(context.Background(), input(map[string]any{"command": "sleep 30", "timeout_seconds": 9223372037}), e)
+	require.EqualError(t, err, "the command was stopped after 200ms")
+}

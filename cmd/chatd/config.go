@@ -101,7 +101,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
-	fs.BoolVar(&c.ShellTool, "shell-tool", env.onOff("CHATD_SHELL_TOOL", false), "offer the approval-gated shell tool (CHATD_SHELL_TOOL=on)")
+	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
+	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the local sandboxes (CHATD_SANDBOX_DIR)")
 
 	if env.err != nil {
@@ -189,17 +190,16 @@ func (e *envDefaults) int(key string, def int) int {
 }
 
 func (e *envDefaults) onOff(key string, def bool) bool {
-	v := strings.ToLower(strings.TrimSpace(e.getenv(key)))
-	switch v {
-	case "":
+	v := e.getenv(key)
+	if v == "" {
 		return def
-	case "on", "true", "1", "yes":
-		return true
-	case "off", "false", "0", "no":
-		return false
 	}
-	e.fail(fmt.Errorf("%s=%q: use on or off", key, e.getenv(key)))
-	return def
+	b, ok := parseOnOff(v)
+	if !ok {
+		e.fail(fmt.Errorf("%s=%q: use on or off", key, v))
+		return def
+	}
+	return b
 }
 
 func (e *envDefaults) duration(key string, def time.Duration) time.Duration {
@@ -232,6 +232,37 @@ func (e *envDefaults) fail(err error) {
 	if e.err == nil {
 		e.err = err
 	}
+}
+
+// onOff is a boolean flag.Value that also takes on and off (-shell-tool, -shell-tool=on).
+type onOff struct{ p *bool }
+
+func (o onOff) IsBoolFlag() bool { return true }
+
+func (o onOff) String() string {
+	if o.p != nil && *o.p {
+		return "on"
+	}
+	return "off"
+}
+
+func (o onOff) Set(s string) error {
+	v, ok := parseOnOff(s)
+	if !ok {
+		return errors.New("use on or off")
+	}
+	*o.p = v
+	return nil
+}
+
+func parseOnOff(s string) (bool, bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "on", "true", "1", "yes":
+		return true, true
+	case "off", "false", "0", "no":
+		return false, true
+	}
+	return false, false
 }
 
 // byteSize is a flag.Value for sizes such as 4096, 64KiB or 4MiB.

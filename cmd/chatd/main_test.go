@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -153,7 +154,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-sandbox-kill-after", "2h",
 				"-abandon-after", "3m",
 				"-max-steps", "4",
-				"-shell-tool=false",
+				"-shell-tool=off",
 				"-sandbox-dir", "/tmp/sb",
 			},
 			want: func(c *Config) {
@@ -908,4 +909,14 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 		require.Contains(t, stderr.String(), "connect to the database")
 		require.NotContains(t, stderr.String(), "s3cret-pw")
 	})
+}
+
+func TestShellToolFlag(t *testing.T) {
+	for args, want := range map[string]bool{"-shell-tool": true, "-shell-tool=on": true, "-shell-tool=off": false, "-shell-tool=true": true} {
+		cfg, err := parseConfig([]string{args}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_SHELL_TOOL": "off"}), io.Discard)
+		require.NoError(t, err, args)
+		require.Equal(t, want, cfg.ShellTool, args)
+	}
+	_, err := parseConfig([]string{"-shell-tool=maybe"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x"}), io.Discard)
+	require.Error(t, err)
 }
