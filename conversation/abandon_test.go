@@ -17,18 +17,18 @@ import (
 
 // abandonSetup starts a run that streams and then waits (at a gate, or for an approval)
 // with one subscriber, and returns the pieces.
-func abandonSetup(t *testing.T, steps ...script.Step) (*store.Store, *clockwork.FakeClock, *conversation.Actor, *sub) {
+func abandonSetup(t *testing.T, steps ...script.Step) (*store.Store, *clockwork.FakeClock, *conversation.Actor, *wstest.Sub) {
 	t.Helper()
 	st := storetest.New(t)
 	clock := clockwork.NewFakeClock()
 	a := startActorWithClock(t, st, script.New(steps...), clock)
-	s := newSub()
+	s := wstest.NewSub()
 	ctx := context.Background()
 	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	s.waitFor(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
 	return st, clock, a, s
 }
 
@@ -73,7 +73,7 @@ func TestWatchedRunIsNeverAbandoned(t *testing.T) {
 	a.Unsubscribe(ctx, s)
 	waitTimers(t, clock, 1)
 	clock.Advance(conversation.DefaultAbandonAfter - time.Minute)
-	back := newSub()
+	back := wstest.NewSub()
 	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: back})
 	require.NoError(t, err)
 	clock.Advance(time.Hour)
@@ -88,7 +88,7 @@ func TestRunAwaitingApprovalIsNotAbandoned(t *testing.T) {
 	t.Parallel()
 	st, clock, a, s := abandonSetup(t, script.Text("asking"), script.Approval("c1", "t", `{}`, "x", nil))
 	ctx := context.Background()
-	s.waitFor(t, func(f wstest.Frame) bool { return f.Type == "run.status" })
+	s.Await(t, func(f wstest.Frame) bool { return f.Type == "run.status" })
 	a.Unsubscribe(ctx, s)
 	roundTrip(t, a)
 	clock.Advance(100 * conversation.DefaultAbandonAfter)

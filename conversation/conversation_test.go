@@ -26,73 +26,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// sub is a Subscriber that applies every frame to a client-side state.
-type sub struct {
-	mu      sync.Mutex
-	state   *wstest.State
-	frames  []wstest.Frame
-	err     error
-	dropped conversation.DropReason
-	signal  chan struct{}
-}
-
-func newSub() *sub { return &sub{state: wstest.NewState(), signal: make(chan struct{}, 1)} }
-
-func (s *sub) Deliver(b []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f, err := wstest.Decode(b)
-	if err == nil {
-		err = s.state.Apply(f)
-	}
-	if err != nil && s.err == nil {
-		s.err = err
-	}
-	s.frames = append(s.frames, f)
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-func (s *sub) CatchUp(frames [][]byte) bool {
-	for _, f := range frames {
-		s.Deliver(f)
-	}
-	return true
-}
-
-func (s *sub) Dropped(r conversation.DropReason) {
-	s.mu.Lock()
-	s.dropped = r
-	s.mu.Unlock()
-}
-
-// waitFor waits until a delivered frame matches.
-func (s *sub) waitFor(t *testing.T, match func(wstest.Frame) bool) wstest.Frame {
-	t.Helper()
-	timeout := time.After(wstest.ReadTimeout)
-	seen := 0
-	for {
-		s.mu.Lock()
-		require.NoError(t, s.err)
-		for ; seen < len(s.frames); seen++ {
-			if match(s.frames[seen]) {
-				f := s.frames[seen]
-				s.mu.Unlock()
-				return f
-			}
-		}
-		s.mu.Unlock()
-		select {
-		case <-s.signal:
-		case <-timeout:
-			t.Fatal("no matching frame")
-		}
-	}
-}
-
 // statementCounter counts the SQL statements sent on a pool.
 type statementCounter struct {
 	mu    sync.Mutex
@@ -156,7 +89,7 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 			script.Tool("c1", "lookup", `{"q": "x"}`, "result"),
 			script.Words(words-words/2),
 		))
-		s := newSub()
+		s := wstest.NewSub()
 		ctx := context.Background()
 		_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 		require.NoError(t, err)
@@ -164,11 +97,11 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 		counter.reset()
 		_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 		require.NoError(t, err)
-		end := s.waitFor(t, wstest.Frame.Terminal)
+		end := s.Await(t, wstest.Frame.Terminal)
 		require.Equal(t, "chat.done", end.Type)
 		stmts := counter.taken()
 
-		msgs := s.state.Sorted()
+		msgs := s.Messages()
 		require.Len(t, msgs, 4)
 		require.Equal(t, script.Joined(words/2), msgs[1].Content)
 		return stmts

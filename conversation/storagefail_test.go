@@ -105,14 +105,14 @@ func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requ
 
 // faultSetup starts an actor on a fault-injecting store with one subscriber. A nil clock
 // means a fake clock nobody advances.
-func faultSetup(t *testing.T, agent conversation.Agent, clock *clockwork.FakeClock) (*faultStore, *conversation.Actor, *sub) {
+func faultSetup(t *testing.T, agent conversation.Agent, clock *clockwork.FakeClock) (*faultStore, *conversation.Actor, *wstest.Sub) {
 	t.Helper()
 	st := newFaultStore(t)
 	if clock == nil {
 		clock = clockwork.NewFakeClock()
 	}
 	a := startActorWithClock(t, st, agent, clock)
-	live := newSub()
+	live := wstest.NewSub()
 	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: live})
 	require.NoError(t, err)
 	return st, a, live
@@ -131,10 +131,10 @@ func stored(t *testing.T, st *store.Store, sessionID uuid.UUID) []wstest.Message
 // snapshotOf subscribes a new subscriber and returns the messages of its snapshot.
 func snapshotOf(t *testing.T, a *conversation.Actor) []wstest.Message {
 	t.Helper()
-	s := newSub()
+	s := wstest.NewSub()
 	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
-	f := s.waitFor(t, func(f wstest.Frame) bool { return f.Type == "snapshot" })
+	f := s.Await(t, func(f wstest.Frame) bool { return f.Type == "snapshot" })
 	a.Unsubscribe(context.Background(), s)
 	return f.Messages
 }
@@ -156,16 +156,16 @@ func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 	ctx := context.Background()
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	live.waitFor(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == " world" })
+	live.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == " world" })
 
 	st.set("MessageUpdate", failBefore, -1)
 	require.NoError(t, gate.Pass(testCtx(t)))
-	end := live.waitFor(t, wstest.Frame.Terminal)
+	end := live.Await(t, wstest.Frame.Terminal)
 	require.Equal(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 
 	// The live subscriber saw the segment complete; the database still has it open.
-	view := live.state.Sorted()
+	view := live.Messages()
 	require.Equal(t, "hello world", view[1].Content)
 	require.Equal(t, "complete", view[1].Status)
 	db := stored(t, st.Store, a.SessionID())
@@ -204,7 +204,7 @@ func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 	st.set("RunUpdate", failBefore, -1)
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	require.Equal(t, "chat.done", live.waitFor(t, wstest.Frame.Terminal).Type)
+	require.Equal(t, "chat.done", live.Await(t, wstest.Frame.Terminal).Type)
 
 	run, err := st.Store.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
@@ -235,7 +235,7 @@ func TestLostInsertIsSettled(t *testing.T) {
 	st.set("MessageInsert", failAfter, 1)
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	end := live.waitFor(t, wstest.Frame.Terminal)
+	end := live.Await(t, wstest.Frame.Terminal)
 	require.Equal(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 
@@ -246,7 +246,7 @@ func TestLostInsertIsSettled(t *testing.T) {
 	// The next run takes the position after the stray row instead of colliding with it.
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "again"})
 	require.NoError(t, err)
-	require.Equal(t, "chat.done", live.waitFor(t, func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r2" }).Type)
+	require.Equal(t, "chat.done", live.Await(t, func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r2" }).Type)
 }
 
 // A RunStart whose answer was lost after it committed: the actor finds the run stored
@@ -260,8 +260,8 @@ func TestRunStartCommittedDespiteError(t *testing.T) {
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
-	require.Equal(t, "chat.done", live.waitFor(t, wstest.Frame.Terminal).Type)
-	require.Empty(t, wstest.Diff(stored(t, st.Store, a.SessionID()), live.state.Sorted()))
+	require.Equal(t, "chat.done", live.Await(t, wstest.Frame.Terminal).Type)
+	require.Empty(t, wstest.Diff(stored(t, st.Store, a.SessionID()), live.Messages()))
 }
 
 // When even the check fails, the client is told storage failed; its retry of the same
@@ -282,11 +282,11 @@ func TestRunStartLostThenRetried(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Duplicate)
 	require.Equal(t, store.RunRunning, res.Status)
-	end := live.waitFor(t, wstest.Frame.Terminal)
+	end := live.Await(t, wstest.Frame.Terminal)
 	require.Equal(t, "chat.done", end.Type)
 	require.Equal(t, res.RunID.String(), end.RunID)
 
-	msgs := live.state.Sorted()
+	msgs := live.Messages()
 	require.Len(t, msgs, 2)
 	require.Equal(t, "go", msgs[0].Content)
 	require.Equal(t, "adopted", msgs[1].Content)
