@@ -381,6 +381,8 @@ func (a *Actor) handle(it intent) {
 		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:
 		a.onUsage(it.run, it.usage)
+	case *reasoningIntent:
+		a.onReasoning(it.run, it)
 	default:
 		panic(fmt.Sprintf("conversation: unknown intent %T", it))
 	}

@@ -24,6 +24,10 @@ type Request struct {
 	RequestID string
 	// Content is the user's message.
 	Content string
+	// History is the session's transcript before this message (oldest first, at most
+	// Config.HistoryMessages of the newest): what the model should know of the
+	// conversation so far.
+	History []store.Message
 }
 
 // Emitter receives an agent's output, in order. Its methods must be called from one
@@ -31,8 +35,15 @@ type Request struct {
 // and an *Error when the call itself is wrong (an unknown tool call id, say).
 type Emitter interface {
 	// Text appends delta to the assistant's reply. The first text after the start of
-	// the run or after a tool call opens a new assistant segment.
+	// the run, a tool call or reasoning opens a new assistant segment.
 	Text(delta string) error
+	// Reasoning appends delta to the model's reasoning, shown as its own segment (an
+	// assistant message of kind reasoning), opened like a text segment.
+	Reasoning(delta string) error
+	// EndReasoning closes the open reasoning segment, one reasoning block, keeping
+	// providerData (its signature, or a redacted block's data) for the model's next
+	// call; with no reasoning segment open it stores an empty one (a redacted block).
+	EndReasoning(providerData json.RawMessage) error
 	// ToolStart records that the agent calls a tool. It closes the open assistant
 	// segment and returns once the tool message is stored.
 	ToolStart(call ToolCall) error
@@ -55,7 +66,8 @@ type Emitter interface {
 	// Resumed records that the agent resumed the session's sandbox: a paused run waits
 	// again (awaiting_approval) or runs.
 	Resumed() error
-	// Usage adds the model tokens a model call consumed to the run's usage.
+	// Usage adds the input and output tokens of a model call to the run's usage and
+	// records its ContextTokens and ContextWindow as the latest.
 	Usage(u Usage) error
 }
 

@@ -98,6 +98,15 @@ func (a *Actor) onUsage(run *runState, u store.Usage) {
 	}
 	run.info.Usage.InputTokens += u.InputTokens
 	run.info.Usage.OutputTokens += u.OutputTokens
+	if u.ContextTokens > 0 {
+		run.info.Usage.ContextTokens = u.ContextTokens
+	}
+	if u.ContextWindow > 0 {
+		run.info.Usage.ContextWindow = u.ContextWindow
+	}
+	// Clients see the usage, and how full the context is, as it changes; it is stored
+	// with the run's next status change or its end.
+	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
 }
 
 func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideResult, error) {

@@ -23,6 +23,7 @@ const (
 	DefaultAbandonAfter     = 30 * time.Minute
 	DefaultMaxContentBytes  = 128 << 10
 	DefaultInboxSize        = 256
+	DefaultHistoryMessages  = 500
 
 	// MaxRequestIDLen is the longest requestId the protocol allows.
 	MaxRequestIDLen = 128
@@ -79,6 +80,10 @@ type Config struct {
 	MaxContentBytes int
 	// InboxSize is the capacity of each actor's inbox.
 	InboxSize int
+	// HistoryMessages is how many of a session's newest messages a run's agent gets.
+	HistoryMessages int
+	// ModelName is stored on every run (runs.model); "" when unknown.
+	ModelName string
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -94,6 +99,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.AbandonAfter, DefaultAbandonAfter)
 	setDefault(&c.MaxContentBytes, DefaultMaxContentBytes)
 	setDefault(&c.InboxSize, DefaultInboxSize)
+	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
 	return c
 }
 

@@ -111,9 +111,9 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 	require.Equal(t, len(small), len(large), "statements must not depend on the number of tokens")
 	// 2 segments + 1 tool call: at most 2 × 3 + 4 (the benchmark issue's bound).
 	require.LessOrEqual(t, len(large), 2*(2+1)+4)
-	// And exactly: the run and user message in one statement, an insert and an update
-	// per segment and per tool call, and the run's end.
-	require.Len(t, large, 1+2+2+2+1)
+	// And exactly: the run and user message in one statement, one read of the history
+	// for the model, an insert and an update per segment and per tool call, the run's end.
+	require.Len(t, large, 1+1+2+2+2+1)
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -20,7 +20,7 @@ type runState struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	seg       *liveMessage             // the open assistant segment
+	seg       *liveMessage             // the open assistant segment (text or reasoning)
 	tools     map[string]*liveMessage  // running tool calls by call id
 	calls     map[string]bool          // every call id the run has used
 	approvals map[string]chan Decision // calls waiting for a decision, by call id
@@ -124,6 +124,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		Status:         store.RunRunning,
 		StartedAt:      now,
 		LastActivityAt: now,
+		Model:          a.cfg.ModelName,
 	}
 	user := a.newRunMessage(info, store.RoleUser, store.MessageComplete)
 	user.Content = req.Content
@@ -157,11 +158,21 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	return SendResult{RunID: runID, Status: store.RunRunning}, nil
 }
 
-// begin makes run the active run: chat.started goes out and the agent starts.
+// begin makes run the active run: chat.started goes out and the agent starts with the
+// session's history.
 func (a *Actor) begin(run *runState, user store.Message) {
 	a.run = run
 	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
-	a.startAgent(run, Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content})
+	ctx, cancel := dbContext()
+	history, _, err := a.cfg.Store.MessagesBefore(ctx, a.id, user.Position, a.cfg.HistoryMessages)
+	cancel()
+	if err != nil {
+		// A model that does not know the conversation would answer something else.
+		a.failStorage(run, "read the conversation", err)
+		return
+	}
+	a.overlay(history)
+	a.startAgent(run, Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content, History: history})
 }
 
 // adopt starts a run that is stored as running but that no agent drives: its RunStart
@@ -281,6 +292,12 @@ type (
 		run *runState
 		err error
 	}
+	reasoningIntent struct {
+		run          *runState
+		text         string
+		providerData json.RawMessage
+		end          bool
+	}
 )
 
 // emitter is the Emitter of one run: it turns calls into intents for the actor.
@@ -294,6 +311,17 @@ func (e *emitter) Text(delta string) error {
 		return nil
 	}
 	return e.post(&textIntent{e.run, delta})
+}
+
+func (e *emitter) Reasoning(delta string) error {
+	if delta == "" {
+		return nil
+	}
+	return e.post(&reasoningIntent{e.run, delta, nil, false})
+}
+
+func (e *emitter) EndReasoning(providerData json.RawMessage) error {
+	return e.post(&reasoningIntent{e.run, "", providerData, true})
 }
 
 func (e *emitter) ToolStart(call ToolCall) error {
@@ -426,19 +454,58 @@ func (a *Actor) onText(run *runState, text string) {
 	if !a.isCurrent(run) {
 		return
 	}
-	text = cleanText(text)
-	if run.seg == nil {
-		seg := &liveMessage{msg: a.newRunMessage(run.info, store.RoleAssistant, store.MessageStreaming)}
-		if err := a.insert(run, seg.msg); err != nil {
-			a.failStorage(run, "store the reply", err)
-			return
-		}
-		run.seg = seg
-		m := seg.msg
-		a.publish(a.runEvent(run, Event{Type: EventSegmentStarted, Message: &m}))
+	if !a.openSegment(run, store.KindText) {
+		return
 	}
+	text = cleanText(text)
 	run.seg.buf.WriteString(text)
 	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: run.seg.msg.ID, Text: text}))
+}
+
+func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
+	if !a.isCurrent(run) {
+		return
+	}
+	if it.text != "" || (it.end && (run.seg == nil || run.seg.msg.Kind != store.KindReasoning)) {
+		if !a.openSegment(run, store.KindReasoning) {
+			return
+		}
+	}
+	if it.text != "" {
+		text := cleanText(it.text)
+		run.seg.buf.WriteString(text)
+		a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: run.seg.msg.ID, Text: text}))
+	}
+	if it.end {
+		if len(it.providerData) > 0 && json.Valid(it.providerData) {
+			run.seg.msg.ProviderData = it.providerData
+		}
+		if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
+			a.failStorage(run, "store the reasoning", err)
+		}
+	}
+}
+
+// openSegment makes sure an assistant segment of kind is open: another kind's segment is
+// closed first (a boundary, like a tool call). It reports false when the run failed.
+func (a *Actor) openSegment(run *runState, kind store.MessageKind) bool {
+	if run.seg != nil && run.seg.msg.Kind == kind {
+		return true
+	}
+	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
+		a.failStorage(run, "store the reply", err)
+		return false
+	}
+	seg := &liveMessage{msg: a.newRunMessage(run.info, store.RoleAssistant, store.MessageStreaming)}
+	seg.msg.Kind = kind
+	if err := a.insert(run, seg.msg); err != nil {
+		a.failStorage(run, "store the reply", err)
+		return false
+	}
+	run.seg = seg
+	m := seg.msg
+	a.publish(a.runEvent(run, Event{Type: EventSegmentStarted, Message: &m}))
+	return true
 }
 
 func (a *Actor) onToolStart(run *runState, call ToolCall) error {
@@ -678,6 +745,7 @@ func (a *Actor) newRunMessage(run store.Run, role store.Role, status store.Messa
 		RequestID: run.RequestID,
 		Position:  a.nextPos,
 		Role:      role,
+		Kind:      store.KindText,
 		Status:    status,
 		CreatedAt: now,
 		UpdatedAt: now,

@@ -1,9 +1,9 @@
 -- name: MessageInsert :exec
 INSERT INTO messages (
-    id, session_id, run_id, position, role, content, status,
+    id, session_id, run_id, position, role, kind, content, status,
     tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
 ) VALUES (
-    @id, @session_id, @run_id, @position, @role, @content, @status,
+    @id, @session_id, @run_id, @position, @role, @kind, @content, @status,
     @tool_call_id, @tool_name, @tool_input, @tool_status, @created_at, @created_at
 );
 
@@ -17,6 +17,7 @@ SET content = @content,
     error_message = @error_message,
     tool_output = @tool_output,
     tool_status = @tool_status,
+    provider_data = @provider_data,
     updated_at = @updated_at
 WHERE id = @id;
 

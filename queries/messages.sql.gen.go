@@ -15,11 +15,11 @@ import (
 
 const messageInsert = `-- name: MessageInsert :exec
 INSERT INTO messages (
-    id, session_id, run_id, position, role, content, status,
+    id, session_id, run_id, position, role, kind, content, status,
     tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
 ) VALUES (
-    $1, $2, $3, $4, $5, $6, $7,
-    $8, $9, $10, $11, $12, $12
+    $1, $2, $3, $4, $5, $6, $7, $8,
+    $9, $10, $11, $12, $13, $13
 )
 `
 
@@ -29,6 +29,7 @@ type MessageInsertParams struct {
 	RunID      *uuid.UUID
 	Position   int64
 	Role       string
+	Kind       string
 	Content    string
 	Status     string
 	ToolCallID *string
@@ -45,6 +46,7 @@ func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertP
 		arg.RunID,
 		arg.Position,
 		arg.Role,
+		arg.Kind,
 		arg.Content,
 		arg.Status,
 		arg.ToolCallID,
@@ -75,8 +77,9 @@ SET content = $1,
     error_message = $4,
     tool_output = $5,
     tool_status = $6,
-    updated_at = $7
-WHERE id = $8
+    provider_data = $7,
+    updated_at = $8
+WHERE id = $9
 `
 
 type MessageUpdateParams struct {
@@ -86,6 +89,7 @@ type MessageUpdateParams struct {
 	ErrorMessage *string
 	ToolOutput   *string
 	ToolStatus   *string
+	ProviderData json.RawMessage
 	UpdatedAt    time.Time
 	ID           uuid.UUID
 }
@@ -100,6 +104,7 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 		arg.ErrorMessage,
 		arg.ToolOutput,
 		arg.ToolStatus,
+		arg.ProviderData,
 		arg.UpdatedAt,
 		arg.ID,
 	)
@@ -110,7 +115,7 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 }
 
 const messagesListBefore = `-- name: MessagesListBefore :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, r.request_id
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.session_id = $1 AND m.position < $2
@@ -156,6 +161,8 @@ func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesL
 			&i.Message.ToolStatus,
 			&i.Message.CreatedAt,
 			&i.Message.UpdatedAt,
+			&i.Message.Kind,
+			&i.Message.ProviderData,
 			&i.RequestID,
 		); err != nil {
 			return nil, err
@@ -169,7 +176,7 @@ func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesL
 }
 
 const messagesListByRun = `-- name: MessagesListByRun :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, r.request_id
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.run_id = $1
@@ -207,6 +214,8 @@ func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UU
 			&i.Message.ToolStatus,
 			&i.Message.CreatedAt,
 			&i.Message.UpdatedAt,
+			&i.Message.Kind,
+			&i.Message.ProviderData,
 			&i.RequestID,
 		); err != nil {
 			return nil, err

@@ -28,6 +28,8 @@ type Message struct {
 	ToolStatus   *string
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	Kind         string
+	ProviderData json.RawMessage
 }
 
 type Run struct {
@@ -44,6 +46,8 @@ type Run struct {
 	OutputTokens   int64
 	Model          string
 	CancelReason   *string
+	ContextTokens  int64
+	ContextWindow  int64
 }
 
 type Session struct {

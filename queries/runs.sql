@@ -25,6 +25,8 @@ SET status = @status,
     last_activity_at = @last_activity_at,
     input_tokens = @input_tokens,
     output_tokens = @output_tokens,
+    context_tokens = @context_tokens,
+    context_window = @context_window,
     cancel_reason = @cancel_reason
 WHERE id = @id;
 

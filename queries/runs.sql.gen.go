@@ -13,7 +13,7 @@ import (
 )
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -33,12 +33,14 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.OutputTokens,
 		&i.Model,
 		&i.CancelReason,
+		&i.ContextTokens,
+		&i.ContextWindow,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -63,6 +65,8 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.OutputTokens,
 		&i.Model,
 		&i.CancelReason,
+		&i.ContextTokens,
+		&i.ContextWindow,
 	)
 	return i, err
 }
@@ -116,8 +120,10 @@ SET status = $1,
     last_activity_at = $5,
     input_tokens = $6,
     output_tokens = $7,
-    cancel_reason = $8
-WHERE id = $9
+    context_tokens = $8,
+    context_window = $9,
+    cancel_reason = $10
+WHERE id = $11
 `
 
 type RunUpdateParams struct {
@@ -128,6 +134,8 @@ type RunUpdateParams struct {
 	LastActivityAt time.Time
 	InputTokens    int64
 	OutputTokens   int64
+	ContextTokens  int64
+	ContextWindow  int64
 	CancelReason   *string
 	ID             uuid.UUID
 }
@@ -141,6 +149,8 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) e
 		arg.LastActivityAt,
 		arg.InputTokens,
 		arg.OutputTokens,
+		arg.ContextTokens,
+		arg.ContextWindow,
 		arg.CancelReason,
 		arg.ID,
 	)
@@ -187,7 +197,7 @@ func (q *Queries) RunsInterruptUnfinished(ctx context.Context, db DBTX, arg Runs
 }
 
 const runsListUnfinished = `-- name: RunsListUnfinished :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window FROM runs
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 ORDER BY started_at
 `
@@ -215,6 +225,8 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 			&i.OutputTokens,
 			&i.Model,
 			&i.CancelReason,
+			&i.ContextTokens,
+			&i.ContextWindow,
 		); err != nil {
 			return nil, err
 		}

@@ -19,6 +19,7 @@ func (s *Store) MessageInsert(ctx context.Context, m Message) error {
 		RunID:     m.RunID,
 		Position:  m.Position,
 		Role:      string(m.Role),
+		Kind:      string(kindOrText(m.Kind)),
 		Content:   m.Content,
 		Status:    string(m.Status),
 		CreatedAt: Timestamp(m.CreatedAt),
@@ -45,6 +46,7 @@ func (s *Store) MessageUpdate(ctx context.Context, m Message) error {
 		Status:       string(m.Status),
 		ErrorCode:    code,
 		ErrorMessage: msg,
+		ProviderData: m.ProviderData,
 		UpdatedAt:    Timestamp(m.UpdatedAt),
 	}
 	if m.Tool != nil {
@@ -127,6 +129,13 @@ func (s *Store) MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (in
 	return n, nil
 }
 
+func kindOrText(k MessageKind) MessageKind {
+	if k == "" {
+		return KindText
+	}
+	return k
+}
+
 func messageFromRow(r queries.Message, requestID *string) Message {
 	m := Message{
 		ID:        r.ID,
@@ -135,11 +144,14 @@ func messageFromRow(r queries.Message, requestID *string) Message {
 		RequestID: deref(requestID),
 		Position:  r.Position,
 		Role:      Role(r.Role),
+		Kind:      MessageKind(r.Kind),
 		Content:   r.Content,
 		Status:    MessageStatus(r.Status),
 		Error:     errorInfo(r.ErrorCode, r.ErrorMessage),
 		CreatedAt: r.CreatedAt.UTC(),
 		UpdatedAt: r.UpdatedAt.UTC(),
+
+		ProviderData: r.ProviderData,
 	}
 	if r.ToolCallID != nil {
 		m.Tool = &ToolCall{

@@ -69,6 +69,8 @@ func (s *Store) RunUpdate(ctx context.Context, run Run) error {
 		LastActivityAt: Timestamp(run.LastActivityAt),
 		InputTokens:    run.Usage.InputTokens,
 		OutputTokens:   run.Usage.OutputTokens,
+		ContextTokens:  run.Usage.ContextTokens,
+		ContextWindow:  run.Usage.ContextWindow,
 		CancelReason:   nilIfEmpty(string(run.CancelReason)),
 	})
 	if err != nil {
@@ -131,8 +133,11 @@ func runFromRow(r queries.Run) Run {
 		StartedAt:      r.StartedAt.UTC(),
 		EndedAt:        utcPtr(r.EndedAt),
 		LastActivityAt: r.LastActivityAt.UTC(),
-		Usage:          Usage{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens},
-		Model:          r.Model,
-		CancelReason:   CancelReason(deref(r.CancelReason)),
+		Usage: Usage{
+			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
+			ContextTokens: r.ContextTokens, ContextWindow: r.ContextWindow,
+		},
+		Model:        r.Model,
+		CancelReason: CancelReason(deref(r.CancelReason)),
 	}
 }

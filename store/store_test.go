@@ -116,6 +116,7 @@ func TestRunStartStoresRunAndUserMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	user.RequestID = "r1"
+	user.Kind = store.KindText
 	user.UpdatedAt = user.CreatedAt
 	require.Equal(t, user, msgs[0])
 

@@ -38,6 +38,15 @@ const (
 	RoleSystem    Role = "system"
 )
 
+// MessageKind tells an assistant's text from its reasoning.
+type MessageKind string
+
+// Message kinds.
+const (
+	KindText      MessageKind = "text"
+	KindReasoning MessageKind = "reasoning"
+)
+
 // MessageStatus is the state of one message. An assistant segment is streaming while its
 // text arrives and complete once closed; a tool message is streaming while its call runs.
 type MessageStatus string
@@ -98,10 +107,15 @@ type PendingApproval struct {
 	Input      json.RawMessage
 }
 
-// Usage counts the model tokens a run consumed.
+// Usage counts the model tokens a run consumed, and how full the model's context window
+// was at its latest call.
 type Usage struct {
 	InputTokens  int64
 	OutputTokens int64
+	// ContextTokens are the input tokens of the latest model call: the conversation's
+	// size as the model saw it. ContextWindow is what they count against (0: unknown).
+	ContextTokens int64
+	ContextWindow int64
 }
 
 // Run is one user message and everything produced for it.
@@ -138,12 +152,16 @@ type Message struct {
 	RequestID string // the request id of RunID's run; "" without a run
 	Position  int64
 	Role      Role
+	Kind      MessageKind // text (also for user and tool messages) or reasoning
 	Content   string
 	Status    MessageStatus
 	Error     *ErrorInfo
 	Tool      *ToolCall // set for role tool
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// ProviderData is what the model provider needs back with this message and clients
+	// do not see: a reasoning block's signature, say.
+	ProviderData json.RawMessage
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // Timestamp rounds t the way PostgreSQL stores a timestamptz (microseconds, UTC), so a

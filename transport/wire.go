@@ -59,6 +59,7 @@ type wireMessage struct {
 	ID        uuid.UUID  `json:"id"`
 	Position  int64      `json:"position"`
 	Role      string     `json:"role"`
+	Kind      string     `json:"kind,omitempty"` // "reasoning"; absent for text
 	Content   string     `json:"content"`
 	Status    string     `json:"status"`
 	RunID     *uuid.UUID `json:"runId,omitempty"`
@@ -69,8 +70,10 @@ type wireMessage struct {
 }
 
 type wireUsage struct {
-	InputTokens  int64 `json:"inputTokens"`
-	OutputTokens int64 `json:"outputTokens"`
+	InputTokens   int64 `json:"inputTokens"`
+	OutputTokens  int64 `json:"outputTokens"`
+	ContextTokens int64 `json:"contextTokens,omitempty"`
+	ContextWindow int64 `json:"contextWindow,omitempty"`
 }
 
 type wirePendingApproval struct {
@@ -89,6 +92,7 @@ type wireRun struct {
 	Error           *wireError           `json:"error,omitempty"`
 	PendingApproval *wirePendingApproval `json:"pendingApproval,omitempty"`
 	CancelReason    string               `json:"cancelReason,omitempty"`
+	Model           string               `json:"model,omitempty"`
 	Usage           *wireUsage           `json:"usage,omitempty"`
 }
 
@@ -161,6 +165,7 @@ func toWireMessage(m store.Message) wireMessage {
 		Position:  m.Position,
 		Role:      string(m.Role),
 		Content:   m.Content,
+		Kind:      wireKind(m.Kind),
 		Status:    string(m.Status),
 		RunID:     m.RunID,
 		RequestID: m.RequestID,
@@ -177,6 +182,13 @@ func toWireMessage(m store.Message) wireMessage {
 		}
 	}
 	return w
+}
+
+func wireKind(k store.MessageKind) string {
+	if k == store.KindReasoning {
+		return string(k)
+	}
+	return ""
 }
 
 func toWireMessages(ms []store.Message) []wireMessage {
@@ -200,12 +212,18 @@ func toWireRun(r *store.Run) *wireRun {
 		LastActivityAt: r.LastActivityAt,
 		Error:          toWireError(r.Error),
 		CancelReason:   string(r.CancelReason),
+		Model:          r.Model,
 	}
 	if p := r.PendingApproval; p != nil {
 		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}
 	}
 	if r.Usage != (store.Usage{}) {
-		w.Usage = &wireUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}
+		w.Usage = &wireUsage{
+			InputTokens:   r.Usage.InputTokens,
+			OutputTokens:  r.Usage.OutputTokens,
+			ContextTokens: r.Usage.ContextTokens,
+			ContextWindow: r.Usage.ContextWindow,
+		}
 	}
 	return w
 }

@@ -228,3 +228,19 @@ func AwaitOnly(id, name, input string, decisions *<-chan conversation.Decision) 
 func Paused() Step {
 	return func(_ context.Context, out conversation.Emitter) error { return out.Paused() }
 }
+
+// Reasoning streams one reasoning block and closes it with providerData (a signature).
+func Reasoning(providerData string, deltas ...string) Step {
+	return func(_ context.Context, out conversation.Emitter) error {
+		for _, d := range deltas {
+			if err := out.Reasoning(d); err != nil {
+				return err
+			}
+		}
+		var data json.RawMessage
+		if providerData != "" {
+			data = json.RawMessage(providerData)
+		}
+		return out.EndReasoning(data)
+	}
+}

@@ -2,6 +2,7 @@ package script_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -77,6 +78,10 @@ func TestGate(t *testing.T) {
 func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Decision, error) {
 	return nil, errors.New("recorder: no approvals")
 }
-func (r *recorder) Paused() error                  { return nil }
-func (r *recorder) Resumed() error                 { return nil }
+func (r *recorder) Paused() error          { return nil }
+func (r *recorder) Resumed() error         { return nil }
+func (r *recorder) Reasoning(string) error { return nil }
+func (r *recorder) EndReasoning(json.RawMessage) error {
+	return nil
+}
 func (r *recorder) Usage(conversation.Usage) error { return nil }

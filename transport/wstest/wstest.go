@@ -45,6 +45,7 @@ type Message struct {
 	ID        string     `json:"id"`
 	Position  int64      `json:"position"`
 	Role      string     `json:"role"`
+	Kind      string     `json:"kind,omitempty"`
 	Content   string     `json:"content"`
 	Status    string     `json:"status"`
 	RunID     string     `json:"runId,omitempty"`
@@ -72,9 +73,12 @@ type Run struct {
 	Error           *ErrorInfo       `json:"error,omitempty"`
 	PendingApproval *PendingApproval `json:"pendingApproval,omitempty"`
 	CancelReason    string           `json:"cancelReason,omitempty"`
+	Model           string           `json:"model,omitempty"`
 	Usage           *struct {
-		InputTokens  int64 `json:"inputTokens"`
-		OutputTokens int64 `json:"outputTokens"`
+		InputTokens   int64 `json:"inputTokens"`
+		OutputTokens  int64 `json:"outputTokens"`
+		ContextTokens int64 `json:"contextTokens"`
+		ContextWindow int64 `json:"contextWindow"`
 	} `json:"usage,omitempty"`
 }
 
