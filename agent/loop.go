@@ -27,6 +27,7 @@ const (
 	DefaultSandboxKillAfter = 24 * time.Hour
 	DefaultMaxRetries       = 2
 	DefaultRetryBackoff     = time.Second
+	DefaultContextTokens    = 64000
 
 	// maxRetryWait is the longest wait for a retry: a provider that asks for more (a
 	// 429 with retry-after: 3600) gets its error shown instead of a silent stall.
@@ -49,6 +50,10 @@ type Config struct {
 	Sandboxes *Sandboxes
 	// System is the system prompt.
 	System string
+	// ContextTokens is the budget for the conversation sent to the model: the oldest
+	// turns are left out to stay under it (an estimate; see EstimateTokens). It is also
+	// reported as the context window usage counts against.
+	ContextTokens int
 	// MaxSteps bounds model calls per run.
 	MaxSteps int
 	// MaxParallelTools bounds how many calls of one step run at once.
@@ -91,6 +96,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxParallelTools, DefaultMaxParallelTools)
 	def(&c.MaxToolOutput, DefaultMaxToolOutput)
 	def(&c.MaxRetries, DefaultMaxRetries)
+	def(&c.ContextTokens, DefaultContextTokens)
 	defDur(&c.ApprovalTimeout, DefaultApprovalTimeout)
 	defDur(&c.SandboxKillAfter, DefaultSandboxKillAfter)
 	defDur(&c.RetryBackoff, DefaultRetryBackoff)
@@ -122,7 +128,12 @@ func New(cfg Config) (*Loop, error) {
 // Run answers one user message.
 func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
 	r := &run{l: l, req: req, out: &lockedEmitter{out: out}, ids: map[string]bool{}}
-	msgs := []Message{{Role: RoleUser, Text: req.Content}}
+	msgs := append(Transcript(req.History), Message{Role: RoleUser, Text: req.Content})
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			r.ids[c.ID] = true // ids of earlier runs stay unique in what the model sees
+		}
+	}
 	for step := 1; ; step++ {
 		reply, err := r.callModel(ctx, msgs)
 		if err != nil {
@@ -172,31 +183,48 @@ func (r *run) uniqueID(id string) string {
 // callModel makes one model call, retrying transient errors while nothing has streamed.
 func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 	cfg := r.l.cfg
-	req := ModelRequest{System: cfg.System, Messages: msgs, Tools: cfg.Tools.Specs()}
+	req := ModelRequest{System: cfg.System, Messages: Trim(msgs, cfg.ContextTokens), Tools: cfg.Tools.Specs()}
 	backoff := cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		reply := Message{Role: RoleAssistant}
 		var text strings.Builder
 		streamed := false
+		blockOpen := false // the last reasoning block still grows
 		err := cfg.Model.Stream(ctx, req, func(ev ModelEvent) error {
 			switch ev.Kind {
 			case EventText:
 				streamed = true
+				blockOpen = false
 				text.WriteString(ev.Text)
 				return r.out.Text(ev.Text)
 			case EventReasoning:
 				streamed = true
-				if n := len(reply.Reasoning); n > 0 && reply.Reasoning[n-1].Signature == "" {
-					reply.Reasoning[n-1].Text += ev.Reasoning.Text
-					reply.Reasoning[n-1].Signature = ev.Reasoning.Signature
-				} else {
-					reply.Reasoning = append(reply.Reasoning, ev.Reasoning)
+				if !blockOpen {
+					reply.Reasoning = append(reply.Reasoning, Reasoning{})
+					blockOpen = true
 				}
+				reply.Reasoning[len(reply.Reasoning)-1].Text += ev.Reasoning.Text
+				return r.out.Reasoning(ev.Reasoning.Text)
+			case EventReasoningEnd:
+				streamed = true
+				if !blockOpen {
+					reply.Reasoning = append(reply.Reasoning, Reasoning{})
+				}
+				blockOpen = false
+				b := &reply.Reasoning[len(reply.Reasoning)-1]
+				b.Signature, b.Redacted = ev.Reasoning.Signature, ev.Reasoning.Redacted
+				return r.out.EndReasoning(reasoningData(*b))
 			case EventToolCall:
 				streamed = true
+				blockOpen = false
 				reply.ToolCalls = append(reply.ToolCalls, ev.ToolCall)
 			case EventUsage:
-				return r.out.Usage(conversation.Usage{InputTokens: ev.Usage.InputTokens, OutputTokens: ev.Usage.OutputTokens})
+				return r.out.Usage(conversation.Usage{
+					InputTokens:   ev.Usage.InputTokens,
+					OutputTokens:  ev.Usage.OutputTokens,
+					ContextTokens: ev.Usage.InputTokens,
+					ContextWindow: int64(cfg.ContextTokens),
+				})
 			}
 			return nil
 		})
@@ -510,6 +538,18 @@ func (e *lockedEmitter) Text(d string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.out.Text(d)
+}
+
+func (e *lockedEmitter) Reasoning(d string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Reasoning(d)
+}
+
+func (e *lockedEmitter) EndReasoning(data json.RawMessage) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.EndReasoning(data)
 }
 
 func (e *lockedEmitter) ToolStart(c conversation.ToolCall) error {

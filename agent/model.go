@@ -34,10 +34,11 @@ type Message struct {
 }
 
 // Reasoning is a block of a model's reasoning ("thinking"), with the provider's signature
-// when it has one.
+// when it has one, or a redacted block's opaque data.
 type Reasoning struct {
 	Text      string
 	Signature string
+	Redacted  string
 }
 
 // ToolCall is a model's request to run a tool.
@@ -59,10 +60,11 @@ type EventKind int
 
 // Model event kinds.
 const (
-	EventText      EventKind = iota + 1 // Text: a piece of the answer
-	EventReasoning                      // Reasoning: a piece of reasoning (Signature at its end)
-	EventToolCall                       // ToolCall: a complete tool call
-	EventUsage                          // Usage: tokens of this call
+	EventText         EventKind = iota + 1 // Text: a piece of the answer
+	EventReasoning                         // Reasoning.Text: a piece of the current reasoning block
+	EventReasoningEnd                      // Reasoning.Signature or .Redacted: the block is complete
+	EventToolCall                          // ToolCall: a complete tool call
+	EventUsage                             // Usage: tokens of this call
 )
 
 // ModelEvent is one piece of a streamed model response.
@@ -74,7 +76,8 @@ type ModelEvent struct {
 	Usage     Usage
 }
 
-// Usage counts tokens.
+// Usage counts the tokens of one model call. InputTokens is the whole prompt, cached
+// parts included: the conversation's size as the model saw it.
 type Usage struct {
 	InputTokens  int64
 	OutputTokens int64

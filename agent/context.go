@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+)
+
+// Transcript turns a session's stored messages into the model's view of the
+// conversation. Each step of an earlier run was stored as reasoning, text, then its tool
+// calls, segment by segment; it becomes one assistant message followed by one tool
+// message per call, each call paired with its result. Partial and cancelled text is kept
+// as it was; calls that never finished get an error result, so every call has one.
+func Transcript(history []store.Message) []Message {
+	var out []Message
+	var cur *Message // the assistant message of the current step
+	var results []Message
+	flush := func() {
+		if cur != nil && (cur.Text != "" || len(cur.ToolCalls) > 0 || len(cur.Reasoning) > 0) {
+			out = append(out, *cur)
+			out = append(out, results...)
+		}
+		cur, results = nil, nil
+	}
+	step := func() *Message {
+		if cur == nil {
+			cur = &Message{Role: RoleAssistant}
+		}
+		return cur
+	}
+	for _, m := range history {
+		switch {
+		case m.Role == store.RoleUser:
+			flush()
+			out = append(out, Message{Role: RoleUser, Text: m.Content})
+		case m.Role == store.RoleAssistant && m.Kind == store.KindReasoning:
+			if cur != nil && (cur.Text != "" || len(cur.ToolCalls) > 0) {
+				flush() // reasoning opens a new step
+			}
+			step().Reasoning = append(step().Reasoning, reasoningBlock(m))
+		case m.Role == store.RoleAssistant:
+			if m.Content == "" {
+				continue
+			}
+			if cur != nil && len(cur.ToolCalls) > 0 {
+				flush() // text after tool calls is the next step
+			}
+			s := step()
+			if s.Text != "" {
+				s.Text += "\n"
+			}
+			s.Text += m.Content
+		case m.Role == store.RoleTool && m.Tool != nil:
+			s := step()
+			s.ToolCalls = append(s.ToolCalls, ToolCall{ID: m.Tool.CallID, Name: m.Tool.Name, Input: m.Tool.Input})
+			results = append(results, toolResult(m))
+		}
+	}
+	flush()
+	return out
+}
+
+func reasoningBlock(m store.Message) Reasoning {
+	r := Reasoning{Text: m.Content}
+	var data struct {
+		Signature string `json:"signature"`
+		Redacted  string `json:"redacted"`
+	}
+	if len(m.ProviderData) > 0 && json.Unmarshal(m.ProviderData, &data) == nil {
+		r.Signature, r.Redacted = data.Signature, data.Redacted
+	}
+	return r
+}
+
+func toolResult(m store.Message) Message {
+	res := Message{Role: RoleTool, ToolCallID: m.Tool.CallID, ToolName: m.Tool.Name}
+	out := ""
+	if m.Tool.Output != nil {
+		out = *m.Tool.Output
+	}
+	switch m.Tool.Status {
+	case store.ToolOK:
+		res.Result = out
+	case store.ToolDenied:
+		res.Result, res.IsError = conversation.DeclinedOutput, true
+	case store.ToolError:
+		res.Result, res.IsError = out, true
+		if m.Error != nil && m.Error.Message != "" && !strings.Contains(out, m.Error.Message) {
+			res.Result = strings.TrimSpace(out + "\n[error: " + m.Error.Message + "]")
+		}
+	default: // cancelled, or left running by a run that ended
+		res.Result, res.IsError = "The tool call did not finish: its run was stopped.", true
+	}
+	return res
+}
+
+// reasoningData is what EndReasoning keeps for a block.
+func reasoningData(r Reasoning) json.RawMessage {
+	if r.Signature == "" && r.Redacted == "" {
+		return nil
+	}
+	b, _ := json.Marshal(struct {
+		Signature string `json:"signature,omitempty"`
+		Redacted  string `json:"redacted,omitempty"`
+	}{r.Signature, r.Redacted})
+	return b
+}
+
+// EstimateTokens guesses how many tokens messages take: about four characters a token,
+// plus a little per message and call. It only has to be good enough to stay under a
+// budget; the model's own count comes back in usage.
+func EstimateTokens(msgs []Message) int {
+	chars := 0
+	for _, m := range msgs {
+		chars += 16 + len(m.Text) + len(m.Result)
+		for _, r := range m.Reasoning {
+			chars += len(r.Text) + len(r.Signature)/4
+		}
+		for _, c := range m.ToolCalls {
+			chars += 16 + len(c.Name) + len(c.Input)
+		}
+	}
+	return chars / 4
+}
+
+// Trim drops the oldest turns (a user message and everything up to the next) until the
+// messages fit budget tokens. The last turn, the one being answered, always stays; a turn
+// is dropped whole, so a tool call is never separated from its result. Whatever comes
+// before the first user message (a history that starts mid-turn) is dropped too: models
+// expect the conversation to open with the user. budget <= 0 keeps every turn.
+func Trim(msgs []Message, budget int) []Message {
+	var starts []int // where each turn begins
+	for i, m := range msgs {
+		if m.Role == RoleUser {
+			starts = append(starts, i)
+		}
+	}
+	if len(starts) == 0 {
+		return msgs
+	}
+	msgs = msgs[starts[0]:]
+	for i := range starts {
+		starts[i] -= starts[0]
+	}
+	if budget <= 0 {
+		return msgs
+	}
+	for _, s := range starts { // the oldest turn that can start the conversation and fit
+		if EstimateTokens(msgs[s:]) <= budget {
+			return msgs[s:]
+		}
+	}
+	return msgs[starts[len(starts)-1]:]
+}

@@ -1,0 +1,157 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/modeltest"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+)
+
+func user(text string) store.Message {
+	return store.Message{Role: store.RoleUser, Kind: store.KindText, Content: text, Status: store.MessageComplete}
+}
+
+func said(text string, status store.MessageStatus) store.Message {
+	return store.Message{Role: store.RoleAssistant, Kind: store.KindText, Content: text, Status: status}
+}
+
+func thought(text, providerData string) store.Message {
+	m := store.Message{Role: store.RoleAssistant, Kind: store.KindReasoning, Content: text, Status: store.MessageComplete}
+	if providerData != "" {
+		m.ProviderData = json.RawMessage(providerData)
+	}
+	return m
+}
+
+func called(id, name, input, output string, status store.ToolStatus) store.Message {
+	m := store.Message{Role: store.RoleTool, Kind: store.KindText, Status: store.MessageComplete,
+		Tool: &store.ToolCall{CallID: id, Name: name, Input: json.RawMessage(input), Status: status}}
+	if output != "" {
+		m.Tool.Output = &output
+	}
+	return m
+}
+
+// Each stored step (reasoning, text, then its calls) becomes an assistant message followed
+// by the calls' results, each result with its call.
+func TestTranscriptPairsCallsWithResults(t *testing.T) {
+	history := []store.Message{
+		user("list files"),
+		thought("I should look", `{"signature":"s1"}`),
+		said("Let me look.", store.MessageComplete),
+		called("a", "shell", `{"command":"ls"}`, "x.txt", store.ToolOK),
+		called("b", "shell", `{"command":"pwd"}`, "/w", store.ToolOK),
+		said("There is x.txt.", store.MessageComplete),
+		user("delete it"),
+		called("c", "shell", `{"command":"rm x.txt"}`, "", store.ToolDenied),
+		said("OK, I won't.", store.MessageComplete),
+	}
+	got := agent.Transcript(history)
+	want := []agent.Message{
+		{Role: agent.RoleUser, Text: "list files"},
+		{Role: agent.RoleAssistant, Text: "Let me look.", Reasoning: []agent.Reasoning{{Text: "I should look", Signature: "s1"}},
+			ToolCalls: []agent.ToolCall{{ID: "a", Name: "shell", Input: json.RawMessage(`{"command":"ls"}`)}, {ID: "b", Name: "shell", Input: json.RawMessage(`{"command":"pwd"}`)}}},
+		{Role: agent.RoleTool, ToolCallID: "a", ToolName: "shell", Result: "x.txt"},
+		{Role: agent.RoleTool, ToolCallID: "b", ToolName: "shell", Result: "/w"},
+		{Role: agent.RoleAssistant, Text: "There is x.txt."},
+		{Role: agent.RoleUser, Text: "delete it"},
+		{Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{{ID: "c", Name: "shell", Input: json.RawMessage(`{"command":"rm x.txt"}`)}}},
+		{Role: agent.RoleTool, ToolCallID: "c", ToolName: "shell", Result: conversation.DeclinedOutput, IsError: true},
+		{Role: agent.RoleAssistant, Text: "OK, I won't."},
+	}
+	require.Equal(t, want, got)
+}
+
+// Partial and cancelled text stays as it was; calls that never finished get an error
+// result; empty segments (interrupted before their text was stored) and redacted
+// reasoning are kept sensibly.
+func TestTranscriptKeepsPartialsAndEndsUnfinishedCalls(t *testing.T) {
+	failed := called("e", "t", `{}`, "partial", store.ToolError)
+	failed.Error = &store.ErrorInfo{Code: "tool_error", Message: "boom"}
+	history := []store.Message{
+		user("go"),
+		said("half an ans", store.MessageCancelled),
+		user("again"),
+		thought("", `{"redacted":"opaque"}`),
+		called("r", "t", `{}`, "", store.ToolCancelled),
+		failed,
+		said("", store.MessageInterrupted),
+	}
+	got := agent.Transcript(history)
+	require.Equal(t, []agent.Message{
+		{Role: agent.RoleUser, Text: "go"},
+		{Role: agent.RoleAssistant, Text: "half an ans"},
+		{Role: agent.RoleUser, Text: "again"},
+		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Redacted: "opaque"}},
+			ToolCalls: []agent.ToolCall{{ID: "r", Name: "t", Input: json.RawMessage(`{}`)}, {ID: "e", Name: "t", Input: json.RawMessage(`{}`)}}},
+		{Role: agent.RoleTool, ToolCallID: "r", ToolName: "t", Result: "The tool call did not finish: its run was stopped.", IsError: true},
+		{Role: agent.RoleTool, ToolCallID: "e", ToolName: "t", Result: "partial\n[error: boom]", IsError: true},
+	}, got)
+}
+
+func TestTrimDropsOldestWholeTurns(t *testing.T) {
+	long := strings.Repeat("x", 400) // about 100 tokens
+	msgs := []agent.Message{
+		{Role: agent.RoleUser, Text: long},
+		{Role: agent.RoleAssistant, Text: long, ToolCalls: []agent.ToolCall{{ID: "a", Name: "t", Input: json.RawMessage(`{}`)}}},
+		{Role: agent.RoleTool, ToolCallID: "a", ToolName: "t", Result: long},
+		{Role: agent.RoleUser, Text: long},
+		{Role: agent.RoleAssistant, Text: long},
+		{Role: agent.RoleUser, Text: "now"},
+	}
+	require.Equal(t, msgs, agent.Trim(msgs, 0), "no budget: everything")
+	require.Equal(t, msgs, agent.Trim(msgs, 10000))
+
+	// Room for the last two turns: the first turn goes whole, call and result together.
+	got := agent.Trim(msgs, agent.EstimateTokens(msgs[3:]))
+	require.Equal(t, msgs[3:], got)
+	got = agent.Trim(msgs, agent.EstimateTokens(msgs[3:])-1)
+	require.Equal(t, msgs[5:], got)
+	// The current turn stays even over budget.
+	require.Equal(t, msgs[5:], agent.Trim(msgs, 1))
+
+	// A history cut mid-turn starts at its first user message.
+	require.Equal(t, msgs[3:], agent.Trim(msgs[1:], 0))
+}
+
+// The second run of a session sends the model the first run's exchange.
+func TestSecondRunSeesTheFirst(t *testing.T) {
+	t.Parallel()
+	echo := tool("echo", func(_ context.Context, in json.RawMessage, _ agent.Env) (string, error) { return "echoed", nil })
+	model := modeltest.New(
+		modeltest.Turn{Events: modeltest.Events(
+			[]agent.ModelEvent{{Kind: agent.EventReasoning, Reasoning: agent.Reasoning{Text: "hmm"}}, {Kind: agent.EventReasoningEnd, Reasoning: agent.Reasoning{Signature: "sig"}}},
+			modeltest.Text("Calling."),
+			[]agent.ModelEvent{modeltest.Call("e1", "echo", `{"x":1}`)},
+		)},
+		modeltest.Say("First answer."),
+		modeltest.Say("Second answer."),
+	)
+	h := newHarness(t, model, withTools(echo))
+	h.send("first question")
+	require.Equal(t, "chat.done", h.end().Type)
+	h.send("second question")
+	require.Equal(t, "chat.done", h.end().Type)
+
+	reqs := model.Requests()
+	require.Len(t, reqs, 3)
+	require.Equal(t, []agent.Message{
+		{Role: agent.RoleUser, Text: "first question"},
+		{Role: agent.RoleAssistant, Text: "Calling.", Reasoning: []agent.Reasoning{{Text: "hmm", Signature: "sig"}},
+			ToolCalls: []agent.ToolCall{{ID: "e1", Name: "echo", Input: json.RawMessage(`{"x": 1}`)}}},
+		{Role: agent.RoleTool, ToolCallID: "e1", ToolName: "echo", Result: "echoed"},
+		{Role: agent.RoleAssistant, Text: "First answer."},
+		{Role: agent.RoleUser, Text: "second question"},
+	}, reqs[2].Messages)
+
+	msgs := h.stored()
+	require.Equal(t, "reasoning", msgs[1].Kind)
+	require.Equal(t, "hmm", msgs[1].Content)
+}
