@@ -28,6 +28,7 @@ const (
 	DefaultMaxRetries       = 2
 	DefaultRetryBackoff     = time.Second
 	DefaultContextTokens    = 64000
+	DefaultModelIdleTimeout = 5 * time.Minute
 
 	// maxRetryWait is the longest wait for a retry: a provider that asks for more (a
 	// 429 with retry-after: 3600) gets its error shown instead of a silent stall.
@@ -70,7 +71,13 @@ type Config struct {
 	// minute). Negative means never.
 	MaxRetries   int
 	RetryBackoff time.Duration
-	// Clock drives approval timeouts and retry backoff. Defaults to the real clock.
+	// ModelIdleTimeout bounds the wait for a model call's next event (the first one
+	// included): a provider that goes quiet for this long is hung up on and the call
+	// fails as a transient error, so no run waits on a dead connection for ever.
+	// Negative turns it off.
+	ModelIdleTimeout time.Duration
+	// Clock drives approval timeouts, retry backoff and the model idle timeout. Defaults
+	// to the real clock.
 	Clock  clockwork.Clock
 	Logger zerolog.Logger
 }
@@ -100,6 +107,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.ApprovalTimeout, DefaultApprovalTimeout)
 	defDur(&c.SandboxKillAfter, DefaultSandboxKillAfter)
 	defDur(&c.RetryBackoff, DefaultRetryBackoff)
+	defDur(&c.ModelIdleTimeout, DefaultModelIdleTimeout)
 	return c
 }
 
@@ -190,7 +198,7 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 		var text strings.Builder
 		streamed := false
 		blockOpen := false // the last reasoning block still grows
-		err := cfg.Model.Stream(ctx, req, func(ev ModelEvent) error {
+		err := r.stream(ctx, req, func(ev ModelEvent) error {
 			switch ev.Kind {
 			case EventText:
 				streamed = true
@@ -220,9 +228,10 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 				reply.ToolCalls = append(reply.ToolCalls, ev.ToolCall)
 			case EventUsage:
 				return r.out.Usage(conversation.Usage{
-					InputTokens:   ev.Usage.InputTokens,
-					OutputTokens:  ev.Usage.OutputTokens,
-					ContextTokens: ev.Usage.InputTokens,
+					InputTokens:  ev.Usage.InputTokens,
+					OutputTokens: ev.Usage.OutputTokens,
+					// The reply joins the conversation: the next call's prompt holds both.
+					ContextTokens: ev.Usage.InputTokens + ev.Usage.OutputTokens,
 					ContextWindow: int64(cfg.ContextTokens),
 				})
 			}
@@ -238,7 +247,7 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 		var me *ModelError
 		transient := errors.As(err, &me) && me.Transient && me.RetryAfter <= maxRetryWait
 		if !transient || streamed || attempt >= cfg.MaxRetries {
-			if transient && attempt >= cfg.MaxRetries {
+			if transient && !streamed && attempt > 0 {
 				return Message{}, modelFailure(err, fmt.Sprintf(" (gave up after %d attempts)", attempt+1))
 			}
 			return Message{}, modelFailure(err, "")
@@ -252,6 +261,36 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 		}
 		backoff *= 2
 	}
+}
+
+// errModelIdle cancels a model call that went quiet.
+var errModelIdle = errors.New("model idle")
+
+// stream makes one model call, hanging up when it sends nothing for ModelIdleTimeout.
+func (r *run) stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) error {
+	idle := r.l.cfg.ModelIdleTimeout
+	if idle < 0 {
+		return r.l.cfg.Model.Stream(ctx, req, emit)
+	}
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := r.l.cfg.Clock.AfterFunc(idle, func() { cancel(errModelIdle) })
+	defer timer.Stop()
+	err := r.l.cfg.Model.Stream(callCtx, req, func(ev ModelEvent) error {
+		timer.Stop() // emit's own time (a slow actor) is not the model's
+		err := emit(ev)
+		timer.Reset(idle)
+		return err
+	})
+	if ctx.Err() == nil && errors.Is(context.Cause(callCtx), errModelIdle) {
+		return &ModelError{
+			Code:      CodeModelUnreachable,
+			Message:   fmt.Sprintf("the model provider sent nothing for %s", idle),
+			Transient: true,
+			Err:       err,
+		}
+	}
+	return err
 }
 
 func isRunEnded(err error) bool {

@@ -85,6 +85,10 @@ func modelCalls(hp **harness, calls chan<- time.Time) func(context.Context) erro
 	}
 }
 
+// noIdleTimeout keeps the model idle timer off the fake clock, for tests that count the
+// clock's timers to know the retry backoff has started.
+func noIdleTimeout(c *agent.Config) { c.ModelIdleTimeout = -1 }
+
 func errorInfo(code, message string) *wstest.ErrorInfo {
 	return &wstest.ErrorInfo{Code: code, Message: message}
 }
@@ -101,7 +105,7 @@ func TestTransientModelErrorIsRetried(t *testing.T) {
 		modeltest.Turn{Before: modelCalls(&h, calls), Err: modeltest.Transient("overloaded")},
 		modeltest.Turn{Before: modelCalls(&h, calls), Events: modeltest.Text("Hello", " again.")},
 	)
-	h = newHarness(t, model)
+	h = newHarness(t, model, noIdleTimeout)
 	h.send("hi")
 
 	first := recv(t, calls, "the first model call")
@@ -136,7 +140,7 @@ func TestTransientModelErrorsGiveUpAfterThreeAttempts(t *testing.T) {
 	var h *harness
 	failing := modeltest.Turn{Before: modelCalls(&h, calls), Err: modeltest.Transient("overloaded")}
 	model := modeltest.New(failing, failing, failing, modeltest.Say("a fourth attempt must not happen"))
-	h = newHarness(t, model)
+	h = newHarness(t, model, noIdleTimeout)
 	h.send("hi")
 
 	t0 := recv(t, calls, "the first model call")
@@ -181,7 +185,7 @@ func TestTransientModelErrorHonoursRetryAfter(t *testing.T) {
 		modeltest.Turn{Before: modelCalls(&h, calls), Err: modeltest.TransientAfter("rate_limited", 5*time.Second)},
 		modeltest.Turn{Before: modelCalls(&h, calls), Events: modeltest.Text("ok")},
 	)
-	h = newHarness(t, model)
+	h = newHarness(t, model, noIdleTimeout)
 	h.send("hi")
 
 	t0 := recv(t, calls, "the first model call")
@@ -211,7 +215,7 @@ func TestShortRetryAfterKeepsTheBackoff(t *testing.T) {
 		modeltest.Turn{Before: modelCalls(&h, calls), Err: modeltest.TransientAfter("rate_limited", 100*time.Millisecond)},
 		modeltest.Turn{Before: modelCalls(&h, calls), Events: modeltest.Text("ok")},
 	)
-	h = newHarness(t, model)
+	h = newHarness(t, model, noIdleTimeout)
 	h.send("hi")
 
 	t0 := recv(t, calls, "the first model call")
@@ -250,6 +254,48 @@ func TestTransientModelErrorAfterOutputIsNotRetried(t *testing.T) {
 	require.Equal(t, "Partial answer", last.Content)
 	require.Equal(t, "error", last.Status)
 	require.Equal(t, want, last.Error)
+}
+
+// A model call that goes quiet is hung up on after ModelIdleTimeout since its last
+// event (each event restarts the wait), and the run ends with the output it had.
+func TestSilentModelIsHungUpOn(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan time.Time), make(chan struct{})
+	var h *harness
+	model := modeltest.New(modeltest.Turn{
+		Before: func(ctx context.Context) error {
+			if err := modelCalls(&h, started)(ctx); err != nil {
+				return err
+			}
+			<-release
+			return nil
+		},
+		Events: modeltest.Text("partial"),
+		Hang:   true,
+	})
+	h = newHarness(t, model, func(c *agent.Config) { c.MaxRetries = -1 })
+	h.send("hi")
+
+	recv(t, started, "the model call")
+	h.waitTimers(1)
+	h.clock.Advance(4 * time.Minute)
+	close(release)
+	h.await("chat.delta")
+	h.waitTimers(1) // the event restarted the wait
+	h.clock.Advance(agent.DefaultModelIdleTimeout - time.Second)
+	// Had the event not restarted it, the timer would have fired (and gone) by now.
+	h.waitTimers(1)
+	h.clock.Advance(time.Second)
+
+	end := h.end()
+	require.Equal(t, "chat.error", end.Type)
+	want := errorInfo(agent.CodeModelUnreachable, "the model provider sent nothing for 5m0s")
+	require.Equal(t, want, end.Run.Error)
+	h.endedRun(end)
+	msgs := h.stored()
+	require.Len(t, msgs, 2)
+	require.Equal(t, "partial", msgs[1].Content)
+	require.Equal(t, "error", msgs[1].Status)
 }
 
 // A permanent error is not retried.

@@ -155,6 +155,11 @@ func TestMultiStepToolUse(t *testing.T) {
 	require.Equal(t, "chat.done", end.Type)
 	require.EqualValues(t, 250, end.Run.Usage.InputTokens)
 	require.EqualValues(t, 25, end.Run.Usage.OutputTokens)
+	// The context is the last call's prompt and answer, against the configured window.
+	require.EqualValues(t, 155, end.Run.Usage.ContextTokens)
+	require.EqualValues(t, agent.DefaultContextTokens, end.Run.Usage.ContextWindow)
+	run := h.endedRun(end)
+	require.Equal(t, store.Usage{InputTokens: 250, OutputTokens: 25, ContextTokens: 155, ContextWindow: agent.DefaultContextTokens}, run.Usage)
 
 	msgs := h.stored()
 	require.Len(t, msgs, 4)
