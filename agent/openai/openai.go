@@ -1,0 +1,297 @@
+// Package openai is an agent.Model for OpenAI's Chat Completions API and the many servers
+// that speak it (Ollama, vLLM, llama.cpp's server, LM Studio, OpenRouter, …), through the
+// official SDK, streaming.
+//
+// It streams text, tool calls (assembled from the fragments they arrive in), reasoning
+// where the server sends it (reasoning_content or reasoning in the delta), and usage (asked
+// for with stream_options.include_usage). The SDK's own retries are off: the agent loop
+// retries, and only while nothing has streamed. Errors are classified for it.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/chatd/chatd/agent"
+)
+
+// Config configures the provider.
+type Config struct {
+	// BaseURL of the API, e.g. http://localhost:11434/v1 for Ollama. Empty for OpenAI.
+	BaseURL string
+	// APIKey; local servers usually take any value.
+	APIKey string
+	// Model name, e.g. gpt-4.1-mini or llama3.2. Required.
+	Model string
+	// MaxTokens caps each answer (max_completion_tokens); 0 leaves it to the server.
+	MaxTokens int64
+	// HTTPClient, for tests and proxies.
+	HTTPClient *http.Client
+}
+
+// Model is the OpenAI-compatible provider.
+type Model struct {
+	cfg    Config
+	client openai.Client
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns the provider.
+func New(cfg Config) (*Model, error) {
+	if cfg.Model == "" {
+		return nil, errors.New("openai: the model name is required (CHATD_MODEL)")
+	}
+	opts := []option.RequestOption{option.WithMaxRetries(0)}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	key := cfg.APIKey
+	if key == "" {
+		key = "unused" // local servers accept any; OpenAI answers 401, which says what to fix
+	}
+	opts = append(opts, option.WithAPIKey(key))
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	return &Model{cfg: cfg, client: openai.NewClient(opts...)}, nil
+}
+
+// Stream makes one streaming chat completion.
+func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) error {
+	params, err := m.params(req)
+	if err != nil {
+		return &agent.ModelError{Code: agent.CodeModelRejected, Message: err.Error()}
+	}
+	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
+	defer stream.Close()
+
+	type call struct {
+		id, name string
+		args     strings.Builder
+	}
+	calls := map[int64]*call{}
+	var (
+		usage        agent.Usage
+		gotUsage     bool
+		finish       string
+		reasoningOn  bool
+		endReasoning = func() error {
+			if !reasoningOn {
+				return nil
+			}
+			reasoningOn = false
+			return emit(agent.ModelEvent{Kind: agent.EventReasoningEnd})
+		}
+	)
+	for stream.Next() {
+		chunk := stream.Current()
+		if chunk.Usage.PromptTokens > 0 || chunk.Usage.CompletionTokens > 0 {
+			usage = agent.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+			gotUsage = true
+		}
+		for _, choice := range chunk.Choices {
+			if choice.Index != 0 {
+				continue
+			}
+			d := choice.Delta
+			if r := reasoning(d); r != "" {
+				reasoningOn = true
+				if err := emit(agent.ModelEvent{Kind: agent.EventReasoning, Reasoning: agent.Reasoning{Text: r}}); err != nil {
+					return err
+				}
+			}
+			for _, text := range []string{d.Content, d.Refusal} {
+				if text == "" {
+					continue
+				}
+				if err := endReasoning(); err != nil {
+					return err
+				}
+				if err := emit(agent.ModelEvent{Kind: agent.EventText, Text: text}); err != nil {
+					return err
+				}
+			}
+			for _, tc := range d.ToolCalls {
+				c := calls[tc.Index]
+				if c == nil {
+					c = &call{}
+					calls[tc.Index] = c
+				}
+				if tc.ID != "" {
+					c.id = tc.ID
+				}
+				if tc.Function.Name != "" {
+					c.name += tc.Function.Name
+				}
+				c.args.WriteString(tc.Function.Arguments)
+			}
+			if choice.FinishReason != "" {
+				finish = choice.FinishReason
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return classify(ctx, err)
+	}
+	if finish == "" {
+		return &agent.ModelError{Code: agent.CodeStreamCut, Message: "the model's answer broke off before it finished", Transient: true}
+	}
+	if finish == "content_filter" {
+		return &agent.ModelError{Code: agent.CodeContentFilter, Message: "the model provider stopped the answer under its content policy"}
+	}
+	if err := endReasoning(); err != nil {
+		return err
+	}
+	indexes := make([]int64, 0, len(calls))
+	for i := range calls {
+		indexes = append(indexes, i)
+	}
+	sort.Slice(indexes, func(a, b int) bool { return indexes[a] < indexes[b] })
+	for _, i := range indexes {
+		c := calls[i]
+		args := json.RawMessage(c.args.String())
+		if len(strings.TrimSpace(string(args))) == 0 {
+			args = json.RawMessage("{}")
+		}
+		if err := emit(agent.ModelEvent{Kind: agent.EventToolCall, ToolCall: agent.ToolCall{ID: c.id, Name: c.name, Input: args}}); err != nil {
+			return err
+		}
+	}
+	if gotUsage {
+		return emit(agent.ModelEvent{Kind: agent.EventUsage, Usage: usage})
+	}
+	return nil
+}
+
+// reasoning reads the reasoning some servers put in the delta: reasoning_content
+// (DeepSeek, vLLM) or reasoning (OpenRouter, Ollama).
+func reasoning(d openai.ChatCompletionChunkChoiceDelta) string {
+	for _, key := range []string{"reasoning_content", "reasoning"} {
+		// Fields the SDK does not know are never Valid: read the raw JSON.
+		var s string
+		if json.Unmarshal([]byte(d.JSON.ExtraFields[key].Raw()), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, error) {
+	p := openai.ChatCompletionNewParams{
+		Model:         shared.ChatModel(m.cfg.Model),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	if m.cfg.MaxTokens > 0 {
+		p.MaxCompletionTokens = openai.Int(m.cfg.MaxTokens)
+	}
+	if req.System != "" {
+		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
+	}
+	for _, msg := range req.Messages {
+		switch msg.Role {
+		case agent.RoleUser:
+			p.Messages = append(p.Messages, openai.UserMessage(msg.Text))
+		case agent.RoleAssistant:
+			// Reasoning is not sent back: OpenAI-compatible servers do not take it.
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if msg.Text != "" {
+				a.Content.OfString = param.NewOpt(msg.Text)
+			}
+			for _, c := range msg.ToolCalls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       c.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: arguments(c.Input)},
+					},
+				})
+			}
+			if msg.Text == "" && len(a.ToolCalls) == 0 {
+				continue // reasoning only: nothing to send
+			}
+			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		case agent.RoleTool:
+			p.Messages = append(p.Messages, openai.ToolMessage(msg.Result, msg.ToolCallID))
+		}
+	}
+	for _, t := range req.Tools {
+		var schema map[string]any
+		if err := json.Unmarshal(t.InputSchema, &schema); err != nil {
+			return p, fmt.Errorf("tool %s: input schema: %w", t.Name, err)
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name:        t.Name,
+			Description: openai.String(t.Description),
+			Parameters:  shared.FunctionParameters(schema),
+		}))
+	}
+	return p, nil
+}
+
+// arguments is a stored call's input as the API takes it: JSON text. Input the model
+// garbled was stored as a JSON string of the raw text; that text goes back as it came.
+func arguments(in json.RawMessage) string {
+	var raw string
+	if json.Unmarshal(in, &raw) == nil {
+		return raw
+	}
+	return string(in)
+}
+
+// classify maps the SDK's errors onto the loop's: HTTP answers by status, an error event
+// in the stream by its type, connection trouble as transient, a garbled chunk as a bad
+// response.
+func classify(ctx context.Context, err error) error {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		var h http.Header
+		if apiErr.Response != nil {
+			h = apiErr.Response.Header
+		}
+		return agent.StatusError(apiErr.StatusCode, h, apiErr.Type+" "+apiErr.Code, apiErr.Message, err)
+	}
+	var streamErr *ssestream.StreamError
+	if errors.As(err, &streamErr) {
+		var body struct {
+			Error struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+				Code    any    `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(streamErr.Event.Data, &body)
+		kind := body.Error.Type
+		if code, ok := body.Error.Code.(string); ok {
+			kind += " " + code
+		}
+		// An error in the middle of the stream is the server's own trouble, unless it
+		// says the request was wrong.
+		status := http.StatusInternalServerError
+		if strings.Contains(kind, "invalid_request") {
+			status = http.StatusBadRequest
+		}
+		return agent.StatusError(status, nil, kind, body.Error.Message, err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e := agent.TransportError(ctx, err); e != nil {
+		return e
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) || strings.Contains(err.Error(), "invalid character") {
+		return &agent.ModelError{Code: agent.CodeBadResponse, Message: "the model provider sent a malformed answer", Err: err}
+	}
+	return &agent.ModelError{Code: agent.CodeModelUnreachable, Message: "the model call failed", Transient: true, Err: err}
+}
