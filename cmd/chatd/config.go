@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -68,7 +69,40 @@ type Config struct {
 	ShellTool bool
 	// SandboxDir holds the local sandboxes (CHATD_SANDBOX_DIR).
 	SandboxDir string
+
+	// Agent is the model provider: demo, openai or anthropic (CHATD_AGENT).
+	Agent string
+	// Model is the provider's model name (CHATD_MODEL); required unless Agent is demo.
+	Model string
+	// OpenAIBaseURL and OpenAIAPIKey point the openai agent at an OpenAI-compatible
+	// endpoint (OPENAI_BASE_URL, OPENAI_API_KEY); the key has no flag, so it never shows
+	// in a process list.
+	OpenAIBaseURL string
+	OpenAIAPIKey  string
+	// AnthropicBaseURL and AnthropicAPIKey do the same for the anthropic agent
+	// (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY).
+	AnthropicBaseURL string
+	AnthropicAPIKey  string
+	// SystemPrompt is sent with every model call (CHATD_SYSTEM_PROMPT).
+	SystemPrompt string
+	// ContextTokens is the token budget of the conversation sent to the model; the
+	// oldest turns are left out to stay under it (CHATD_CONTEXT_TOKENS).
+	ContextTokens int
+	// MaxTokens caps each answer; 0 is the provider's default (CHATD_MAX_TOKENS).
+	MaxTokens int
+	// ThinkingBudget turns Anthropic's extended thinking on (CHATD_THINKING_BUDGET).
+	ThinkingBudget int
+	// ModelTimeout is the longest a model call may go without sending anything
+	// (CHATD_MODEL_TIMEOUT).
+	ModelTimeout time.Duration
 }
+
+// Agents chatd can run.
+const (
+	AgentDemo      = "demo"
+	AgentOpenAI    = "openai"
+	AgentAnthropic = "anthropic"
+)
 
 // parseConfig reads flags from args with defaults taken from the environment.
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
@@ -104,6 +138,18 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the local sandboxes (CHATD_SANDBOX_DIR)")
+
+	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic (CHATD_AGENT)")
+	fs.StringVar(&c.Model, "model", env.str("CHATD_MODEL", ""), "model name, e.g. gpt-4.1-mini, llama3.2, claude-sonnet-4-5 (CHATD_MODEL)")
+	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", env.str("OPENAI_BASE_URL", ""), "OpenAI-compatible API base URL, e.g. http://localhost:11434/v1; empty for OpenAI (OPENAI_BASE_URL)")
+	c.OpenAIAPIKey = env.str("OPENAI_API_KEY", "")
+	fs.StringVar(&c.AnthropicBaseURL, "anthropic-base-url", env.str("ANTHROPIC_BASE_URL", ""), "Anthropic API base URL; empty for api.anthropic.com (ANTHROPIC_BASE_URL)")
+	c.AnthropicAPIKey = env.str("ANTHROPIC_API_KEY", "")
+	fs.StringVar(&c.SystemPrompt, "system-prompt", env.str("CHATD_SYSTEM_PROMPT", ""), "system prompt sent with every model call (CHATD_SYSTEM_PROMPT)")
+	fs.IntVar(&c.ContextTokens, "context-tokens", env.int("CHATD_CONTEXT_TOKENS", agent.DefaultContextTokens), "token budget of the conversation sent to the model (CHATD_CONTEXT_TOKENS)")
+	fs.IntVar(&c.MaxTokens, "max-tokens", env.int("CHATD_MAX_TOKENS", 0), "cap on each answer's tokens, 0 for the provider's default (CHATD_MAX_TOKENS)")
+	fs.IntVar(&c.ThinkingBudget, "thinking-budget", env.int("CHATD_THINKING_BUDGET", 0), "anthropic: extended thinking budget in tokens, 0 for off (CHATD_THINKING_BUDGET)")
+	fs.DurationVar(&c.ModelTimeout, "model-timeout", env.duration("CHATD_MODEL_TIMEOUT", agent.DefaultModelIdleTimeout), "give up on a model call that sends nothing this long (CHATD_MODEL_TIMEOUT)")
 
 	if env.err != nil {
 		return Config{}, env.err
@@ -159,6 +205,63 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_MAX_STEPS (-max-steps) is %d; it must be at least 1", c.MaxSteps)
 	case c.SandboxDir == "":
 		return errors.New("CHATD_SANDBOX_DIR (-sandbox-dir) is empty")
+	case c.ContextTokens < 1000:
+		return fmt.Errorf("CHATD_CONTEXT_TOKENS (-context-tokens) is %d; it must be at least 1000", c.ContextTokens)
+	case c.MaxTokens < 0:
+		return fmt.Errorf("CHATD_MAX_TOKENS (-max-tokens) is %d; it must not be negative", c.MaxTokens)
+	case c.ModelTimeout <= 0:
+		return fmt.Errorf("CHATD_MODEL_TIMEOUT (-model-timeout) is %s; it must be positive", c.ModelTimeout)
+	}
+	return c.validateAgent()
+}
+
+// validateAgent checks the model provider's settings.
+func (c Config) validateAgent() error {
+	switch c.Agent {
+	case AgentDemo:
+		if c.Model != "" {
+			return fmt.Errorf("CHATD_MODEL (-model) is %q but CHATD_AGENT is demo: set CHATD_AGENT=openai or anthropic to use it", c.Model)
+		}
+	case AgentOpenAI:
+		if c.Model == "" {
+			return errors.New("CHATD_AGENT is openai but CHATD_MODEL (-model) is not set: name the model, e.g. gpt-4.1-mini, or llama3.2 on Ollama")
+		}
+		if c.OpenAIBaseURL == "" && c.OpenAIAPIKey == "" {
+			return errors.New("CHATD_AGENT is openai with OpenAI's own API but OPENAI_API_KEY is not set; for a local server set OPENAI_BASE_URL, e.g. http://localhost:11434/v1")
+		}
+		if err := checkURL("OPENAI_BASE_URL (-openai-base-url)", c.OpenAIBaseURL); err != nil {
+			return err
+		}
+	case AgentAnthropic:
+		if c.Model == "" {
+			return errors.New("CHATD_AGENT is anthropic but CHATD_MODEL (-model) is not set: name the model, e.g. claude-sonnet-4-5")
+		}
+		if c.AnthropicBaseURL == "" && c.AnthropicAPIKey == "" {
+			return errors.New("CHATD_AGENT is anthropic but ANTHROPIC_API_KEY is not set")
+		}
+		if err := checkURL("ANTHROPIC_BASE_URL (-anthropic-base-url)", c.AnthropicBaseURL); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("CHATD_AGENT (-agent) is %q; use demo, openai or anthropic", c.Agent)
+	}
+	if c.ThinkingBudget != 0 && c.Agent != AgentAnthropic {
+		return errors.New("CHATD_THINKING_BUDGET (-thinking-budget) applies to CHATD_AGENT=anthropic only")
+	}
+	if c.ThinkingBudget < 0 {
+		return fmt.Errorf("CHATD_THINKING_BUDGET (-thinking-budget) is %d; it must not be negative", c.ThinkingBudget)
+	}
+	return nil
+}
+
+// checkURL accepts an empty value or an absolute http(s) URL.
+func checkURL(name, v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s is %q; use an http:// or https:// URL", name, v)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,7 +24,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/anthropic"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/openai"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/tools"
 	"github.com/chatd/chatd/conversation"
@@ -166,6 +169,7 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxReplayBytes:  max(m.cfg.SendQueueBytes/2, 1),
 		IdleTimeout:     m.cfg.IdleEvict,
 		MaxContentBytes: m.cfg.MaxContentBytes,
+		ModelName:       m.modelName(),
 	}, m.log)
 	if err != nil {
 		return err
@@ -194,25 +198,56 @@ func (m *Main) Run(ctx context.Context) error {
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.http.Serve(m.ln) }()
 
-	m.log.Info().
-		Str("addr", m.Addr()).
-		Str("model", "demo").
-		Int("demo_words", m.cfg.DemoWords).
-		Stringer("demo_delay", m.cfg.DemoDelay).
-		Bool("shell_tool", m.cfg.ShellTool).
-		Str("sandbox_dir", m.cfg.SandboxDir).
-		Msgf("chatd listening: ws://%s/v1/ws (demo model: no LLM needed; say \"tool\" or \"approve\" to see tool calls)", m.Addr())
+	m.logListening()
 	return nil
 }
 
-// newAgent builds the agent loop: the demo model, the built-in tools, and local sandboxes.
+// logListening says where chatd listens and which model answers.
+func (m *Main) logListening() {
+	ev := m.log.Info().
+		Str("addr", m.Addr()).
+		Str("agent", m.cfg.Agent).
+		Bool("shell_tool", m.cfg.ShellTool).
+		Str("sandbox_dir", m.cfg.SandboxDir)
+	switch m.cfg.Agent {
+	case AgentDemo:
+		ev.Int("demo_words", m.cfg.DemoWords).
+			Stringer("demo_delay", m.cfg.DemoDelay).
+			Msgf("chatd listening: ws://%s/v1/ws with the demo agent (no LLM; say \"tool\" or \"approve\" to see tool calls)", m.Addr())
+		m.log.Info().Msg("to use a real model: CHATD_AGENT=openai OPENAI_BASE_URL=http://localhost:11434/v1 CHATD_MODEL=llama3.2 (Ollama), or CHATD_AGENT=anthropic ANTHROPIC_API_KEY=… CHATD_MODEL=claude-sonnet-4-5; see README.md")
+	default:
+		base := m.cfg.OpenAIBaseURL
+		if m.cfg.Agent == AgentAnthropic {
+			base = m.cfg.AnthropicBaseURL
+		}
+		if u, err := url.Parse(base); err == nil {
+			base = u.Redacted()
+		}
+		if base == "" {
+			base = "(the provider's own)"
+		}
+		ev.Str("model", m.cfg.Model).
+			Str("base_url", base).
+			Int("context_tokens", m.cfg.ContextTokens).
+			Msgf("chatd listening: ws://%s/v1/ws with %s model %s", m.Addr(), m.cfg.Agent, m.cfg.Model)
+	}
+}
+
+// newAgent builds the agent loop: the configured model (the demo one by default), the
+// built-in tools, and local sandboxes.
 func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
-	var err error
+	model, err := m.newModel()
+	if err != nil {
+		return nil, err
+	}
 	m.sandboxes, err = local.New(m.cfg.SandboxDir)
 	if err != nil {
 		return nil, fmt.Errorf("CHATD_SANDBOX_DIR: %w", err)
 	}
-	ts := []agent.Tool{tools.CurrentTime{}, demo.SandboxTool{}}
+	ts := []agent.Tool{tools.CurrentTime{}}
+	if m.cfg.Agent == AgentDemo {
+		ts = append(ts, demo.SandboxTool{}) // the demo model's way to show a sandbox
+	}
 	if m.cfg.ShellTool {
 		ts = append(ts, tools.Shell{})
 	}
@@ -221,14 +256,48 @@ func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
 		return nil, err
 	}
 	return agent.New(agent.Config{
-		Model:            demo.NewModel(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay}),
+		Model:            model,
 		Tools:            registry,
 		Sandboxes:        agent.NewSandboxes(m.sandboxes, st),
+		System:           m.cfg.SystemPrompt,
+		ContextTokens:    m.cfg.ContextTokens,
 		MaxSteps:         m.cfg.MaxSteps,
 		ApprovalTimeout:  m.cfg.ApprovalTimeout,
 		SandboxKillAfter: m.cfg.SandboxKillAfter,
+		ModelIdleTimeout: m.cfg.ModelTimeout,
 		Logger:           m.log,
 	})
+}
+
+// newModel builds the configured model provider.
+func (m *Main) newModel() (agent.Model, error) {
+	switch m.cfg.Agent {
+	case AgentOpenAI:
+		return openai.New(openai.Config{
+			BaseURL:   m.cfg.OpenAIBaseURL,
+			APIKey:    m.cfg.OpenAIAPIKey,
+			Model:     m.cfg.Model,
+			MaxTokens: int64(m.cfg.MaxTokens),
+		})
+	case AgentAnthropic:
+		return anthropic.New(anthropic.Config{
+			BaseURL:        m.cfg.AnthropicBaseURL,
+			APIKey:         m.cfg.AnthropicAPIKey,
+			Model:          m.cfg.Model,
+			MaxTokens:      int64(m.cfg.MaxTokens),
+			ThinkingBudget: int64(m.cfg.ThinkingBudget),
+		})
+	default:
+		return demo.NewModel(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay}), nil
+	}
+}
+
+// modelName is stored on each run.
+func (m *Main) modelName() string {
+	if m.cfg.Agent == AgentDemo {
+		return "demo"
+	}
+	return m.cfg.Model
 }
 
 // Close shuts down in order: stop accepting connections, end active runs as interrupted

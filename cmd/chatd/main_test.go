@@ -73,6 +73,10 @@ func TestParseConfigDefaults(t *testing.T) {
 		MaxSteps:         20,
 		ShellTool:        false,
 		SandboxDir:       filepath.Join(os.TempDir(), "chatd-sandboxes"),
+
+		Agent:         "demo",
+		ContextTokens: 64000,
+		ModelTimeout:  5 * time.Minute,
 	}, cfg)
 	require.Empty(t, usage.String(), "nothing is printed for a good configuration")
 }
@@ -100,6 +104,18 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_MAX_STEPS":          "5",
 		"CHATD_SHELL_TOOL":         "on",
 		"CHATD_SANDBOX_DIR":        "/srv/sandboxes",
+
+		"CHATD_AGENT":           "anthropic",
+		"CHATD_MODEL":           "claude-test",
+		"OPENAI_BASE_URL":       "http://localhost:11434/v1",
+		"OPENAI_API_KEY":        "sk-openai",
+		"ANTHROPIC_BASE_URL":    "https://proxy.example/anthropic",
+		"ANTHROPIC_API_KEY":     "sk-ant",
+		"CHATD_SYSTEM_PROMPT":   "Be brief.",
+		"CHATD_CONTEXT_TOKENS":  "32000",
+		"CHATD_MAX_TOKENS":      "2048",
+		"CHATD_THINKING_BUDGET": "1024",
+		"CHATD_MODEL_TIMEOUT":   "90s",
 	}
 	fromEnv := Config{
 		Addr:            "0.0.0.0:9000",
@@ -123,6 +139,18 @@ func TestParseConfigValues(t *testing.T) {
 		MaxSteps:         5,
 		ShellTool:        true,
 		SandboxDir:       "/srv/sandboxes",
+
+		Agent:            "anthropic",
+		Model:            "claude-test",
+		OpenAIBaseURL:    "http://localhost:11434/v1",
+		OpenAIAPIKey:     "sk-openai",
+		AnthropicBaseURL: "https://proxy.example/anthropic",
+		AnthropicAPIKey:  "sk-ant",
+		SystemPrompt:     "Be brief.",
+		ContextTokens:    32000,
+		MaxTokens:        2048,
+		ThinkingBudget:   1024,
+		ModelTimeout:     90 * time.Second,
 	}
 
 	tests := []struct {
@@ -156,6 +184,15 @@ func TestParseConfigValues(t *testing.T) {
 				"-max-steps", "4",
 				"-shell-tool=off",
 				"-sandbox-dir", "/tmp/sb",
+				"-agent", "openai",
+				"-model", "gpt-test",
+				"-openai-base-url", "http://127.0.0.1:9/v1",
+				"-anthropic-base-url", "http://127.0.0.1:10",
+				"-system-prompt", "Be kind.",
+				"-context-tokens", "8000",
+				"-max-tokens", "100",
+				"-thinking-budget", "0",
+				"-model-timeout", "1m",
 			},
 			want: func(c *Config) {
 				*c = Config{
@@ -180,6 +217,17 @@ func TestParseConfigValues(t *testing.T) {
 					MaxSteps:         4,
 					ShellTool:        false,
 					SandboxDir:       "/tmp/sb",
+
+					Agent:            "openai",
+					Model:            "gpt-test",
+					OpenAIBaseURL:    "http://127.0.0.1:9/v1",
+					OpenAIAPIKey:     "sk-openai", // keys have no flag
+					AnthropicBaseURL: "http://127.0.0.1:10",
+					AnthropicAPIKey:  "sk-ant",
+					SystemPrompt:     "Be kind.",
+					ContextTokens:    8000,
+					MaxTokens:        100,
+					ModelTimeout:     time.Minute,
 				}
 			},
 		},
@@ -201,6 +249,7 @@ func TestParseConfigValues(t *testing.T) {
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond,
 					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
+					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 				}
 			},
 		},
@@ -288,6 +337,19 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},
 		{name: "max steps zero", env: map[string]string{"CHATD_MAX_STEPS": "0"}, mention: []string{"CHATD_MAX_STEPS"}},
 		{name: "shell tool maybe", env: map[string]string{"CHATD_SHELL_TOOL": "maybe"}, mention: []string{"CHATD_SHELL_TOOL"}},
+		{name: "unknown agent", env: map[string]string{"CHATD_AGENT": "gemini"}, mention: []string{"CHATD_AGENT", "gemini", "openai"}},
+		{name: "model without a provider", env: map[string]string{"CHATD_MODEL": "gpt-4.1"}, mention: []string{"CHATD_MODEL", "CHATD_AGENT=openai"}},
+		{name: "openai without a model", env: map[string]string{"CHATD_AGENT": "openai", "OPENAI_BASE_URL": "http://localhost:11434/v1"}, mention: []string{"CHATD_MODEL"}},
+		{name: "openai without key or base URL", env: map[string]string{"CHATD_AGENT": "openai", "CHATD_MODEL": "gpt-4.1"}, mention: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}},
+		{name: "openai base URL not a URL", env: map[string]string{"CHATD_AGENT": "openai", "CHATD_MODEL": "m", "OPENAI_BASE_URL": "localhost:11434"}, mention: []string{"OPENAI_BASE_URL", "http://"}},
+		{name: "anthropic without a model", env: map[string]string{"CHATD_AGENT": "anthropic", "ANTHROPIC_API_KEY": "k"}, mention: []string{"CHATD_MODEL"}},
+		{name: "anthropic without a key", env: map[string]string{"CHATD_AGENT": "anthropic", "CHATD_MODEL": "claude"}, mention: []string{"ANTHROPIC_API_KEY"}},
+		{name: "anthropic base URL not a URL", env: map[string]string{"CHATD_AGENT": "anthropic", "CHATD_MODEL": "claude", "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "ftp://x"}, mention: []string{"ANTHROPIC_BASE_URL"}},
+		{name: "thinking budget for openai", env: map[string]string{"CHATD_AGENT": "openai", "CHATD_MODEL": "m", "OPENAI_API_KEY": "k", "CHATD_THINKING_BUDGET": "2048"}, mention: []string{"CHATD_THINKING_BUDGET", "anthropic"}},
+		{name: "thinking budget negative", env: map[string]string{"CHATD_AGENT": "anthropic", "CHATD_MODEL": "m", "ANTHROPIC_API_KEY": "k", "CHATD_THINKING_BUDGET": "-1"}, mention: []string{"CHATD_THINKING_BUDGET"}},
+		{name: "context tokens too small", env: map[string]string{"CHATD_CONTEXT_TOKENS": "10"}, mention: []string{"CHATD_CONTEXT_TOKENS"}},
+		{name: "max tokens negative", env: map[string]string{"CHATD_MAX_TOKENS": "-1"}, mention: []string{"CHATD_MAX_TOKENS"}},
+		{name: "model timeout zero", env: map[string]string{"CHATD_MODEL_TIMEOUT": "0s"}, mention: []string{"CHATD_MODEL_TIMEOUT"}},
 		{name: "empty addr flag", args: []string{"-addr", ""}, mention: []string{"CHATD_ADDR"}},
 		{name: "bad byte size flag", args: []string{"-ring-bytes", "huge"}, mention: []string{"ring-bytes"}},
 		{name: "unknown flag", args: []string{"-no-such-flag"}, mention: []string{"no-such-flag"}},
