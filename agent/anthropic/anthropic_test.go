@@ -9,14 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/anthropic"
-	"github.com/chatd/chatd/conversation"
 )
 
 func TestMain(m *testing.M) {
@@ -148,17 +146,6 @@ func newModel(t *testing.T, srv *agenttest.Server) *anthropic.Model {
 	return m
 }
 
-// collect streams one call and returns its events.
-func collect(t *testing.T, m agent.Model, req agent.ModelRequest) ([]agent.ModelEvent, error) {
-	t.Helper()
-	var evs []agent.ModelEvent
-	err := m.Stream(t.Context(), req, func(ev agent.ModelEvent) error {
-		evs = append(evs, ev)
-		return nil
-	})
-	return evs, err
-}
-
 func hi() agent.ModelRequest {
 	return agent.ModelRequest{Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}
 }
@@ -179,20 +166,6 @@ func callEvent(id, name, input string) agent.ModelEvent {
 
 // usageLine is the recorder's line for usage(): input, output, context, window.
 var usageLine = fmt.Sprintf("usage: %d %d %d %d", promptTokens, outputTokens, promptTokens+outputTokens, agent.DefaultContextTokens)
-
-func modelError(t *testing.T, err error) *agent.ModelError {
-	t.Helper()
-	var me *agent.ModelError
-	require.True(t, errors.As(err, &me), "want a *agent.ModelError, got %T: %v", err, err)
-	return me
-}
-
-func runError(t *testing.T, err error) *conversation.Error {
-	t.Helper()
-	var ce *conversation.Error
-	require.True(t, errors.As(err, &ce), "want a *conversation.Error, got %T: %v", err, err)
-	return ce
-}
 
 // field marshals part of a request body back to JSON, for JSONEq.
 func field(t *testing.T, body map[string]any, key string) string {
@@ -220,7 +193,7 @@ func TestPlainText(t *testing.T) {
 	}, {
 		Name: "now", InputSchema: json.RawMessage(`{"type":"object"}`),
 	}}
-	evs, err := collect(t, newModel(t, srv), req)
+	evs, err := agenttest.Collect(t, newModel(t, srv), req)
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{text("Hel"), text("lo"), text(" there."), usage()}, evs)
 
@@ -255,7 +228,7 @@ func TestMinimalRequest(t *testing.T) {
 	require.NoError(t, err)
 	req := hi()
 	req.System = "  \n"
-	_, err = collect(t, m, req)
+	_, err = agenttest.Collect(t, m, req)
 	require.NoError(t, err)
 	require.JSONEq(t, `{
 		"model": "claude-test",
@@ -278,7 +251,7 @@ func TestUsageFromMessageDelta(t *testing.T) {
 		messageStop(),
 	)
 	srv := agenttest.NewServer(t, agenttest.SSE(evs...))
-	got, err := collect(t, newModel(t, srv), hi())
+	got, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		text("ok"),
@@ -293,7 +266,7 @@ func TestTwoToolUseBlocksInOneResponse(t *testing.T) {
 		toolBlock(1, "toolu_01A", "get_weather", `{"location":`, ` "Paris"}`),
 		toolBlock(2, "toolu_01B", "get_weather", `{"location": "Oslo"}`),
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		text("Checking both."),
@@ -317,7 +290,7 @@ func TestToolInputSplitOverManyChunks(t *testing.T) {
 		toolBlock(1, "toolu_02", "current_time"),
 		toolBlock(2, "toolu_03", "current_time", ""),
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		callEvent("toolu_01", "read_file", input),
@@ -336,7 +309,7 @@ func TestThinkingAndRedactedThinking(t *testing.T) {
 		redactedBlock(1, "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"),
 		textBlock(2, "Answer."),
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		thought("Let me "),
@@ -360,7 +333,7 @@ func TestSignatureInSeveralDeltas(t *testing.T) {
 			blockStop(0),
 		},
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		thought("Hmm."),
@@ -374,7 +347,7 @@ func TestThinkingBudgetIsSent(t *testing.T) {
 	srv := agenttest.NewServer(t, answer("end_turn", textBlock(0, "ok")))
 	m, err := anthropic.New(anthropic.Config{BaseURL: srv.URL, APIKey: "test-key", Model: "claude-test", MaxTokens: 16000, ThinkingBudget: 2048})
 	require.NoError(t, err)
-	_, err = collect(t, m, hi())
+	_, err = agenttest.Collect(t, m, hi())
 	require.NoError(t, err)
 	body := srv.Body(0)
 	require.JSONEq(t, `{"type":"enabled","budget_tokens":2048}`, field(t, body, "thinking"))
@@ -404,7 +377,7 @@ func TestHistoryIsSentInMessagesShape(t *testing.T) {
 		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "x"}}, Text: "Anything else?"},
 		{Role: agent.RoleUser, Text: "and now?"},
 	}}
-	_, err := collect(t, newModel(t, srv), req)
+	_, err := agenttest.Collect(t, newModel(t, srv), req)
 	require.NoError(t, err)
 	require.JSONEq(t, `[
 		{"role":"user","content":[{"type":"text","text":"weather?"}]},
@@ -439,7 +412,7 @@ func TestEmptyToolResultHasNoEmptyTextBlock(t *testing.T) {
 		{Role: agent.RoleTool, ToolCallID: "toolu_1", ToolName: "touch", Result: ""},
 		{Role: agent.RoleTool, ToolCallID: "toolu_2", ToolName: "touch", Result: " \n"},
 	}}
-	_, err := collect(t, newModel(t, srv), req)
+	_, err := agenttest.Collect(t, newModel(t, srv), req)
 	require.NoError(t, err)
 	require.JSONEq(t, `[
 		{"role":"user","content":[{"type":"text","text":"touch it"}]},
@@ -457,21 +430,17 @@ func TestEmptyToolResultHasNoEmptyTextBlock(t *testing.T) {
 func TestRefusalIsAContentFilterError(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("refusal", textBlock(0, "I can")))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Equal(t, []agent.ModelEvent{text("I can")}, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeContentFilter, me.Code)
-	require.False(t, me.Transient)
+	me := agenttest.ExpectModelError(t, err, agent.CodeContentFilter, false)
 	require.Equal(t, "the model declined to answer under its content policy", me.Message)
 }
 
 func TestContextWindowExceededStop(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("model_context_window_exceeded", textBlock(0, "Part")))
-	_, err := collect(t, newModel(t, srv), hi())
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeContextTooLong, me.Code)
-	require.False(t, me.Transient)
+	_, err := agenttest.Collect(t, newModel(t, srv), hi())
+	agenttest.ExpectModelError(t, err, agent.CodeContextTooLong, false)
 }
 
 // An emit error stops the stream and is returned as it is.
@@ -494,11 +463,9 @@ func TestStreamCutMidWay(t *testing.T) {
 	t.Parallel()
 	start := []agenttest.Event{messageStart(), blockStart(0, obj{"type": "text", "text": ""}), textDelta(0, "Half "), textDelta(0, "an")}
 	srv := agenttest.NewServer(t, agenttest.Cut(start...))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Equal(t, []agent.ModelEvent{text("Half "), text("an")}, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeStreamCut, me.Code)
-	require.True(t, me.Transient)
+	agenttest.ExpectModelError(t, err, agent.CodeStreamCut, true)
 }
 
 // A stream that ends cleanly but never sent message_stop is cut too, and reports no
@@ -507,11 +474,9 @@ func TestStreamEndingWithoutMessageStop(t *testing.T) {
 	t.Parallel()
 	all := events("end_turn", textBlock(0, "Half"))
 	srv := agenttest.NewServer(t, agenttest.SSE(all[:len(all)-1]...))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Equal(t, []agent.ModelEvent{text("Half")}, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeStreamCut, me.Code)
-	require.True(t, me.Transient)
+	agenttest.ExpectModelError(t, err, agent.CodeStreamCut, true)
 }
 
 func TestMalformedChunk(t *testing.T) {
@@ -521,11 +486,9 @@ func TestMalformedChunk(t *testing.T) {
 		agenttest.Event{Name: "content_block_delta", Data: `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"bro`},
 		textDelta(0, "never seen"), blockStop(0), messageDelta("end_turn", 5), messageStop(),
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Equal(t, []agent.ModelEvent{text("Fine so far")}, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeBadResponse, me.Code)
-	require.False(t, me.Transient)
+	me := agenttest.ExpectModelError(t, err, agent.CodeBadResponse, false)
 	require.Equal(t, "the model provider sent a malformed answer", me.Message)
 }
 
@@ -551,11 +514,9 @@ func TestErrorEventMidStream(t *testing.T) {
 				messageStart(), blockStart(0, obj{"type": "text", "text": ""}), textDelta(0, "Start"),
 				errorEvent(c.kind, c.message),
 			))
-			evs, err := collect(t, newModel(t, srv), hi())
+			evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 			require.Equal(t, []agent.ModelEvent{text("Start")}, evs)
-			me := modelError(t, err)
-			require.Equal(t, c.code, me.Code)
-			require.Equal(t, c.transient, me.Transient)
+			me := agenttest.ExpectModelError(t, err, c.code, c.transient)
 			require.Equal(t, c.userMessage, me.Message)
 			require.Contains(t, strings.ToLower(me.Message), strings.ToLower(c.message))
 		})
@@ -566,11 +527,9 @@ func TestErrorEventMidStream(t *testing.T) {
 func TestOverloadedErrorEventFirst(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.SSE(errorEvent("overloaded_error", "Overloaded")))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Empty(t, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeModelUnavailable, me.Code)
-	require.True(t, me.Transient)
+	me := agenttest.ExpectModelError(t, err, agent.CodeModelUnavailable, true)
 	require.Contains(t, me.Message, "overloaded")
 }
 
@@ -609,11 +568,9 @@ func TestHTTPErrorsAreClassified(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := agenttest.NewServer(t, agenttest.Status(c.status, c.body))
-			evs, err := collect(t, newModel(t, srv), hi())
+			evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 			require.Empty(t, evs)
-			me := modelError(t, err)
-			require.Equal(t, c.code, me.Code, "status %d", c.status)
-			require.Equal(t, c.transient, me.Transient)
+			me := agenttest.ExpectModelError(t, err, c.code, c.transient)
 			require.Equal(t, c.message, me.Message)
 			require.NotContains(t, me.Message, srv.URL, "no raw SDK text for the user")
 			require.NotContains(t, me.Message, "POST")
@@ -625,8 +582,8 @@ func TestHTTPErrorsAreClassified(t *testing.T) {
 func TestRetryAfterHeaderIsKept(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.Status(429, apiError("rate_limit_error", "slow down"), "retry-after", "3"))
-	_, err := collect(t, newModel(t, srv), hi())
-	me := modelError(t, err)
+	_, err := agenttest.Collect(t, newModel(t, srv), hi())
+	me := agenttest.ModelError(t, err)
 	require.Equal(t, agent.CodeRateLimited, me.Code)
 	require.Equal(t, 3*time.Second, me.RetryAfter)
 }
@@ -638,10 +595,8 @@ func TestUnreachableServer(t *testing.T) {
 	srv.Close()
 	m, err := anthropic.New(anthropic.Config{BaseURL: url, APIKey: "test-key", Model: "claude-test"})
 	require.NoError(t, err)
-	_, err = collect(t, m, hi())
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeModelUnreachable, me.Code)
-	require.True(t, me.Transient)
+	_, err = agenttest.Collect(t, m, hi())
+	agenttest.ExpectModelError(t, err, agent.CodeModelUnreachable, true)
 }
 
 // A cancelled call returns the context's error, not a model error.
@@ -699,53 +654,6 @@ func TestConfigValidation(t *testing.T) {
 
 // --- Through the agent loop --------------------------------------------------------------
 
-type weather struct{}
-
-func (weather) Spec() agent.ToolSpec {
-	return agent.ToolSpec{
-		Name: "get_weather", Description: "Get the current weather in a given location.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}`),
-	}
-}
-
-func (weather) Run(ctx context.Context, input json.RawMessage, env agent.Env) (string, error) {
-	var in struct{ Location string }
-	if err := json.Unmarshal(input, &in); err != nil {
-		return "", err
-	}
-	return "15°C, sunny in " + in.Location, nil
-}
-
-// loop returns the agent loop on m with the weather tool, a fake clock and no idle
-// timeout.
-func loop(t *testing.T, m agent.Model) (*agent.Loop, *clockwork.FakeClock) {
-	t.Helper()
-	reg, err := agent.NewRegistry(weather{})
-	require.NoError(t, err)
-	clock := clockwork.NewFakeClock()
-	l, err := agent.New(agent.Config{Model: m, Tools: reg, Clock: clock, ModelIdleTimeout: -1})
-	require.NoError(t, err)
-	return l, clock
-}
-
-// runLoop runs one user message in the background and returns its result channel.
-func runLoop(t *testing.T, l *agent.Loop, rec *agenttest.Recorder, content string) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- l.Run(t.Context(), conversation.Request{Content: content}, rec) }()
-	return done
-}
-
-func wait[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // Text, a tool call whose input arrives in fragments, its result, then text: the second
 // request carries the assistant's text and tool_use, and the tool_result in a user
 // message.
@@ -758,9 +666,9 @@ func TestTextToolCallTextThroughTheLoop(t *testing.T) {
 		),
 		answer("end_turn", textBlock(0, "It is 15°C ", "and sunny.")),
 	)
-	l, _ := loop(t, newModel(t, srv))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	require.NoError(t, wait(t, runLoop(t, l, rec, "What is the weather in San Francisco?"), "the run"))
+	require.NoError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, rec, "What is the weather in San Francisco?"), "the run"))
 	require.Equal(t, []string{
 		"text: Let me check ",
 		"text: the weather.",
@@ -802,9 +710,9 @@ func TestTwoToolCallsThroughTheLoop(t *testing.T) {
 		),
 		answer("end_turn", textBlock(0, "Both sunny.")),
 	)
-	l, _ := loop(t, newModel(t, srv))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	require.NoError(t, wait(t, runLoop(t, l, rec, "Paris and Oslo?"), "the run"))
+	require.NoError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, rec, "Paris and Oslo?"), "the run"))
 	log := rec.Log()
 	require.Len(t, log, 7, "%q", log)
 	require.Equal(t, []string{
@@ -849,9 +757,9 @@ func TestThinkingRoundTripThroughTheLoop(t *testing.T) {
 	)
 	m, err := anthropic.New(anthropic.Config{BaseURL: srv.URL, APIKey: "test-key", Model: "claude-test", MaxTokens: 16000, ThinkingBudget: 10000})
 	require.NoError(t, err)
-	l, _ := loop(t, m)
+	l, _ := agenttest.NewLoop(t, m, agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	require.NoError(t, wait(t, runLoop(t, l, rec, "Paris?"), "the run"))
+	require.NoError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, rec, "Paris?"), "the run"))
 	require.Equal(t, []string{
 		"reasoning: I need ",
 		"reasoning: the weather.",
@@ -886,20 +794,13 @@ func TestRateLimitedThenSuccess(t *testing.T) {
 		agenttest.Status(429, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, "retry-after", "3"),
 		answer("end_turn", textBlock(0, "Finally", " here.")),
 	)
-	l, clock := loop(t, newModel(t, srv))
+	l, clock := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	done := runLoop(t, l, rec, "hi")
+	done := agenttest.Run(t.Context(), l, rec, "hi")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the retry wait
-	require.Len(t, srv.Requests(), 1)
-	clock.Advance(3*time.Second - time.Millisecond) // past the 1s backoff, short of retry-after
-	require.NoError(t, clock.BlockUntilContext(ctx, 1), "retried before retry-after")
-	require.Len(t, srv.Requests(), 1)
-	clock.Advance(time.Millisecond)
+	agenttest.ExpectRetry(t, clock, srv, 1, 3*time.Second) // retry-after, not the 1s backoff
 
-	require.NoError(t, wait(t, done, "the run"))
+	require.NoError(t, agenttest.Wait(t, done, "the run"))
 	require.Len(t, srv.Requests(), 2)
 	require.Equal(t, "Finally here.", rec.Reply())
 	require.Equal(t, []string{"text: Finally", "text:  here.", usageLine}, rec.Log())
@@ -911,23 +812,14 @@ func TestServerErrorThreeTimesGivesUp(t *testing.T) {
 	t.Parallel()
 	fail := agenttest.Status(500, apiError("api_error", "Internal server error"))
 	srv := agenttest.NewServer(t, fail, fail, fail)
-	l, clock := loop(t, newModel(t, srv))
+	l, clock := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	done := runLoop(t, l, rec, "hi")
+	done := agenttest.Run(t.Context(), l, rec, "hi")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // first backoff: 1s
-	require.Len(t, srv.Requests(), 1)
-	clock.Advance(time.Second)
-	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // second backoff: 2s
-	require.Len(t, srv.Requests(), 2)
-	clock.Advance(time.Second) // not enough any more: the backoff doubled
-	require.NoError(t, clock.BlockUntilContext(ctx, 1))
-	require.Len(t, srv.Requests(), 2)
-	clock.Advance(time.Second)
-	err := wait(t, done, "the run")
-	ce := runError(t, err)
+	agenttest.ExpectRetry(t, clock, srv, 1, time.Second)
+	agenttest.ExpectRetry(t, clock, srv, 2, 2*time.Second) // the backoff doubles
+	err := agenttest.Wait(t, done, "the run")
+	ce := agenttest.RunError(t, err)
 	require.Equal(t, agent.CodeModelUnavailable, ce.Code)
 	require.Equal(t, "the model provider failed (HTTP 500): Internal server error (gave up after 3 attempts)", ce.Message)
 	require.True(t, strings.HasSuffix(ce.Message, "(gave up after 3 attempts)"))
@@ -942,15 +834,11 @@ func TestOverloadedStreamIsRetried(t *testing.T) {
 		agenttest.SSE(messageStart(), errorEvent("overloaded_error", "Overloaded")),
 		answer("end_turn", textBlock(0, "Here.")),
 	)
-	l, clock := loop(t, newModel(t, srv))
+	l, clock := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	done := runLoop(t, l, rec, "hi")
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 1))
-	require.Len(t, srv.Requests(), 1)
-	clock.Advance(time.Second)
-	require.NoError(t, wait(t, done, "the run"))
+	done := agenttest.Run(t.Context(), l, rec, "hi")
+	agenttest.ExpectRetry(t, clock, srv, 1, time.Second)
+	require.NoError(t, agenttest.Wait(t, done, "the run"))
 	require.Len(t, srv.Requests(), 2)
 	require.Equal(t, "Here.", rec.Reply())
 }
@@ -959,9 +847,9 @@ func TestOverloadedStreamIsRetried(t *testing.T) {
 func TestCutAfterTextIsNotRetried(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.Cut(messageStart(), blockStart(0, obj{"type": "text", "text": ""}), textDelta(0, "Half")))
-	l, _ := loop(t, newModel(t, srv))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	ce := runError(t, wait(t, runLoop(t, l, rec, "hi"), "the run"))
+	ce := agenttest.RunError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, rec, "hi"), "the run"))
 	require.Equal(t, agent.CodeStreamCut, ce.Code)
 	require.Equal(t, []string{"text: Half"}, rec.Log())
 	require.Len(t, srv.Requests(), 1)
@@ -974,10 +862,8 @@ func TestUnauthorizedIsNotRetried(t *testing.T) {
 	t.Run("model", func(t *testing.T) {
 		t.Parallel()
 		srv := agenttest.NewServer(t, agenttest.Status(401, body))
-		_, err := collect(t, newModel(t, srv), hi())
-		me := modelError(t, err)
-		require.Equal(t, agent.CodeModelAuth, me.Code)
-		require.False(t, me.Transient)
+		_, err := agenttest.Collect(t, newModel(t, srv), hi())
+		me := agenttest.ExpectModelError(t, err, agent.CodeModelAuth, false)
 		require.NotContains(t, me.Message, "POST")
 		require.NotContains(t, me.Message, srv.URL)
 		require.NotContains(t, me.Message, "/v1/messages")
@@ -986,8 +872,8 @@ func TestUnauthorizedIsNotRetried(t *testing.T) {
 	t.Run("loop", func(t *testing.T) {
 		t.Parallel()
 		srv := agenttest.NewServer(t, agenttest.Status(401, body))
-		l, _ := loop(t, newModel(t, srv))
-		ce := runError(t, wait(t, runLoop(t, l, &agenttest.Recorder{}, "hi"), "the run"))
+		l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+		ce := agenttest.RunError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run"))
 		require.Equal(t, agent.CodeModelAuth, ce.Code)
 		require.Equal(t, "the model provider refused the credentials: check the API key: invalid x-api-key", ce.Message)
 		require.NotContains(t, ce.Message, "POST")
@@ -1000,8 +886,8 @@ func TestUnauthorizedIsNotRetried(t *testing.T) {
 func TestBadRequestIsNotRetried(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.Status(400, apiError("invalid_request_error", "messages.0.content: Field required")))
-	l, _ := loop(t, newModel(t, srv))
-	ce := runError(t, wait(t, runLoop(t, l, &agenttest.Recorder{}, "hi"), "the run"))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	ce := agenttest.RunError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run"))
 	require.Equal(t, agent.CodeModelRejected, ce.Code)
 	require.Equal(t, "the model provider rejected the request (HTTP 400): messages.0.content: Field required", ce.Message)
 	require.Len(t, srv.Requests(), 1)

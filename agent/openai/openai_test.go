@@ -1,21 +1,17 @@
 package openai_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/openai"
-	"github.com/chatd/chatd/conversation"
 )
 
 func TestMain(m *testing.M) {
@@ -79,17 +75,6 @@ func newModel(t *testing.T, srv *agenttest.Server) *openai.Model {
 	return m
 }
 
-// collect streams one call and returns its events.
-func collect(t *testing.T, m agent.Model, req agent.ModelRequest) ([]agent.ModelEvent, error) {
-	t.Helper()
-	var evs []agent.ModelEvent
-	err := m.Stream(context.Background(), req, func(ev agent.ModelEvent) error {
-		evs = append(evs, ev)
-		return nil
-	})
-	return evs, err
-}
-
 func hi() agent.ModelRequest {
 	return agent.ModelRequest{Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}
 }
@@ -104,13 +89,6 @@ func callEvent(id, name, input string) agent.ModelEvent {
 	return agent.ModelEvent{Kind: agent.EventToolCall, ToolCall: agent.ToolCall{ID: id, Name: name, Input: json.RawMessage(input)}}
 }
 
-func modelError(t *testing.T, err error) *agent.ModelError {
-	t.Helper()
-	var me *agent.ModelError
-	require.True(t, errors.As(err, &me), "want a *agent.ModelError, got %T: %v", err, err)
-	return me
-}
-
 // --- Streaming ---------------------------------------------------------------------------
 
 func TestPlainText(t *testing.T) {
@@ -122,7 +100,7 @@ func TestPlainText(t *testing.T) {
 		Name: "lookup", Description: "Looks things up.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
 	}}
-	evs, err := collect(t, newModel(t, srv), req)
+	evs, err := agenttest.Collect(t, newModel(t, srv), req)
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{text("Hel"), text("lo"), text(" there."), usageEvent(12, 5)}, evs)
 
@@ -151,7 +129,7 @@ func TestMaxTokensIsSent(t *testing.T) {
 	srv := agenttest.NewServer(t, answer("stop", content("ok")))
 	m, err := openai.New(openai.Config{BaseURL: srv.URL, Model: "gpt-test", MaxTokens: 300})
 	require.NoError(t, err)
-	_, err = collect(t, m, hi())
+	_, err = agenttest.Collect(t, m, hi())
 	require.NoError(t, err)
 	require.EqualValues(t, 300, srv.Body(0)["max_completion_tokens"])
 }
@@ -163,7 +141,7 @@ func TestTwoToolCallsInOneResponse(t *testing.T) {
 		callStart(0, "call_a", "weather"), callArgs(0, `{"city":"Paris"}`),
 		callStart(1, "call_b", "weather"), callArgs(1, `{"city":"Oslo"}`),
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		text("Checking both."),
@@ -187,7 +165,7 @@ func TestToolCallArgumentsSplitOverManyChunks(t *testing.T) {
 		}
 	}
 	srv := agenttest.NewServer(t, answer("tool_calls", chunks...))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		callEvent("call_a", "read_file", argsA),
@@ -199,7 +177,7 @@ func TestToolCallArgumentsSplitOverManyChunks(t *testing.T) {
 func TestToolCallWithoutArgumentsGetsAnEmptyObject(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("tool_calls", callStart(0, "call_1", "current_time")))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, callEvent("call_1", "current_time", `{}`), evs[0])
 }
@@ -215,7 +193,7 @@ func TestReasoningContent(t *testing.T) {
 				delta(`{"`+field+`":"The user "}`), delta(`{"`+field+`":"greets me."}`),
 				content("Hello!"),
 			))
-			evs, err := collect(t, newModel(t, srv), hi())
+			evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 			require.NoError(t, err)
 			require.Equal(t, []agent.ModelEvent{
 				{Kind: agent.EventReasoning, Reasoning: agent.Reasoning{Text: "The user "}},
@@ -235,7 +213,7 @@ func TestReasoningThenToolCall(t *testing.T) {
 		delta(`{"reasoning_content":"Need the time."}`),
 		callStart(0, "c1", "current_time"), callArgs(0, `{}`),
 	))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, []agent.ModelEvent{
 		{Kind: agent.EventReasoning, Reasoning: agent.Reasoning{Text: "Need the time."}},
@@ -248,7 +226,7 @@ func TestReasoningThenToolCall(t *testing.T) {
 func TestRefusalIsShownAsText(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("stop", delta(`{"refusal":"I can't help with that."}`)))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.NoError(t, err)
 	require.Equal(t, text("I can't help with that."), evs[0])
 }
@@ -256,10 +234,8 @@ func TestRefusalIsShownAsText(t *testing.T) {
 func TestContentFilterFinishIsAnError(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("content_filter", content("Sure, here")))
-	_, err := collect(t, newModel(t, srv), hi())
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeContentFilter, me.Code)
-	require.False(t, me.Transient)
+	_, err := agenttest.Collect(t, newModel(t, srv), hi())
+	agenttest.ExpectModelError(t, err, agent.CodeContentFilter, false)
 }
 
 // The history goes out as the API wants it: the assistant's text and calls in one
@@ -279,7 +255,7 @@ func TestHistoryIsSentInChatCompletionsShape(t *testing.T) {
 		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "only thoughts"}}},
 		{Role: agent.RoleUser, Text: "and now?"},
 	}}
-	_, err := collect(t, newModel(t, srv), req)
+	_, err := agenttest.Collect(t, newModel(t, srv), req)
 	require.NoError(t, err)
 	msgs, err := json.Marshal(srv.Body(0)["messages"])
 	require.NoError(t, err)
@@ -300,31 +276,25 @@ func TestHistoryIsSentInChatCompletionsShape(t *testing.T) {
 func TestStreamCutMidWay(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.Cut(agenttest.Data(delta(`{"role":"assistant","content":""}`), content("Half an"))...))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Equal(t, []agent.ModelEvent{text("Half an")}, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeStreamCut, me.Code)
-	require.True(t, me.Transient)
+	agenttest.ExpectModelError(t, err, agent.CodeStreamCut, true)
 }
 
 // A stream that ends cleanly but never said it was finished is cut too.
 func TestStreamEndingWithoutFinishReason(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.SSE(agenttest.Data(content("Half"), "[DONE]")...))
-	_, err := collect(t, newModel(t, srv), hi())
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeStreamCut, me.Code)
-	require.True(t, me.Transient)
+	_, err := agenttest.Collect(t, newModel(t, srv), hi())
+	agenttest.ExpectModelError(t, err, agent.CodeStreamCut, true)
 }
 
 func TestMalformedChunk(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.SSE(agenttest.Data(content("Fine so far"), `{"choices":[{"index":0,"delta":{"content":"bro`, finish("stop"), "[DONE]")...))
-	evs, err := collect(t, newModel(t, srv), hi())
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 	require.Equal(t, []agent.ModelEvent{text("Fine so far")}, evs)
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeBadResponse, me.Code)
-	require.False(t, me.Transient)
+	me := agenttest.ExpectModelError(t, err, agent.CodeBadResponse, false)
 	require.Equal(t, "the model provider sent a malformed answer", me.Message)
 }
 
@@ -343,11 +313,9 @@ func TestErrorEventMidStream(t *testing.T) {
 		t.Run(c.code, func(t *testing.T) {
 			t.Parallel()
 			srv := agenttest.NewServer(t, agenttest.SSE(agenttest.Data(content("Start"), c.data)...))
-			evs, err := collect(t, newModel(t, srv), hi())
+			evs, err := agenttest.Collect(t, newModel(t, srv), hi())
 			require.Equal(t, []agent.ModelEvent{text("Start")}, evs)
-			me := modelError(t, err)
-			require.Equal(t, c.code, me.Code)
-			require.Equal(t, c.transient, me.Transient)
+			agenttest.ExpectModelError(t, err, c.code, c.transient)
 		})
 	}
 }
@@ -376,10 +344,8 @@ func TestHTTPErrorsAreClassified(t *testing.T) {
 		t.Run(strings.ReplaceAll(c.code, "_", "-"), func(t *testing.T) {
 			t.Parallel()
 			srv := agenttest.NewServer(t, agenttest.Status(c.status, c.body))
-			_, err := collect(t, newModel(t, srv), hi())
-			me := modelError(t, err)
-			require.Equal(t, c.code, me.Code, "status %d", c.status)
-			require.Equal(t, c.transient, me.Transient)
+			_, err := agenttest.Collect(t, newModel(t, srv), hi())
+			me := agenttest.ExpectModelError(t, err, c.code, c.transient)
 			require.NotContains(t, me.Message, srv.URL, "no raw SDK text for the user")
 			require.NotContains(t, me.Message, "POST")
 			require.Len(t, srv.Requests(), 1, "the SDK must not retry on its own")
@@ -394,10 +360,8 @@ func TestUnreachableServer(t *testing.T) {
 	srv.Close()
 	m, err := openai.New(openai.Config{BaseURL: url, Model: "gpt-test"})
 	require.NoError(t, err)
-	_, err = collect(t, m, hi())
-	me := modelError(t, err)
-	require.Equal(t, agent.CodeModelUnreachable, me.Code)
-	require.True(t, me.Transient)
+	_, err = agenttest.Collect(t, m, hi())
+	agenttest.ExpectModelError(t, err, agent.CodeModelUnreachable, true)
 }
 
 func TestModelIsRequired(t *testing.T) {
@@ -408,68 +372,25 @@ func TestModelIsRequired(t *testing.T) {
 
 // --- Through the agent loop --------------------------------------------------------------
 
-type weather struct{}
-
-func (weather) Spec() agent.ToolSpec {
-	return agent.ToolSpec{Name: "weather", Description: "Weather in a city.", InputSchema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
-}
-
-func (weather) Run(ctx context.Context, input json.RawMessage, env agent.Env) (string, error) {
-	var in struct{ City string }
-	if err := json.Unmarshal(input, &in); err != nil {
-		return "", err
-	}
-	return "sunny in " + in.City, nil
-}
-
-// loop returns the agent loop on m with the weather tool and a fake clock.
-func loop(t *testing.T, m agent.Model) (*agent.Loop, *clockwork.FakeClock) {
-	t.Helper()
-	reg, err := agent.NewRegistry(weather{})
-	require.NoError(t, err)
-	clock := clockwork.NewFakeClock()
-	l, err := agent.New(agent.Config{Model: m, Tools: reg, Clock: clock, ModelIdleTimeout: -1, ContextTokens: 1000})
-	require.NoError(t, err)
-	return l, clock
-}
-
-// runLoop runs one user message in the background and returns its result channel.
-func runLoop(l *agent.Loop, rec *agenttest.Recorder, content string) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- l.Run(context.Background(), conversation.Request{Content: content}, rec) }()
-	return done
-}
-
-func wait[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // Text, a tool call, its result, then text: the second request carries the call and
 // its result in the Chat Completions shape.
 func TestTextToolCallTextThroughTheLoop(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t,
-		answer("tool_calls", content("Let me check."), callStart(0, "call_1", "weather"), callArgs(0, `{"ci`), callArgs(0, `ty":"Paris"}`)),
+		answer("tool_calls", content("Let me check."), callStart(0, "call_1", "get_weather"), callArgs(0, `{"loc`), callArgs(0, `ation":"Paris"}`)),
 		answer("stop", content("It is "), content("sunny.")),
 	)
-	l, _ := loop(t, newModel(t, srv))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	require.NoError(t, wait(t, runLoop(l, rec, "weather in Paris?"), "the run"))
+	require.NoError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, rec, "weather in Paris?"), "the run"))
 	require.Equal(t, []string{
 		"text: Let me check.",
-		"usage: 12 5 17 1000",
-		`tool.start: call_1 weather {"city":"Paris"}`,
-		"tool.end: call_1 ok sunny in Paris",
+		"usage: 12 5 17 64000",
+		`tool.start: call_1 get_weather {"location":"Paris"}`,
+		"tool.end: call_1 ok 15°C, sunny in Paris",
 		"text: It is ",
 		"text: sunny.",
-		"usage: 12 5 17 1000",
+		"usage: 12 5 17 64000",
 	}, rec.Log())
 
 	msgs, err := json.Marshal(srv.Body(1)["messages"])
@@ -477,9 +398,9 @@ func TestTextToolCallTextThroughTheLoop(t *testing.T) {
 	require.JSONEq(t, `[
 		{"role":"user","content":"weather in Paris?"},
 		{"role":"assistant","content":"Let me check.","tool_calls":[
-			{"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}}
+			{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Paris\"}"}}
 		]},
-		{"role":"tool","tool_call_id":"call_1","content":"sunny in Paris"}
+		{"role":"tool","tool_call_id":"call_1","content":"15°C, sunny in Paris"}
 	]`, string(msgs))
 }
 
@@ -490,20 +411,13 @@ func TestRateLimitedThenSuccess(t *testing.T) {
 		agenttest.Status(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, "Retry-After", "3"),
 		answer("stop", content("Finally.")),
 	)
-	l, clock := loop(t, newModel(t, srv))
+	l, clock := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
 	rec := &agenttest.Recorder{}
-	done := runLoop(l, rec, "hi")
+	done := agenttest.Run(t.Context(), l, rec, "hi")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the retry wait
-	require.Len(t, srv.Requests(), 1)
-	clock.Advance(3*time.Second - time.Millisecond) // past the 1s backoff, short of retry-after
-	require.NoError(t, clock.BlockUntilContext(ctx, 1), "retried before retry-after")
-	require.Len(t, srv.Requests(), 1)
-	clock.Advance(time.Millisecond)
+	agenttest.ExpectRetry(t, clock, srv, 1, 3*time.Second) // retry-after, not the 1s backoff
 
-	require.NoError(t, wait(t, done, "the run"))
+	require.NoError(t, agenttest.Wait(t, done, "the run"))
 	require.Len(t, srv.Requests(), 2)
 	require.Equal(t, "Finally.", rec.Reply())
 }
@@ -513,19 +427,13 @@ func TestServerErrorThreeTimesGivesUp(t *testing.T) {
 	t.Parallel()
 	fail := agenttest.Status(500, `{"error":{"message":"The server had an error","type":"server_error"}}`)
 	srv := agenttest.NewServer(t, fail, fail, fail)
-	l, clock := loop(t, newModel(t, srv))
-	done := runLoop(l, &agenttest.Recorder{}, "hi")
+	l, clock := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	done := agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i, backoff := range []time.Duration{time.Second, 2 * time.Second} {
-		require.NoError(t, clock.BlockUntilContext(ctx, 1))
-		require.Len(t, srv.Requests(), i+1)
-		clock.Advance(backoff)
-	}
-	err := wait(t, done, "the run")
-	var ce *conversation.Error
-	require.True(t, errors.As(err, &ce), "%T: %v", err, err)
+	agenttest.ExpectRetry(t, clock, srv, 1, time.Second)
+	agenttest.ExpectRetry(t, clock, srv, 2, 2*time.Second) // the backoff doubles
+	err := agenttest.Wait(t, done, "the run")
+	ce := agenttest.RunError(t, err)
 	require.Equal(t, agent.CodeModelUnavailable, ce.Code)
 	require.Equal(t, "the model provider failed (HTTP 500): The server had an error (gave up after 3 attempts)", ce.Message)
 	require.Len(t, srv.Requests(), 3)
@@ -535,10 +443,9 @@ func TestServerErrorThreeTimesGivesUp(t *testing.T) {
 func TestUnauthorizedIsNotRetried(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, agenttest.Status(401, `{"error":{"message":"Incorrect API key provided: sk-xx***","type":"invalid_request_error","code":"invalid_api_key"}}`))
-	l, _ := loop(t, newModel(t, srv))
-	err := wait(t, runLoop(l, &agenttest.Recorder{}, "hi"), "the run")
-	var ce *conversation.Error
-	require.True(t, errors.As(err, &ce), "%T: %v", err, err)
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	err := agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	ce := agenttest.RunError(t, err)
 	require.Equal(t, agent.CodeModelAuth, ce.Code)
 	require.Equal(t, "the model provider refused the credentials: check the API key: Incorrect API key provided: sk-xx***", ce.Message)
 	require.Len(t, srv.Requests(), 1)

@@ -217,33 +217,34 @@ func (c Config) validate() error {
 
 // validateAgent checks the model provider's settings.
 func (c Config) validateAgent() error {
+	var (
+		example, baseVar, key, base string
+		noKey                       string // what to say when neither key nor base URL is set
+	)
 	switch c.Agent {
 	case AgentDemo:
 		if c.Model != "" {
 			return fmt.Errorf("CHATD_MODEL (-model) is %q but CHATD_AGENT is demo: set CHATD_AGENT=openai or anthropic to use it", c.Model)
 		}
 	case AgentOpenAI:
-		if c.Model == "" {
-			return errors.New("CHATD_AGENT is openai but CHATD_MODEL (-model) is not set: name the model, e.g. gpt-4.1-mini, or llama3.2 on Ollama")
-		}
-		if c.OpenAIBaseURL == "" && c.OpenAIAPIKey == "" {
-			return errors.New("CHATD_AGENT is openai with OpenAI's own API but OPENAI_API_KEY is not set; for a local server set OPENAI_BASE_URL, e.g. http://localhost:11434/v1")
-		}
-		if err := checkURL("OPENAI_BASE_URL (-openai-base-url)", c.OpenAIBaseURL); err != nil {
-			return err
-		}
+		example, baseVar, key, base = "gpt-4.1-mini, or llama3.2 on Ollama", "OPENAI_BASE_URL (-openai-base-url)", c.OpenAIAPIKey, c.OpenAIBaseURL
+		noKey = "CHATD_AGENT is openai with OpenAI's own API but OPENAI_API_KEY is not set; for a local server set OPENAI_BASE_URL, e.g. http://localhost:11434/v1"
 	case AgentAnthropic:
-		if c.Model == "" {
-			return errors.New("CHATD_AGENT is anthropic but CHATD_MODEL (-model) is not set: name the model, e.g. claude-sonnet-4-5")
-		}
-		if c.AnthropicBaseURL == "" && c.AnthropicAPIKey == "" {
-			return errors.New("CHATD_AGENT is anthropic but ANTHROPIC_API_KEY is not set")
-		}
-		if err := checkURL("ANTHROPIC_BASE_URL (-anthropic-base-url)", c.AnthropicBaseURL); err != nil {
-			return err
-		}
+		example, baseVar, key, base = "claude-sonnet-4-5", "ANTHROPIC_BASE_URL (-anthropic-base-url)", c.AnthropicAPIKey, c.AnthropicBaseURL
+		noKey = "CHATD_AGENT is anthropic but ANTHROPIC_API_KEY is not set"
 	default:
 		return fmt.Errorf("CHATD_AGENT (-agent) is %q; use demo, openai or anthropic", c.Agent)
+	}
+	if c.Agent != AgentDemo {
+		switch {
+		case c.Model == "":
+			return fmt.Errorf("CHATD_AGENT is %s but CHATD_MODEL (-model) is not set: name the model, e.g. %s", c.Agent, example)
+		case key == "" && base == "":
+			return errors.New(noKey)
+		}
+		if err := checkURL(baseVar, base); err != nil {
+			return err
+		}
 	}
 	if c.ThinkingBudget != 0 && c.Agent != AgentAnthropic {
 		return errors.New("CHATD_THINKING_BUDGET (-thinking-budget) applies to CHATD_AGENT=anthropic only")
