@@ -48,8 +48,10 @@ type conn struct {
 	replyBytes int
 	closeReq   *closeRequest // set once; no frame is queued after it
 	closeTimer clockwork.Timer
-	wake       chan struct{}
-	writerDone chan struct{}
+	// A writer goroutine runs only while there is something to write: an idle
+	// connection costs one goroutine (the reader), not two.
+	writing bool
+	writers sync.WaitGroup
 
 	// Pings.
 	pingMu      sync.Mutex
@@ -80,14 +82,12 @@ var _ conversation.Subscriber = (*conn)(nil)
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
-		s:          s,
-		ws:         ws,
-		req:        r,
-		log:        s.log.With().Str("remote", r.RemoteAddr).Logger(),
-		ctx:        ctx,
-		cancel:     cancel,
-		wake:       make(chan struct{}, 1),
-		writerDone: make(chan struct{}),
+		s:      s,
+		ws:     ws,
+		req:    r,
+		log:    s.log.With().Str("remote", r.RemoteAddr).Logger(),
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
 
@@ -161,22 +161,31 @@ func (c *conn) closing() bool {
 	return c.closeReq != nil
 }
 
+// signal makes sure a writer runs to send what was queued. c.mu must be held.
 func (c *conn) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if c.writing {
+		return
 	}
+	c.writing = true
+	c.writers.Add(1)
+	go c.writeLoop()
 }
 
 // take returns the queued frames (reusing spare's storage for the next ones) and the
-// close request, if any. The frames taken no longer count against the budgets.
-func (c *conn) take(spare [][]byte) ([][]byte, *closeRequest) {
+// close request, if any. The frames taken no longer count against the budgets. When
+// there is nothing to do it returns ok false, and the writer must exit: the next frame
+// or close request starts another.
+func (c *conn) take(spare [][]byte) (frames [][]byte, req *closeRequest, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	frames := c.frames
+	frames, req = c.frames, c.closeReq
+	if len(frames) == 0 && req == nil {
+		c.writing = false
+		return nil, nil, false
+	}
 	c.frames = spare[:0]
 	c.eventBytes, c.replyBytes = 0, 0
-	return frames, c.closeReq
+	return frames, req, true
 }
 
 // dropping reports whether the connection is being closed without sending what is left.
@@ -186,16 +195,19 @@ func (c *conn) dropping() bool {
 	return c.closeReq != nil && !c.closeReq.flush
 }
 
+// writeLoop writes queued frames until the queue is empty, then exits, or until the
+// connection closes. Only one runs at a time (see signal).
 func (c *conn) writeLoop() {
-	defer close(c.writerDone)
+	defer c.writers.Done()
 	var spare [][]byte
 	for {
-		select {
-		case <-c.wake:
-		case <-c.ctx.Done():
+		if c.ctx.Err() != nil {
+			return // writing stays set: the connection is done, no writer starts again
+		}
+		frames, req, ok := c.take(spare)
+		if !ok {
 			return
 		}
-		frames, req := c.take(spare)
 		for i, f := range frames {
 			if err := c.ws.Write(c.ctx, websocket.MessageText, f); err != nil {
 				c.cancel()
@@ -208,12 +220,14 @@ func (c *conn) writeLoop() {
 		}
 		spare = frames[:0]
 		if req == nil {
+			continue // take sees a close request that came meanwhile
+		}
+		if req.flush {
 			c.mu.Lock()
-			req = c.closeReq
 			pending := len(c.frames) > 0
 			c.mu.Unlock()
-			if req == nil || (req.flush && pending) {
-				continue // more to write first; wake is set
+			if pending {
+				continue // send what was queued before the close first
 			}
 		}
 		err := c.ws.Close(req.code, req.reason)
@@ -227,7 +241,6 @@ func (c *conn) writeLoop() {
 
 // serve runs the connection until it closes.
 func (c *conn) serve() {
-	go c.writeLoop()
 	c.helloTimer = c.s.clock.AfterFunc(c.s.cfg.HelloTimeout, func() {
 		c.helloMu.Lock()
 		defer c.helloMu.Unlock()
@@ -253,18 +266,19 @@ func (c *conn) serve() {
 	c.cancel()
 	c.helloTimer.Stop()
 	c.stopPings()
-	<-c.writerDone
 	c.mu.Lock()
 	if c.closeTimer != nil {
 		c.closeTimer.Stop()
 	}
 	// Gone: refuse frames from now on instead of queueing them for nobody until the
-	// actor hears of the unsubscribe.
+	// actor hears of the unsubscribe. No writer starts after this.
 	if c.closeReq == nil {
 		c.closeReq = &closeRequest{code: websocket.StatusNormalClosure}
 	}
+	c.writing = true
 	c.frames = nil
 	c.mu.Unlock()
+	c.writers.Wait()
 	if c.actor != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.actor.Unsubscribe(ctx, c)

@@ -1,0 +1,49 @@
+package transport_test
+
+import (
+	"bytes"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+)
+
+// writers counts the goroutines in a connection's writer.
+func writers() int {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	n := 0
+	for _, block := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(block, "transport.(*conn).writeLoop") {
+			// A block starts with "<count> @ <pcs>".
+			var count int
+			if _, err := fmt.Sscan(block, &count); err == nil {
+				n += count
+			}
+		}
+	}
+	return n
+}
+
+// An idle connection costs one goroutine, its reader: the writer exits once the queue is
+// empty and a new frame starts another. Not parallel, so no other test's writers count.
+func TestIdleConnectionsHaveNoWriter(t *testing.T) {
+	e := newEnv(t, envOptions{agent: script.New(script.Text("a", "b"))})
+	first := e.session()
+	for range 9 {
+		e.join(first.State.SessionID)
+	}
+	require.Eventually(t, func() bool { return writers() == 0 }, 10*time.Second, 5*time.Millisecond,
+		"writers still running for idle connections: %d", writers())
+
+	// A run wakes a writer per connection, and they go again once it is sent.
+	require.Equal(t, "ack", first.Chat("r1", "hi").Type)
+	require.Equal(t, "chat.done", first.ReadTerminal().Type)
+	require.Equal(t, "ab", first.State.Sorted()[1].Content)
+	require.Eventually(t, func() bool { return writers() == 0 }, 10*time.Second, 5*time.Millisecond)
+}
