@@ -4,7 +4,7 @@
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
 
-.PHONY: run test vet generate db-url db-stop db-status build
+.PHONY: run test vet generate db-url db-stop db-status build bench
 
 # Built, then run directly (not with go run, which exits 1 when interrupted).
 run: build
@@ -12,6 +12,13 @@ run: build
 
 build:
 	go build -o bin/chatd ./cmd/chatd
+
+# The benchmark harness: chatd as its own process on the project's PostgreSQL, real
+# WebSocket clients, a raw baseline server. Quick mode by default (under 2 minutes);
+# BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md.
+bench: build
+	go build -o bin/chatd-bench ./cmd/chatd-bench
+	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd $(BENCH_FLAGS)
 
 test: vet
 	$(DEVDB) exec go test -race -count=1 ./...

@@ -102,6 +102,8 @@ const (
 	AgentDemo      = "demo"
 	AgentOpenAI    = "openai"
 	AgentAnthropic = "anthropic"
+	// AgentSynth streams numbered, time-stamped tokens for the benchmark (agent/synth).
+	AgentSynth = "synth"
 )
 
 // parseConfig reads flags from args with defaults taken from the environment.
@@ -139,7 +141,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the local sandboxes (CHATD_SANDBOX_DIR)")
 
-	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic (CHATD_AGENT)")
+	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic; synth for benchmarks (CHATD_AGENT)")
 	fs.StringVar(&c.Model, "model", env.str("CHATD_MODEL", ""), "model name, e.g. gpt-4.1-mini, llama3.2, claude-sonnet-4-5 (CHATD_MODEL)")
 	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", env.str("OPENAI_BASE_URL", ""), "OpenAI-compatible API base URL, e.g. http://localhost:11434/v1; empty for OpenAI (OPENAI_BASE_URL)")
 	c.OpenAIAPIKey = env.str("OPENAI_API_KEY", "")
@@ -222,9 +224,9 @@ func (c Config) validateAgent() error {
 		noKey                       string // what to say when neither key nor base URL is set
 	)
 	switch c.Agent {
-	case AgentDemo:
+	case AgentDemo, AgentSynth:
 		if c.Model != "" {
-			return fmt.Errorf("CHATD_MODEL (-model) is %q but CHATD_AGENT is demo: set CHATD_AGENT=openai or anthropic to use it", c.Model)
+			return fmt.Errorf("CHATD_MODEL (-model) is %q but CHATD_AGENT is %s: set CHATD_AGENT=openai or anthropic to use it", c.Model, c.Agent)
 		}
 	case AgentOpenAI:
 		example, baseVar, key, base = "gpt-4.1-mini, or llama3.2 on Ollama", "OPENAI_BASE_URL (-openai-base-url)", c.OpenAIAPIKey, c.OpenAIBaseURL
@@ -233,9 +235,9 @@ func (c Config) validateAgent() error {
 		example, baseVar, key, base = "claude-sonnet-4-5", "ANTHROPIC_BASE_URL (-anthropic-base-url)", c.AnthropicAPIKey, c.AnthropicBaseURL
 		noKey = "CHATD_AGENT is anthropic but ANTHROPIC_API_KEY is not set"
 	default:
-		return fmt.Errorf("CHATD_AGENT (-agent) is %q; use demo, openai or anthropic", c.Agent)
+		return fmt.Errorf("CHATD_AGENT (-agent) is %q; use demo, openai or anthropic (or synth for benchmarks)", c.Agent)
 	}
-	if c.Agent != AgentDemo {
+	if c.Agent != AgentDemo && c.Agent != AgentSynth {
 		switch {
 		case c.Model == "":
 			return fmt.Errorf("CHATD_AGENT is %s but CHATD_MODEL (-model) is not set: name the model, e.g. %s", c.Agent, example)

@@ -28,6 +28,7 @@ import (
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/openai"
 	"github.com/chatd/chatd/agent/sandbox/local"
+	"github.com/chatd/chatd/agent/synth"
 	"github.com/chatd/chatd/agent/tools"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
@@ -215,6 +216,8 @@ func (m *Main) logListening() {
 			Stringer("demo_delay", m.cfg.DemoDelay).
 			Msgf("chatd listening: ws://%s/v1/ws with the demo agent (no LLM; say \"tool\" or \"approve\" to see tool calls)", m.Addr())
 		m.log.Info().Msg("to use a real model: CHATD_AGENT=openai OPENAI_BASE_URL=http://localhost:11434/v1 CHATD_MODEL=llama3.2 (Ollama), or CHATD_AGENT=anthropic ANTHROPIC_API_KEY=… CHATD_MODEL=claude-sonnet-4-5; see README.md")
+	case AgentSynth:
+		ev.Msgf("chatd listening: ws://%s/v1/ws with the synthetic benchmark model (send \"tokens=N rate=R tools=K\")", m.Addr())
 	default:
 		base := m.cfg.OpenAIBaseURL
 		if m.cfg.Agent == AgentAnthropic {
@@ -287,6 +290,8 @@ func (m *Main) newModel() (agent.Model, error) {
 			MaxTokens:      int64(m.cfg.MaxTokens),
 			ThinkingBudget: int64(m.cfg.ThinkingBudget),
 		})
+	case AgentSynth:
+		return &synth.Model{}, nil
 	default:
 		return demo.NewModel(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay}), nil
 	}
@@ -294,8 +299,8 @@ func (m *Main) newModel() (agent.Model, error) {
 
 // modelName is stored on each run.
 func (m *Main) modelName() string {
-	if m.cfg.Agent == AgentDemo {
-		return "demo"
+	if m.cfg.Agent == AgentDemo || m.cfg.Agent == AgentSynth {
+		return m.cfg.Agent
 	}
 	return m.cfg.Model
 }

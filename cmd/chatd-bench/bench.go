@@ -1,0 +1,512 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+type bench struct {
+	opts   options
+	report *report
+	dbs    []string
+}
+
+// newDatabase creates an empty database for one chatd process (chatd migrates it).
+func (b *bench) newDatabase(ctx context.Context) (string, error) {
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := "chatd_bench_" + hex.EncodeToString(rnd[:])
+	conn, err := pgx.Connect(ctx, b.opts.databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to %s: %w", redact(b.opts.databaseURL), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database: %w", err)
+	}
+	b.dbs = append(b.dbs, name)
+	u, err := url.Parse(b.opts.databaseURL)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func (b *bench) dropDatabases() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.opts.databaseURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	for _, name := range b.dbs {
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+}
+
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// startChatd starts chatd with the synthetic model on a fresh database (dbURL "" makes
+// one).
+func (b *bench) startChatd(ctx context.Context, name, dbURL string, env ...string) (*server, error) {
+	if dbURL == "" {
+		var err error
+		if dbURL, err = b.newDatabase(ctx); err != nil {
+			return nil, err
+		}
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "chatd-bench-sandboxes-")
+	if err != nil {
+		return nil, err
+	}
+	env = append([]string{
+		"CHATD_ADDR=" + addr,
+		"DATABASE_URL=" + dbURL,
+		"CHATD_AGENT=synth",
+		"CHATD_LOG_LEVEL=warn",
+		"CHATD_LOG_FORMAT=json",
+		"CHATD_SANDBOX_DIR=" + dir,
+		"CHATD_SHELL_TOOL=off",
+	}, env...)
+	logf("starting %s", name)
+	return startServer(ctx, name, addr, "/readyz", env, b.opts.chatd)
+}
+
+func (b *bench) startBaseline(ctx context.Context) (*server, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf("starting the baseline server")
+	return startServer(ctx, "baseline", addr, "/healthz", nil, self, "-serve-baseline", addr)
+}
+
+// openSessions connects S sessions of T tabs each, every tab said hello.
+func openSessions(ctx context.Context, g *gen, addr string, s, t int) ([]*session, error) {
+	sessions := make([]*session, s)
+	for i := range sessions {
+		sess := &session{id: uuid.New()}
+		for range t {
+			sess.tabs = append(sess.tabs, &tab{g: g, sess: sess, addr: addr})
+		}
+		sessions[i] = sess
+	}
+	err := parallel(ctx, 64, len(sessions), func(i int) error {
+		for _, tb := range sessions[i].tabs {
+			if err := tb.connect(ctx, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		closeAll(sessions)
+		return nil, err
+	}
+	return sessions, nil
+}
+
+// parallel runs f(0..n-1) on up to workers goroutines and returns the first error.
+func parallel(ctx context.Context, workers, n int, f func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+func allTabs(sessions []*session) []*tab {
+	var tabs []*tab
+	for _, s := range sessions {
+		tabs = append(tabs, s.tabs...)
+	}
+	return tabs
+}
+
+func closeAll(sessions []*session) {
+	_ = parallel(context.Background(), 64, len(sessions), func(i int) error {
+		for _, t := range sessions[i].tabs {
+			if t.ws != nil {
+				t.close()
+			}
+		}
+		return nil
+	})
+}
+
+// startRuns sends one chat.send per session from its first tab, spread over a second so
+// the runs do not tick in step.
+func startRuns(ctx context.Context, sessions []*session, content string) error {
+	order := mrand.Perm(len(sessions))
+	start := time.Now()
+	for k, i := range order {
+		if d := time.Until(start.Add(time.Duration(k) * time.Second / time.Duration(len(sessions)))); d > 0 {
+			time.Sleep(d)
+		}
+		t := sessions[i].tabs[0]
+		err := t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		if err != nil {
+			return fmt.Errorf("chat.send: %w", err)
+		}
+	}
+	return nil
+}
+
+// waitRuns waits until every session's first tab has seen want runs end.
+func waitRuns(ctx context.Context, sessions []*session, want int64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		done := 0
+		for _, s := range sessions {
+			if s.tabs[0].runsDone.Load() >= want {
+				done++
+			}
+		}
+		if done == len(sessions) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d runs ended within %v", done, len(sessions), limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+type counts struct{ frames, gaps, dups, replays, snapshots, errors, closed int64 }
+
+func sumCounts(tabs []*tab) counts {
+	var c counts
+	for _, t := range tabs {
+		c.frames += t.frames.Load()
+		c.gaps += t.gaps.Load()
+		c.dups += t.dups.Load()
+		c.replays += t.replays.Load()
+		c.snapshots += t.snapshots.Load()
+		c.errors += t.errors.Load()
+		if t.closeCode.Load() != 0 {
+			c.closed++
+		}
+	}
+	return c
+}
+
+// fanRow is one fan-out measurement.
+type fanRow struct {
+	target          string
+	conns           int
+	framesPerSec    float64
+	p50, p99, p999  time.Duration
+	cpuPerFrame     time.Duration
+	serverCPU       float64 // cores used by the server
+	clientCPU       float64 // cores used by the load generator
+	gaps, dups      int64
+	closed, errors  int64
+	tokensPerFrame  float64
+	latencySamples  int64
+	serverRSS       int64
+	firstClientFail string
+}
+
+// measure waits out the warm-up, then measures the window.
+func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warmup, window time.Duration) (fanRow, error) {
+	tabs := allTabs(sessions)
+	select {
+	case <-time.After(warmup):
+	case <-ctx.Done():
+		return fanRow{}, ctx.Err()
+	}
+	for _, t := range tabs { // forget warm-up samples
+		t.mu.Lock()
+		t.lat = hist{}
+		t.mu.Unlock()
+	}
+	c0, cpu0, self0, t0 := sumCounts(tabs), must(srv.cpu()), selfCPU(), time.Now()
+	g.measuring.Store(true)
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return fanRow{}, ctx.Err()
+	}
+	g.measuring.Store(false)
+	c1, cpu1, self1, t1 := sumCounts(tabs), must(srv.cpu()), selfCPU(), time.Now()
+	var h hist
+	for _, t := range tabs {
+		t.mu.Lock()
+		h.merge(&t.lat)
+		t.mu.Unlock()
+	}
+	elapsed := t1.Sub(t0).Seconds()
+	frames := c1.frames - c0.frames
+	row := fanRow{
+		target:         srv.name,
+		conns:          len(tabs),
+		framesPerSec:   float64(frames) / elapsed,
+		p50:            h.quantile(0.5),
+		p99:            h.quantile(0.99),
+		p999:           h.quantile(0.999),
+		serverCPU:      (cpu1 - cpu0).Seconds() / elapsed,
+		clientCPU:      (self1 - self0).Seconds() / elapsed,
+		gaps:           c1.gaps,
+		dups:           c1.dups,
+		closed:         c1.closed,
+		errors:         c1.errors,
+		latencySamples: h.n,
+	}
+	if frames > 0 {
+		row.cpuPerFrame = (cpu1 - cpu0) / time.Duration(frames)
+		row.tokensPerFrame = float64(h.n) / float64(frames)
+	}
+	row.serverRSS, _ = srv.rss()
+	if e := g.firstErr.Load(); e != nil {
+		row.firstClientFail = *e
+	}
+	return row, nil
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func (b *bench) fanout(ctx context.Context) error {
+	o := b.opts
+	runFor := o.warmup + o.window + 3*time.Second
+	content := func(extra time.Duration) string {
+		return fmt.Sprintf("tokens=%d rate=%d", int(math.Ceil((runFor+extra).Seconds()*float64(o.rate))), o.rate)
+	}
+	if o.scenarios["fanout"] {
+		srv, err := b.startBaseline(ctx)
+		if err != nil {
+			return err
+		}
+		row, err := b.fanoutOne(ctx, srv, content(0), false)
+		if err != nil {
+			srv.kill()
+			return err
+		}
+		srv.kill() // the baseline has nothing to shut down cleanly
+		b.report.fanout = append(b.report.fanout, row)
+	}
+	for i, c := range o.coalesce {
+		storm := i == 0 && o.scenarios["storm"]
+		if !o.scenarios["fanout"] && !storm {
+			continue
+		}
+		name := "chatd"
+		if c > 0 {
+			name = fmt.Sprintf("chatd, coalesce %v", c)
+		}
+		srv, err := b.startChatd(ctx, name, "", fmt.Sprintf("CHATD_COALESCE_DELTAS=%v", c))
+		if err != nil {
+			return err
+		}
+		extra := time.Duration(0)
+		if storm {
+			extra = o.stormDown + o.stormSpread + 15*time.Second
+		}
+		row, err := b.fanoutOne(ctx, srv, content(extra), storm)
+		if err != nil {
+			srv.kill()
+			return err
+		}
+		if err := srv.stop(); err != nil {
+			return err
+		}
+		if o.scenarios["fanout"] {
+			b.report.fanout = append(b.report.fanout, row)
+		}
+	}
+	return nil
+}
+
+func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, storm bool) (fanRow, error) {
+	o := b.opts
+	g := &gen{}
+	logf("%s: connecting %d sessions × %d tabs", srv.name, o.sessions, o.tabs)
+	sessions, err := openSessions(ctx, g, srv.addr, o.sessions, o.tabs)
+	if err != nil {
+		return fanRow{}, err
+	}
+	defer closeAll(sessions)
+	logf("%s: starting %d runs (%s)", srv.name, len(sessions), content)
+	if err := startRuns(ctx, sessions, content); err != nil {
+		return fanRow{}, err
+	}
+	row, err := measure(ctx, g, srv, sessions, o.warmup, o.window)
+	if err != nil {
+		return fanRow{}, err
+	}
+	logf("%s: %.0f frames/s, p50 %v p99 %v p999 %v, %v CPU/frame, gaps %d dups %d",
+		srv.name, row.framesPerSec, row.p50, row.p99, row.p999, row.cpuPerFrame, row.gaps, row.dups)
+	if storm {
+		if err := b.storm(ctx, g, srv, sessions); err != nil {
+			return fanRow{}, err
+		}
+	}
+	return row, nil
+}
+
+// stormResult is the reconnect storm's outcome.
+type stormResult struct {
+	clients            int
+	down, spread       time.Duration
+	p50, p99, max      time.Duration
+	notCaughtUp        int
+	gaps, dups         int64
+	replays, snapshots int64
+	dbReads, dbWrites  float64
+	serverReplays      float64
+	serverSnapshots    float64
+}
+
+var readStatements = map[string]bool{
+	"SessionGet": true, "MessagesListBefore": true, "MessagesListByRun": true, "MessagePositionMax": true,
+	"RunGet": true, "RunGetByRequest": true, "RunsListUnfinished": true,
+}
+
+func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*session) error {
+	o := b.opts
+	tabs := allTabs(sessions)
+	logf("%s: reconnect storm: dropping %d clients", srv.name, len(tabs))
+	m0, err := scrape(srv.addr)
+	if err != nil {
+		return err
+	}
+	before := sumCounts(tabs)
+	_ = parallel(ctx, 64, len(tabs), func(i int) error { tabs[i].drop(); return nil })
+	time.Sleep(o.stormDown)
+	logf("%s: reconnecting them over %v with hello{epoch,lastSeq}", srv.name, o.stormSpread)
+	var wg sync.WaitGroup
+	var failed sync.Map
+	start := time.Now()
+	for _, i := range mrand.Perm(len(tabs)) {
+		t := tabs[i]
+		at := start.Add(time.Duration(mrand.Int64N(int64(o.stormSpread) + 1)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Until(at))
+			t.mu.Lock()
+			t.reconnectAt, t.caughtUpDone, t.caughtUp = time.Now(), false, 0
+			t.mu.Unlock()
+			if err := t.connect(ctx, true); err != nil {
+				failed.Store(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	var res stormResult
+	for {
+		var h hist
+		res.notCaughtUp = 0
+		for _, t := range tabs {
+			t.mu.Lock()
+			if t.caughtUpDone {
+				h.add(t.caughtUp)
+			} else {
+				res.notCaughtUp++
+			}
+			t.mu.Unlock()
+		}
+		if res.notCaughtUp == 0 || time.Now().After(deadline) {
+			res.p50, res.p99, res.max = h.quantile(0.5), h.quantile(0.99), h.max
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m1, err := scrape(srv.addr)
+	if err != nil {
+		return err
+	}
+	after := sumCounts(tabs)
+	res.clients, res.down, res.spread = len(tabs), o.stormDown, o.stormSpread
+	res.gaps, res.dups = after.gaps-before.gaps, after.dups-before.dups
+	res.replays, res.snapshots = after.replays-before.replays, after.snapshots-before.snapshots
+	c0, c1 := m0.byLabel("chatd_db_statement_duration_seconds_count", "statement"), m1.byLabel("chatd_db_statement_duration_seconds_count", "statement")
+	for name, v := range c1 {
+		if readStatements[name] {
+			res.dbReads += v - c0[name]
+		} else {
+			res.dbWrites += v - c0[name]
+		}
+	}
+	k0, k1 := m0.byLabel("chatd_catchups_total", "kind"), m1.byLabel("chatd_catchups_total", "kind")
+	res.serverReplays, res.serverSnapshots = k1["replay"]-k0["replay"], k1["snapshot"]-k0["snapshot"]
+	failed.Range(func(_, v any) bool {
+		g.noteErr("reconnect: %v", v) // such a tab is also counted as not caught up
+		return false
+	})
+	logf("%s: storm: caught up p50 %v p99 %v, gaps %d dups %d, %d replays %d snapshots, %.0f db reads",
+		srv.name, res.p50, res.p99, res.gaps, res.dups, res.replays, res.snapshots, res.dbReads)
+	b.report.storm = &res
+	return nil
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+)
+
+// session is one conversation the load generator drives, watched by its tabs.
+type session struct {
+	id   uuid.UUID
+	tabs []*tab
+}
+
+// tab is one WebSocket client of a session. It keeps what a careful client keeps (epoch,
+// last seq, the next token it expects) and checks every frame against it: a seq or token
+// that skips ahead is a gap, one that repeats is a duplicate.
+type tab struct {
+	g    *gen
+	sess *session
+	addr string
+
+	ws       *websocket.Conn
+	readDone chan struct{}
+	ready    chan struct{} // closed when the hello is answered
+	expected atomic.Bool   // the connection is being closed on purpose
+
+	// Owned by the reading goroutine.
+	epoch   string
+	lastSeq int64
+	nextTok int // next token index of the current run; -1 when not known
+
+	frames    atomic.Int64
+	gaps      atomic.Int64
+	dups      atomic.Int64
+	runsDone  atomic.Int64
+	replays   atomic.Int64
+	snapshots atomic.Int64
+	errors    atomic.Int64
+	closeCode atomic.Int32 // of an unexpected close
+
+	mu           sync.Mutex
+	lat          hist
+	reconnectAt  time.Time     // when the last reconnect began
+	caughtUp     time.Duration // from reconnectAt to the first token emitted after it
+	caughtUpDone bool
+}
+
+// gen is the load generator's shared state.
+type gen struct {
+	measuring atomic.Bool // record token latencies
+	firstErr  atomic.Pointer[string]
+}
+
+func (g *gen) noteErr(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	g.firstErr.CompareAndSwap(nil, &s)
+}
+
+var errNotAnswered = errors.New("hello not answered")
+
+// connect dials and says hello (resuming from the tab's epoch and lastSeq when it has
+// them), then reads in the background. It returns once the hello is answered.
+func (t *tab) connect(ctx context.Context, resume bool) error {
+	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws", nil)
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	ws.SetReadLimit(64 << 20)
+	t.ws = ws
+	t.expected.Store(false)
+	t.ready = make(chan struct{})
+	t.readDone = make(chan struct{})
+	hello := map[string]any{"type": "hello", "sessionId": t.sess.id}
+	if resume {
+		hello["epoch"] = t.epoch
+		hello["lastSeq"] = t.lastSeq
+	}
+	if err := t.send(dctx, hello); err != nil {
+		ws.CloseNow()
+		return err
+	}
+	go t.read()
+	select {
+	case <-t.ready:
+		return nil
+	case <-t.readDone:
+		return fmt.Errorf("%w: connection closed (code %d)", errNotAnswered, t.closeCode.Load())
+	case <-dctx.Done():
+		ws.CloseNow()
+		return fmt.Errorf("%w: %w", errNotAnswered, dctx.Err())
+	}
+}
+
+func (t *tab) send(ctx context.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return t.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// drop cuts the connection without a close handshake, as a lost network would, and
+// waits for the reader to stop.
+func (t *tab) drop() {
+	t.expected.Store(true)
+	t.ws.CloseNow()
+	<-t.readDone
+}
+
+// close closes the connection normally.
+func (t *tab) close() {
+	t.expected.Store(true)
+	_ = t.ws.Close(websocket.StatusNormalClosure, "")
+	<-t.readDone
+}
+
+func (t *tab) read() {
+	defer close(t.readDone)
+	buf := make([]byte, 0, 4096)
+	for {
+		_, r, err := t.ws.Reader(context.Background())
+		if err != nil {
+			if !t.expected.Load() {
+				t.closeCode.Store(int32(websocket.CloseStatus(err)))
+				t.g.noteErr("a connection ended: %v", err)
+			}
+			return
+		}
+		buf = buf[:0]
+		for {
+			if len(buf) == cap(buf) {
+				buf = append(buf, 0)[:len(buf)]
+			}
+			n, err := r.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				if !t.expected.Load() {
+					t.g.noteErr("read: %v", err)
+				}
+				return
+			}
+		}
+		t.frames.Add(1)
+		t.handle(buf, time.Now())
+	}
+}
+
+var deltaPrefix = []byte(`{"type":"chat.delta","seq":`)
+
+// handle applies one frame. Deltas, nearly every frame, are parsed by hand: the load
+// generator shares the machine with the server and must not spend its CPU on JSON.
+func (t *tab) handle(f []byte, now time.Time) {
+	if rest, ok := bytes.CutPrefix(f, deltaPrefix); ok {
+		end := bytes.IndexByte(rest, ',')
+		seq, err := strconv.ParseInt(string(rest[:max(end, 0)]), 10, 64)
+		i := bytes.Index(rest, []byte(`"text":"`))
+		if end < 0 || err != nil || i < 0 {
+			t.g.noteErr("unparsable delta: %.200s", f)
+			return
+		}
+		t.seq(seq)
+		text := rest[i+len(`"text":"`):]
+		if j := bytes.IndexByte(text, '"'); j >= 0 {
+			text = text[:j]
+		}
+		t.tokens(text, now)
+		return
+	}
+	var fr struct {
+		Type     string          `json:"type"`
+		Seq      int64           `json:"seq"`
+		Epoch    string          `json:"epoch"`
+		LastSeq  int64           `json:"lastSeq"`
+		Code     string          `json:"code"`
+		Message  json.RawMessage `json:"message"` // a string in error frames
+		Messages []struct {
+			Role    string `json:"role"`
+			Kind    string `json:"kind"`
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(f, &fr); err != nil {
+		t.g.noteErr("unparsable frame: %.200s", f)
+		return
+	}
+	switch fr.Type {
+	case "snapshot":
+		t.snapshots.Add(1)
+		t.epoch, t.lastSeq = fr.Epoch, fr.LastSeq
+		// The next token follows the newest one the snapshot's text holds.
+		t.nextTok = -1
+		for _, m := range fr.Messages {
+			if m.Role == "assistant" && m.Kind == "" {
+				if idx, ok := lastToken(m.Content); ok {
+					t.nextTok = idx + 1
+				}
+			}
+		}
+		t.markReady()
+	case "resumed":
+		t.replays.Add(1)
+		if fr.LastSeq != t.lastSeq || fr.Epoch != t.epoch {
+			t.g.noteErr("resumed at %s/%d, expected %s/%d", fr.Epoch, fr.LastSeq, t.epoch, t.lastSeq)
+		}
+		t.markReady()
+	case "ack", "history":
+	case "error":
+		t.errors.Add(1)
+		t.g.noteErr("error frame: %s: %s", fr.Code, string(fr.Message))
+	default: // a sequenced event
+		t.seq(fr.Seq)
+		switch fr.Type {
+		case "chat.started":
+			t.nextTok = 0
+		case "chat.done", "chat.error", "chat.cancelled":
+			t.runsDone.Add(1)
+		}
+	}
+}
+
+func (t *tab) markReady() {
+	select {
+	case <-t.ready:
+	default:
+		close(t.ready)
+	}
+}
+
+func (t *tab) seq(seq int64) {
+	switch {
+	case seq == t.lastSeq+1:
+	case seq <= t.lastSeq:
+		t.dups.Add(1)
+		return
+	default:
+		t.gaps.Add(1)
+	}
+	t.lastSeq = seq
+}
+
+// tokens checks and times the tokens of a delta: " i:t i:t…".
+func (t *tab) tokens(text []byte, now time.Time) {
+	measuring := t.g.measuring.Load()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(text) > 0 {
+		text = bytes.TrimLeft(text, " ")
+		if len(text) == 0 {
+			break
+		}
+		tok := text
+		if j := bytes.IndexByte(text, ' '); j >= 0 {
+			tok, text = text[:j], text[j:]
+		} else {
+			text = nil
+		}
+		idxS, stampS, ok := bytes.Cut(tok, []byte(":"))
+		idx, err1 := strconv.Atoi(string(idxS))
+		stamp, err2 := strconv.ParseInt(string(stampS), 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			t.g.noteErr("garbled token %q", tok)
+			continue
+		}
+		switch {
+		case t.nextTok < 0 || idx == t.nextTok:
+		case idx < t.nextTok:
+			t.dups.Add(1)
+		default:
+			t.gaps.Add(1)
+		}
+		t.nextTok = idx + 1
+		emitted := time.Unix(0, stamp)
+		if measuring {
+			t.lat.add(now.Sub(emitted))
+		}
+		if !t.reconnectAt.IsZero() && !t.caughtUpDone && !emitted.Before(t.reconnectAt) {
+			t.caughtUp = now.Sub(t.reconnectAt)
+			t.caughtUpDone = true
+		}
+	}
+}
+
+// lastToken returns the index of the last token in a run's text.
+func lastToken(s string) (int, bool) {
+	s = string(bytes.TrimRight([]byte(s), " "))
+	i := bytes.LastIndexByte([]byte(s), ' ')
+	idx, _, ok := bytes.Cut([]byte(s[i+1:]), []byte(":"))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(idx))
+	return n, err == nil
+}

@@ -1,0 +1,212 @@
+// Command chatd-bench measures chatd: it starts chatd as its own process on a real
+// PostgreSQL with the synthetic model (CHATD_AGENT=synth), drives it with real WebSocket
+// clients on this machine, and measures a minimal WebSocket server pushing the same
+// frames in the same run, so every figure has the physical limit beside it. It prints a
+// table and writes it to docs/benchmarks.md. See docs/benchmarks.md for what each
+// scenario does and how to read it.
+//
+//	make bench                         # quick mode, under 2 minutes on 2 cores
+//	make bench BENCH_FLAGS=-full       # longer windows and more cases
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	chatd       string
+	databaseURL string
+	out         string
+	full        bool
+	scenarios   map[string]bool
+
+	sessions int
+	tabs     int
+	rate     int
+	warmup   time.Duration
+	window   time.Duration
+	coalesce []time.Duration
+
+	idle     int
+	idleTabs int
+
+	stormDown   time.Duration
+	stormSpread time.Duration
+
+	storageRuns   int
+	storageTokens []int
+	dbDelay       time.Duration
+	delaySessions int
+}
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "-serve-baseline" {
+		if err := serveBaseline(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "baseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chatd-bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "chatd-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("chatd-bench", flag.ContinueOnError)
+	fs.StringVar(&o.chatd, "chatd", "bin/chatd", "the chatd binary to measure")
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
+	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
+	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
+	scen := fs.String("scenarios", "fanout,storm,idle,storage", "scenarios to run, comma-separated: fanout, storm, idle, storage (storm runs on the fan-out's sessions)")
+	fs.IntVar(&o.sessions, "sessions", 1000, "fan-out: sessions (S)")
+	fs.IntVar(&o.tabs, "tabs", 3, "fan-out: tabs per session (T)")
+	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
+	fs.DurationVar(&o.warmup, "warmup", 0, "fan-out: time after the runs start before measuring (default 3s, full 5s)")
+	fs.DurationVar(&o.window, "window", 0, "fan-out: measurement window (default 8s, full 30s)")
+	coalesce := fs.String("coalesce", "", "fan-out: CHATD_COALESCE_DELTAS values to measure chatd with (default 0,25ms; full 0,10ms,25ms,50ms)")
+	fs.IntVar(&o.idle, "idle", 10000, "idle density: idle subscribed connections (N)")
+	fs.IntVar(&o.idleTabs, "idle-tabs", 1, "idle density: connections per session")
+	fs.DurationVar(&o.stormDown, "storm-down", time.Second, "reconnect storm: how long every client stays disconnected")
+	fs.DurationVar(&o.stormSpread, "storm-spread", 2*time.Second, "reconnect storm: the reconnects are spread over this long")
+	fs.IntVar(&o.storageRuns, "storage-runs", 20, "storage cost: runs per case")
+	tokens := fs.String("storage-tokens", "", "storage cost: tokens per run to compare (default 10,100,1000; full adds 10000)")
+	fs.DurationVar(&o.dbDelay, "db-delay", 200*time.Millisecond, "storage cost: delay injected between chatd and PostgreSQL")
+	fs.IntVar(&o.delaySessions, "delay-sessions", 100, "storage cost: sessions streaming (one tab each, at -rate) while the database is slow")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.databaseURL == "" {
+		return o, errors.New("no database: set DATABASE_URL or -database-url (make bench starts the project's PostgreSQL)")
+	}
+	o.scenarios = map[string]bool{}
+	for _, s := range strings.Split(*scen, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "fanout", "storm", "idle", "storage":
+			o.scenarios[s] = true
+		case "":
+		default:
+			return o, fmt.Errorf("-scenarios: unknown scenario %q", s)
+		}
+	}
+	def := func(d *time.Duration, quick, full time.Duration) {
+		if *d == 0 {
+			*d = quick
+			if o.full {
+				*d = full
+			}
+		}
+	}
+	def(&o.warmup, 3*time.Second, 5*time.Second)
+	def(&o.window, 8*time.Second, 30*time.Second)
+	if *coalesce == "" {
+		*coalesce = "0,25ms"
+		if o.full {
+			*coalesce = "0,10ms,25ms,50ms"
+		}
+	}
+	for _, s := range strings.Split(*coalesce, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("-coalesce: %q is not a duration", s)
+		}
+		o.coalesce = append(o.coalesce, d)
+	}
+	if *tokens == "" {
+		*tokens = "10,100,1000"
+		if o.full {
+			*tokens += ",10000"
+		}
+	}
+	for _, s := range strings.Split(*tokens, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 {
+			return o, fmt.Errorf("-storage-tokens: %q is not a positive number", s)
+		}
+		o.storageTokens = append(o.storageTokens, n)
+	}
+	switch {
+	case o.sessions < 1 || o.tabs < 1 || o.rate < 1:
+		return o, errors.New("-sessions, -tabs and -rate must be at least 1")
+	case o.idle < 1 || o.idleTabs < 1 || o.storageRuns < 1 || o.delaySessions < 1:
+		return o, errors.New("-idle, -idle-tabs, -storage-runs and -delay-sessions must be at least 1")
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, o options) error {
+	raiseFileLimit()
+	started := time.Now()
+	r := &report{opts: o, started: started, command: commandLine()}
+	b := &bench{opts: o, report: r}
+	defer b.dropDatabases()
+
+	if o.scenarios["fanout"] || o.scenarios["storm"] {
+		if err := b.fanout(ctx); err != nil {
+			return err
+		}
+	}
+	if o.scenarios["idle"] {
+		if err := b.idleDensity(ctx); err != nil {
+			return err
+		}
+	}
+	if o.scenarios["storage"] {
+		if err := b.storage(ctx); err != nil {
+			return err
+		}
+	}
+	r.elapsed = time.Since(started)
+	text := r.markdown()
+	fmt.Println(text)
+	if o.out != "" {
+		if err := r.write(o.out, text); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "chatd-bench: results written to %s\n", o.out)
+	}
+	return nil
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: each connection is a
+// descriptor here and one in the server, which inherits the limit.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+func commandLine() string {
+	args := os.Args[1:]
+	return strings.TrimSpace("chatd-bench " + strings.Join(args, " "))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+const (
+	beginMarker = "<!-- chatd-bench results: begin (generated; edit outside the markers) -->"
+	endMarker   = "<!-- chatd-bench results: end -->"
+)
+
+type report struct {
+	opts    options
+	started time.Time
+	elapsed time.Duration
+	command string
+
+	fanout  []fanRow
+	storm   *stormResult
+	idle    *idleResult
+	storage []storageRow
+	delay   *delayResult
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	mode := "quick"
+	if r.opts.full {
+		mode = "full"
+	}
+	w("### Run of %s (%s mode, %v)", r.started.Format("2006-01-02 15:04 MST"), mode, r.elapsed.Round(time.Second))
+	w("")
+	w("- Machine: %s", machine())
+	w("- Command: `make bench%s` (runs `%s`)", makeFlags(r.command), r.command)
+	w("")
+	if len(r.fanout) > 0 {
+		var base *fanRow
+		for i := range r.fanout {
+			if r.fanout[i].target == "baseline" {
+				base = &r.fanout[i]
+			}
+		}
+		o := r.opts
+		w("**Fan-out**: S=%d sessions × T=%d tabs (%d connections), R=%d tokens/s per run, %v window after %v warm-up.",
+			o.sessions, o.tabs, o.sessions*o.tabs, o.rate, o.window, o.warmup)
+		w("")
+		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | server cores | client cores | gaps | dups | dropped |")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, f := range r.fanout {
+			cpuRatio, p99Ratio := "", ""
+			if base != nil && f.target != "baseline" && base.cpuPerFrame > 0 && base.p99 > 0 {
+				// Per token, not per frame: a coalesced frame carries several tokens.
+				cpuRatio = fmt.Sprintf("%.2f", (float64(f.cpuPerFrame)/f.tokensPerFrame)/(float64(base.cpuPerFrame)/base.tokensPerFrame))
+				p99Ratio = fmt.Sprintf("%.2f", float64(f.p99)/float64(base.p99))
+			}
+			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
+				f.target, f.framesPerSec, f.tokensPerFrame, ms(f.p50), ms(f.p99), ms(f.p999), us(f.cpuPerFrame),
+				cpuRatio, p99Ratio, f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
+		}
+		w("")
+		for _, f := range r.fanout {
+			if f.firstClientFail != "" {
+				w("- %s: first client problem: `%s`", f.target, f.firstClientFail)
+			}
+		}
+	}
+	if s := r.storm; s != nil {
+		w("**Reconnect storm** (on chatd's fan-out sessions, runs still streaming): %d clients cut without a close handshake, down for %v, reconnected with `hello{epoch,lastSeq}` spread over %v.",
+			s.clients, s.down, s.spread)
+		w("")
+		w("| caught up p50 | p99 | max | not caught up | gaps | dups | replays | snapshots | database reads | database writes |")
+		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		w("| %s | %s | %s | %d | %d | %d | %d | %d | %.0f | %.0f |", ms(s.p50), ms(s.p99), ms(s.max), s.notCaughtUp,
+			s.gaps, s.dups, s.replays, s.snapshots, s.dbReads, s.dbWrites)
+		w("")
+		w("Caught up: from the reconnect's start until the first token emitted after it arrives (so it includes up to 1/R of waiting for that token). chatd counted %.0f replays and %.0f snapshots.", s.serverReplays, s.serverSnapshots)
+		w("")
+	}
+	if i := r.idle; i != nil {
+		w("**Idle density**: %d subscribed connections (%d sessions), nothing streaming.", i.conns, i.sessions)
+		w("")
+		w("| RSS/connection | heap in use/connection | stacks/connection | goroutines/connection | chatd_connections_open |")
+		w("|---:|---:|---:|---:|---:|")
+		w("| %.1f KiB | %.1f KiB | %.1f KiB | %.2f | %.0f |", i.rssPerConn/1024, i.heapPerConn/1024, i.stackPerConn/1024, i.goroutinesPerCon, i.connsOpen)
+		w("")
+	}
+	if len(r.storage) > 0 {
+		w("**Storage cost**: database statements per run (%d runs per row, tokens streamed as fast as possible).", r.opts.storageRuns)
+		w("")
+		w("| tokens/run | tool calls | segments | statements/run | bound 2×(segments+tools)+4 | statements |")
+		w("|---:|---:|---:|---:|---:|---|")
+		for _, s := range r.storage {
+			w("| %d | %d | %d | %.2f | %d | %s |", s.tokens, s.tools, s.segments, s.perRun, s.bound, s.breakdown)
+		}
+		w("")
+	}
+	if d := r.delay; d != nil {
+		w("**Slow database**: %d sessions (one tab each) at R=%d while every database round trip is delayed by %v (a TCP proxy between chatd and PostgreSQL).", d.sessions, d.rate, d.delay)
+		w("")
+		if d.skipped != "" {
+			w("Skipped: %s.", d.skipped)
+		} else {
+			w("| database | frames/s | p50 | p99 | p999 | gaps | dups |")
+			w("|---|---:|---:|---:|---:|---:|---:|")
+			for _, f := range []struct {
+				name string
+				row  fanRow
+			}{{"direct", d.direct}, {fmt.Sprintf("+%v per round trip", d.delay), d.delayed}} {
+				w("| %s | %.0f | %s | %s | %s | %d | %d |", f.name, f.row.framesPerSec, ms(f.row.p50), ms(f.row.p99), ms(f.row.p999), f.row.gaps, f.row.dups)
+			}
+		}
+		w("")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// write puts text between the markers of path, keeping what is outside them; a file
+// without markers gets them appended.
+func (r *report) write(path, text string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	block := beginMarker + "\n\n" + text + "\n\n" + endMarker
+	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	if i >= 0 && j > i {
+		s = s[:i] + block + s[j+len(endMarker):]
+	} else {
+		if s != "" && !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		s += "\n" + block + "\n"
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+func machine() string {
+	cpu := "unknown CPU"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+		f.Close()
+	}
+	mem := ""
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				var kb int64
+				fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+				mem = fmt.Sprintf(", %.1f GiB memory", float64(kb)/(1<<20))
+			}
+		}
+		f.Close()
+	}
+	return fmt.Sprintf("%d cores (%s)%s, %s %s/%s", runtime.NumCPU(), cpu, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func makeFlags(command string) string {
+	args := strings.TrimSpace(strings.TrimPrefix(command, "chatd-bench"))
+	// make bench passes -chatd bin/chatd itself.
+	args = strings.TrimSpace(strings.Replace(args, "-chatd bin/chatd", "", 1))
+	if args == "" {
+		return ""
+	}
+	return " BENCH_FLAGS='" + args + "'"
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+func us(d time.Duration) string {
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+type storageRow struct {
+	tokens, tools, segments int
+	perRun                  float64
+	bound                   int
+	breakdown               string
+}
+
+type delayResult struct {
+	delay           time.Duration
+	sessions, rate  int
+	direct, delayed fanRow
+	skipped         string
+}
+
+// storage counts the database statements runs cost as their length grows, then measures
+// token latency with a slow database.
+func (b *bench) storage(ctx context.Context) error {
+	o := b.opts
+	srv, err := b.startChatd(ctx, "chatd (storage)", "")
+	if err != nil {
+		return err
+	}
+	defer srv.kill()
+	g := &gen{}
+	ss, err := openSessions(ctx, g, srv.addr, o.storageRuns, 1)
+	if err != nil {
+		return err
+	}
+	var done int64
+	for _, tools := range []int{0, 2} {
+		for _, tokens := range o.storageTokens {
+			m0, err := scrape(srv.addr)
+			if err != nil {
+				return err
+			}
+			logf("storage: %d runs of %d tokens with %d tool calls", len(ss), tokens, tools)
+			if err := startRuns(ctx, ss, fmt.Sprintf("tokens=%d rate=0 tools=%d", tokens, tools)); err != nil {
+				return err
+			}
+			done++
+			if err := waitRuns(ctx, ss, done, 2*time.Minute); err != nil {
+				return err
+			}
+			m1, err := scrape(srv.addr)
+			if err != nil {
+				return err
+			}
+			c0, c1 := m0.byLabel("chatd_db_statement_duration_seconds_count", "statement"), m1.byLabel("chatd_db_statement_duration_seconds_count", "statement")
+			row := storageRow{tokens: tokens, tools: tools, segments: tools + 1, bound: 2*(tools+1+tools) + 4}
+			var parts []string
+			for name, v := range c1 {
+				if d := (v - c0[name]) / float64(len(ss)); d > 0 {
+					row.perRun += d
+					parts = append(parts, fmt.Sprintf("%s %.3g", name, d))
+				}
+			}
+			sort.Strings(parts)
+			row.breakdown = strings.Join(parts, ", ")
+			b.report.storage = append(b.report.storage, row)
+		}
+	}
+	if c := sumCounts(allTabs(ss)); c.gaps+c.dups > 0 {
+		return fmt.Errorf("storage runs: %d gaps and %d duplicates", c.gaps, c.dups)
+	}
+	closeAll(ss)
+	res, err := b.slowDatabase(ctx, srv)
+	if err != nil {
+		return err
+	}
+	b.report.delay = res
+	return srv.stop()
+}
+
+// slowDatabase measures token latency on direct, then on a chatd whose database is
+// behind a proxy that delays every round trip.
+func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult, error) {
+	o := b.opts
+	res := &delayResult{delay: o.dbDelay, sessions: o.delaySessions, rate: o.rate}
+	warmup, window := 2*time.Second, 6*time.Second
+	if o.full {
+		warmup, window = 5*time.Second, 20*time.Second
+	}
+	content := fmt.Sprintf("tokens=%d rate=%d", int((warmup+window+5*time.Second).Seconds())*o.rate, o.rate)
+	measureOn := func(srv *server) (fanRow, error) {
+		g := &gen{}
+		ss, err := openSessions(ctx, g, srv.addr, o.delaySessions, 1)
+		if err != nil {
+			return fanRow{}, err
+		}
+		defer closeAll(ss)
+		if err := startRuns(ctx, ss, content); err != nil {
+			return fanRow{}, err
+		}
+		return measure(ctx, g, srv, ss, warmup, window)
+	}
+	logf("storage: %d sessions streaming, database direct", o.delaySessions)
+	var err error
+	if res.direct, err = measureOn(direct); err != nil {
+		return nil, err
+	}
+	dbURL, err := b.newDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Port() == "" {
+		res.skipped = "the database URL has no TCP host:port to put a proxy in front of"
+		return res, nil
+	}
+	proxy, err := startDelayProxy(u.Host, o.dbDelay)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.close()
+	u.Host = proxy.addr()
+	slow, err := b.startChatd(ctx, fmt.Sprintf("chatd (database +%v)", o.dbDelay), u.String())
+	if err != nil {
+		return nil, err
+	}
+	defer slow.kill()
+	logf("storage: %d sessions streaming, database behind a %v delay", o.delaySessions, o.dbDelay)
+	if res.delayed, err = measureOn(slow); err != nil {
+		return nil, err
+	}
+	return res, slow.stop()
+}
