@@ -338,6 +338,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "max steps zero", env: map[string]string{"CHATD_MAX_STEPS": "0"}, mention: []string{"CHATD_MAX_STEPS"}},
 		{name: "shell tool maybe", env: map[string]string{"CHATD_SHELL_TOOL": "maybe"}, mention: []string{"CHATD_SHELL_TOOL"}},
 		{name: "unknown agent", env: map[string]string{"CHATD_AGENT": "gemini"}, mention: []string{"CHATD_AGENT", "gemini", "openai"}},
+		{name: "model with the synthetic agent", env: map[string]string{"CHATD_AGENT": "synth", "CHATD_MODEL": "m"}, mention: []string{"CHATD_MODEL", "synth"}},
 		{name: "model without a provider", env: map[string]string{"CHATD_MODEL": "gpt-4.1"}, mention: []string{"CHATD_MODEL", "CHATD_AGENT=openai"}},
 		{name: "openai without a model", env: map[string]string{"CHATD_AGENT": "openai", "OPENAI_BASE_URL": "http://localhost:11434/v1"}, mention: []string{"CHATD_MODEL"}},
 		{name: "openai without key or base URL", env: map[string]string{"CHATD_AGENT": "openai", "CHATD_MODEL": "gpt-4.1"}, mention: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}},
