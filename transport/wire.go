@@ -1,8 +1,12 @@
 package transport
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -235,6 +239,9 @@ var _ conversation.Encoder = Encoder{}
 
 // Event encodes a sequenced event.
 func (Encoder) Event(ev conversation.Event) ([]byte, error) {
+	if ev.Type == conversation.EventDelta || ev.Type == conversation.EventToolOutput {
+		return appendTextEvent(make([]byte, 0, 160+len(ev.RequestID)+len(ev.Text)), ev), nil
+	}
 	w := wireEvent{
 		Type:      string(ev.Type),
 		Seq:       ev.Seq,
@@ -279,4 +286,63 @@ func (Encoder) Snapshot(s conversation.Snapshot) ([]byte, error) {
 // Resumed encodes a resumed frame.
 func (Encoder) Resumed(r conversation.Resumed) ([]byte, error) {
 	return json.Marshal(wireResumed{Type: "resumed", RequestID: r.RequestID, SessionID: r.SessionID, Epoch: r.Epoch, LastSeq: r.LastSeq})
+}
+
+// appendTextEvent encodes chat.delta and tool.output, nearly every frame chatd sends, by
+// hand: the same bytes json.Marshal gives for their wireEvent, without its reflection and
+// allocations.
+func appendTextEvent(b []byte, ev conversation.Event) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, string(ev.Type))
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, ev.Seq, 10)
+	b = append(b, `,"runId":"`...)
+	b = appendUUID(b, ev.RunID)
+	b = append(b, `","requestId":`...)
+	b = appendJSONString(b, ev.RequestID)
+	b = append(b, `,"messageId":"`...)
+	b = appendUUID(b, ev.MessageID)
+	b = append(b, `","text":`...)
+	b = appendJSONString(b, ev.Text)
+	return append(b, '}')
+}
+
+func appendUUID(b []byte, id uuid.UUID) []byte {
+	var buf [36]byte
+	hex.Encode(buf[:8], id[:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], id[10:])
+	return append(b, buf[:]...)
+}
+
+// appendJSONString appends s as encoding/json writes it. Strings it would escape (control
+// characters, quotes, backslashes, the HTML characters <, > and &, invalid UTF-8, U+2028
+// and U+2029) are rare in model text and go through encoding/json itself.
+func appendJSONString(b []byte, s string) []byte {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return appendMarshalled(b, s)
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	if !ascii && (!utf8.ValidString(s) || strings.ContainsRune(s, '\u2028') || strings.ContainsRune(s, '\u2029')) {
+		return appendMarshalled(b, s)
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func appendMarshalled(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
 }
