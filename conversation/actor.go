@@ -484,6 +484,11 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		sub.Dropped(DropSlow)
 		return res, nil
 	}
+	if res.Resumed {
+		a.cfg.Metrics.catchUpReplay.Inc()
+	} else {
+		a.cfg.Metrics.catchUpSnapshot.Inc()
+	}
 	a.subs[sub] = struct{}{}
 	return res, nil
 }
@@ -541,7 +546,12 @@ func (a *Actor) publish(ev Event) {
 		a.log.Error().Err(err).Str("type", string(ev.Type)).Msg("encode event")
 		frame, _ = a.cfg.Encoder.Event(Event{Seq: ev.Seq, Type: ev.Type, RunID: ev.RunID, RequestID: ev.RequestID})
 	}
+	evicted := a.ring.evicted
 	a.ring.push(a.seq, frame)
+	a.cfg.Metrics.eventsPublished.Inc()
+	if n := a.ring.evicted - evicted; n > 0 {
+		a.cfg.Metrics.ringEvictions.Add(float64(n))
+	}
 	for sub := range a.subs {
 		if !sub.Deliver(frame) {
 			delete(a.subs, sub)
