@@ -480,14 +480,16 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		}
 		frames = append(frames, frame)
 	}
-	if !sub.CatchUp(frames) {
-		sub.Dropped(DropSlow)
-		return res, nil
-	}
+	// Counted before the frames are queued, so a client that has its catch-up finds it
+	// counted.
 	if res.Resumed {
 		a.cfg.Metrics.catchUpReplay.Inc()
 	} else {
 		a.cfg.Metrics.catchUpSnapshot.Inc()
+	}
+	if !sub.CatchUp(frames) {
+		sub.Dropped(DropSlow)
+		return res, nil
 	}
 	a.subs[sub] = struct{}{}
 	return res, nil
