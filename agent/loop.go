@@ -80,11 +80,16 @@ type Config struct {
 	// to the real clock.
 	Clock  clockwork.Clock
 	Logger zerolog.Logger
+	// Metrics measures model calls (on Clock). nil measures into metrics nobody exposes.
+	Metrics *Metrics
 }
 
 func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Metrics == nil {
+		c.Metrics = discardMetrics()
 	}
 	if c.Tools == nil {
 		c.Tools = &Registry{tools: map[string]Tool{}}
@@ -268,6 +273,7 @@ var errModelIdle = errors.New("model idle")
 
 // stream makes one model call, hanging up when it sends nothing for ModelIdleTimeout.
 func (r *run) stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) error {
+	emit = r.timeFirstToken(emit)
 	idle := r.l.cfg.ModelIdleTimeout
 	if idle < 0 {
 		return r.l.cfg.Model.Stream(ctx, req, emit)
@@ -291,6 +297,22 @@ func (r *run) stream(ctx context.Context, req ModelRequest, emit func(ModelEvent
 		}
 	}
 	return err
+}
+
+// timeFirstToken returns emit, observing the time from now to the call's first piece of
+// output: text, reasoning or a tool call. Usage is not output; some providers report the
+// prompt's tokens before the model has produced anything.
+func (r *run) timeFirstToken(emit func(ModelEvent) error) func(ModelEvent) error {
+	clock := r.l.cfg.Clock
+	start := clock.Now()
+	seen := false
+	return func(ev ModelEvent) error {
+		if !seen && ev.Kind != EventUsage {
+			seen = true
+			r.l.cfg.Metrics.firstToken.Observe(clock.Since(start).Seconds())
+		}
+		return emit(ev)
+	}
 }
 
 func isRunEnded(err error) bool {

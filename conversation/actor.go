@@ -480,6 +480,13 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		}
 		frames = append(frames, frame)
 	}
+	// Counted before the frames are queued, so a client that has its catch-up finds it
+	// counted.
+	if res.Resumed {
+		a.cfg.Metrics.catchUpReplay.Inc()
+	} else {
+		a.cfg.Metrics.catchUpSnapshot.Inc()
+	}
 	if !sub.CatchUp(frames) {
 		sub.Dropped(DropSlow)
 		return res, nil
@@ -541,7 +548,12 @@ func (a *Actor) publish(ev Event) {
 		a.log.Error().Err(err).Str("type", string(ev.Type)).Msg("encode event")
 		frame, _ = a.cfg.Encoder.Event(Event{Seq: ev.Seq, Type: ev.Type, RunID: ev.RunID, RequestID: ev.RequestID})
 	}
+	evicted := a.ring.evicted
 	a.ring.push(a.seq, frame)
+	a.cfg.Metrics.eventsPublished.Inc()
+	if n := a.ring.evicted - evicted; n > 0 {
+		a.cfg.Metrics.ringEvictions.Add(float64(n))
+	}
 	for sub := range a.subs {
 		if !sub.Deliver(frame) {
 			delete(a.subs, sub)

@@ -171,6 +171,7 @@ func (a *Actor) setStatus(run *runState, status store.RunStatus) {
 		return
 	}
 	run.info.Status = status
+	a.countActive(run)
 	run.info.PendingApproval = pending
 	run.info.LastActivityAt = a.now()
 	if err := a.updateRun(run.info); err != nil {

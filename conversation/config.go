@@ -84,12 +84,18 @@ type Config struct {
 	HistoryMessages int
 	// ModelName is stored on every run (runs.model); "" when unknown.
 	ModelName string
+	// Metrics counts events, catch-ups and runs; share one among all actors. nil counts
+	// into metrics nobody exposes.
+	Metrics *Metrics
 }
 
 // withDefaults returns c with its zero fields filled in.
 func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Metrics == nil {
+		c.Metrics = discardMetrics()
 	}
 	setDefault(&c.RingEvents, DefaultRingEvents)
 	setDefault(&c.RingBytes, DefaultRingBytes)

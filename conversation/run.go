@@ -28,6 +28,8 @@ type runState struct {
 	// lostInsert is set when an insert failed: it may have committed anyway, leaving a
 	// row the actor does not know of, which the end of the run settles.
 	lostInsert bool
+	// counted is the status the run is counted under in chatd_runs_active, "" for none.
+	counted store.RunStatus
 }
 
 func newRunState(info store.Run) *runState {
@@ -162,6 +164,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 // session's history.
 func (a *Actor) begin(run *runState, user store.Message) {
 	a.run = run
+	a.countActive(run)
 	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
 	ctx, cancel := dbContext()
 	history, _, err := a.cfg.Store.MessagesBefore(ctx, a.id, user.Position, a.cfg.HistoryMessages)
@@ -706,6 +709,10 @@ func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorI
 	run.info.LastActivityAt = now
 	run.info.CancelReason = reason
 	run.info.PendingApproval = nil
+	a.countActive(run)
+	if d := a.cfg.Metrics.runDuration[status]; d != nil {
+		d.Observe(now.Sub(run.info.StartedAt).Seconds())
+	}
 	errs = append(errs, a.updateRun(run.info))
 	if err := errors.Join(errs...); err != nil {
 		// The terminal event still goes out: the writes that failed are kept, shown in

@@ -23,21 +23,28 @@ type Hub struct {
 	cfg conversation.Config
 	log zerolog.Logger
 
+	metrics *Metrics // nil for none
+
 	mu     sync.Mutex
 	actors map[uuid.UUID]*conversation.Actor
 	closed bool
 }
 
 // New returns a hub whose actors share cfg.
-func New(cfg conversation.Config, log zerolog.Logger) (*Hub, error) {
+func New(cfg conversation.Config, log zerolog.Logger, opts ...Option) (*Hub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Hub{
+	h := &Hub{
 		cfg:    cfg,
 		log:    log.With().Str("component", "hub").Logger(),
 		actors: make(map[uuid.UUID]*conversation.Actor),
-	}, nil
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	h.countActors()
+	return h, nil
 }
 
 // Hello subscribes req.Subscriber to session id, starting its actor if needed, and returns
@@ -71,6 +78,7 @@ func (h *Hub) get(id uuid.UUID) (*conversation.Actor, error) {
 	}
 	a := conversation.Start(h.cfg, id, h.forget)
 	h.actors[id] = a
+	h.countActors()
 	h.log.Debug().Str("session_id", id.String()).Str("epoch", a.Epoch()).Msg("started conversation")
 	return a, nil
 }
@@ -83,6 +91,7 @@ func (h *Hub) forget(a *conversation.Actor, stop func()) {
 	defer h.mu.Unlock()
 	if h.actors[a.SessionID()] == a {
 		delete(h.actors, a.SessionID())
+		h.countActors()
 	}
 	stop()
 }
@@ -113,6 +122,7 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 		actors = append(actors, a)
 	}
 	clear(h.actors)
+	h.countActors()
 	h.mu.Unlock()
 
 	var (

@@ -2,6 +2,7 @@
 //
 // It is the only package that imports queries (the sqlc-generated code). It converts rows
 // to its own domain types (Session, Run, Message), maps pgx.ErrNoRows to ErrNotFound and
-// unique violations to ErrConflict, and offers InTx for work that must be atomic. It knows
+// unique violations to ErrConflict, and offers InTx for work that must be atomic. Metrics
+// is a pgx tracer that times every statement on a pool by its sqlc name. It knows
 // nothing of actors, sockets or the wire protocol; callers decide when to write.
 package store

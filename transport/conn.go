@@ -147,6 +147,10 @@ func (c *conn) requestClose(code websocket.StatusCode, reason string, flush bool
 		return false
 	}
 	c.closeReq = &closeRequest{code: code, reason: reason, flush: flush}
+	if code == closeSlow {
+		// Counted before the writer can send the close, so whoever sees it sees the count.
+		c.s.cfg.Metrics.slowDrops.Inc()
+	}
 	if !flush {
 		c.frames = nil
 	}
@@ -208,15 +212,13 @@ func (c *conn) writeLoop() {
 		if !ok {
 			return
 		}
-		for i, f := range frames {
-			if err := c.ws.Write(c.ctx, websocket.MessageText, f); err != nil {
-				c.cancel()
-				return
-			}
-			frames[i] = nil
-			if c.dropping() {
-				break // dropped as slow: what is left is thrown away
-			}
+		sent, err := c.write(frames)
+		if sent > 0 {
+			c.s.cfg.Metrics.framesSent.Add(float64(sent)) // once per batch, not per frame
+		}
+		if err != nil {
+			c.cancel()
+			return
 		}
 		spare = frames[:0]
 		if req == nil {
@@ -230,13 +232,28 @@ func (c *conn) writeLoop() {
 				continue // send what was queued before the close first
 			}
 		}
-		err := c.ws.Close(req.code, req.reason)
+		err = c.ws.Close(req.code, req.reason)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			c.log.Debug().Err(err).Int("code", int(req.code)).Msg("close handshake")
 		}
 		c.cancel()
 		return
 	}
+}
+
+// write writes frames in order and returns how many it wrote. It stops early when the
+// connection is dropped as slow: what is left is thrown away.
+func (c *conn) write(frames [][]byte) (int, error) {
+	for i, f := range frames {
+		if err := c.ws.Write(c.ctx, websocket.MessageText, f); err != nil {
+			return i, err
+		}
+		frames[i] = nil
+		if c.dropping() {
+			return i + 1, nil
+		}
+	}
+	return len(frames), nil
 }
 
 // serve runs the connection until it closes.

@@ -78,6 +78,8 @@ type Config struct {
 	// CloseGrace is how long a closing connection may take to flush and finish the close
 	// handshake before it is cut.
 	CloseGrace time.Duration
+	// Metrics counts connections and frames. nil counts into metrics nobody exposes.
+	Metrics *Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -86,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Metrics == nil {
+		c.Metrics = discardMetrics()
 	}
 	if c.Ready == nil {
 		c.Ready = func(context.Context) error { return nil }
@@ -226,6 +231,7 @@ func (s *Server) track(c *conn) bool {
 	}
 	s.conns[c] = struct{}{}
 	s.handlers.Add(1)
+	s.cfg.Metrics.connectionsOpen.Inc()
 	return true
 }
 
@@ -233,6 +239,7 @@ func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.cfg.Metrics.connectionsOpen.Dec()
 	s.handlers.Done()
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
@@ -66,9 +67,10 @@ func TestSlowConsumerIsDroppedAndOthersAreNot(t *testing.T) {
 	for range batches {
 		steps = append(steps, gate.Wait(), script.Text(batch...))
 	}
+	reg := prometheus.NewRegistry()
 	e := newEnv(t, envOptions{
 		agent:     script.New(steps...),
-		transport: func(c *transport.Config) { c.SendQueueBytes = 64 << 10 },
+		transport: metricsOption(transport.NewMetrics(reg), func(c *transport.Config) { c.SendQueueBytes = 64 << 10 }),
 		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
 	})
 
@@ -98,6 +100,7 @@ func TestSlowConsumerIsDroppedAndOthersAreNot(t *testing.T) {
 	// The slow client gets what was queued before the drop, then 4008.
 	require.Equal(t, websocket.StatusCode(4008), slow.ExpectClose())
 	require.Less(t, slow.State.LastSeq, fast.lastSeq(), "the slow client cannot have kept up")
+	require.EqualValues(t, 1, metricValue(t, reg, "chatd_slow_consumer_drops_total"), "the slow client alone")
 
 	// The fast client got everything, and the run completed and was stored.
 	require.NoError(t, fast.stop())
@@ -115,9 +118,10 @@ func TestSlowConsumerIsDroppedAndOthersAreNot(t *testing.T) {
 // like an event that does not fit: that connection alone is closed with 4008.
 func TestSlowConsumerRepliesDoNotBlock(t *testing.T) {
 	t.Parallel()
+	reg := prometheus.NewRegistry()
 	e := newEnv(t, envOptions{
 		agent:     script.New(script.Text("ok")),
-		transport: func(c *transport.Config) { c.SendQueueBytes = 2048 },
+		transport: metricsOption(transport.NewMetrics(reg), func(c *transport.Config) { c.SendQueueBytes = 2048 }),
 		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
 	})
 	c := wstest.Dial(t, e.URL, smallReceiveBuffer())
@@ -133,6 +137,7 @@ func TestSlowConsumerRepliesDoNotBlock(t *testing.T) {
 	}
 	// Now read: some error replies, then the close.
 	require.Equal(t, websocket.StatusCode(4008), c.ExpectClose())
+	require.EqualValues(t, 1, metricValue(t, reg, "chatd_slow_consumer_drops_total"))
 }
 
 // A snapshot or a history page larger than the send queue must not get the live events

@@ -49,6 +49,10 @@ type Config struct {
 	IdleEvict time.Duration
 	// ShutdownTimeout bounds a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// Pprof serves net/http/pprof under /debug/pprof/ on the main listener (CHATD_PPROF,
+	// on|off). Off by default: profiles show the process's internals to whoever can
+	// reach the listener.
+	Pprof bool
 
 	// DemoWords and DemoDelay set the demo agent's reply length and pace
 	// (CHATD_DEMO_WORDS, CHATD_DEMO_DELAY).
@@ -131,6 +135,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.Var(byteSize{&c.MaxContentBytes}, "max-content-bytes", "largest user message, e.g. 128KiB (CHATD_MAX_CONTENT_BYTES)")
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
+	c.Pprof = env.onOff("CHATD_PPROF", false)
+	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ (CHATD_PPROF)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")

@@ -2,6 +2,8 @@
 // stored in PostgreSQL as they happen, and any client that reconnects is caught up.
 //
 // Configuration is by flags or environment variables; see `chatd -help` and README.md.
+// Besides the transport's endpoints the listener serves Prometheus metrics at /metrics
+// and, with -pprof, Go's profiler under /debug/pprof/.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/agent"
@@ -103,6 +106,7 @@ type Main struct {
 	log zerolog.Logger
 
 	pool      *pgxpool.Pool
+	registry  *prometheus.Registry // what /metrics serves
 	sandboxes *local.Provider
 	hub       *hub.Hub
 	srv       *transport.Server
@@ -130,6 +134,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if !strings.Contains(m.cfg.DatabaseURL, "pool_max_conns") {
 		poolCfg.MaxConns = 16
 	}
+	m.registry = newRegistry()
+	poolCfg.ConnConfig.Tracer = store.NewMetrics(m.registry)
 	m.pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return fmt.Errorf("open database pool: %w", err)
@@ -171,7 +177,8 @@ func (m *Main) Run(ctx context.Context) error {
 		IdleTimeout:     m.cfg.IdleEvict,
 		MaxContentBytes: m.cfg.MaxContentBytes,
 		ModelName:       m.modelName(),
-	}, m.log)
+		Metrics:         conversation.NewMetrics(m.registry),
+	}, m.log, hub.WithMetrics(hub.NewMetrics(m.registry)))
 	if err != nil {
 		return err
 	}
@@ -182,6 +189,7 @@ func (m *Main) Run(ctx context.Context) error {
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		ReadLimit:      int64(m.cfg.ReadLimit),
 		SendQueueBytes: m.cfg.SendQueueBytes,
+		Metrics:        transport.NewMetrics(m.registry),
 	})
 	if err != nil {
 		return err
@@ -192,7 +200,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", m.cfg.Addr, err)
 	}
 	m.http = &http.Server{
-		Handler:           m.srv.Handler(),
+		Handler:           m.handler(m.registry),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          nil,
 	}
@@ -209,6 +217,7 @@ func (m *Main) logListening() {
 		Str("addr", m.Addr()).
 		Str("agent", m.cfg.Agent).
 		Bool("shell_tool", m.cfg.ShellTool).
+		Bool("pprof", m.cfg.Pprof).
 		Str("sandbox_dir", m.cfg.SandboxDir)
 	switch m.cfg.Agent {
 	case AgentDemo:
@@ -269,6 +278,7 @@ func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
 		SandboxKillAfter: m.cfg.SandboxKillAfter,
 		ModelIdleTimeout: m.cfg.ModelTimeout,
 		Logger:           m.log,
+		Metrics:          agent.NewMetrics(m.registry),
 	})
 }
 

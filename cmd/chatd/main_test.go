@@ -64,6 +64,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		MaxContentBytes: 128 << 10,
 		IdleEvict:       5 * time.Minute,
 		ShutdownTimeout: 10 * time.Second,
+		Pprof:           false,
 		DemoWords:       60,
 		DemoDelay:       30 * time.Millisecond,
 
@@ -95,6 +96,7 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_MAX_CONTENT_BYTES": "1000",
 		"CHATD_IDLE_EVICT":        "90s",
 		"CHATD_SHUTDOWN_TIMEOUT":  "3s",
+		"CHATD_PPROF":             "on",
 		"CHATD_DEMO_WORDS":        "7",
 		"CHATD_DEMO_DELAY":        "0s",
 
@@ -130,6 +132,7 @@ func TestParseConfigValues(t *testing.T) {
 		MaxContentBytes: 1000,
 		IdleEvict:       90 * time.Second,
 		ShutdownTimeout: 3 * time.Second,
+		Pprof:           true,
 		DemoWords:       7,
 		DemoDelay:       0,
 
@@ -176,6 +179,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-max-content-bytes", "2KiB",
 				"-idle-evict", "1h",
 				"-shutdown-timeout", "20s",
+				"-pprof=off",
 				"-demo-words", "9",
 				"-demo-delay", "5ms",
 				"-approval-timeout", "1m",
@@ -208,6 +212,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxContentBytes: 2 << 10,
 					IdleEvict:       time.Hour,
 					ShutdownTimeout: 20 * time.Second,
+					Pprof:           false,
 					DemoWords:       9,
 					DemoDelay:       5 * time.Millisecond,
 
@@ -337,6 +342,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},
 		{name: "max steps zero", env: map[string]string{"CHATD_MAX_STEPS": "0"}, mention: []string{"CHATD_MAX_STEPS"}},
 		{name: "shell tool maybe", env: map[string]string{"CHATD_SHELL_TOOL": "maybe"}, mention: []string{"CHATD_SHELL_TOOL"}},
+		{name: "pprof maybe", env: map[string]string{"CHATD_PPROF": "maybe"}, mention: []string{"CHATD_PPROF", "on or off"}},
+		{name: "pprof flag maybe", args: []string{"-pprof=maybe"}, mention: []string{"pprof"}},
 		{name: "unknown agent", env: map[string]string{"CHATD_AGENT": "gemini"}, mention: []string{"CHATD_AGENT", "gemini", "openai"}},
 		{name: "model with the synthetic agent", env: map[string]string{"CHATD_AGENT": "synth", "CHATD_MODEL": "m"}, mention: []string{"CHATD_MODEL", "synth"}},
 		{name: "model without a provider", env: map[string]string{"CHATD_MODEL": "gpt-4.1"}, mention: []string{"CHATD_MODEL", "CHATD_AGENT=openai"}},
@@ -982,4 +989,15 @@ func TestShellToolFlag(t *testing.T) {
 	}
 	_, err := parseConfig([]string{"-shell-tool=maybe"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x"}), io.Discard)
 	require.Error(t, err)
+}
+
+func TestPprofFlag(t *testing.T) {
+	for args, want := range map[string]bool{"-pprof": true, "-pprof=on": true, "-pprof=off": false, "-pprof=false": false} {
+		cfg, err := parseConfig([]string{args}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "off"}), io.Discard)
+		require.NoError(t, err, args)
+		require.Equal(t, want, cfg.Pprof, args)
+	}
+	cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "ON"}), io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.Pprof)
 }

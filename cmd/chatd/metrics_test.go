@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// httpGet fetches path from chatd and returns the status and body.
+func httpGet(t *testing.T, m *Main, path string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Addr()+path, nil)
+	require.NoError(t, err)
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// scrape is one GET /metrics, parsed.
+type scrape map[string]*dto.MetricFamily
+
+func scrapeMetrics(t *testing.T, m *Main) scrape {
+	t.Helper()
+	status, body := httpGet(t, m, "/metrics")
+	require.Equal(t, http.StatusOK, status, body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err)
+	return families
+}
+
+// series returns the sample of name whose labels include labels (name, value pairs),
+// failing the test when there is none.
+func (s scrape) series(t *testing.T, name string, labels ...string) *dto.Metric {
+	t.Helper()
+	f, ok := s[name]
+	require.True(t, ok, "%s is not served", name)
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for i := 0; i+1 < len(labels); i += 2 {
+			if have[labels[i]] != labels[i+1] {
+				continue next
+			}
+		}
+		return m
+	}
+	t.Fatalf("%s has no series %v", name, labels)
+	return nil
+}
+
+// value is a counter's or gauge's value.
+func (s scrape) value(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	m := s.series(t, name, labels...)
+	switch {
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("%s is not a counter or a gauge", name)
+	return 0
+}
+
+// count is a histogram's sample count.
+func (s scrape) count(t *testing.T, name string, labels ...string) uint64 {
+	t.Helper()
+	h := s.series(t, name, labels...).GetHistogram()
+	require.NotNil(t, h, "%s is not a histogram", name)
+	return h.GetSampleCount()
+}
+
+// at returns a state for a client that says it has seen the session up to seq of epoch.
+func at(sessionID, epoch string, seq int64) *wstest.State {
+	s := wstest.NewState()
+	s.SessionID, s.Epoch, s.LastSeq = sessionID, epoch, seq
+	return s
+}
+
+// settle makes a round trip on c: once the reply is read, every frame the server wrote
+// to c before it has been counted (the writer counts a batch before it takes the next).
+func settle(t *testing.T, c *wstest.Client, requestID string) {
+	t.Helper()
+	c.Send(map[string]any{"type": "no-such-type", "requestId": requestID})
+	require.Equal(t, "error", c.ReadReply(requestID).Type)
+}
+
+// A conversation over real WebSockets, then GET /metrics: every series the issue lists
+// is served, with the values the conversation implies.
+func TestMetricsEndpoint(t *testing.T) {
+	m, _ := startInProcess(t, map[string]string{"CHATD_DEMO_DELAY": "0s", "CHATD_DEMO_WORDS": "5"})
+	url := "ws://" + m.Addr() + "/v1/ws"
+
+	// A new session, caught up with a snapshot; one run.
+	c1 := wstest.Dial(t, url, nil)
+	require.Equal(t, "snapshot", c1.Hello("").Type)
+	sessionID, epoch := c1.State.SessionID, c1.State.Epoch
+	require.Equal(t, "ack", c1.Chat("r1", "hello").Type)
+	require.Equal(t, "chat.done", c1.ReadTerminal().Type)
+
+	// A tab that comes back where it left off is caught up by replay; it runs another.
+	c2 := wstest.Dial(t, url, nil)
+	c2.State = at(sessionID, epoch, c1.State.LastSeq)
+	require.Equal(t, "resumed", c2.Hello(sessionID).Type)
+	require.Equal(t, "ack", c2.Chat("r2", "hello again").Type)
+	require.Equal(t, "chat.done", c2.ReadTerminal().Type)
+
+	// One from an earlier epoch (a restarted server, say) gets a snapshot.
+	c3 := wstest.Dial(t, url, nil)
+	c3.State = at(sessionID, "0123456789abcdef", 1)
+	require.Equal(t, "snapshot", c3.Hello(sessionID).Type)
+
+	c1.ReadToSeq(c2.State.LastSeq)
+	lastSeq := c2.State.LastSeq
+	require.Equal(t, lastSeq, c1.State.LastSeq)
+	for i, c := range []*wstest.Client{c1, c2, c3} {
+		settle(t, c, fmt.Sprint("settle-", i))
+	}
+	// Every frame the clients read: catch-ups, events, acks, the settling replies.
+	read := (1 + 1 + len(c1.Seen) + 1) + (1 + 1 + len(c2.Seen) + 1) + (1 + len(c3.Seen) + 1)
+
+	s := scrapeMetrics(t, m)
+
+	require.EqualValues(t, 3, s.value(t, "chatd_connections_open"))
+	require.GreaterOrEqual(t, s.value(t, "chatd_actors_live"), 1.0)
+	for _, status := range []string{"running", "awaiting_approval", "paused"} {
+		require.Zero(t, s.value(t, "chatd_runs_active", "status", status), status)
+	}
+	require.EqualValues(t, lastSeq, s.value(t, "chatd_events_published_total"), "one session: one count per seq")
+	frames := s.value(t, "chatd_frames_sent_total")
+	require.GreaterOrEqual(t, frames, float64(read-3), "the settling replies may not be counted yet")
+	require.LessOrEqual(t, frames, float64(read), "nothing was sent that the clients did not read")
+	require.Zero(t, s.value(t, "chatd_slow_consumer_drops_total"))
+	require.EqualValues(t, 1, s.value(t, "chatd_catchups_total", "kind", "replay"))
+	require.EqualValues(t, 2, s.value(t, "chatd_catchups_total", "kind", "snapshot"))
+	require.Zero(t, s.value(t, "chatd_ring_evictions_total"))
+
+	for _, stmt := range []string{"RunStart", "MessageInsert", "MessageUpdate", "RunUpdate", "SessionInsert"} {
+		require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", stmt), stmt)
+		require.Zero(t, s.value(t, "chatd_db_statement_errors_total", "statement", stmt), stmt)
+	}
+	// Migrations and the start-up check for unfinished runs ran on the pool too.
+	require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", "RunsInterruptUnfinished"))
+	require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", "other"))
+	for name := range s {
+		if name != "chatd_db_statement_duration_seconds" && name != "chatd_db_statement_errors_total" {
+			continue
+		}
+		require.LessOrEqual(t, len(s[name].GetMetric()), 20, "the statement label is bounded by chatd's queries")
+	}
+
+	require.EqualValues(t, 2, s.count(t, "chatd_run_duration_seconds", "status", "done"))
+	require.GreaterOrEqual(t, s.count(t, "chatd_model_first_token_seconds"), uint64(2), "a model call per run at least")
+
+	// The runtime's and the process's own.
+	require.NotZero(t, s.value(t, "go_goroutines"))
+	require.NotZero(t, s.value(t, "process_resident_memory_bytes"))
+
+	// pprof is off unless asked for; the other endpoints are unaffected.
+	status, _ := httpGet(t, m, "/debug/pprof/")
+	require.Equal(t, http.StatusNotFound, status)
+	status, _ = httpGet(t, m, "/healthz")
+	require.Equal(t, http.StatusOK, status)
+}
+
+// With CHATD_PPROF=on the profiles are served next to /metrics.
+func TestPprofOn(t *testing.T) {
+	m, logBuf := startInProcess(t, map[string]string{"CHATD_PPROF": "on"})
+	require.Contains(t, logBuf.String(), `"pprof":true`)
+	status, body := httpGet(t, m, "/debug/pprof/")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "goroutine")
+	status, body = httpGet(t, m, "/debug/pprof/goroutine?debug=1")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "goroutine profile")
+	status, _ = httpGet(t, m, "/debug/pprof/cmdline")
+	require.Equal(t, http.StatusOK, status)
+	status, _ = httpGet(t, m, "/metrics")
+	require.Equal(t, http.StatusOK, status)
+}

@@ -1,0 +1,98 @@
+package conversation
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatd/chatd/store"
+)
+
+// Metrics counts what actors do. Every label is resolved here, once: the actor's hot
+// path (publish) only increments counters. One Metrics is shared by all the actors of a
+// process.
+type Metrics struct {
+	eventsPublished prometheus.Counter
+	ringEvictions   prometheus.Counter
+	catchUpReplay   prometheus.Counter
+	catchUpSnapshot prometheus.Counter
+	runsActive      map[store.RunStatus]prometheus.Gauge
+	runDuration     map[store.RunStatus]prometheus.Observer
+}
+
+// activeStatuses are the statuses of a run that has not ended.
+var activeStatuses = []store.RunStatus{store.RunRunning, store.RunAwaitingApproval, store.RunPaused}
+
+// endStatuses are the statuses a run ends with.
+var endStatuses = []store.RunStatus{store.RunDone, store.RunError, store.RunCancelled, store.RunInterrupted}
+
+// NewMetrics returns the actors' metrics, registered with reg unless it is nil:
+// chatd_events_published_total, chatd_ring_evictions_total, chatd_catchups_total{kind},
+// chatd_runs_active{status} and chatd_run_duration_seconds{status}. Pass it to every
+// actor in Config.Metrics.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	events := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatd_events_published_total",
+		Help: "Sequenced events the conversation actors published.",
+	})
+	evictions := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatd_ring_evictions_total",
+		Help: "Events pushed out of the replay rings by newer ones; a client further behind is caught up with a snapshot.",
+	})
+	catchUps := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatd_catchups_total",
+		Help: "Hellos answered, by how the subscriber was caught up: replay from the ring, or snapshot.",
+	}, []string{"kind"})
+	active := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chatd_runs_active",
+		Help: "Runs that have not ended, by their current status.",
+	}, []string{"status"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "chatd_run_duration_seconds",
+		Help: "Time from a run's start to its end, by the status it ended with. A run that waited for an approval includes the wait.",
+		// From a one-word answer to a run that waited for a person.
+		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600},
+	}, []string{"status"})
+
+	m := &Metrics{
+		eventsPublished: events,
+		ringEvictions:   evictions,
+		catchUpReplay:   catchUps.WithLabelValues("replay"),
+		catchUpSnapshot: catchUps.WithLabelValues("snapshot"),
+		runsActive:      make(map[store.RunStatus]prometheus.Gauge, len(activeStatuses)),
+		runDuration:     make(map[store.RunStatus]prometheus.Observer, len(endStatuses)),
+	}
+	for _, s := range activeStatuses {
+		m.runsActive[s] = active.WithLabelValues(string(s))
+	}
+	for _, s := range endStatuses {
+		m.runDuration[s] = duration.WithLabelValues(string(s))
+	}
+	if reg != nil {
+		reg.MustRegister(events, evictions, catchUps, active, duration)
+	}
+	return m
+}
+
+// discardMetrics stands in for a Config without Metrics: the counting costs the same
+// and nobody reads it.
+var discardMetrics = sync.OnceValue(func() *Metrics { return NewMetrics(nil) })
+
+// countActive moves run in chatd_runs_active from the status it was counted under to its
+// current one (none once it has ended). Call it after every change of run.info.Status.
+func (a *Actor) countActive(run *runState) {
+	now := run.info.Status
+	if !now.Active() {
+		now = ""
+	}
+	if now == run.counted {
+		return
+	}
+	if g := a.cfg.Metrics.runsActive[run.counted]; g != nil {
+		g.Dec()
+	}
+	if g := a.cfg.Metrics.runsActive[now]; g != nil {
+		g.Inc()
+	}
+	run.counted = now
+}
