@@ -170,6 +170,7 @@ func (m *Main) Run(ctx context.Context) error {
 		IdleTimeout:     m.cfg.IdleEvict,
 		MaxContentBytes: m.cfg.MaxContentBytes,
 		ModelName:       m.modelName(),
+		CoalesceDeltas:  m.cfg.CoalesceDeltas,
 	}, m.log)
 	if err != nil {
 		return err
