@@ -54,6 +54,8 @@ type Actor struct {
 	idleT     actorTimer
 	abandonT  actorTimer
 	retryT    actorTimer
+	coalesceT actorTimer // ends the window of held text, armed while there is some
+	held      heldDelta
 
 	// Writes that failed, newest version of each row, kept until a retry stores them.
 	// Clients were told of these states, so snapshots and history show them too.
@@ -90,6 +92,8 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		idleT:    actorTimer{kind: timerIdle},
 		abandonT: actorTimer{kind: timerAbandon},
 		retryT:   actorTimer{kind: timerRetry},
+
+		coalesceT: actorTimer{kind: timerCoalesce},
 	}
 	go a.loop()
 	return a
@@ -292,6 +296,7 @@ func (a *Actor) loop() {
 	a.idleT.disarm()
 	a.abandonT.disarm()
 	a.retryT.disarm()
+	a.coalesceT.disarm()
 	if a.evicted && a.onStop != nil {
 		a.onStop(a, a.closeDone)
 	}
@@ -309,6 +314,10 @@ func (a *Actor) onTimer(f timerFire) {
 	case timerRetry:
 		if a.retryT.fired(f) {
 			a.flushUnsaved()
+		}
+	case timerCoalesce:
+		if a.coalesceT.fired(f) {
+			a.flushDelta()
 		}
 	case timerAbandon:
 		if a.abandonT.fired(f) && a.abandonable() {
@@ -454,6 +463,9 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		return HelloResult{}, ErrNotYours
 	}
 
+	// Held text goes out first: the newcomer starts with all of it, and its snapshot or
+	// replay ends at the seq that carried it.
+	a.flushDelta()
 	sub := req.Subscriber
 	res := HelloResult{Epoch: a.epoch, LastSeq: a.seq}
 	var frames [][]byte
@@ -538,7 +550,11 @@ func (a *Actor) history(before int64, limit int) (HistoryPage, error) {
 
 // publish numbers ev, encodes it once, keeps it for replay and offers it to every
 // subscriber. A subscriber that cannot take it is dropped; the others are unaffected.
+// Any event but a delta publishes the held delta first, so events stay in order.
 func (a *Actor) publish(ev Event) {
+	if ev.Type != EventDelta {
+		a.flushDelta()
+	}
 	a.seq++
 	ev.Seq = a.seq
 	frame, err := a.cfg.Encoder.Event(ev)

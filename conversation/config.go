@@ -87,6 +87,12 @@ type Config struct {
 	// Metrics counts events, catch-ups and runs; share one among all actors. nil counts
 	// into metrics nobody exposes.
 	Metrics *Metrics
+	// CoalesceDeltas, when positive, merges the text a segment streams within this long
+	// of its first piece into one chat.delta (at most MaxCoalescedDelta bytes), timed on
+	// Clock: fewer, larger frames for a little latency. Any other event of the run, the
+	// segment's end and a hello publish the held text first. 0 publishes every piece as
+	// it comes.
+	CoalesceDeltas time.Duration
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -142,6 +148,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: MaxContentBytes %d is below 1", c.MaxContentBytes)
 	case c.InboxSize < 1:
 		return fmt.Errorf("conversation config: InboxSize %d is below 1", c.InboxSize)
+	case c.CoalesceDeltas < 0:
+		return fmt.Errorf("conversation config: CoalesceDeltas %s is negative", c.CoalesceDeltas)
 	}
 	return nil
 }

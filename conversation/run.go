@@ -460,9 +460,7 @@ func (a *Actor) onText(run *runState, text string) {
 	if !a.openSegment(run, store.KindText) {
 		return
 	}
-	text = cleanText(text)
-	run.seg.buf.WriteString(text)
-	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: run.seg.msg.ID, Text: text}))
+	a.appendDelta(run, cleanText(text))
 }
 
 func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
@@ -475,9 +473,7 @@ func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
 		}
 	}
 	if it.text != "" {
-		text := cleanText(it.text)
-		run.seg.buf.WriteString(text)
-		a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: run.seg.msg.ID, Text: text}))
+		a.appendDelta(run, cleanText(it.text))
 	}
 	if it.end {
 		if len(it.providerData) > 0 && json.Valid(it.providerData) {
@@ -622,6 +618,7 @@ func (a *Actor) closeSegment(run *runState, status store.MessageStatus, msgErr *
 	if seg == nil {
 		return nil
 	}
+	a.flushDelta() // the stored content is every delta's text, held text included
 	run.seg = nil
 	m := seg.view()
 	m.Status = status

@@ -9,9 +9,10 @@ import (
 type timerKind int
 
 const (
-	timerIdle    timerKind = iota + 1 // evict the idle actor
-	timerRetry                        // retry unsaved writes
-	timerAbandon                      // cancel a run nobody watches
+	timerIdle     timerKind = iota + 1 // evict the idle actor
+	timerRetry                         // retry unsaved writes
+	timerAbandon                       // cancel a run nobody watches
+	timerCoalesce                      // publish the held text delta
 )
 
 // timerFire is a timer's expiry, delivered to the actor's loop.

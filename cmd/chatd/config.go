@@ -53,6 +53,9 @@ type Config struct {
 	// on|off). Off by default: profiles show the process's internals to whoever can
 	// reach the listener.
 	Pprof bool
+	// CoalesceDeltas merges the text a segment streams within this long into one
+	// chat.delta; 0 sends every piece as it comes (CHATD_COALESCE_DELTAS).
+	CoalesceDeltas time.Duration
 
 	// DemoWords and DemoDelay set the demo agent's reply length and pace
 	// (CHATD_DEMO_WORDS, CHATD_DEMO_DELAY).
@@ -101,6 +104,10 @@ type Config struct {
 	ModelTimeout time.Duration
 }
 
+// maxCoalesceDeltas bounds CHATD_COALESCE_DELTAS: a longer wait would make streaming
+// visibly stutter, which is not what coalescing is for.
+const maxCoalesceDeltas = time.Second
+
 // Agents chatd can run.
 const (
 	AgentDemo      = "demo"
@@ -137,6 +144,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ (CHATD_PPROF)")
+	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", 0), "merge the text streamed within this long into one chat.delta, e.g. 25ms; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
@@ -199,6 +207,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("CHATD_SHUTDOWN_TIMEOUT (-shutdown-timeout) is %s; it must be positive", c.ShutdownTimeout)
+	case c.CoalesceDeltas < 0 || c.CoalesceDeltas > maxCoalesceDeltas:
+		return fmt.Errorf("CHATD_COALESCE_DELTAS (-coalesce-deltas) is %s; use 0 (off) up to %s", c.CoalesceDeltas, maxCoalesceDeltas)
 	case c.DemoWords < 1:
 		return fmt.Errorf("CHATD_DEMO_WORDS (-demo-words) is %d; it must be at least 1", c.DemoWords)
 	case c.DemoDelay < 0:

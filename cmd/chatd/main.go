@@ -178,6 +178,7 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxContentBytes: m.cfg.MaxContentBytes,
 		ModelName:       m.modelName(),
 		Metrics:         conversation.NewMetrics(m.registry),
+		CoalesceDeltas:  m.cfg.CoalesceDeltas,
 	}, m.log, hub.WithMetrics(hub.NewMetrics(m.registry)))
 	if err != nil {
 		return err

@@ -65,6 +65,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		IdleEvict:       5 * time.Minute,
 		ShutdownTimeout: 10 * time.Second,
 		Pprof:           false,
+		CoalesceDeltas:  0, // off until the benchmark picks a default
 		DemoWords:       60,
 		DemoDelay:       30 * time.Millisecond,
 
@@ -97,6 +98,7 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_IDLE_EVICT":        "90s",
 		"CHATD_SHUTDOWN_TIMEOUT":  "3s",
 		"CHATD_PPROF":             "on",
+		"CHATD_COALESCE_DELTAS":   "25ms",
 		"CHATD_DEMO_WORDS":        "7",
 		"CHATD_DEMO_DELAY":        "0s",
 
@@ -133,6 +135,7 @@ func TestParseConfigValues(t *testing.T) {
 		IdleEvict:       90 * time.Second,
 		ShutdownTimeout: 3 * time.Second,
 		Pprof:           true,
+		CoalesceDeltas:  25 * time.Millisecond,
 		DemoWords:       7,
 		DemoDelay:       0,
 
@@ -180,6 +183,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-idle-evict", "1h",
 				"-shutdown-timeout", "20s",
 				"-pprof=off",
+				"-coalesce-deltas", "1s",
 				"-demo-words", "9",
 				"-demo-delay", "5ms",
 				"-approval-timeout", "1m",
@@ -213,6 +217,7 @@ func TestParseConfigValues(t *testing.T) {
 					IdleEvict:       time.Hour,
 					ShutdownTimeout: 20 * time.Second,
 					Pprof:           false,
+					CoalesceDeltas:  time.Second,
 					DemoWords:       9,
 					DemoDelay:       5 * time.Millisecond,
 
@@ -334,6 +339,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "read limit not a size", env: map[string]string{"CHATD_READ_LIMIT": "4 megs"}, mention: []string{"CHATD_READ_LIMIT"}},
 		{name: "max content zero", env: map[string]string{"CHATD_MAX_CONTENT_BYTES": "0"}, mention: []string{"CHATD_MAX_CONTENT_BYTES"}},
 		{name: "shutdown timeout zero", env: map[string]string{"CHATD_SHUTDOWN_TIMEOUT": "0s"}, mention: []string{"CHATD_SHUTDOWN_TIMEOUT"}},
+		{name: "coalesce deltas negative", env: map[string]string{"CHATD_COALESCE_DELTAS": "-1ms"}, mention: []string{"CHATD_COALESCE_DELTAS", "-1ms"}},
+		{name: "coalesce deltas above 1s", env: map[string]string{"CHATD_COALESCE_DELTAS": "1001ms"}, mention: []string{"CHATD_COALESCE_DELTAS", "1.001s"}},
+		{name: "coalesce deltas not a duration", env: map[string]string{"CHATD_COALESCE_DELTAS": "25"}, mention: []string{"CHATD_COALESCE_DELTAS", "25"}},
+		{name: "coalesce deltas flag above 1s", args: []string{"-coalesce-deltas", "2s"}, mention: []string{"CHATD_COALESCE_DELTAS", "-coalesce-deltas"}},
 		{name: "demo words not a number", env: map[string]string{"CHATD_DEMO_WORDS": "many"}, mention: []string{"CHATD_DEMO_WORDS"}},
 		{name: "demo words zero", env: map[string]string{"CHATD_DEMO_WORDS": "0"}, mention: []string{"CHATD_DEMO_WORDS"}},
 		{name: "demo delay negative", env: map[string]string{"CHATD_DEMO_DELAY": "-1ms"}, mention: []string{"CHATD_DEMO_DELAY"}},
@@ -1000,4 +1009,59 @@ func TestPprofFlag(t *testing.T) {
 	cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "ON"}), io.Discard)
 	require.NoError(t, err)
 	require.True(t, cfg.Pprof)
+}
+
+// ---------------------------------------------------------------------------------------
+// Delta coalescing
+
+// CHATD_COALESCE_DELTAS reaches the actors: a demo reply streamed with no pause comes in
+// far fewer deltas than words, and what the client pieced together is what was stored.
+func TestCoalesceDeltasOption(t *testing.T) {
+	const words = 60
+	dbURL := storetest.NewURL(t)
+	var logBuf syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of chatd:\n%s", logBuf.String())
+		}
+	})
+	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{
+		"DATABASE_URL":          dbURL,
+		"CHATD_LOG_FORMAT":      "json",
+		"CHATD_DEMO_DELAY":      "0s",
+		"CHATD_DEMO_WORDS":      fmt.Sprint(words),
+		"CHATD_COALESCE_DELTAS": "1s", // longer than the whole reply takes
+	}), &logBuf)
+	require.NoError(t, err)
+	logger, err := newLogger(cfg, &logBuf)
+	require.NoError(t, err)
+	m := NewMain(cfg, logger)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	closed := false
+	t.Cleanup(func() {
+		if !closed { // Close may be called once
+			_ = m.Close(context.Background())
+		}
+	})
+	require.NoError(t, m.Run(ctx))
+
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	sessionID := c.Hello("").SessionID
+	require.Equal(t, "ack", c.Chat("r1", "hello").Type)
+	require.Equal(t, "chat.done", c.ReadTerminal().Type)
+	deltas := 0
+	for _, f := range c.Seen {
+		if f.Type == "chat.delta" {
+			deltas++
+		}
+	}
+	require.Less(t, deltas, words/2, "the words were merged into fewer deltas")
+	stored := sessionMessages(t, openStore(t, dbURL), sessionID)
+	require.Equal(t, strings.Join(demo.Reply("hello", words), " "), stored[1].Content)
+	require.Empty(t, wstest.Diff(toWire(t, stored), c.State.Sorted()))
+
+	c.WS.CloseNow()
+	closed = true
+	require.NoError(t, m.Close(ctx))
 }

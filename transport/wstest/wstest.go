@@ -585,6 +585,13 @@ func (s *Sub) Messages() []Message {
 	return s.state.Sorted()
 }
 
+// Frames returns every frame the subscriber received, in order.
+func (s *Sub) Frames() []Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.frames)
+}
+
 // ActiveRun returns the active run as the subscriber holds it.
 func (s *Sub) ActiveRun() *Run {
 	s.mu.Lock()

@@ -1,0 +1,57 @@
+package conversation
+
+import "strings"
+
+// MaxCoalescedDelta bounds the text one coalesced chat.delta carries: text held back for
+// Config.CoalesceDeltas is published early rather than grow past it, so a fast model
+// cannot build a huge frame. A single piece larger than this is published as it came.
+const MaxCoalescedDelta = 16 << 10
+
+// heldDelta is text of the open segment that arrived within the coalescing window and is
+// not published yet. It is not part of the segment's text (liveMessage.buf) until it is
+// published, so snapshots, history and the ring all stop at the same seq. Every other
+// event publishes it first (see publish), and so do closing the segment and a hello.
+type heldDelta struct {
+	run  *runState
+	seg  *liveMessage
+	text strings.Builder
+}
+
+// appendDelta adds text to run's open segment: published at once as a chat.delta, or,
+// when CoalesceDeltas is on, held back and merged with what follows it within the window.
+func (a *Actor) appendDelta(run *runState, text string) {
+	if a.cfg.CoalesceDeltas <= 0 {
+		a.publishDelta(run, run.seg, text)
+		return
+	}
+	h := &a.held
+	if h.seg != nil && (h.seg != run.seg || h.text.Len()+len(text) > MaxCoalescedDelta) {
+		a.flushDelta()
+	}
+	h.run, h.seg = run, run.seg
+	h.text.WriteString(text)
+	if h.text.Len() >= MaxCoalescedDelta {
+		a.flushDelta()
+		return
+	}
+	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
+}
+
+// flushDelta publishes the held text, if any, as one chat.delta and stops the window.
+func (a *Actor) flushDelta() {
+	a.coalesceT.disarm()
+	h := &a.held
+	if h.seg == nil {
+		return
+	}
+	run, seg, text := h.run, h.seg, h.text.String()
+	h.run, h.seg = nil, nil
+	h.text.Reset()
+	a.publishDelta(run, seg, text)
+}
+
+// publishDelta appends text to seg's text and tells the subscribers.
+func (a *Actor) publishDelta(run *runState, seg *liveMessage, text string) {
+	seg.buf.WriteString(text)
+	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: seg.msg.ID, Text: text}))
+}

@@ -1,0 +1,462 @@
+package conversation_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+const window = 25 * time.Millisecond
+
+// startCoalescing starts an actor that coalesces deltas for window on a fake clock, with
+// one subscriber.
+func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Agent) (*clockwork.FakeClock, *conversation.Actor, *wstest.Sub) {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	a := conversation.Start(conversation.Config{
+		Store:          st,
+		Agent:          agent,
+		Encoder:        transport.Encoder{},
+		Clock:          clock,
+		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		CoalesceDeltas: window,
+	}, uuid.New(), nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	s := wstest.NewSub()
+	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
+	require.NoError(t, err)
+	return clock, a, s
+}
+
+// stepper is an agent the test plays one step at a time, so it knows which pieces the
+// actor holds when it moves the clock. Closing steps ends the run.
+type stepper struct {
+	steps chan script.Step
+	ran   chan error
+}
+
+func newStepper() *stepper {
+	return &stepper{steps: make(chan script.Step), ran: make(chan error, 1)}
+}
+
+func (p *stepper) Run(ctx context.Context, _ conversation.Request, out conversation.Emitter) error {
+	for {
+		select {
+		case step, ok := <-p.steps:
+			if !ok {
+				return nil
+			}
+			err := step(ctx, out)
+			p.ran <- err
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// play runs step in the agent and returns once the actor has handled what it emitted.
+func (p *stepper) play(t *testing.T, a *conversation.Actor, step script.Step) error {
+	t.Helper()
+	ctx := testCtx(t)
+	select {
+	case p.steps <- step:
+	case <-ctx.Done():
+		t.Fatal("the agent did not take the step")
+	}
+	var err error
+	select {
+	case err = <-p.ran:
+	case <-ctx.Done():
+		t.Fatal("the agent did not finish the step")
+	}
+	roundTrip(t, a)
+	return err
+}
+
+// event is a frame reduced to what the ordering tests compare.
+type event struct {
+	typ, text string
+}
+
+func events(frames []wstest.Frame) []event {
+	var out []event
+	for _, f := range frames {
+		if !f.Sequenced() {
+			continue
+		}
+		e := event{typ: f.Type}
+		if f.Text != nil {
+			e.text = *f.Text
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func deltas(s *wstest.Sub) []string {
+	var out []string
+	for _, e := range events(s.Frames()) {
+		if e.typ == "chat.delta" {
+			out = append(out, e.text)
+		}
+	}
+	return out
+}
+
+// requireDeltasAreStored checks that every assistant message's stored content is the
+// concatenation of the deltas s received for it, and that s holds what the database
+// holds. s must have seen the session from its first event.
+func requireDeltasAreStored(t *testing.T, st *store.Store, a *conversation.Actor, s *wstest.Sub) {
+	t.Helper()
+	joined := map[string]string{}
+	for _, f := range s.Frames() {
+		if f.Type == "chat.delta" {
+			joined[f.MessageID] += *f.Text
+		}
+	}
+	db := stored(t, st, a.SessionID())
+	for _, m := range db {
+		if m.Role == "assistant" {
+			require.Equal(t, m.Content, joined[m.ID], "message %d", m.Position)
+		}
+	}
+	require.Empty(t, wstest.Diff(db, s.Messages()))
+}
+
+func TestCoalesceMergesPiecesWithinTheWindow(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	agent := newStepper()
+	clock, a, s := startCoalescing(t, st, agent)
+	_, err := a.Send(context.Background(), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+
+	require.NoError(t, agent.play(t, a, script.Text("Hel", "lo", ", ")))
+	require.Empty(t, deltas(s), "held for the window")
+	waitTimers(t, clock, 1) // the window's timer, the actor's only one
+	clock.Advance(window - time.Nanosecond)
+	roundTrip(t, a)
+	require.Empty(t, deltas(s), "the window has not passed")
+	clock.Advance(time.Nanosecond)
+	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	require.Equal(t, []string{"Hello, "}, deltas(s))
+
+	// A piece after the window starts the next one, which runs from that piece: later
+	// pieces do not extend it.
+	require.NoError(t, agent.play(t, a, script.Text("wor")))
+	clock.Advance(window / 2)
+	require.NoError(t, agent.play(t, a, script.Text("ld")))
+	require.Equal(t, []string{"Hello, "}, deltas(s))
+	clock.Advance(window / 2)
+	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == "world" })
+
+	// The end of the run publishes what is held without waiting for the window.
+	require.NoError(t, agent.play(t, a, script.Text("!")))
+	close(agent.steps)
+	require.Equal(t, "chat.done", s.Await(t, wstest.Frame.Terminal).Type)
+	require.Equal(t, []event{
+		{typ: "chat.started"},
+		{typ: "assistant.segment.started"},
+		{typ: "chat.delta", text: "Hello, "},
+		{typ: "chat.delta", text: "world"},
+		{typ: "chat.delta", text: "!"},
+		{typ: "assistant.segment.ended"},
+		{typ: "chat.done"},
+	}, events(s.Frames()))
+	requireDeltasAreStored(t, st, a, s)
+
+	// Nothing is left to fire once the run is over.
+	waitTimers(t, clock, 0)
+	clock.Advance(time.Hour)
+	roundTrip(t, a)
+	require.Len(t, s.Frames(), 1+7, "the snapshot and the run's events")
+}
+
+func TestCoalesceFlushesAtTheSizeBound(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	agent := newStepper()
+	clock, a, s := startCoalescing(t, st, agent)
+	_, err := a.Send(context.Background(), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	piece := func(c string, n int) string { return strings.Repeat(c, n) }
+	const third = conversation.MaxCoalescedDelta * 3 / 8
+
+	// Two pieces fit; the third would pass the bound, so the two go out first.
+	require.NoError(t, agent.play(t, a, script.Text(piece("a", third), piece("b", third))))
+	require.Empty(t, deltas(s))
+	require.NoError(t, agent.play(t, a, script.Text(piece("c", third))))
+	require.Equal(t, []string{piece("a", third) + piece("b", third)}, deltas(s))
+	clock.Advance(window)
+	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && strings.HasPrefix(*f.Text, "c") })
+
+	// Text that reaches the bound goes out at once, a piece larger than it as it came.
+	require.NoError(t, agent.play(t, a, script.Text(piece("d", conversation.MaxCoalescedDelta-1), "e")))
+	require.NoError(t, agent.play(t, a, script.Text(piece("f", 2*conversation.MaxCoalescedDelta))))
+	require.Equal(t, []string{
+		piece("a", third) + piece("b", third),
+		piece("c", third),
+		piece("d", conversation.MaxCoalescedDelta-1) + "e",
+		piece("f", 2*conversation.MaxCoalescedDelta),
+	}, deltas(s))
+	waitTimers(t, clock, 0)
+
+	close(agent.steps)
+	require.Equal(t, "chat.done", s.Await(t, wstest.Frame.Terminal).Type)
+	requireDeltasAreStored(t, st, a, s)
+}
+
+// Every other event of the run publishes the held text first: the clock never moves
+// here, so each delta below was forced out by the event after it.
+func TestCoalescedTextGoesOutBeforeEveryOtherEvent(t *testing.T) {
+	t.Parallel()
+	usage := func(_ context.Context, out conversation.Emitter) error {
+		return out.Usage(conversation.Usage{InputTokens: 10, OutputTokens: 2})
+	}
+	reasoning := func(text string) script.Step {
+		return func(_ context.Context, out conversation.Emitter) error { return out.Reasoning(text) }
+	}
+	cases := []struct {
+		name  string
+		steps []script.Step
+		want  []event
+	}{{
+		name: "segment ends, tools, usage and kind switches",
+		steps: []script.Step{
+			script.Reasoning("", "thinking ", "hard"), // closed by EndReasoning
+			script.Text("a", "b"),
+			usage,
+			script.Text("c"),
+			script.ToolStart("c1", "lookup", `{}`),
+			script.Text("d"), // a new segment while the tool runs
+			script.ToolOutput("c1", "out"),
+			script.Text("e"),
+			script.ToolEnd("c1", ""),
+			reasoning("r"),   // text to reasoning
+			script.Text("f"), // reasoning to text
+		},
+		want: []event{
+			{typ: "chat.started"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "thinking hard"},
+			{typ: "assistant.segment.ended"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "ab"},
+			{typ: "run.status"},
+			{typ: "chat.delta", text: "c"},
+			{typ: "assistant.segment.ended"},
+			{typ: "tool.start"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "d"},
+			{typ: "tool.output", text: "out"},
+			{typ: "chat.delta", text: "e"},
+			{typ: "tool.end"},
+			{typ: "assistant.segment.ended"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "r"},
+			{typ: "assistant.segment.ended"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "f"},
+			{typ: "assistant.segment.ended"},
+			{typ: "chat.done"},
+		},
+	}, {
+		name:  "the agent fails right after a piece",
+		steps: []script.Step{script.Text("x", "y"), script.Fail("model_error", "boom")},
+		want: []event{
+			{typ: "chat.started"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "xy"},
+			{typ: "assistant.segment.ended"},
+			{typ: "chat.error"},
+		},
+	}, {
+		name:  "an approval right after a piece",
+		steps: []script.Step{script.Text("may I"), script.AwaitOnly("c1", "shell", `{}`, nil)},
+		want: []event{
+			{typ: "chat.started"},
+			{typ: "assistant.segment.started"},
+			{typ: "chat.delta", text: "may I"},
+			{typ: "assistant.segment.ended"},
+			{typ: "tool.start"},
+			{typ: "run.status"},
+			{typ: "tool.end"}, // the run ended before the call did
+			{typ: "chat.done"},
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := storetest.New(t)
+			_, a, s := startCoalescing(t, st, script.New(tc.steps...))
+			_, err := a.Send(context.Background(), conversation.SendRequest{RequestID: "r1", Content: "go"})
+			require.NoError(t, err)
+			s.Await(t, wstest.Frame.Terminal) // also fails on a seq gap
+			require.Equal(t, tc.want, events(s.Frames()))
+			requireDeltasAreStored(t, st, a, s)
+		})
+	}
+}
+
+// Cancelling, or stopping the server, in the middle of a window stores and shows the
+// held text, and nothing is published after the run's end.
+func TestCoalescedTextSurvivesTheEndOfTheRun(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		end    func(a *conversation.Actor) error
+		status string
+		last   string
+	}{{
+		name: "cancel",
+		end: func(a *conversation.Actor) error {
+			_, err := a.Cancel(context.Background(), uuid.Nil)
+			return err
+		},
+		status: "cancelled",
+		last:   "chat.cancelled",
+	}, {
+		name:   "shutdown",
+		end:    func(a *conversation.Actor) error { return a.Stop(context.Background()) },
+		status: "interrupted",
+		last:   "chat.error",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := storetest.New(t)
+			agent := newStepper()
+			clock, a, s := startCoalescing(t, st, agent)
+			_, err := a.Send(context.Background(), conversation.SendRequest{RequestID: "r1", Content: "go"})
+			require.NoError(t, err)
+			require.NoError(t, agent.play(t, a, script.Text("half", "way")))
+			require.Empty(t, deltas(s))
+
+			require.NoError(t, tc.end(a))
+			require.Equal(t, tc.last, s.Await(t, wstest.Frame.Terminal).Type)
+			require.Equal(t, []event{
+				{typ: "chat.started"},
+				{typ: "assistant.segment.started"},
+				{typ: "chat.delta", text: "halfway"},
+				{typ: "assistant.segment.ended"},
+				{typ: tc.last},
+			}, events(s.Frames()))
+			msgs := s.Messages()
+			require.Equal(t, "halfway", msgs[1].Content)
+			require.Equal(t, tc.status, msgs[1].Status)
+			requireDeltasAreStored(t, st, a, s)
+
+			// The window's timer went with the run (a stopped actor has none at all).
+			if tc.name == "cancel" {
+				waitTimers(t, clock, 0)
+				clock.Advance(time.Hour)
+				roundTrip(t, a)
+			}
+			require.Len(t, events(s.Frames()), 5)
+		})
+	}
+}
+
+// A hello in the middle of a window publishes the held text first, so the newcomer's
+// snapshot has all of it at the seq of that delta, and what follows continues it.
+// History shows only text that was published, like a snapshot at the current seq.
+func TestHelloMidWindowGetsTheHeldText(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	agent := newStepper()
+	clock, a, s := startCoalescing(t, st, agent)
+	ctx := context.Background()
+	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.NoError(t, agent.play(t, a, script.Text("hello ", "wor")))
+	require.Empty(t, deltas(s))
+
+	late := wstest.NewSub()
+	res, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: late})
+	require.NoError(t, err)
+	require.False(t, res.Resumed)
+	snap := late.Await(t, func(f wstest.Frame) bool { return f.Type == "snapshot" })
+	require.Equal(t, "hello wor", snap.Messages[1].Content)
+	require.Equal(t, []string{"hello wor"}, deltas(s))
+	flushed := s.Frames()[len(s.Frames())-1]
+	require.Equal(t, "chat.delta", flushed.Type)
+	require.Equal(t, flushed.Seq, snap.LastSeq, "the snapshot is as of the delta that carried the held text")
+
+	require.NoError(t, agent.play(t, a, script.Text("ld")))
+	page, err := a.History(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, "hello wor", page.Messages[1].Content, "history has no unpublished text")
+	clock.Advance(window)
+	late.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	require.Equal(t, "hello world", late.Messages()[1].Content)
+
+	require.NoError(t, agent.play(t, a, script.Text("!")))
+	close(agent.steps)
+	s.Await(t, wstest.Frame.Terminal)
+	late.Await(t, wstest.Frame.Terminal)
+	require.Equal(t, []string{"hello wor", "ld", "!"}, deltas(s))
+	requireDeltasAreStored(t, st, a, s)
+	require.Empty(t, wstest.Diff(s.Messages(), late.Messages()))
+}
+
+// A segment whose closing write fails after held text: the delta still goes out before
+// the segment's end, and the state kept for the retry has the held text.
+func TestCoalescedTextWithAFailingWrite(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	agent := newStepper()
+	clock, a, s := startCoalescing(t, st, agent)
+	ctx := context.Background()
+	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.NoError(t, agent.play(t, a, script.Text("kept ", "anyway")))
+
+	st.set("MessageUpdate", failBefore, -1)
+	require.ErrorIs(t, agent.play(t, a, script.ToolStart("c1", "lookup", `{}`)), conversation.ErrRunEnded)
+	end := s.Await(t, wstest.Frame.Terminal)
+	require.Equal(t, "chat.error", end.Type)
+	require.Equal(t, "storage", end.Run.Error.Code)
+	require.Equal(t, []event{
+		{typ: "chat.started"},
+		{typ: "assistant.segment.started"},
+		{typ: "chat.delta", text: "kept anyway"},
+		{typ: "assistant.segment.ended"},
+		{typ: "chat.error"},
+	}, events(s.Frames()))
+	require.Equal(t, "kept anyway", snapshotOf(t, a)[1].Content)
+
+	// The retry stores it: once the actor is idle (its eviction timer armed), it has.
+	a.Unsubscribe(ctx, s)
+	waitTimers(t, clock, 1)
+	st.clear()
+	clock.Advance(time.Second)
+	waitTimers(t, clock, 1)
+	requireDeltasAreStored(t, st.Store, a, s)
+}
+
+func TestValidateRejectsNegativeCoalescing(t *testing.T) {
+	t.Parallel()
+	err := conversation.Config{Store: &store.Store{}, Agent: script.New(), Encoder: transport.Encoder{}, CoalesceDeltas: -time.Millisecond}.Validate()
+	require.ErrorContains(t, err, "CoalesceDeltas")
+}
