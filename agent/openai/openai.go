@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
@@ -77,11 +76,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
 	defer stream.Close()
 
-	type call struct {
-		id, name string
-		args     strings.Builder
-	}
-	calls := map[int64]*call{}
+	calls := toolCalls{byIndex: map[int64]*toolCall{}}
 	var (
 		usage        agent.Usage
 		gotUsage     bool
@@ -124,18 +119,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 				}
 			}
 			for _, tc := range d.ToolCalls {
-				c := calls[tc.Index]
-				if c == nil {
-					c = &call{}
-					calls[tc.Index] = c
-				}
-				if tc.ID != "" {
-					c.id = tc.ID
-				}
-				if tc.Function.Name != "" {
-					c.name += tc.Function.Name
-				}
-				c.args.WriteString(tc.Function.Arguments)
+				calls.add(tc)
 			}
 			if choice.FinishReason != "" {
 				finish = choice.FinishReason
@@ -154,13 +138,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err := endReasoning(); err != nil {
 		return err
 	}
-	indexes := make([]int64, 0, len(calls))
-	for i := range calls {
-		indexes = append(indexes, i)
-	}
-	sort.Slice(indexes, func(a, b int) bool { return indexes[a] < indexes[b] })
-	for _, i := range indexes {
-		c := calls[i]
+	for _, c := range calls.calls {
 		args := json.RawMessage(c.args.String())
 		if len(strings.TrimSpace(string(args))) == 0 {
 			args = json.RawMessage("{}")
@@ -173,6 +151,45 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		return emit(agent.ModelEvent{Kind: agent.EventUsage, Usage: usage})
 	}
 	return nil
+}
+
+// toolCall is one call of a response, as far as its fragments have come.
+type toolCall struct {
+	id, name string
+	args     strings.Builder
+}
+
+// toolCalls assembles a response's tool calls from the fragments they arrive in.
+type toolCalls struct {
+	calls   []*toolCall         // in the order they began
+	byIndex map[int64]*toolCall // the call each index continues
+}
+
+// add takes one fragment. A fragment continues the call at its index, unless it carries
+// an id other than that call's: Ollama sends every call of a parallel batch whole, each
+// with its own id and all at index 0. A fragment without an index continues the latest
+// call, or begins one when its id is new.
+func (t *toolCalls) add(tc openai.ChatCompletionChunkChoiceDeltaToolCall) {
+	hasIndex := tc.JSON.Index.Valid()
+	var c *toolCall
+	switch {
+	case hasIndex:
+		c = t.byIndex[tc.Index]
+	case len(t.calls) > 0:
+		c = t.calls[len(t.calls)-1]
+	}
+	if c == nil || (tc.ID != "" && c.id != "" && tc.ID != c.id) {
+		c = &toolCall{}
+		t.calls = append(t.calls, c)
+	}
+	if hasIndex {
+		t.byIndex[tc.Index] = c
+	}
+	if tc.ID != "" {
+		c.id = tc.ID
+	}
+	c.name += tc.Function.Name // names may come in pieces too
+	c.args.WriteString(tc.Function.Arguments)
 }
 
 // reasoning reads the reasoning some servers put in the delta: reasoning_content

@@ -174,6 +174,52 @@ func TestToolCallArgumentsSplitOverManyChunks(t *testing.T) {
 	}, evs)
 }
 
+// Ollama streams every call of a parallel batch whole, each with its own id, all at
+// index 0 (ollama/ollama#15457): a new id at an index begins a new call.
+func TestParallelCallsAllAtIndexZero(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("tool_calls",
+		delta(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Paris\"}"}}]}`),
+		delta(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Oslo\"}"}}]}`),
+	))
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{
+		callEvent("call_a", "get_weather", `{"location":"Paris"}`),
+		callEvent("call_b", "get_weather", `{"location":"Oslo"}`),
+		usageEvent(12, 5),
+	}, evs)
+}
+
+// Some servers repeat the call's id on every fragment: the same id continues the call.
+func TestToolCallIDRepeatedOnEveryFragment(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("tool_calls",
+		delta(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"loc"}}]}`),
+		delta(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"arguments":"ation\":\"Paris\"}"}}]}`),
+	))
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{callEvent("call_a", "get_weather", `{"location":"Paris"}`), usageEvent(12, 5)}, evs)
+}
+
+// Fragments without an index continue the latest call; a new id begins the next one.
+func TestToolCallFragmentsWithoutIndex(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("tool_calls",
+		delta(`{"tool_calls":[{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"location\":"}}]}`),
+		delta(`{"tool_calls":[{"function":{"arguments":"\"Paris\"}"}}]}`),
+		delta(`{"tool_calls":[{"id":"call_b","type":"function","function":{"name":"current_time","arguments":""}}]}`),
+	))
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{
+		callEvent("call_a", "get_weather", `{"location":"Paris"}`),
+		callEvent("call_b", "current_time", `{}`),
+		usageEvent(12, 5),
+	}, evs)
+}
+
 func TestToolCallWithoutArgumentsGetsAnEmptyObject(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("tool_calls", callStart(0, "call_1", "current_time")))
