@@ -4,8 +4,10 @@
 //
 // It streams text, tool calls (assembled from the fragments they arrive in), reasoning
 // where the server sends it (reasoning_content or reasoning in the delta), and usage (asked
-// for with stream_options.include_usage). The SDK's own retries are off: the agent loop
-// retries, and only while nothing has streamed. Errors are classified for it.
+// for with stream_options.include_usage). Reasoning goes back as reasoning_content on
+// assistant messages that called tools, as DeepSeek's thinking mode requires; elsewhere
+// it stays out. The SDK's own retries are off: the agent loop retries, and only while
+// nothing has streamed. Errors are classified for it.
 package openai
 
 import (
@@ -221,7 +223,6 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 		case agent.RoleUser:
 			p.Messages = append(p.Messages, openai.UserMessage(msg.Text))
 		case agent.RoleAssistant:
-			// Reasoning is not sent back: OpenAI-compatible servers do not take it.
 			a := openai.ChatCompletionAssistantMessageParam{}
 			if msg.Text != "" {
 				a.Content.OfString = param.NewOpt(msg.Text)
@@ -236,6 +237,13 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 			}
 			if msg.Text == "" && len(a.ToolCalls) == 0 {
 				continue // reasoning only: nothing to send
+			}
+			if r := reasoningText(msg.Reasoning); r != "" && len(a.ToolCalls) > 0 {
+				// DeepSeek's thinking mode refuses (400) an assistant message with tool
+				// calls that lacks its reasoning_content. Reasoning text is only there
+				// when the server sent some; messages without calls go without, as
+				// DeepSeek wants them.
+				a.SetExtraFields(map[string]any{"reasoning_content": r})
 			}
 			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
 		case agent.RoleTool:
@@ -254,6 +262,17 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 		}))
 	}
 	return p, nil
+}
+
+// reasoningText joins the text of a message's reasoning blocks.
+func reasoningText(blocks []agent.Reasoning) string {
+	var parts []string
+	for _, b := range blocks {
+		if b.Text != "" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
 }
 
 // arguments is a stored call's input as the API takes it: JSON text. Input the model

@@ -285,19 +285,22 @@ func TestContentFilterFinishIsAnError(t *testing.T) {
 }
 
 // The history goes out as the API wants it: the assistant's text and calls in one
-// message, each result as a tool message, reasoning left out, and a call whose garbled
-// arguments were stored as a string sent back as the text the model wrote.
+// message, each result as a tool message, reasoning as reasoning_content only on a
+// message with calls (DeepSeek's thinking mode requires it there), and a call whose
+// garbled arguments were stored as a string sent back as the text the model wrote.
 func TestHistoryIsSentInChatCompletionsShape(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("stop", content("Done.")))
 	req := agent.ModelRequest{Messages: []agent.Message{
 		{Role: agent.RoleUser, Text: "weather?"},
-		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "thinking"}}, Text: "Let me look.", ToolCalls: []agent.ToolCall{
+		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "thinking"}, {Redacted: "opaque"}, {Text: "more"}}, Text: "Let me look.", ToolCalls: []agent.ToolCall{
 			{ID: "c1", Name: "weather", Input: json.RawMessage(`{"city":"Paris"}`)},
 			{ID: "c2", Name: "weather", Input: json.RawMessage(`"{\"city\": Oslo"`)},
 		}},
 		{Role: agent.RoleTool, ToolCallID: "c1", ToolName: "weather", Result: "sunny"},
 		{Role: agent.RoleTool, ToolCallID: "c2", ToolName: "weather", Result: "invalid input", IsError: true},
+		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "Paris is sunny."}}, Text: "Sunny in Paris."},
+		{Role: agent.RoleUser, Text: "and Oslo?"},
 		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "only thoughts"}}},
 		{Role: agent.RoleUser, Text: "and now?"},
 	}}
@@ -307,12 +310,14 @@ func TestHistoryIsSentInChatCompletionsShape(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `[
 		{"role":"user","content":"weather?"},
-		{"role":"assistant","content":"Let me look.","tool_calls":[
+		{"role":"assistant","content":"Let me look.","reasoning_content":"thinking\nmore","tool_calls":[
 			{"id":"c1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}},
 			{"id":"c2","type":"function","function":{"name":"weather","arguments":"{\"city\": Oslo"}}
 		]},
 		{"role":"tool","tool_call_id":"c1","content":"sunny"},
 		{"role":"tool","tool_call_id":"c2","content":"invalid input"},
+		{"role":"assistant","content":"Sunny in Paris."},
+		{"role":"user","content":"and Oslo?"},
 		{"role":"user","content":"and now?"}
 	]`, string(msgs))
 }
@@ -444,6 +449,27 @@ func TestTextToolCallTextThroughTheLoop(t *testing.T) {
 	require.JSONEq(t, `[
 		{"role":"user","content":"weather in Paris?"},
 		{"role":"assistant","content":"Let me check.","tool_calls":[
+			{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Paris\"}"}}
+		]},
+		{"role":"tool","tool_call_id":"call_1","content":"15°C, sunny in Paris"}
+	]`, string(msgs))
+}
+
+// DeepSeek's thinking mode answers 400 unless the reasoning of a step that called tools
+// comes back with the results: the second request carries it as reasoning_content.
+func TestReasoningGoesBackWithTheToolCalls(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t,
+		answer("tool_calls", delta(`{"reasoning_content":"Need the weather."}`), callStart(0, "call_1", "get_weather"), callArgs(0, `{"location":"Paris"}`)),
+		answer("stop", content("sunny")),
+	)
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	require.NoError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "weather?"), "the run"))
+	msgs, err := json.Marshal(srv.Body(1)["messages"])
+	require.NoError(t, err)
+	require.JSONEq(t, `[
+		{"role":"user","content":"weather?"},
+		{"role":"assistant","reasoning_content":"Need the weather.","tool_calls":[
 			{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Paris\"}"}}
 		]},
 		{"role":"tool","tool_call_id":"call_1","content":"15°C, sunny in Paris"}
