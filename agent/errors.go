@@ -35,21 +35,30 @@ func StatusError(status int, header http.Header, kind, providerMessage string, e
 	e := &ModelError{Err: err, RetryAfter: RetryAfter(header)}
 	detail := shorten(providerMessage)
 	lower := strings.ToLower(kind + " " + providerMessage)
+	// Servers report a context overflow or a policy refusal with a 5xx too (or an error
+	// event, which has no status): the words win over the status. The loose ones ("too
+	// long", "safety") only count below 500, where a gateway's "upstream took too long"
+	// cannot be meant.
+	loose := status < 500
+	tooLong := status == http.StatusRequestEntityTooLarge ||
+		containsAny(lower, "context length", "context_length", "maximum context") ||
+		(loose && strings.Contains(lower, "too long"))
+	refused := containsAny(lower, "content_policy", "content_filter") || (loose && strings.Contains(lower, "safety"))
 	switch {
 	case status == http.StatusTooManyRequests || strings.Contains(lower, "rate_limit"):
 		e.Code, e.Message, e.Transient = CodeRateLimited, "the model provider is rate limiting requests", true
 	case status == 529 || strings.Contains(lower, "overloaded"):
 		e.Code, e.Message, e.Transient = CodeModelUnavailable, "the model provider is overloaded", true
-	case status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooEarly:
-		e.Code, e.Message, e.Transient = CodeModelUnavailable, fmt.Sprintf("the model provider failed (HTTP %d)", status), true
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.Code, e.Message = CodeModelAuth, "the model provider refused the credentials: check the API key"
 	case status == http.StatusNotFound:
 		e.Code, e.Message = CodeModelNotFound, "the model or endpoint was not found: check CHATD_MODEL and the base URL"
-	case status == http.StatusRequestEntityTooLarge || strings.Contains(lower, "context length") || strings.Contains(lower, "too long") || strings.Contains(lower, "maximum context"):
+	case tooLong:
 		e.Code, e.Message = CodeContextTooLong, "the conversation is too long for the model: lower CHATD_CONTEXT_TOKENS"
-	case strings.Contains(lower, "content_policy") || strings.Contains(lower, "content_filter") || strings.Contains(lower, "safety"):
+	case refused:
 		e.Code, e.Message = CodeContentFilter, "the model provider refused the request under its content policy"
+	case status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooEarly:
+		e.Code, e.Message, e.Transient = CodeModelUnavailable, fmt.Sprintf("the model provider failed (HTTP %d)", status), true
 	default:
 		e.Code, e.Message = CodeModelRejected, fmt.Sprintf("the model provider rejected the request (HTTP %d)", status)
 	}
@@ -100,6 +109,15 @@ func RetryAfter(h http.Header) time.Duration {
 		}
 	}
 	return 0
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // shorten keeps a provider's explanation to one short line.

@@ -40,6 +40,14 @@ func TestStatusErrorClassification(t *testing.T) {
 		{403, "permission_error", "", agent.CodeModelAuth, false},
 		{404, "not_found_error", "model: nope", agent.CodeModelNotFound, false},
 		{422, "", "", agent.CodeModelRejected, false},
+		// The words win over a 5xx: servers report these as their own failure too.
+		{500, "server_error", "This model's maximum context length is 8192 tokens", agent.CodeContextTooLong, false},
+		{500, "invalid_request_error context_length_exceeded", "prompt is too large", agent.CodeContextTooLong, false},
+		{500, "content_filter", "The response was filtered", agent.CodeContentFilter, false},
+		// ...but not the loose ones: a gateway's timeout is not a long conversation.
+		{504, "", "upstream request took too long", agent.CodeModelUnavailable, true},
+		{503, "", "safety checks unavailable", agent.CodeModelUnavailable, true},
+		{400, "", "prompt too long", agent.CodeContextTooLong, false},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%d %s", c.status, c.kind), func(t *testing.T) {

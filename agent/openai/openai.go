@@ -301,20 +301,26 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &streamErr) {
 		var body struct {
 			Error struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-				Code    any    `json:"code"`
+				Message string          `json:"message"`
+				Type    string          `json:"type"`
+				Code    json.RawMessage `json:"code"`
 			} `json:"error"`
 		}
 		_ = json.Unmarshal(streamErr.Event.Data, &body)
 		kind := body.Error.Type
-		if code, ok := body.Error.Code.(string); ok {
+		var code string
+		if json.Unmarshal(body.Error.Code, &code) == nil {
 			kind += " " + code
 		}
 		// An error in the middle of the stream is the server's own trouble, unless it
-		// says the request was wrong.
+		// says otherwise: with an HTTP status for a code (vLLM, OpenRouter), or by
+		// saying the request was wrong.
 		status := http.StatusInternalServerError
-		if strings.Contains(kind, "invalid_request") {
+		var n int
+		switch {
+		case json.Unmarshal(body.Error.Code, &n) == nil && n >= 400 && n <= 599:
+			status = n
+		case strings.Contains(kind, "invalid_request"):
 			status = http.StatusBadRequest
 		}
 		return agent.StatusError(status, nil, kind, body.Error.Message, err)

@@ -359,6 +359,11 @@ func TestErrorEventMidStream(t *testing.T) {
 		{`{"error":{"message":"The server had an error while processing your request.","type":"server_error","code":null}}`, agent.CodeModelUnavailable, true},
 		{`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`, agent.CodeRateLimited, true},
 		{`{"error":{"message":"Invalid 'messages': empty.","type":"invalid_request_error","code":null}}`, agent.CodeModelRejected, false},
+		// vLLM and OpenRouter put the HTTP status in code.
+		{`{"error":{"object":"error","message":"This model's maximum context length is 8192 tokens","type":"BadRequestError","param":null,"code":400}}`, agent.CodeContextTooLong, false},
+		{`{"error":{"message":"No auth credentials found","code":401}}`, agent.CodeModelAuth, false},
+		{`{"error":{"message":"Provider returned error","code":502}}`, agent.CodeModelUnavailable, true},
+		{`{"error":{"message":"Something odd","type":"BadRequestError","code":42}}`, agent.CodeModelUnavailable, true},
 	}
 	for _, c := range cases {
 		t.Run(c.code, func(t *testing.T) {
