@@ -21,6 +21,7 @@ const (
 	CodeModelUnreachable = "model_unreachable" // no connection, timeouts: retried
 	CodeStreamCut        = "model_stream_cut"  // the answer stopped half way: retried if nothing streamed
 	CodeModelAuth        = "model_auth"        // 401, 403
+	CodeModelQuota       = "model_quota"       // 402, or a 429 for a used-up quota: billing, not retried
 	CodeModelNotFound    = "model_not_found"   // 404
 	CodeModelRejected    = "model_rejected"    // 400 and other 4xx: the request was refused
 	CodeContentFilter    = "content_filter"    // the provider's content policy
@@ -45,6 +46,9 @@ func StatusError(status int, header http.Header, kind, providerMessage string, e
 		(loose && strings.Contains(lower, "too long"))
 	refused := containsAny(lower, "content_policy", "content_filter") || (loose && strings.Contains(lower, "safety"))
 	switch {
+	case status == http.StatusPaymentRequired || strings.Contains(lower, "insufficient_quota"):
+		// OpenAI answers 429 when the account's quota is spent: waiting does not help.
+		e.Code, e.Message = CodeModelQuota, "the model provider's quota or credit is used up: check the plan and billing"
 	case status == http.StatusTooManyRequests || strings.Contains(lower, "rate_limit"):
 		e.Code, e.Message, e.Transient = CodeRateLimited, "the model provider is rate limiting requests", true
 	case status == 529 || strings.Contains(lower, "overloaded"):

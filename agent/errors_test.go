@@ -27,6 +27,8 @@ func TestStatusErrorClassification(t *testing.T) {
 	}{
 		{429, "rate_limit_error", "slow down", agent.CodeRateLimited, true},
 		{200, "rate_limit_exceeded", "", agent.CodeRateLimited, true}, // a type, no status
+		{429, "insufficient_quota insufficient_quota", "You exceeded your current quota", agent.CodeModelQuota, false},
+		{402, "", "Insufficient credits", agent.CodeModelQuota, false},
 		{529, "overloaded_error", "Overloaded", agent.CodeModelUnavailable, true},
 		{500, "", "", agent.CodeModelUnavailable, true},
 		{502, "", "", agent.CodeModelUnavailable, true},

@@ -393,6 +393,7 @@ func TestHTTPErrorsAreClassified(t *testing.T) {
 		{403, body("permission_denied", "no"), agent.CodeModelAuth, false},
 		{404, body("invalid_request_error", "The model `gpt-nope` does not exist"), agent.CodeModelNotFound, false},
 		{429, body("requests", "Rate limit reached"), agent.CodeRateLimited, true},
+		{429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, agent.CodeModelQuota, false},
 		{500, body("server_error", "oops"), agent.CodeModelUnavailable, true},
 		{503, `upstream unavailable`, agent.CodeModelUnavailable, true},
 	}
@@ -514,6 +515,19 @@ func TestServerErrorThreeTimesGivesUp(t *testing.T) {
 	require.Equal(t, agent.CodeModelUnavailable, ce.Code)
 	require.Equal(t, "the model provider failed (HTTP 500): The server had an error (gave up after 3 attempts)", ce.Message)
 	require.Len(t, srv.Requests(), 3)
+}
+
+// A 429 for a spent quota is billing, not a rate limit: not retried, whatever its
+// retry-after.
+func TestQuotaExceededIsNotRetried(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, agenttest.Status(429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, "Retry-After", "1"))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	err := agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	ce := agenttest.RunError(t, err)
+	require.Equal(t, agent.CodeModelQuota, ce.Code)
+	require.Equal(t, "the model provider's quota or credit is used up: check the plan and billing: You exceeded your current quota, please check your plan and billing details.", ce.Message)
+	require.Len(t, srv.Requests(), 1)
 }
 
 // 401 is not retried, and the user sees what to fix, not the SDK's text.
