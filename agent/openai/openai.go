@@ -43,18 +43,24 @@ type Config struct {
 
 // Model is the OpenAI-compatible provider.
 type Model struct {
-	cfg    Config
-	client openai.Client
+	cfg         Config
+	completions openai.ChatCompletionService
 }
 
 var _ agent.Model = (*Model)(nil)
 
-// New returns the provider.
+// New returns the provider. The SDK's environment defaults (OPENAI_BASE_URL,
+// OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS, … read by the SDK itself) are
+// not used: Config is the whole configuration.
 func New(cfg Config) (*Model, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("openai: the model name is required (CHATD_MODEL)")
 	}
-	opts := []option.RequestOption{option.WithMaxRetries(0)}
+	// openai.NewClient always applies the environment (this SDK has no
+	// WithoutEnvironmentDefaults option), and an OPENAI_BASE_URL that is set but empty,
+	// as docker-compose passes an unset variable, became an empty base URL. The service
+	// built on its own starts from nothing: only the production base URL as the default.
+	opts := []option.RequestOption{option.WithEnvironmentProduction(), option.WithMaxRetries(0)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
@@ -66,7 +72,7 @@ func New(cfg Config) (*Model, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	return &Model{cfg: cfg, client: openai.NewClient(opts...)}, nil
+	return &Model{cfg: cfg, completions: openai.NewChatCompletionService(opts...)}, nil
 }
 
 // Stream makes one streaming chat completion.
@@ -75,7 +81,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err != nil {
 		return &agent.ModelError{Code: agent.CodeModelRejected, Message: err.Error()}
 	}
-	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
+	stream := m.completions.NewStreaming(ctx, params)
 	defer stream.Close()
 
 	calls := toolCalls{byIndex: map[int64]*toolCall{}}

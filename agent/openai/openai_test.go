@@ -2,6 +2,8 @@ package openai_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -419,6 +421,54 @@ func TestUnreachableServer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = agenttest.Collect(t, m, hi())
 	agenttest.ExpectModelError(t, err, agent.CodeModelUnreachable, true)
+}
+
+// The SDK's own environment variables do not reach the requests: an OPENAI_BASE_URL
+// set but empty (docker-compose passes an unset ${VAR} so) no longer empties the base
+// URL, and organization, project and custom headers from the environment stay out.
+// Not parallel: it sets the environment.
+func TestSDKEnvironmentIsIgnored(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("OPENAI_API_KEY", "sk-from-env")
+	t.Setenv("OPENAI_ORG_ID", "org-from-env")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-from-env")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-From-Env: yes")
+	srv := agenttest.NewServer(t, answer("stop", content("ok")))
+	_, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	h := srv.Requests()[0].Header
+	require.Equal(t, "Bearer test-key", h.Get("Authorization"))
+	for _, name := range []string{"OpenAI-Organization", "OpenAI-Project", "X-From-Env"} {
+		require.Empty(t, h.Get(name), name)
+	}
+}
+
+// roundTripper answers every request itself.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// With no base URL configured, calls go to OpenAI, whatever OPENAI_BASE_URL says.
+// Not parallel: it sets the environment.
+func TestNoBaseURLMeansOpenAI(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	var got *http.Request
+	client := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		got = r
+		return &http.Response{
+			StatusCode: http.StatusUnauthorized,
+			Header:     http.Header{"Content-Type": {"application/json"}},
+			Body:       io.NopCloser(strings.NewReader(`{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)),
+			Request:    r,
+		}, nil
+	})}
+	m, err := openai.New(openai.Config{APIKey: "sk-mine", Model: "gpt-4.1-mini", HTTPClient: client})
+	require.NoError(t, err)
+	_, err = agenttest.Collect(t, m, hi())
+	agenttest.ExpectModelError(t, err, agent.CodeModelAuth, false)
+	require.NotNil(t, got)
+	require.Equal(t, "https://api.openai.com/v1/chat/completions", got.URL.String())
+	require.Equal(t, "Bearer sk-mine", got.Header.Get("Authorization"))
 }
 
 func TestModelIsRequired(t *testing.T) {
