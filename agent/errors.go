@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,8 +82,20 @@ func TransportError(ctx context.Context, err error) *ModelError {
 	if ctx.Err() != nil {
 		return nil
 	}
-	var netErr net.Error
+	var (
+		netErr     net.Error
+		verifyErr  *tls.CertificateVerificationError
+		unknownCA  x509.UnknownAuthorityError
+		hostErr    x509.HostnameError
+		invalidErr x509.CertificateInvalidError
+	)
 	switch {
+	// A refused certificate or an unusable base URL fails the same way on every retry
+	// (and *url.Error, which wraps them, is a net.Error): check these first.
+	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr):
+		return &ModelError{Code: CodeModelUnreachable, Message: "the model provider's TLS certificate was refused: check the base URL", Err: err}
+	case badURL(err):
+		return &ModelError{Code: CodeModelUnreachable, Message: "the model provider's base URL is not usable: check its scheme (http:// or https://) and host", Err: err}
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF):
 		return &ModelError{Code: CodeStreamCut, Message: "the connection to the model provider broke off", Transient: true, Err: err}
 	case errors.As(err, &netErr) && netErr.Timeout(), errors.Is(err, context.DeadlineExceeded):
@@ -89,6 +104,17 @@ func TransportError(ctx context.Context, err error) *ModelError {
 		return &ModelError{Code: CodeModelUnreachable, Message: "the model provider could not be reached", Transient: true, Err: err}
 	}
 	return nil
+}
+
+// badURL reports net/http's errors for a request it cannot send anywhere: no or an
+// unknown scheme ("localhost:11434/v1"), no host, or plain HTTP sent to an HTTPS port.
+// net/http has no types for them, only messages.
+func badURL(err error) bool {
+	var urlErr *url.Error
+	if !errors.As(err, &urlErr) || urlErr.Err == nil {
+		return false
+	}
+	return containsAny(urlErr.Err.Error(), "unsupported protocol scheme", "no Host in request URL", "server gave HTTP response to HTTPS client")
 }
 
 // RetryAfter reads a provider's retry hint: retry-after-ms, or retry-after in seconds or

@@ -471,6 +471,19 @@ func TestNoBaseURLMeansOpenAI(t *testing.T) {
 	require.Equal(t, "Bearer sk-mine", got.Header.Get("Authorization"))
 }
 
+// A base URL without its scheme fails the same way every time: not retried, and the
+// user is told what to fix.
+func TestBaseURLWithoutSchemeIsNotRetried(t *testing.T) {
+	t.Parallel()
+	m, err := openai.New(openai.Config{BaseURL: "localhost:11434/v1", Model: "llama3.2"})
+	require.NoError(t, err)
+	l, _ := agenttest.NewLoop(t, m)
+	err = agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	ce := agenttest.RunError(t, err)
+	require.Equal(t, agent.CodeModelUnreachable, ce.Code)
+	require.Equal(t, "the model provider's base URL is not usable: check its scheme (http:// or https://) and host", ce.Message)
+}
+
 func TestModelIsRequired(t *testing.T) {
 	t.Parallel()
 	_, err := openai.New(openai.Config{BaseURL: "http://localhost:1"})
