@@ -247,6 +247,8 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 		var me *ModelError
 		transient := errors.As(err, &me) && me.Transient && me.RetryAfter <= maxRetryWait
 		if !transient || streamed || attempt >= cfg.MaxRetries {
+			// The run's error hides the provider's raw text from the user; the log keeps it.
+			r.l.log.Warn().Err(err).Int("attempts", attempt+1).Msg("model call failed")
 			if transient && !streamed && attempt > 0 {
 				return Message{}, modelFailure(err, fmt.Sprintf(" (gave up after %d attempts)", attempt+1))
 			}

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,9 +15,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/modeltest"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport/wstest"
@@ -336,6 +339,29 @@ func TestPlainModelErrorHidesItsText(t *testing.T) {
 	h.endedRun(end)
 	require.Equal(t, 1, len(model.Requests()))
 	require.Len(t, h.stored(), 1)
+}
+
+// When a model call finally fails, the provider's own error, hidden from the user, is
+// logged for the operator.
+func TestFailedModelCallIsLogged(t *testing.T) {
+	t.Parallel()
+	cause := errors.New(`Post "https://llm.internal.example/v1/chat/completions": x509: certificate signed by unknown authority`)
+	model := modeltest.New(modeltest.Turn{Err: &agent.ModelError{Code: agent.CodeModelUnreachable, Message: "the model provider's TLS certificate was refused", Err: cause}})
+	var log bytes.Buffer
+	l, err := agent.New(agent.Config{Model: model, Logger: zerolog.New(&log), ModelIdleTimeout: -1})
+	require.NoError(t, err)
+	err = agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	require.Equal(t, agent.CodeModelUnreachable, agenttest.RunError(t, err).Code)
+
+	var line struct {
+		Level, Message, Error string
+		Attempts              int
+	}
+	require.NoError(t, json.Unmarshal(log.Bytes(), &line), "one log line: %s", log.String())
+	require.Equal(t, "warn", line.Level)
+	require.Equal(t, "model call failed", line.Message)
+	require.Contains(t, line.Error, cause.Error())
+	require.Equal(t, 1, line.Attempts)
 }
 
 // --- Step limit ----------------------------------------------------------------------
