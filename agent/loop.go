@@ -72,9 +72,9 @@ type Config struct {
 	MaxRetries   int
 	RetryBackoff time.Duration
 	// ModelIdleTimeout bounds the wait for a model call's next event (the first one
-	// included): a provider that goes quiet for this long is hung up on and the call
-	// fails as a transient error, so no run waits on a dead connection for ever.
-	// Negative turns it off.
+	// included, keep-alives too: any data received): a provider that goes quiet for this
+	// long is hung up on and the call fails as a transient error, so no run waits on a
+	// dead connection for ever. Negative turns it off.
 	ModelIdleTimeout time.Duration
 	// Clock drives approval timeouts, retry backoff and the model idle timeout. Defaults
 	// to the real clock.
@@ -270,6 +270,13 @@ var errModelIdle = errors.New("model idle")
 
 // stream makes one model call, hanging up when it sends nothing for ModelIdleTimeout.
 func (r *run) stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) error {
+	output := emit
+	emit = func(ev ModelEvent) error {
+		if ev.Kind == EventKeepAlive {
+			return nil // it restarts the idle timer, and is neither output nor "streamed"
+		}
+		return output(ev)
+	}
 	idle := r.l.cfg.ModelIdleTimeout
 	if idle < 0 {
 		return r.l.cfg.Model.Stream(ctx, req, emit)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -543,6 +544,50 @@ func TestReasoningGoesBackWithTheToolCalls(t *testing.T) {
 		]},
 		{"role":"tool","tool_call_id":"call_1","content":"15°C, sunny in Paris"}
 	]`, string(msgs))
+}
+
+// A tool call's arguments make no event until the call is complete, but every chunk of
+// them is activity: a model streaming a long call over minutes, with no other output,
+// is not hung up on by the loop's idle timeout (5 minutes here, on a fake clock).
+func TestStreamingToolArgumentsKeepTheCallAlive(t *testing.T) {
+	t.Parallel()
+	next := make(chan struct{})
+	chunks := []string{callStart(0, "call_1", "get_weather")}
+	for _, part := range []string{`{"lo`, `cat`, `ion"`, `:"`, `Pa`, `ris"}`} {
+		chunks = append(chunks, callArgs(0, part))
+	}
+	srv := agenttest.NewServer(t,
+		agenttest.Paced(next, agenttest.Data(append(chunks, finish("tool_calls"), usage(12, 5), "[DONE]")...)...),
+		answer("stop", content("Sunny.")),
+	)
+	taken := make(chan struct{})
+	reg, err := agent.NewRegistry(agenttest.Weather{})
+	require.NoError(t, err)
+	clock := clockwork.NewFakeClock()
+	l, err := agent.New(agent.Config{Model: agenttest.KeepAlives(newModel(t, srv), taken), Tools: reg, Clock: clock, MaxRetries: -1})
+	require.NoError(t, err)
+	rec := &agenttest.Recorder{}
+	done := agenttest.Run(t.Context(), l, rec, "weather?")
+
+	agenttest.Wait(t, taken, "the headers' keep-alive")
+	// A chunk every 90s: 10.5 minutes in all. Each step stays well inside the timeout
+	// (even if a chunk came in two reads and the test ran a step ahead).
+	for range chunks {
+		clock.Advance(90 * time.Second)
+		agenttest.Give(t, next, struct{}{}, "the next chunk")
+		agenttest.Wait(t, taken, "a keep-alive")
+	}
+	require.Empty(t, rec.Log(), "keep-alives are not output")
+	close(next) // the rest at once
+
+	require.NoError(t, agenttest.WaitKeepingAlive(t, done, taken), "log: %v", rec.Log())
+	require.Equal(t, []string{
+		"usage: 12 5 17 64000",
+		`tool.start: call_1 get_weather {"location":"Paris"}`,
+		"tool.end: call_1 ok 15°C, sunny in Paris",
+		"text: Sunny.",
+		"usage: 12 5 17 64000",
+	}, rec.Log())
 }
 
 // A 429 with retry-after is waited out (on the loop's clock), then the call succeeds.
