@@ -51,10 +51,14 @@ type Config struct {
 	Sandboxes *Sandboxes
 	// System is the system prompt.
 	System string
-	// ContextTokens is the budget for the conversation sent to the model: the oldest
+	// ContextTokens is the budget for what the model's context holds: the system prompt,
+	// the tool specs, the conversation and the answer (see MessageBudget). The oldest
 	// turns are left out to stay under it (an estimate; see EstimateTokens). It is also
 	// reported as the context window usage counts against.
 	ContextTokens int
+	// MaxOutputTokens is the model's cap on an answer, kept free in ContextTokens; 0 when
+	// the provider decides, which keeps DefaultOutputReserve (at most a quarter).
+	MaxOutputTokens int
 	// MaxSteps bounds model calls per run.
 	MaxSteps int
 	// MaxParallelTools bounds how many calls of one step run at once.
@@ -191,7 +195,8 @@ func (r *run) uniqueID(id string) string {
 // callModel makes one model call, retrying transient errors while nothing has streamed.
 func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 	cfg := r.l.cfg
-	req := ModelRequest{System: cfg.System, Messages: Trim(msgs, cfg.ContextTokens), Tools: cfg.Tools.Specs()}
+	req := ModelRequest{System: cfg.System, Tools: cfg.Tools.Specs()}
+	req.Messages = Trim(msgs, MessageBudget(cfg.ContextTokens, req.System, req.Tools, cfg.MaxOutputTokens))
 	backoff := cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		reply := Message{Role: RoleAssistant}
