@@ -125,6 +125,31 @@ func EstimateTokens(msgs []Message) int {
 	return chars / 4
 }
 
+// DefaultOutputReserve is how many tokens of the budget MessageBudget keeps for the
+// answer when its cap is not known: this many, or a quarter of the budget when that is
+// less.
+const DefaultOutputReserve = 4096
+
+// MessageBudget is what is left of contextTokens for the conversation once the rest of
+// what the model's context holds is counted: the system prompt and the tool specs
+// (estimated as EstimateTokens does) and the answer, answerTokens long (its cap; 0 when
+// unknown, which keeps DefaultOutputReserve). It is at least 1, so that Trim still
+// sends the newest turn when nothing is left; a contextTokens <= 0 (no budget) is
+// returned as it is.
+func MessageBudget(contextTokens int, system string, tools []ToolSpec, answerTokens int) int {
+	if contextTokens <= 0 {
+		return contextTokens
+	}
+	if answerTokens <= 0 {
+		answerTokens = min(DefaultOutputReserve, contextTokens/4)
+	}
+	chars := len(system)
+	for _, t := range tools {
+		chars += 16 + len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	return max(1, contextTokens-chars/4-answerTokens)
+}
+
 // Trim drops the oldest turns (a user message and everything up to the next) until the
 // messages fit budget tokens. The last turn, the one being answered, always stays; a turn
 // is dropped whole, so a tool call is never separated from its result. Whatever comes

@@ -121,6 +121,52 @@ func TestTrimDropsOldestWholeTurns(t *testing.T) {
 	require.Equal(t, msgs[3:], agent.Trim(msgs[1:], 0))
 }
 
+// The budget left for the conversation is the context less the system prompt, the tool
+// specs (four characters a token, like the messages) and the answer's tokens.
+func TestMessageBudget(t *testing.T) {
+	t.Parallel()
+	system := strings.Repeat("s", 4000) // 1000 tokens
+	// 16 + 11 + 571 + 2 = 600 characters: 150 tokens
+	tools := []agent.ToolSpec{{Name: "get_weather", Description: strings.Repeat("d", 571), InputSchema: json.RawMessage(`{}`)}}
+
+	require.Equal(t, 10000-1000-500, agent.MessageBudget(10000, system, nil, 500))
+	require.Equal(t, 10000-1150-500, agent.MessageBudget(10000, system, tools, 500))
+	// Without a known cap the answer gets DefaultOutputReserve, or a quarter of a small budget.
+	require.Equal(t, 100000-agent.DefaultOutputReserve, agent.MessageBudget(100000, "", nil, 0))
+	require.Equal(t, 8000-2000, agent.MessageBudget(8000, "", nil, 0))
+	// Nothing left: 1, so Trim keeps the newest turn and no more.
+	require.Equal(t, 1, agent.MessageBudget(2000, system, tools, 1000))
+	// No budget stays no budget.
+	require.Equal(t, 0, agent.MessageBudget(0, system, tools, 1000))
+
+	msgs := []agent.Message{
+		{Role: agent.RoleUser, Text: "first"}, {Role: agent.RoleAssistant, Text: "answer"},
+		{Role: agent.RoleUser, Text: "now"},
+	}
+	require.Equal(t, msgs[2:], agent.Trim(msgs, agent.MessageBudget(2000, system, tools, 1000)))
+}
+
+// The loop keeps the system prompt and the answer's cap out of the conversation's
+// budget: an exchange that fits ContextTokens alone is left out when they are counted.
+func TestSystemPromptAndAnswerCountAgainstTheBudget(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(modeltest.Say("First answer."), modeltest.Say("Second answer."))
+	h := newHarness(t, model, func(c *agent.Config) {
+		c.ContextTokens = 1000
+		c.System = strings.Repeat("Be brief. ", 160) // 400 tokens
+		c.MaxOutputTokens = 500
+	})
+	h.send(strings.Repeat("a long first question ", 20)) // about 110 tokens
+	require.Equal(t, "chat.done", h.end().Type)
+	h.send("second question")
+	require.Equal(t, "chat.done", h.end().Type)
+
+	reqs := model.Requests()
+	require.Len(t, reqs, 2)
+	// 1000 - 400 - 500 leaves 100 tokens: the first exchange no longer fits.
+	require.Equal(t, []agent.Message{{Role: agent.RoleUser, Text: "second question"}}, reqs[1].Messages)
+}
+
 // The second run of a session sends the model the first run's exchange.
 func TestSecondRunSeesTheFirst(t *testing.T) {
 	t.Parallel()

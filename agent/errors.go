@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +24,7 @@ const (
 	CodeModelUnreachable = "model_unreachable" // no connection, timeouts: retried
 	CodeStreamCut        = "model_stream_cut"  // the answer stopped half way: retried if nothing streamed
 	CodeModelAuth        = "model_auth"        // 401, 403
+	CodeModelQuota       = "model_quota"       // 402, or a 429 for a used-up quota: billing, not retried
 	CodeModelNotFound    = "model_not_found"   // 404
 	CodeModelRejected    = "model_rejected"    // 400 and other 4xx: the request was refused
 	CodeContentFilter    = "content_filter"    // the provider's content policy
@@ -35,21 +39,33 @@ func StatusError(status int, header http.Header, kind, providerMessage string, e
 	e := &ModelError{Err: err, RetryAfter: RetryAfter(header)}
 	detail := shorten(providerMessage)
 	lower := strings.ToLower(kind + " " + providerMessage)
+	// Servers report a context overflow or a policy refusal with a 5xx too (or an error
+	// event, which has no status): the words win over the status. The loose ones ("too
+	// long", "safety") only count below 500, where a gateway's "upstream took too long"
+	// cannot be meant.
+	loose := status < 500
+	tooLong := status == http.StatusRequestEntityTooLarge ||
+		containsAny(lower, "context length", "context_length", "maximum context") ||
+		(loose && strings.Contains(lower, "too long"))
+	refused := containsAny(lower, "content_policy", "content_filter") || (loose && strings.Contains(lower, "safety"))
 	switch {
+	case status == http.StatusPaymentRequired || strings.Contains(lower, "insufficient_quota"):
+		// OpenAI answers 429 when the account's quota is spent: waiting does not help.
+		e.Code, e.Message = CodeModelQuota, "the model provider's quota or credit is used up: check the plan and billing"
 	case status == http.StatusTooManyRequests || strings.Contains(lower, "rate_limit"):
 		e.Code, e.Message, e.Transient = CodeRateLimited, "the model provider is rate limiting requests", true
 	case status == 529 || strings.Contains(lower, "overloaded"):
 		e.Code, e.Message, e.Transient = CodeModelUnavailable, "the model provider is overloaded", true
-	case status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooEarly:
-		e.Code, e.Message, e.Transient = CodeModelUnavailable, fmt.Sprintf("the model provider failed (HTTP %d)", status), true
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.Code, e.Message = CodeModelAuth, "the model provider refused the credentials: check the API key"
 	case status == http.StatusNotFound:
 		e.Code, e.Message = CodeModelNotFound, "the model or endpoint was not found: check CHATD_MODEL and the base URL"
-	case status == http.StatusRequestEntityTooLarge || strings.Contains(lower, "context length") || strings.Contains(lower, "too long") || strings.Contains(lower, "maximum context"):
+	case tooLong:
 		e.Code, e.Message = CodeContextTooLong, "the conversation is too long for the model: lower CHATD_CONTEXT_TOKENS"
-	case strings.Contains(lower, "content_policy") || strings.Contains(lower, "content_filter") || strings.Contains(lower, "safety"):
+	case refused:
 		e.Code, e.Message = CodeContentFilter, "the model provider refused the request under its content policy"
+	case status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooEarly:
+		e.Code, e.Message, e.Transient = CodeModelUnavailable, fmt.Sprintf("the model provider failed (HTTP %d)", status), true
 	default:
 		e.Code, e.Message = CodeModelRejected, fmt.Sprintf("the model provider rejected the request (HTTP %d)", status)
 	}
@@ -66,8 +82,20 @@ func TransportError(ctx context.Context, err error) *ModelError {
 	if ctx.Err() != nil {
 		return nil
 	}
-	var netErr net.Error
+	var (
+		netErr     net.Error
+		verifyErr  *tls.CertificateVerificationError
+		unknownCA  x509.UnknownAuthorityError
+		hostErr    x509.HostnameError
+		invalidErr x509.CertificateInvalidError
+	)
 	switch {
+	// A refused certificate or an unusable base URL fails the same way on every retry
+	// (and *url.Error, which wraps them, is a net.Error): check these first.
+	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr):
+		return &ModelError{Code: CodeModelUnreachable, Message: "the model provider's TLS certificate was refused: check the base URL", Err: err}
+	case badURL(err):
+		return &ModelError{Code: CodeModelUnreachable, Message: "the model provider's base URL is not usable: check its scheme (http:// or https://) and host", Err: err}
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF):
 		return &ModelError{Code: CodeStreamCut, Message: "the connection to the model provider broke off", Transient: true, Err: err}
 	case errors.As(err, &netErr) && netErr.Timeout(), errors.Is(err, context.DeadlineExceeded):
@@ -76,6 +104,17 @@ func TransportError(ctx context.Context, err error) *ModelError {
 		return &ModelError{Code: CodeModelUnreachable, Message: "the model provider could not be reached", Transient: true, Err: err}
 	}
 	return nil
+}
+
+// badURL reports net/http's errors for a request it cannot send anywhere: no or an
+// unknown scheme ("localhost:11434/v1"), no host, or plain HTTP sent to an HTTPS port.
+// net/http has no types for them, only messages.
+func badURL(err error) bool {
+	var urlErr *url.Error
+	if !errors.As(err, &urlErr) || urlErr.Err == nil {
+		return false
+	}
+	return containsAny(urlErr.Err.Error(), "unsupported protocol scheme", "no Host in request URL", "server gave HTTP response to HTTPS client")
 }
 
 // RetryAfter reads a provider's retry hint: retry-after-ms, or retry-after in seconds or
@@ -100,6 +139,15 @@ func RetryAfter(h http.Header) time.Duration {
 		}
 	}
 	return 0
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // shorten keeps a provider's explanation to one short line.

@@ -2,11 +2,14 @@ package agent_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +30,8 @@ func TestStatusErrorClassification(t *testing.T) {
 	}{
 		{429, "rate_limit_error", "slow down", agent.CodeRateLimited, true},
 		{200, "rate_limit_exceeded", "", agent.CodeRateLimited, true}, // a type, no status
+		{429, "insufficient_quota insufficient_quota", "You exceeded your current quota", agent.CodeModelQuota, false},
+		{402, "", "Insufficient credits", agent.CodeModelQuota, false},
 		{529, "overloaded_error", "Overloaded", agent.CodeModelUnavailable, true},
 		{500, "", "", agent.CodeModelUnavailable, true},
 		{502, "", "", agent.CodeModelUnavailable, true},
@@ -40,6 +45,14 @@ func TestStatusErrorClassification(t *testing.T) {
 		{403, "permission_error", "", agent.CodeModelAuth, false},
 		{404, "not_found_error", "model: nope", agent.CodeModelNotFound, false},
 		{422, "", "", agent.CodeModelRejected, false},
+		// The words win over a 5xx: servers report these as their own failure too.
+		{500, "server_error", "This model's maximum context length is 8192 tokens", agent.CodeContextTooLong, false},
+		{500, "invalid_request_error context_length_exceeded", "prompt is too large", agent.CodeContextTooLong, false},
+		{500, "content_filter", "The response was filtered", agent.CodeContentFilter, false},
+		// ...but not the loose ones: a gateway's timeout is not a long conversation.
+		{504, "", "upstream request took too long", agent.CodeModelUnavailable, true},
+		{503, "", "safety checks unavailable", agent.CodeModelUnavailable, true},
+		{400, "", "prompt too long", agent.CodeContextTooLong, false},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%d %s", c.status, c.kind), func(t *testing.T) {
@@ -127,4 +140,43 @@ func TestTransportErrorClassification(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	require.Nil(t, agent.TransportError(cancelled, refused), "a cancelled call is not the model's failure")
+}
+
+// A refused certificate or a base URL net/http cannot use fails the same way every
+// time: permanent, though *url.Error is a net.Error. The errors are net/http's own.
+func TestTransportErrorsThatNoRetryFixes(t *testing.T) {
+	t.Parallel()
+	tlsServer := httptest.NewTLSServer(http.NotFoundHandler())
+	defer tlsServer.Close()
+	plainServer := httptest.NewServer(http.NotFoundHandler())
+	defer plainServer.Close()
+	cases := []struct {
+		name, url, message string
+	}{
+		{"untrusted certificate", tlsServer.URL, "the model provider's TLS certificate was refused: check the base URL"},
+		{"no scheme", "localhost:11434/v1/chat/completions", "the model provider's base URL is not usable: check its scheme (http:// or https://) and host"},
+		{"empty base URL", "/chat/completions", "the model provider's base URL is not usable: check its scheme (http:// or https://) and host"},
+		{"https to a plain port", strings.Replace(plainServer.URL, "http:", "https:", 1), "the model provider's base URL is not usable: check its scheme (http:// or https://) and host"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, c.url, nil)
+			require.NoError(t, err)
+			resp, err := (&http.Client{}).Do(req)
+			if resp != nil {
+				_ = resp.Body.Close()
+			}
+			require.Error(t, err)
+			e := agent.TransportError(t.Context(), err)
+			require.NotNil(t, e, "%v", err)
+			require.Equal(t, agent.CodeModelUnreachable, e.Code, "%v", err)
+			require.False(t, e.Transient, "%v", err)
+			require.Equal(t, c.message, e.Message)
+		})
+	}
+	// A custom transport may return the x509 error itself.
+	e := agent.TransportError(context.Background(), &url.Error{Op: "Post", URL: "https://x", Err: x509.UnknownAuthorityError{}})
+	require.NotNil(t, e)
+	require.False(t, e.Transient)
+
 }

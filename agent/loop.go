@@ -51,10 +51,14 @@ type Config struct {
 	Sandboxes *Sandboxes
 	// System is the system prompt.
 	System string
-	// ContextTokens is the budget for the conversation sent to the model: the oldest
+	// ContextTokens is the budget for what the model's context holds: the system prompt,
+	// the tool specs, the conversation and the answer (see MessageBudget). The oldest
 	// turns are left out to stay under it (an estimate; see EstimateTokens). It is also
 	// reported as the context window usage counts against.
 	ContextTokens int
+	// MaxOutputTokens is the model's cap on an answer, kept free in ContextTokens; 0 when
+	// the provider decides, which keeps DefaultOutputReserve (at most a quarter).
+	MaxOutputTokens int
 	// MaxSteps bounds model calls per run.
 	MaxSteps int
 	// MaxParallelTools bounds how many calls of one step run at once.
@@ -72,9 +76,9 @@ type Config struct {
 	MaxRetries   int
 	RetryBackoff time.Duration
 	// ModelIdleTimeout bounds the wait for a model call's next event (the first one
-	// included): a provider that goes quiet for this long is hung up on and the call
-	// fails as a transient error, so no run waits on a dead connection for ever.
-	// Negative turns it off.
+	// included, keep-alives too: any data received): a provider that goes quiet for this
+	// long is hung up on and the call fails as a transient error, so no run waits on a
+	// dead connection for ever. Negative turns it off.
 	ModelIdleTimeout time.Duration
 	// Clock drives approval timeouts, retry backoff and the model idle timeout. Defaults
 	// to the real clock.
@@ -196,7 +200,8 @@ func (r *run) uniqueID(id string) string {
 // callModel makes one model call, retrying transient errors while nothing has streamed.
 func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 	cfg := r.l.cfg
-	req := ModelRequest{System: cfg.System, Messages: Trim(msgs, cfg.ContextTokens), Tools: cfg.Tools.Specs()}
+	req := ModelRequest{System: cfg.System, Tools: cfg.Tools.Specs()}
+	req.Messages = Trim(msgs, MessageBudget(cfg.ContextTokens, req.System, req.Tools, cfg.MaxOutputTokens))
 	backoff := cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		reply := Message{Role: RoleAssistant}
@@ -252,6 +257,8 @@ func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
 		var me *ModelError
 		transient := errors.As(err, &me) && me.Transient && me.RetryAfter <= maxRetryWait
 		if !transient || streamed || attempt >= cfg.MaxRetries {
+			// The run's error hides the provider's raw text from the user; the log keeps it.
+			r.l.log.Warn().Err(err).Int("attempts", attempt+1).Msg("model call failed")
 			if transient && !streamed && attempt > 0 {
 				return Message{}, modelFailure(err, fmt.Sprintf(" (gave up after %d attempts)", attempt+1))
 			}
@@ -273,7 +280,13 @@ var errModelIdle = errors.New("model idle")
 
 // stream makes one model call, hanging up when it sends nothing for ModelIdleTimeout.
 func (r *run) stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) error {
-	emit = r.timeFirstToken(emit)
+	output := r.timeFirstToken(emit)
+	emit = func(ev ModelEvent) error {
+		if ev.Kind == EventKeepAlive {
+			return nil // it restarts the idle timer, and is neither output nor "streamed"
+		}
+		return output(ev)
+	}
 	idle := r.l.cfg.ModelIdleTimeout
 	if idle < 0 {
 		return r.l.cfg.Model.Stream(ctx, req, emit)

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,9 +15,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/modeltest"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport/wstest"
@@ -298,6 +301,90 @@ func TestSilentModelIsHungUpOn(t *testing.T) {
 	require.Equal(t, "error", msgs[1].Status)
 }
 
+// streamFunc is a model made of a function.
+type streamFunc func(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) error
+
+func (f streamFunc) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) error {
+	return f(ctx, req, emit)
+}
+
+var keepAlive = agent.ModelEvent{Kind: agent.EventKeepAlive}
+
+// Keep-alives restart the idle wait like any event, but are not output: a call that sent
+// only keep-alives before it went quiet has streamed nothing, so it is retried, and
+// nothing of it is stored.
+func TestKeepAlivesHoldOffTheIdleTimeout(t *testing.T) {
+	t.Parallel()
+	step, taken := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	model := streamFunc(func(ctx context.Context, _ agent.ModelRequest, emit func(agent.ModelEvent) error) error {
+		if calls.Add(1) > 1 {
+			return emit(agent.ModelEvent{Kind: agent.EventText, Text: "Hello."})
+		}
+		for range 2 {
+			select {
+			case <-step:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := emit(keepAlive); err != nil {
+				return err
+			}
+			select {
+			case taken <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		<-ctx.Done() // then silence
+		return ctx.Err()
+	})
+	h := newHarness(t, model)
+	h.send("hi")
+
+	for range 2 {
+		h.waitTimers(1)
+		h.clock.Advance(agent.DefaultModelIdleTimeout - time.Second)
+		give(t, step, struct{}{}, "a keep-alive's turn")
+		recv(t, taken, "the keep-alive")
+	}
+	h.waitTimers(1)
+	h.clock.Advance(agent.DefaultModelIdleTimeout - time.Second)
+	// Had the keep-alive not restarted it, the timer would have fired (and gone) by now.
+	h.waitTimers(1)
+	h.clock.Advance(time.Second) // hung up on
+	h.waitTimers(1)              // the retry's backoff: keep-alives are not "streamed"
+	h.clock.Advance(agent.DefaultRetryBackoff)
+
+	end := h.end()
+	require.Equal(t, "chat.done", end.Type)
+	require.EqualValues(t, 2, calls.Load())
+	msgs := h.stored()
+	require.Len(t, msgs, 2, "keep-alives are not output")
+	require.Equal(t, "Hello.", msgs[1].Content)
+}
+
+// Without an idle timeout keep-alives are ignored: a transient error after them is
+// retried, as one before any output is.
+func TestKeepAlivesAreNotOutput(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{keepAlive, keepAlive}, Err: modeltest.Transient("overloaded")},
+		modeltest.Turn{Events: append([]agent.ModelEvent{keepAlive}, modeltest.Text("Hello", " again.")...)},
+	)
+	h := newHarness(t, model, noIdleTimeout)
+	h.send("hi")
+	h.waitTimers(1)
+	h.clock.Advance(agent.DefaultRetryBackoff)
+
+	end := h.end()
+	require.Equal(t, "chat.done", end.Type)
+	require.Len(t, model.Requests(), 2)
+	msgs := h.stored()
+	require.Len(t, msgs, 2)
+	require.Equal(t, "Hello again.", msgs[1].Content)
+}
+
 // A permanent error is not retried.
 func TestPermanentModelErrorIsNotRetried(t *testing.T) {
 	t.Parallel()
@@ -336,6 +423,29 @@ func TestPlainModelErrorHidesItsText(t *testing.T) {
 	h.endedRun(end)
 	require.Equal(t, 1, len(model.Requests()))
 	require.Len(t, h.stored(), 1)
+}
+
+// When a model call finally fails, the provider's own error, hidden from the user, is
+// logged for the operator.
+func TestFailedModelCallIsLogged(t *testing.T) {
+	t.Parallel()
+	cause := errors.New(`Post "https://llm.internal.example/v1/chat/completions": x509: certificate signed by unknown authority`)
+	model := modeltest.New(modeltest.Turn{Err: &agent.ModelError{Code: agent.CodeModelUnreachable, Message: "the model provider's TLS certificate was refused", Err: cause}})
+	var log bytes.Buffer
+	l, err := agent.New(agent.Config{Model: model, Logger: zerolog.New(&log), ModelIdleTimeout: -1})
+	require.NoError(t, err)
+	err = agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	require.Equal(t, agent.CodeModelUnreachable, agenttest.RunError(t, err).Code)
+
+	var line struct {
+		Level, Message, Error string
+		Attempts              int
+	}
+	require.NoError(t, json.Unmarshal(log.Bytes(), &line), "one log line: %s", log.String())
+	require.Equal(t, "warn", line.Level)
+	require.Equal(t, "model call failed", line.Message)
+	require.Contains(t, line.Error, cause.Error())
+	require.Equal(t, 1, line.Attempts)
 }
 
 // --- Step limit ----------------------------------------------------------------------

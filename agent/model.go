@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"time"
 )
 
@@ -65,6 +67,12 @@ const (
 	EventReasoningEnd                      // Reasoning.Signature or .Redacted: the block is complete
 	EventToolCall                          // ToolCall: a complete tool call
 	EventUsage                             // Usage: tokens of this call
+	// EventKeepAlive carries nothing: the provider received data that makes no other
+	// event (yet), such as a tool call's argument fragments or a ping. It tells the loop
+	// the call is alive (see Config.ModelIdleTimeout) and is otherwise ignored: it is
+	// not output, and does not count as streamed for retries. emit must not fail it:
+	// providers may ignore what it returns for one.
+	EventKeepAlive
 )
 
 // ModelEvent is one piece of a streamed model response.
@@ -86,9 +94,40 @@ type Usage struct {
 // Model is an LLM provider. Stream sends the request and calls emit with each event of
 // the response, in order, returning when the response is complete. When emit returns an
 // error Stream stops and returns it. Errors should be *ModelError, so the loop knows
-// whether a retry may help.
+// whether a retry may help. A provider whose responses can carry data that makes no
+// event for a while emits EventKeepAlive as it arrives (KeepAliveMiddleware does so for
+// an HTTP SDK), so the loop does not take a busy call for a silent one.
 type Model interface {
 	Stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) error
+}
+
+// KeepAliveMiddleware is HTTP middleware of the shape the OpenAI and Anthropic SDKs'
+// option.WithMiddleware take. It calls alive when a response's headers arrive and on
+// every read of its body that returns data, so whatever is received counts as activity,
+// including what the SDK consumes itself (pings, SSE comments) or holds back (a tool
+// call's input). alive runs on the goroutine that reads the body: the SDK's caller.
+func KeepAliveMiddleware(alive func()) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+		resp, err := next(req)
+		if err == nil && resp != nil && resp.Body != nil {
+			alive()
+			resp.Body = &keepAliveBody{ReadCloser: resp.Body, alive: alive}
+		}
+		return resp, err
+	}
+}
+
+type keepAliveBody struct {
+	io.ReadCloser
+	alive func()
+}
+
+func (b *keepAliveBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.alive()
+	}
+	return n, err
 }
 
 // ModelError is a failed model call, classified.

@@ -56,6 +56,22 @@ func Gated(gate <-chan struct{}, first, rest []Event) Answer {
 	}
 }
 
+// Paced sends the headers, then each event when next receives (or stops when the
+// client goes away): an answer a test streams one event at a time.
+func Paced(next <-chan struct{}, events ...Event) Answer {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, nil)
+		for _, ev := range events {
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+			writeMore(w, []Event{ev})
+		}
+	}
+}
+
 // Cut sends the events, then drops the connection without ending the response, as a
 // proxy or a crashed server does.
 func Cut(events ...Event) Answer {

@@ -14,12 +14,15 @@ import (
 	"github.com/chatd/chatd/conversation"
 )
 
-// Collect makes one model call and returns the events it streamed.
+// Collect makes one model call and returns the events it streamed, keep-alives left
+// out: how many there are depends on how the network splits the response.
 func Collect(t testing.TB, m agent.Model, req agent.ModelRequest) ([]agent.ModelEvent, error) {
 	t.Helper()
 	var evs []agent.ModelEvent
 	err := m.Stream(t.Context(), req, func(ev agent.ModelEvent) error {
-		evs = append(evs, ev)
+		if ev.Kind != agent.EventKeepAlive {
+			evs = append(evs, ev)
+		}
 		return nil
 	})
 	return evs, err
@@ -71,6 +74,57 @@ func Wait[T any](t testing.TB, ch <-chan T, what string) T {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
+	}
+}
+
+// Give sends v on ch, failing the test after 10 seconds.
+func Give[T any](t testing.TB, ch chan<- T, v T, what string) {
+	t.Helper()
+	select {
+	case ch <- v:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out handing over %s", what)
+	}
+}
+
+// KeepAlives wraps m so that a test learns of each keep-alive m emits once the loop
+// has taken it (and so restarted its idle timer): a value is sent on taken. A test on
+// a fake clock waits for it before it moves the clock on.
+func KeepAlives(m agent.Model, taken chan<- struct{}) agent.Model {
+	return keepAlives{m, taken}
+}
+
+type keepAlives struct {
+	agent.Model
+	taken chan<- struct{}
+}
+
+func (k keepAlives) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) error {
+	return k.Model.Stream(ctx, req, func(ev agent.ModelEvent) error {
+		err := emit(ev)
+		if ev.Kind == agent.EventKeepAlive {
+			select {
+			case k.taken <- struct{}{}:
+			case <-ctx.Done():
+			}
+		}
+		return err
+	})
+}
+
+// WaitKeepingAlive is Wait for a run on a model wrapped by KeepAlives: it takes the
+// keep-alive notices that come meanwhile.
+func WaitKeepingAlive(t testing.TB, done <-chan error, taken <-chan struct{}) error {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case <-taken:
+		case err := <-done:
+			return err
+		case <-timeout:
+			t.Fatal("timed out waiting for the run")
+		}
 	}
 }
 

@@ -85,7 +85,11 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err != nil {
 		return &agent.ModelError{Code: agent.CodeModelRejected, Message: err.Error()}
 	}
-	stream := m.client.Messages.NewStreaming(ctx, params)
+	// Whatever arrives counts for the loop's idle timeout, though a tool call's input
+	// or a ping makes no event. A keep-alive's error is the run's end, which the next
+	// event or ctx reports.
+	alive := func() { _ = emit(agent.ModelEvent{Kind: agent.EventKeepAlive}) }
+	stream := m.client.Messages.NewStreaming(ctx, params, option.WithMiddleware(agent.KeepAliveMiddleware(alive)))
 	defer stream.Close()
 
 	// The block being streamed, by kind.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -450,11 +451,59 @@ func TestEmitErrorStopsTheStream(t *testing.T) {
 	stop := errors.New("stop here")
 	var got []agent.ModelEvent
 	err := newModel(t, srv).Stream(t.Context(), hi(), func(ev agent.ModelEvent) error {
+		if ev.Kind == agent.EventKeepAlive {
+			return nil
+		}
 		got = append(got, ev)
 		return stop
 	})
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, []agent.ModelEvent{text("one")}, got)
+}
+
+// A tool call's input_json_delta fragments and the pings between them make no event (the
+// SDK swallows pings), but they are activity: a model streaming a long call over minutes
+// is not hung up on by the loop's idle timeout (5 minutes here, on a fake clock).
+func TestPingsAndToolInputKeepTheCallAlive(t *testing.T) {
+	t.Parallel()
+	next := make(chan struct{})
+	first := []agenttest.Event{messageStart(), ping(), blockStart(0, obj{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": obj{}})}
+	for _, part := range []string{`{"lo`, `cation"`, `:"Paris"}`} {
+		first = append(first, ping(), blockDelta(0, obj{"type": "input_json_delta", "partial_json": part}))
+	}
+	rest := []agenttest.Event{blockStop(0), messageDelta("tool_use", outputTokens), messageStop()}
+	srv := agenttest.NewServer(t,
+		agenttest.Paced(next, append(first, rest...)...),
+		answer("end_turn", textBlock(0, "Sunny.")),
+	)
+	taken := make(chan struct{})
+	reg, err := agent.NewRegistry(agenttest.Weather{})
+	require.NoError(t, err)
+	clock := clockwork.NewFakeClock()
+	l, err := agent.New(agent.Config{Model: agenttest.KeepAlives(newModel(t, srv), taken), Tools: reg, Clock: clock, MaxRetries: -1})
+	require.NoError(t, err)
+	rec := &agenttest.Recorder{}
+	done := agenttest.Run(t.Context(), l, rec, "weather?")
+
+	agenttest.Wait(t, taken, "the headers' keep-alive")
+	// An event every 90s: 13.5 minutes in all. Each step stays well inside the timeout
+	// (even if an event came in two reads and the test ran a step ahead).
+	for range first {
+		clock.Advance(90 * time.Second)
+		agenttest.Give(t, next, struct{}{}, "the next event")
+		agenttest.Wait(t, taken, "a keep-alive")
+	}
+	require.Empty(t, rec.Log(), "keep-alives are not output")
+	close(next) // the rest at once
+
+	require.NoError(t, agenttest.WaitKeepingAlive(t, done, taken), "log: %v", rec.Log())
+	require.Equal(t, []string{
+		"usage: 175 15 190 64000",
+		`tool.start: toolu_1 get_weather {"location":"Paris"}`,
+		"tool.end: toolu_1 ok 15°C, sunny in Paris",
+		"text: Sunny.",
+		"usage: 175 15 190 64000",
+	}, rec.Log())
 }
 
 // --- Failures ----------------------------------------------------------------------------
@@ -612,6 +661,9 @@ func TestCancelledCall(t *testing.T) {
 	defer cancel()
 	var got []agent.ModelEvent
 	err := newModel(t, srv).Stream(ctx, hi(), func(ev agent.ModelEvent) error {
+		if ev.Kind == agent.EventKeepAlive {
+			return nil
+		}
 		got = append(got, ev)
 		cancel()
 		return nil

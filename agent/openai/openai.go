@@ -4,8 +4,10 @@
 //
 // It streams text, tool calls (assembled from the fragments they arrive in), reasoning
 // where the server sends it (reasoning_content or reasoning in the delta), and usage (asked
-// for with stream_options.include_usage). The SDK's own retries are off: the agent loop
-// retries, and only while nothing has streamed. Errors are classified for it.
+// for with stream_options.include_usage). Reasoning goes back as reasoning_content on
+// assistant messages that called tools, as DeepSeek's thinking mode requires; elsewhere
+// it stays out. The SDK's own retries are off: the agent loop retries, and only while
+// nothing has streamed. Errors are classified for it.
 package openai
 
 import (
@@ -14,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
@@ -42,18 +43,24 @@ type Config struct {
 
 // Model is the OpenAI-compatible provider.
 type Model struct {
-	cfg    Config
-	client openai.Client
+	cfg         Config
+	completions openai.ChatCompletionService
 }
 
 var _ agent.Model = (*Model)(nil)
 
-// New returns the provider.
+// New returns the provider. The SDK's environment defaults (OPENAI_BASE_URL,
+// OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS, … read by the SDK itself) are
+// not used: Config is the whole configuration.
 func New(cfg Config) (*Model, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("openai: the model name is required (CHATD_MODEL)")
 	}
-	opts := []option.RequestOption{option.WithMaxRetries(0)}
+	// openai.NewClient always applies the environment (this SDK has no
+	// WithoutEnvironmentDefaults option), and an OPENAI_BASE_URL that is set but empty,
+	// as docker-compose passes an unset variable, became an empty base URL. The service
+	// built on its own starts from nothing: only the production base URL as the default.
+	opts := []option.RequestOption{option.WithEnvironmentProduction(), option.WithMaxRetries(0)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
@@ -65,7 +72,7 @@ func New(cfg Config) (*Model, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	return &Model{cfg: cfg, client: openai.NewClient(opts...)}, nil
+	return &Model{cfg: cfg, completions: openai.NewChatCompletionService(opts...)}, nil
 }
 
 // Stream makes one streaming chat completion.
@@ -74,14 +81,14 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err != nil {
 		return &agent.ModelError{Code: agent.CodeModelRejected, Message: err.Error()}
 	}
-	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
+	// Whatever arrives counts for the loop's idle timeout, though a tool call's input
+	// or a ping makes no event. A keep-alive's error is the run's end, which the next
+	// event or ctx reports.
+	alive := func() { _ = emit(agent.ModelEvent{Kind: agent.EventKeepAlive}) }
+	stream := m.completions.NewStreaming(ctx, params, option.WithMiddleware(agent.KeepAliveMiddleware(alive)))
 	defer stream.Close()
 
-	type call struct {
-		id, name string
-		args     strings.Builder
-	}
-	calls := map[int64]*call{}
+	calls := toolCalls{byIndex: map[int64]*toolCall{}}
 	var (
 		usage        agent.Usage
 		gotUsage     bool
@@ -124,18 +131,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 				}
 			}
 			for _, tc := range d.ToolCalls {
-				c := calls[tc.Index]
-				if c == nil {
-					c = &call{}
-					calls[tc.Index] = c
-				}
-				if tc.ID != "" {
-					c.id = tc.ID
-				}
-				if tc.Function.Name != "" {
-					c.name += tc.Function.Name
-				}
-				c.args.WriteString(tc.Function.Arguments)
+				calls.add(tc)
 			}
 			if choice.FinishReason != "" {
 				finish = choice.FinishReason
@@ -154,13 +150,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err := endReasoning(); err != nil {
 		return err
 	}
-	indexes := make([]int64, 0, len(calls))
-	for i := range calls {
-		indexes = append(indexes, i)
-	}
-	sort.Slice(indexes, func(a, b int) bool { return indexes[a] < indexes[b] })
-	for _, i := range indexes {
-		c := calls[i]
+	for _, c := range calls.calls {
 		args := json.RawMessage(c.args.String())
 		if len(strings.TrimSpace(string(args))) == 0 {
 			args = json.RawMessage("{}")
@@ -173,6 +163,45 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		return emit(agent.ModelEvent{Kind: agent.EventUsage, Usage: usage})
 	}
 	return nil
+}
+
+// toolCall is one call of a response, as far as its fragments have come.
+type toolCall struct {
+	id, name string
+	args     strings.Builder
+}
+
+// toolCalls assembles a response's tool calls from the fragments they arrive in.
+type toolCalls struct {
+	calls   []*toolCall         // in the order they began
+	byIndex map[int64]*toolCall // the call each index continues
+}
+
+// add takes one fragment. A fragment continues the call at its index, unless it carries
+// an id other than that call's: Ollama sends every call of a parallel batch whole, each
+// with its own id and all at index 0. A fragment without an index continues the latest
+// call, or begins one when its id is new.
+func (t *toolCalls) add(tc openai.ChatCompletionChunkChoiceDeltaToolCall) {
+	hasIndex := tc.JSON.Index.Valid()
+	var c *toolCall
+	switch {
+	case hasIndex:
+		c = t.byIndex[tc.Index]
+	case len(t.calls) > 0:
+		c = t.calls[len(t.calls)-1]
+	}
+	if c == nil || (tc.ID != "" && c.id != "" && tc.ID != c.id) {
+		c = &toolCall{}
+		t.calls = append(t.calls, c)
+	}
+	if hasIndex {
+		t.byIndex[tc.Index] = c
+	}
+	if tc.ID != "" {
+		c.id = tc.ID
+	}
+	c.name += tc.Function.Name // names may come in pieces too
+	c.args.WriteString(tc.Function.Arguments)
 }
 
 // reasoning reads the reasoning some servers put in the delta: reasoning_content
@@ -204,7 +233,6 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 		case agent.RoleUser:
 			p.Messages = append(p.Messages, openai.UserMessage(msg.Text))
 		case agent.RoleAssistant:
-			// Reasoning is not sent back: OpenAI-compatible servers do not take it.
 			a := openai.ChatCompletionAssistantMessageParam{}
 			if msg.Text != "" {
 				a.Content.OfString = param.NewOpt(msg.Text)
@@ -219,6 +247,13 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 			}
 			if msg.Text == "" && len(a.ToolCalls) == 0 {
 				continue // reasoning only: nothing to send
+			}
+			if r := reasoningText(msg.Reasoning); r != "" && len(a.ToolCalls) > 0 {
+				// DeepSeek's thinking mode refuses (400) an assistant message with tool
+				// calls that lacks its reasoning_content. Reasoning text is only there
+				// when the server sent some; messages without calls go without, as
+				// DeepSeek wants them.
+				a.SetExtraFields(map[string]any{"reasoning_content": r})
 			}
 			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
 		case agent.RoleTool:
@@ -237,6 +272,17 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 		}))
 	}
 	return p, nil
+}
+
+// reasoningText joins the text of a message's reasoning blocks.
+func reasoningText(blocks []agent.Reasoning) string {
+	var parts []string
+	for _, b := range blocks {
+		if b.Text != "" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
 }
 
 // arguments is a stored call's input as the API takes it: JSON text. Input the model
@@ -265,20 +311,26 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &streamErr) {
 		var body struct {
 			Error struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-				Code    any    `json:"code"`
+				Message string          `json:"message"`
+				Type    string          `json:"type"`
+				Code    json.RawMessage `json:"code"`
 			} `json:"error"`
 		}
 		_ = json.Unmarshal(streamErr.Event.Data, &body)
 		kind := body.Error.Type
-		if code, ok := body.Error.Code.(string); ok {
+		var code string
+		if json.Unmarshal(body.Error.Code, &code) == nil {
 			kind += " " + code
 		}
 		// An error in the middle of the stream is the server's own trouble, unless it
-		// says the request was wrong.
+		// says otherwise: with an HTTP status for a code (vLLM, OpenRouter), or by
+		// saying the request was wrong.
 		status := http.StatusInternalServerError
-		if strings.Contains(kind, "invalid_request") {
+		var n int
+		switch {
+		case json.Unmarshal(body.Error.Code, &n) == nil && n >= 400 && n <= 599:
+			status = n
+		case strings.Contains(kind, "invalid_request"):
 			status = http.StatusBadRequest
 		}
 		return agent.StatusError(status, nil, kind, body.Error.Message, err)

@@ -2,10 +2,13 @@ package openai_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -174,6 +177,52 @@ func TestToolCallArgumentsSplitOverManyChunks(t *testing.T) {
 	}, evs)
 }
 
+// Ollama streams every call of a parallel batch whole, each with its own id, all at
+// index 0 (ollama/ollama#15457): a new id at an index begins a new call.
+func TestParallelCallsAllAtIndexZero(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("tool_calls",
+		delta(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Paris\"}"}}]}`),
+		delta(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Oslo\"}"}}]}`),
+	))
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{
+		callEvent("call_a", "get_weather", `{"location":"Paris"}`),
+		callEvent("call_b", "get_weather", `{"location":"Oslo"}`),
+		usageEvent(12, 5),
+	}, evs)
+}
+
+// Some servers repeat the call's id on every fragment: the same id continues the call.
+func TestToolCallIDRepeatedOnEveryFragment(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("tool_calls",
+		delta(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"loc"}}]}`),
+		delta(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"arguments":"ation\":\"Paris\"}"}}]}`),
+	))
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{callEvent("call_a", "get_weather", `{"location":"Paris"}`), usageEvent(12, 5)}, evs)
+}
+
+// Fragments without an index continue the latest call; a new id begins the next one.
+func TestToolCallFragmentsWithoutIndex(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("tool_calls",
+		delta(`{"tool_calls":[{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"location\":"}}]}`),
+		delta(`{"tool_calls":[{"function":{"arguments":"\"Paris\"}"}}]}`),
+		delta(`{"tool_calls":[{"id":"call_b","type":"function","function":{"name":"current_time","arguments":""}}]}`),
+	))
+	evs, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{
+		callEvent("call_a", "get_weather", `{"location":"Paris"}`),
+		callEvent("call_b", "current_time", `{}`),
+		usageEvent(12, 5),
+	}, evs)
+}
+
 func TestToolCallWithoutArgumentsGetsAnEmptyObject(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("tool_calls", callStart(0, "call_1", "current_time")))
@@ -239,19 +288,22 @@ func TestContentFilterFinishIsAnError(t *testing.T) {
 }
 
 // The history goes out as the API wants it: the assistant's text and calls in one
-// message, each result as a tool message, reasoning left out, and a call whose garbled
-// arguments were stored as a string sent back as the text the model wrote.
+// message, each result as a tool message, reasoning as reasoning_content only on a
+// message with calls (DeepSeek's thinking mode requires it there), and a call whose
+// garbled arguments were stored as a string sent back as the text the model wrote.
 func TestHistoryIsSentInChatCompletionsShape(t *testing.T) {
 	t.Parallel()
 	srv := agenttest.NewServer(t, answer("stop", content("Done.")))
 	req := agent.ModelRequest{Messages: []agent.Message{
 		{Role: agent.RoleUser, Text: "weather?"},
-		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "thinking"}}, Text: "Let me look.", ToolCalls: []agent.ToolCall{
+		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "thinking"}, {Redacted: "opaque"}, {Text: "more"}}, Text: "Let me look.", ToolCalls: []agent.ToolCall{
 			{ID: "c1", Name: "weather", Input: json.RawMessage(`{"city":"Paris"}`)},
 			{ID: "c2", Name: "weather", Input: json.RawMessage(`"{\"city\": Oslo"`)},
 		}},
 		{Role: agent.RoleTool, ToolCallID: "c1", ToolName: "weather", Result: "sunny"},
 		{Role: agent.RoleTool, ToolCallID: "c2", ToolName: "weather", Result: "invalid input", IsError: true},
+		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "Paris is sunny."}}, Text: "Sunny in Paris."},
+		{Role: agent.RoleUser, Text: "and Oslo?"},
 		{Role: agent.RoleAssistant, Reasoning: []agent.Reasoning{{Text: "only thoughts"}}},
 		{Role: agent.RoleUser, Text: "and now?"},
 	}}
@@ -261,12 +313,14 @@ func TestHistoryIsSentInChatCompletionsShape(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `[
 		{"role":"user","content":"weather?"},
-		{"role":"assistant","content":"Let me look.","tool_calls":[
+		{"role":"assistant","content":"Let me look.","reasoning_content":"thinking\nmore","tool_calls":[
 			{"id":"c1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}},
 			{"id":"c2","type":"function","function":{"name":"weather","arguments":"{\"city\": Oslo"}}
 		]},
 		{"role":"tool","tool_call_id":"c1","content":"sunny"},
 		{"role":"tool","tool_call_id":"c2","content":"invalid input"},
+		{"role":"assistant","content":"Sunny in Paris."},
+		{"role":"user","content":"and Oslo?"},
 		{"role":"user","content":"and now?"}
 	]`, string(msgs))
 }
@@ -308,6 +362,11 @@ func TestErrorEventMidStream(t *testing.T) {
 		{`{"error":{"message":"The server had an error while processing your request.","type":"server_error","code":null}}`, agent.CodeModelUnavailable, true},
 		{`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`, agent.CodeRateLimited, true},
 		{`{"error":{"message":"Invalid 'messages': empty.","type":"invalid_request_error","code":null}}`, agent.CodeModelRejected, false},
+		// vLLM and OpenRouter put the HTTP status in code.
+		{`{"error":{"object":"error","message":"This model's maximum context length is 8192 tokens","type":"BadRequestError","param":null,"code":400}}`, agent.CodeContextTooLong, false},
+		{`{"error":{"message":"No auth credentials found","code":401}}`, agent.CodeModelAuth, false},
+		{`{"error":{"message":"Provider returned error","code":502}}`, agent.CodeModelUnavailable, true},
+		{`{"error":{"message":"Something odd","type":"BadRequestError","code":42}}`, agent.CodeModelUnavailable, true},
 	}
 	for _, c := range cases {
 		t.Run(c.code, func(t *testing.T) {
@@ -337,6 +396,7 @@ func TestHTTPErrorsAreClassified(t *testing.T) {
 		{403, body("permission_denied", "no"), agent.CodeModelAuth, false},
 		{404, body("invalid_request_error", "The model `gpt-nope` does not exist"), agent.CodeModelNotFound, false},
 		{429, body("requests", "Rate limit reached"), agent.CodeRateLimited, true},
+		{429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, agent.CodeModelQuota, false},
 		{500, body("server_error", "oops"), agent.CodeModelUnavailable, true},
 		{503, `upstream unavailable`, agent.CodeModelUnavailable, true},
 	}
@@ -362,6 +422,67 @@ func TestUnreachableServer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = agenttest.Collect(t, m, hi())
 	agenttest.ExpectModelError(t, err, agent.CodeModelUnreachable, true)
+}
+
+// The SDK's own environment variables do not reach the requests: an OPENAI_BASE_URL
+// set but empty (docker-compose passes an unset ${VAR} so) no longer empties the base
+// URL, and organization, project and custom headers from the environment stay out.
+// Not parallel: it sets the environment.
+func TestSDKEnvironmentIsIgnored(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("OPENAI_API_KEY", "sk-from-env")
+	t.Setenv("OPENAI_ORG_ID", "org-from-env")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-from-env")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-From-Env: yes")
+	srv := agenttest.NewServer(t, answer("stop", content("ok")))
+	_, err := agenttest.Collect(t, newModel(t, srv), hi())
+	require.NoError(t, err)
+	h := srv.Requests()[0].Header
+	require.Equal(t, "Bearer test-key", h.Get("Authorization"))
+	for _, name := range []string{"OpenAI-Organization", "OpenAI-Project", "X-From-Env"} {
+		require.Empty(t, h.Get(name), name)
+	}
+}
+
+// roundTripper answers every request itself.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// With no base URL configured, calls go to OpenAI, whatever OPENAI_BASE_URL says.
+// Not parallel: it sets the environment.
+func TestNoBaseURLMeansOpenAI(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	var got *http.Request
+	client := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		got = r
+		return &http.Response{
+			StatusCode: http.StatusUnauthorized,
+			Header:     http.Header{"Content-Type": {"application/json"}},
+			Body:       io.NopCloser(strings.NewReader(`{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)),
+			Request:    r,
+		}, nil
+	})}
+	m, err := openai.New(openai.Config{APIKey: "sk-mine", Model: "gpt-4.1-mini", HTTPClient: client})
+	require.NoError(t, err)
+	_, err = agenttest.Collect(t, m, hi())
+	agenttest.ExpectModelError(t, err, agent.CodeModelAuth, false)
+	require.NotNil(t, got)
+	require.Equal(t, "https://api.openai.com/v1/chat/completions", got.URL.String())
+	require.Equal(t, "Bearer sk-mine", got.Header.Get("Authorization"))
+}
+
+// A base URL without its scheme fails the same way every time: not retried, and the
+// user is told what to fix.
+func TestBaseURLWithoutSchemeIsNotRetried(t *testing.T) {
+	t.Parallel()
+	m, err := openai.New(openai.Config{BaseURL: "localhost:11434/v1", Model: "llama3.2"})
+	require.NoError(t, err)
+	l, _ := agenttest.NewLoop(t, m)
+	err = agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	ce := agenttest.RunError(t, err)
+	require.Equal(t, agent.CodeModelUnreachable, ce.Code)
+	require.Equal(t, "the model provider's base URL is not usable: check its scheme (http:// or https://) and host", ce.Message)
 }
 
 func TestModelIsRequired(t *testing.T) {
@@ -404,6 +525,71 @@ func TestTextToolCallTextThroughTheLoop(t *testing.T) {
 	]`, string(msgs))
 }
 
+// DeepSeek's thinking mode answers 400 unless the reasoning of a step that called tools
+// comes back with the results: the second request carries it as reasoning_content.
+func TestReasoningGoesBackWithTheToolCalls(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t,
+		answer("tool_calls", delta(`{"reasoning_content":"Need the weather."}`), callStart(0, "call_1", "get_weather"), callArgs(0, `{"location":"Paris"}`)),
+		answer("stop", content("sunny")),
+	)
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	require.NoError(t, agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "weather?"), "the run"))
+	msgs, err := json.Marshal(srv.Body(1)["messages"])
+	require.NoError(t, err)
+	require.JSONEq(t, `[
+		{"role":"user","content":"weather?"},
+		{"role":"assistant","reasoning_content":"Need the weather.","tool_calls":[
+			{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Paris\"}"}}
+		]},
+		{"role":"tool","tool_call_id":"call_1","content":"15°C, sunny in Paris"}
+	]`, string(msgs))
+}
+
+// A tool call's arguments make no event until the call is complete, but every chunk of
+// them is activity: a model streaming a long call over minutes, with no other output,
+// is not hung up on by the loop's idle timeout (5 minutes here, on a fake clock).
+func TestStreamingToolArgumentsKeepTheCallAlive(t *testing.T) {
+	t.Parallel()
+	next := make(chan struct{})
+	chunks := []string{callStart(0, "call_1", "get_weather")}
+	for _, part := range []string{`{"lo`, `cat`, `ion"`, `:"`, `Pa`, `ris"}`} {
+		chunks = append(chunks, callArgs(0, part))
+	}
+	srv := agenttest.NewServer(t,
+		agenttest.Paced(next, agenttest.Data(append(chunks, finish("tool_calls"), usage(12, 5), "[DONE]")...)...),
+		answer("stop", content("Sunny.")),
+	)
+	taken := make(chan struct{})
+	reg, err := agent.NewRegistry(agenttest.Weather{})
+	require.NoError(t, err)
+	clock := clockwork.NewFakeClock()
+	l, err := agent.New(agent.Config{Model: agenttest.KeepAlives(newModel(t, srv), taken), Tools: reg, Clock: clock, MaxRetries: -1})
+	require.NoError(t, err)
+	rec := &agenttest.Recorder{}
+	done := agenttest.Run(t.Context(), l, rec, "weather?")
+
+	agenttest.Wait(t, taken, "the headers' keep-alive")
+	// A chunk every 90s: 10.5 minutes in all. Each step stays well inside the timeout
+	// (even if a chunk came in two reads and the test ran a step ahead).
+	for range chunks {
+		clock.Advance(90 * time.Second)
+		agenttest.Give(t, next, struct{}{}, "the next chunk")
+		agenttest.Wait(t, taken, "a keep-alive")
+	}
+	require.Empty(t, rec.Log(), "keep-alives are not output")
+	close(next) // the rest at once
+
+	require.NoError(t, agenttest.WaitKeepingAlive(t, done, taken), "log: %v", rec.Log())
+	require.Equal(t, []string{
+		"usage: 12 5 17 64000",
+		`tool.start: call_1 get_weather {"location":"Paris"}`,
+		"tool.end: call_1 ok 15°C, sunny in Paris",
+		"text: Sunny.",
+		"usage: 12 5 17 64000",
+	}, rec.Log())
+}
+
 // A 429 with retry-after is waited out (on the loop's clock), then the call succeeds.
 func TestRateLimitedThenSuccess(t *testing.T) {
 	t.Parallel()
@@ -437,6 +623,19 @@ func TestServerErrorThreeTimesGivesUp(t *testing.T) {
 	require.Equal(t, agent.CodeModelUnavailable, ce.Code)
 	require.Equal(t, "the model provider failed (HTTP 500): The server had an error (gave up after 3 attempts)", ce.Message)
 	require.Len(t, srv.Requests(), 3)
+}
+
+// A 429 for a spent quota is billing, not a rate limit: not retried, whatever its
+// retry-after.
+func TestQuotaExceededIsNotRetried(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, agenttest.Status(429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, "Retry-After", "1"))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	err := agenttest.Wait(t, agenttest.Run(t.Context(), l, &agenttest.Recorder{}, "hi"), "the run")
+	ce := agenttest.RunError(t, err)
+	require.Equal(t, agent.CodeModelQuota, ce.Code)
+	require.Equal(t, "the model provider's quota or credit is used up: check the plan and billing: You exceeded your current quota, please check your plan and billing details.", ce.Message)
+	require.Len(t, srv.Requests(), 1)
 }
 
 // 401 is not retried, and the user sees what to fix, not the SDK's text.

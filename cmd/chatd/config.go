@@ -92,8 +92,9 @@ type Config struct {
 	AnthropicAPIKey  string
 	// SystemPrompt is sent with every model call (CHATD_SYSTEM_PROMPT).
 	SystemPrompt string
-	// ContextTokens is the token budget of the conversation sent to the model; the
-	// oldest turns are left out to stay under it (CHATD_CONTEXT_TOKENS).
+	// ContextTokens is the token budget of a model call: the system prompt, the tool
+	// specs, the conversation and the answer (MaxTokens, or a reserve); the oldest turns
+	// are left out to stay under it (CHATD_CONTEXT_TOKENS).
 	ContextTokens int
 	// MaxTokens caps each answer; 0 is the provider's default (CHATD_MAX_TOKENS).
 	MaxTokens int
@@ -162,7 +163,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.StringVar(&c.AnthropicBaseURL, "anthropic-base-url", env.str("ANTHROPIC_BASE_URL", ""), "Anthropic API base URL; empty for api.anthropic.com (ANTHROPIC_BASE_URL)")
 	c.AnthropicAPIKey = env.str("ANTHROPIC_API_KEY", "")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", env.str("CHATD_SYSTEM_PROMPT", ""), "system prompt sent with every model call (CHATD_SYSTEM_PROMPT)")
-	fs.IntVar(&c.ContextTokens, "context-tokens", env.int("CHATD_CONTEXT_TOKENS", agent.DefaultContextTokens), "token budget of the conversation sent to the model (CHATD_CONTEXT_TOKENS)")
+	fs.IntVar(&c.ContextTokens, "context-tokens", env.int("CHATD_CONTEXT_TOKENS", agent.DefaultContextTokens), "token budget of a model call: system prompt, tools, conversation and answer; the oldest turns are left out beyond it (CHATD_CONTEXT_TOKENS)")
 	fs.IntVar(&c.MaxTokens, "max-tokens", env.int("CHATD_MAX_TOKENS", 0), "cap on each answer's tokens, 0 for the provider's default (CHATD_MAX_TOKENS)")
 	fs.IntVar(&c.ThinkingBudget, "thinking-budget", env.int("CHATD_THINKING_BUDGET", 0), "anthropic: extended thinking budget in tokens, 0 for off (CHATD_THINKING_BUDGET)")
 	fs.DurationVar(&c.ModelTimeout, "model-timeout", env.duration("CHATD_MODEL_TIMEOUT", agent.DefaultModelIdleTimeout), "give up on a model call that sends nothing this long (CHATD_MODEL_TIMEOUT)")

@@ -274,6 +274,7 @@ func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
 		Sandboxes:        agent.NewSandboxes(m.sandboxes, st),
 		System:           m.cfg.SystemPrompt,
 		ContextTokens:    m.cfg.ContextTokens,
+		MaxOutputTokens:  m.cfg.MaxTokens,
 		MaxSteps:         m.cfg.MaxSteps,
 		ApprovalTimeout:  m.cfg.ApprovalTimeout,
 		SandboxKillAfter: m.cfg.SandboxKillAfter,
