@@ -22,7 +22,7 @@ const (
 	DefaultIdleTimeout      = 5 * time.Minute
 	DefaultAbandonAfter     = 30 * time.Minute
 	DefaultMaxContentBytes  = 128 << 10
-	DefaultInboxSize        = 256
+	DefaultInboxSize        = 16
 	DefaultHistoryMessages  = 500
 
 	// MaxRequestIDLen is the longest requestId the protocol allows.
