@@ -105,6 +105,11 @@ type Config struct {
 	ModelTimeout time.Duration
 }
 
+// DefaultCoalesceDeltas is chatd's coalescing window. docs/benchmarks.md has the figures:
+// at 50 tokens/s per run it halves the frames sent, and with them the server's CPU per
+// token, for a median delay of about half the window, which no reader can see.
+const DefaultCoalesceDeltas = 25 * time.Millisecond
+
 // maxCoalesceDeltas bounds CHATD_COALESCE_DELTAS: a longer wait would make streaming
 // visibly stutter, which is not what coalescing is for.
 const maxCoalesceDeltas = time.Second
@@ -145,7 +150,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ (CHATD_PPROF)")
-	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", 0), "merge the text streamed within this long into one chat.delta, e.g. 25ms; 0 for off (CHATD_COALESCE_DELTAS)")
+	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")

@@ -65,7 +65,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		IdleEvict:       5 * time.Minute,
 		ShutdownTimeout: 10 * time.Second,
 		Pprof:           false,
-		CoalesceDeltas:  0, // off until the benchmark picks a default
+		CoalesceDeltas:  DefaultCoalesceDeltas,
 		DemoWords:       60,
 		DemoDelay:       30 * time.Millisecond,
 
@@ -256,7 +256,7 @@ func TestParseConfigValues(t *testing.T) {
 					Addr: "127.0.0.1:8080", DatabaseURL: "postgres://flag/only", LogLevel: "info", LogFormat: "auto",
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
-					DemoWords: 3, DemoDelay: 30 * time.Millisecond,
+					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
 					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
