@@ -89,6 +89,7 @@ func (b *bench) startChatd(ctx context.Context, name, dbURL string, env ...strin
 		"CHATD_LOG_FORMAT=json",
 		"CHATD_SANDBOX_DIR=" + dir,
 		"CHATD_SHELL_TOOL=off",
+		"CHATD_PPROF=on", // for -profile-dir; the listener is on loopback
 	}, env...)
 	logf("starting %s", name)
 	return startServer(ctx, name, addr, "/readyz", env, b.opts.chatd)
@@ -399,6 +400,13 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 	logf("%s: starting %d runs (%s)", srv.name, len(sessions), content)
 	if err := startRuns(ctx, sessions, content); err != nil {
 		return fanRow{}, err
+	}
+	if o.profileDir != "" && srv.name != "baseline" {
+		go func() {
+			time.Sleep(o.warmup)
+			seconds := max(int(o.window/time.Second)-1, 1)
+			saveProfile(srv, o.profileDir, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), "cpu")
+		}()
 	}
 	row, err := measure(ctx, g, srv, sessions, o.warmup, o.window)
 	if err != nil {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"time"
 )
 
@@ -25,6 +28,9 @@ func (b *bench) idleDensity(ctx context.Context) error {
 	}
 	defer srv.kill()
 	time.Sleep(time.Second)
+	if err := forceGC(srv); err != nil {
+		return err
+	}
 	rss0, err := srv.rss()
 	if err != nil {
 		return err
@@ -40,7 +46,15 @@ func (b *bench) idleDensity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	time.Sleep(3 * time.Second) // let start-up garbage be collected
+	// Collect what answering 10,000 hellos left behind, as any later activity would, so
+	// what is measured is what the connections hold. (Stacks shrink during collections.)
+	time.Sleep(time.Second)
+	for range 4 {
+		if err := forceGC(srv); err != nil {
+			return err
+		}
+	}
+	time.Sleep(2 * time.Second)
 	rss1, err := srv.rss()
 	if err != nil {
 		return err
@@ -60,7 +74,25 @@ func (b *bench) idleDensity(ctx context.Context) error {
 		connsOpen:        m1.sum("chatd_connections_open"),
 	}
 	logf("idle: %.1f KiB RSS and %.2f goroutines per connection", res.rssPerConn/1024, res.goroutinesPerCon)
+	if o.profileDir != "" {
+		saveProfile(srv, o.profileDir, "/debug/pprof/heap", "heap")
+		saveProfile(srv, o.profileDir, "/debug/pprof/goroutine", "goroutine")
+	}
 	b.report.idle = &res
 	closeAll(ss)
 	return srv.stop()
+}
+
+// forceGC runs a garbage collection in the server (through pprof's heap endpoint).
+func forceGC(srv *server) error {
+	resp, err := http.Get("http://" + srv.addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("force a collection: %s", resp.Status)
+	}
+	return nil
 }

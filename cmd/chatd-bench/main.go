@@ -46,6 +46,8 @@ type options struct {
 	storageTokens []int
 	dbDelay       time.Duration
 	delaySessions int
+
+	profileDir string
 }
 
 func main() {
@@ -94,6 +96,7 @@ func parseFlags(args []string) (options, error) {
 	tokens := fs.String("storage-tokens", "", "storage cost: tokens per run to compare (default 10,100,1000; full adds 10000)")
 	fs.DurationVar(&o.dbDelay, "db-delay", 200*time.Millisecond, "storage cost: delay injected between chatd and PostgreSQL")
 	fs.IntVar(&o.delaySessions, "delay-sessions", 100, "storage cost: sessions streaming (one tab each, at -rate) while the database is slow")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "save chatd's CPU profile of each fan-out window and its heap and goroutine profiles with the idle connections here (go tool pprof reads them)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

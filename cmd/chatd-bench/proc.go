@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,7 +24,8 @@ type server struct {
 	cmd    *exec.Cmd
 	addr   string
 	logs   *bytes.Buffer // its stderr, shown when it fails
-	exited chan error    // receives Wait's result once
+	exited chan struct{} // closed once the process has been waited for
+	err    error         // Wait's result, once exited is closed
 }
 
 // freeAddr returns a loopback address nothing listens on.
@@ -46,9 +48,11 @@ func startServer(ctx context.Context, name, addr, readyPath string, env []string
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	exited := make(chan error, 1)
-	s := &server{name: name, cmd: cmd, addr: addr, logs: logs, exited: exited}
-	go func() { exited <- cmd.Wait() }()
+	s := &server{name: name, cmd: cmd, addr: addr, logs: logs, exited: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		resp, err := http.Get("http://" + addr + readyPath)
@@ -59,8 +63,8 @@ func startServer(ctx context.Context, name, addr, readyPath string, env []string
 			}
 		}
 		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("%s exited before it was ready (%v):\n%s", name, err, tail(logs.String(), 3000))
+		case <-s.exited:
+			return nil, fmt.Errorf("%s exited before it was ready (%v):\n%s", name, s.err, tail(logs.String(), 3000))
 		case <-ctx.Done():
 			s.kill()
 			return nil, ctx.Err()
@@ -79,9 +83,9 @@ func (s *server) pid() int { return s.cmd.Process.Pid }
 func (s *server) stop() error {
 	_ = syscall.Kill(s.pid(), syscall.SIGTERM)
 	select {
-	case err := <-s.exited:
-		if err != nil {
-			return fmt.Errorf("%s exited with %v:\n%s", s.name, err, tail(s.logs.String(), 2000))
+	case <-s.exited:
+		if s.err != nil {
+			return fmt.Errorf("%s exited with %v:\n%s", s.name, s.err, tail(s.logs.String(), 2000))
 		}
 		return nil
 	case <-time.After(30 * time.Second):
@@ -241,4 +245,35 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
+}
+
+// saveProfile fetches a pprof profile from the server into dir, named after the server
+// and kind. Failures are reported and otherwise ignored: a profile is a diagnostic.
+func saveProfile(s *server, dir, path, kind string) {
+	name := filepath.Join(dir, strings.NewReplacer(" ", "", ",", "-", "(", "", ")", "").Replace(s.name)+"."+kind+".pprof")
+	err := func() error {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		resp, err := http.Get("http://" + s.addr + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		f, err := os.Create(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(f, resp.Body)
+		return err
+	}()
+	if err != nil {
+		logf("profile %s of %s: %v", kind, s.name, err)
+		return
+	}
+	logf("saved %s", name)
 }

@@ -169,13 +169,20 @@ func machine() string {
 }
 
 func makeFlags(command string) string {
-	args := strings.TrimSpace(strings.TrimPrefix(command, "chatd-bench"))
 	// make bench passes -chatd bin/chatd itself.
-	args = strings.TrimSpace(strings.Replace(args, "-chatd bin/chatd", "", 1))
-	if args == "" {
+	var rest []string
+	fields := strings.Fields(strings.TrimPrefix(command, "chatd-bench"))
+	for i := 0; i < len(fields); i++ {
+		if fields[i] == "-chatd" && i+1 < len(fields) && fields[i+1] == "bin/chatd" {
+			i++
+			continue
+		}
+		rest = append(rest, fields[i])
+	}
+	if len(rest) == 0 {
 		return ""
 	}
-	return " BENCH_FLAGS='" + args + "'"
+	return " BENCH_FLAGS='" + strings.Join(rest, " ") + "'"
 }
 
 func ms(d time.Duration) string {
