@@ -31,7 +31,10 @@ type Actor struct {
 	id    uuid.UUID
 	epoch string
 	cfg   Config
-	log   zerolog.Logger
+	// log is built on first use: a logger with context costs half a KiB, and most
+	// sessions never log.
+	log     zerolog.Logger
+	logOnce sync.Once
 
 	inbox     chan intent
 	timerC    chan timerFire
@@ -78,7 +81,6 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		id:     id,
 		epoch:  epoch,
 		cfg:    cfg,
-		log:    cfg.Logger.With().Str("component", "conversation").Str("session_id", id.String()).Str("epoch", epoch).Logger(),
 		inbox:  make(chan intent, cfg.InboxSize),
 		timerC: make(chan timerFire),
 		done:   make(chan struct{}),
@@ -97,6 +99,14 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 	}
 	go a.loop()
 	return a
+}
+
+// logger returns the actor's logger, which names its session and epoch.
+func (a *Actor) logger() *zerolog.Logger {
+	a.logOnce.Do(func() {
+		a.log = a.cfg.Logger.With().Str("component", "conversation").Str("session_id", a.id.String()).Str("epoch", a.epoch).Logger()
+	})
+	return &a.log
 }
 
 // SessionID returns the id of the actor's session.
@@ -307,7 +317,7 @@ func (a *Actor) onTimer(f timerFire) {
 	switch f.kind {
 	case timerIdle:
 		if a.idleT.fired(f) && a.idle() {
-			a.log.Debug().Msg("evicting idle conversation")
+			a.logger().Debug().Msg("evicting idle conversation")
 			a.evicted = true
 			a.stopped = true
 		}
@@ -321,7 +331,7 @@ func (a *Actor) onTimer(f timerFire) {
 		}
 	case timerAbandon:
 		if a.abandonT.fired(f) && a.abandonable() {
-			a.log.Info().Str("run_id", a.run.info.ID.String()).Dur("after", a.cfg.AbandonAfter).Msg("cancelling a run nobody watches")
+			a.logger().Info().Str("run_id", a.run.info.ID.String()).Dur("after", a.cfg.AbandonAfter).Msg("cancelling a run nobody watches")
 			a.finish(a.run, store.RunCancelled, nil, store.CancelAbandoned)
 		}
 	}
@@ -436,7 +446,7 @@ func (a *Actor) load() error {
 }
 
 func (a *Actor) storageError(op string, err error) *Error {
-	a.log.Error().Err(err).Str("op", op).Msg("database call failed")
+	a.logger().Error().Err(err).Str("op", op).Msg("database call failed")
 	return errorf(CodeStorage, "could not %s: the database is unavailable", op)
 }
 
@@ -508,7 +518,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 }
 
 func (a *Actor) encodeError(err error) *Error {
-	a.log.Error().Err(err).Msg("encode frame")
+	a.logger().Error().Err(err).Msg("encode frame")
 	return errorf(CodeInternal, "could not encode the reply")
 }
 
@@ -561,7 +571,7 @@ func (a *Actor) publish(ev Event) {
 	if err != nil {
 		// Cannot happen with the domain types we encode; keep the seq consecutive anyway
 		// so clients notice nothing worse than a missing detail.
-		a.log.Error().Err(err).Str("type", string(ev.Type)).Msg("encode event")
+		a.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("encode event")
 		frame, _ = a.cfg.Encoder.Event(Event{Seq: ev.Seq, Type: ev.Type, RunID: ev.RunID, RequestID: ev.RequestID})
 	}
 	evicted := a.ring.evicted
@@ -574,7 +584,7 @@ func (a *Actor) publish(ev Event) {
 		if !sub.Deliver(frame) {
 			delete(a.subs, sub)
 			sub.Dropped(DropSlow)
-			a.log.Debug().Msg("dropped a subscriber that could not take an event")
+			a.logger().Debug().Msg("dropped a subscriber that could not take an event")
 		}
 	}
 }
@@ -593,7 +603,7 @@ func (a *Actor) stop() {
 	a.flushUnsaved()
 	if n := len(a.unsavedMsgs) + len(a.unsavedRuns); n > 0 {
 		// The next start-up marks the run interrupted and its open rows with it.
-		a.log.Error().Int("rows", n).Msg("stopping with writes the database did not take")
+		a.logger().Error().Int("rows", n).Msg("stopping with writes the database did not take")
 	}
 	a.stopped = true
 }
@@ -615,10 +625,10 @@ func (a *Actor) flushUnsaved() {
 			return true
 		}
 		if errors.Is(err, store.ErrNotFound) {
-			a.log.Error().Err(err).Str("op", op).Msg("a row to update is missing; giving up on it")
+			a.logger().Error().Err(err).Str("op", op).Msg("a row to update is missing; giving up on it")
 			return true
 		}
-		a.log.Warn().Err(err).Str("op", op).Dur("next_retry", min(2*a.retryDelay, retryMax)).Msg("database write still failing")
+		a.logger().Warn().Err(err).Str("op", op).Dur("next_retry", min(2*a.retryDelay, retryMax)).Msg("database write still failing")
 		a.scheduleRetry()
 		return false
 	}

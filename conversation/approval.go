@@ -137,12 +137,12 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		m.UpdatedAt = a.now()
 		tool.msg = m
 		if err := a.update(m); err != nil {
-			a.log.Error().Err(err).Msg("store an approval")
+			a.logger().Error().Err(err).Msg("store an approval")
 		}
 		v := tool.view()
 		a.publish(a.runEvent(run, Event{Type: EventToolUpdate, Message: &v}))
 	} else if err := a.endTool(run, tool, store.MessageComplete, store.ToolDenied, DeclinedOutput, nil); err != nil {
-		a.log.Error().Err(err).Msg("store a denial")
+		a.logger().Error().Err(err).Msg("store a denial")
 	}
 	ch <- Decision{Approved: approved}
 
@@ -175,7 +175,7 @@ func (a *Actor) setStatus(run *runState, status store.RunStatus) {
 	run.info.PendingApproval = pending
 	run.info.LastActivityAt = a.now()
 	if err := a.updateRun(run.info); err != nil {
-		a.log.Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
+		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
 	}
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
 }

@@ -194,7 +194,7 @@ func (a *Actor) adopt(prev store.Run) (SendResult, error) {
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
-	a.log.Warn().Str("run_id", prev.ID.String()).Msg("starting a run whose start was stored but reported as failed")
+	a.logger().Warn().Str("run_id", prev.ID.String()).Msg("starting a run whose start was stored but reported as failed")
 	prev.LastActivityAt = a.now()
 	a.begin(newRunState(prev), msgs[0])
 	return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
@@ -264,7 +264,7 @@ func (a *Actor) startAgent(run *runState, req Request) {
 func (a *Actor) callAgent(run *runState, req Request) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			a.log.Error().Str("run_id", run.info.ID.String()).Interface("panic", p).Msg("agent panicked")
+			a.logger().Error().Str("run_id", run.info.ID.String()).Interface("panic", p).Msg("agent panicked")
 			err = errorf(CodeInternal, "the agent crashed")
 		}
 	}()
@@ -561,7 +561,7 @@ func (a *Actor) onToolOutput(run *runState, callID, text string) {
 	}
 	tool := run.tools[callID]
 	if tool == nil {
-		a.log.Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
+		a.logger().Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
 		return
 	}
 	text = cleanText(text)
@@ -641,7 +641,7 @@ func (a *Actor) onRunEnd(run *runState, err error) {
 	if e := (*Error)(nil); errors.As(err, &e) {
 		info = &store.ErrorInfo{Code: e.Code, Message: cleanText(e.Message)}
 	}
-	a.log.Info().Str("run_id", run.info.ID.String()).Str("code", info.Code).Str("message", info.Message).Msg("agent failed")
+	a.logger().Info().Str("run_id", run.info.ID.String()).Str("code", info.Code).Str("message", info.Message).Msg("agent failed")
 	a.finish(run, store.RunError, info, "")
 }
 
@@ -714,7 +714,7 @@ func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorI
 	if err := errors.Join(errs...); err != nil {
 		// The terminal event still goes out: the writes that failed are kept, shown in
 		// snapshots and retried, and a spinner that never stops is worse.
-		a.log.Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store the end of a run")
+		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store the end of a run")
 	}
 
 	typ := map[store.RunStatus]EventType{

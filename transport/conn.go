@@ -34,7 +34,6 @@ type conn struct {
 	s      *Server
 	ws     *websocket.Conn
 	req    *http.Request
-	log    zerolog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -85,11 +84,16 @@ func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 		s:   s,
 		ws:  ws,
 		req: r,
-		log: s.log.With().Str("remote", r.RemoteAddr).Logger(),
 		ctx: ctx,
 		// Cutting the socket is what unblocks a write: writes take no context (see write).
 		cancel: func() { cancel(); _ = ws.CloseNow() },
 	}
+}
+
+// logEvent adds the connection's remote address to a log event. (A logger of its own
+// would cost every connection half a KiB.)
+func (c *conn) logEvent(e *zerolog.Event) *zerolog.Event {
+	return e.Str("remote", c.req.RemoteAddr)
 }
 
 // Deliver queues a live event. One that would take the events waiting for the writer
@@ -131,7 +135,7 @@ func (c *conn) Dropped(reason conversation.DropReason) {
 	switch reason {
 	case conversation.DropSlow:
 		if c.requestClose(closeSlow, "too slow: outbound queue full", false) {
-			c.log.Info().Int("queue_bytes", c.s.cfg.SendQueueBytes).Msg("closing a connection whose send queue overflowed (4008)")
+			c.logEvent(c.s.log.Info()).Int("queue_bytes", c.s.cfg.SendQueueBytes).Msg("closing a connection whose send queue overflowed (4008)")
 		}
 	default:
 		c.requestClose(websocket.StatusGoingAway, "server shutting down", true)
@@ -235,7 +239,7 @@ func (c *conn) writeLoop() {
 		}
 		err = c.ws.Close(req.code, req.reason)
 		if err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Debug().Err(err).Int("code", int(req.code)).Msg("close handshake")
+			c.logEvent(c.s.log.Debug()).Err(err).Int("code", int(req.code)).Msg("close handshake")
 		}
 		c.cancel()
 		return
@@ -314,13 +318,13 @@ func (c *conn) logReadError(err error) {
 	case websocket.StatusNormalClosure, websocket.StatusGoingAway:
 		return
 	case websocket.StatusMessageTooBig:
-		c.log.Info().Msg("closed a connection that sent a frame over the read limit")
+		c.logEvent(c.s.log.Info()).Msg("closed a connection that sent a frame over the read limit")
 		return
 	}
 	if c.ctx.Err() != nil {
 		return
 	}
-	c.log.Debug().Err(err).Msg("connection ended")
+	c.logEvent(c.s.log.Debug()).Err(err).Msg("connection ended")
 }
 
 // schedulePing arms the next ping. Pings run from a timer, not a goroutine of their own,
@@ -351,7 +355,7 @@ func (c *conn) ping() {
 	cancel()
 	if err != nil {
 		if c.ctx.Err() == nil {
-			c.log.Info().Msg("closing a connection that did not answer a ping")
+			c.logEvent(c.s.log.Info()).Msg("closing a connection that did not answer a ping")
 			c.cancel()
 		}
 		return
@@ -375,11 +379,11 @@ func (c *conn) stopPings() {
 func (c *conn) reply(v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		c.log.Error().Err(err).Msg("encode reply")
+		c.logEvent(c.s.log.Error()).Err(err).Msg("encode reply")
 		return
 	}
 	if !c.enqueue(b, &c.replyBytes) && c.requestClose(closeSlow, "too slow: outbound queue full", false) {
-		c.log.Info().Int("queue_bytes", c.s.cfg.SendQueueBytes).Msg("closing a connection that does not read its replies (4008)")
+		c.logEvent(c.s.log.Info()).Int("queue_bytes", c.s.cfg.SendQueueBytes).Msg("closing a connection that does not read its replies (4008)")
 	}
 }
 
@@ -399,7 +403,7 @@ func (c *conn) replyErr(requestID *string, err error) {
 	case c.ctx.Err() != nil:
 		// The connection is closing; nobody is listening for the answer.
 	default:
-		c.log.Error().Err(err).Msg("command failed")
+		c.logEvent(c.s.log.Error()).Err(err).Msg("command failed")
 		c.replyError(requestID, conversation.CodeInternal, "internal error")
 	}
 }
@@ -518,8 +522,7 @@ func (c *conn) hello(f clientFrame) {
 	c.actor = actor
 	c.helloed.Store(true)
 	c.helloTimer.Stop()
-	// c.log is shared with the writer and ping goroutines, so it is never reassigned.
-	c.log.Debug().Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
+	c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
 }
 
 func (c *conn) command(f clientFrame) {
