@@ -207,6 +207,9 @@ func startRuns(ctx context.Context, sessions []*session, content string) error {
 			time.Sleep(d)
 		}
 		t := sessions[i].tabs[0]
+		t.mu.Lock()
+		t.sentAt, t.gotFirst = time.Now(), false
+		t.mu.Unlock()
 		err := t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
 		if err != nil {
 			return fmt.Errorf("chat.send: %w", err)
@@ -221,8 +224,11 @@ func waitRuns(ctx context.Context, sessions []*session, want int64, limit time.D
 	for {
 		done := 0
 		for _, s := range sessions {
-			if s.tabs[0].runsDone.Load() >= want {
+			t := s.tabs[0]
+			if t.runsDone.Load() >= want {
 				done++
+			} else if code := t.closeCode.Load(); code != 0 {
+				return fmt.Errorf("a client was disconnected (close code %d) before its run ended", code)
 			}
 		}
 		if done == len(sessions) {
@@ -356,8 +362,14 @@ func (b *bench) fanout(ctx context.Context) error {
 		srv.kill() // the baseline has nothing to shut down cleanly
 		b.report.fanout = append(b.report.fanout, row)
 	}
-	for i, c := range o.coalesce {
-		storm := i == 0 && o.scenarios["storm"]
+	stormOn := o.coalesce[0] // the storm runs on chatd with -storm-coalesce if it is measured
+	for _, c := range o.coalesce {
+		if c == o.stormCoalesce {
+			stormOn = c
+		}
+	}
+	for _, c := range o.coalesce {
+		storm := c == stormOn && o.scenarios["storm"]
 		if !o.scenarios["fanout"] && !storm {
 			continue
 		}
@@ -424,6 +436,7 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 
 // stormResult is the reconnect storm's outcome.
 type stormResult struct {
+	target             string
 	clients            int
 	down, spread       time.Duration
 	p50, p99, max      time.Duration
@@ -496,7 +509,7 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 		return err
 	}
 	after := sumCounts(tabs)
-	res.clients, res.down, res.spread = len(tabs), o.stormDown, o.stormSpread
+	res.target, res.clients, res.down, res.spread = srv.name, len(tabs), o.stormDown, o.stormSpread
 	res.gaps, res.dups = after.gaps-before.gaps, after.dups-before.dups
 	res.replays, res.snapshots = after.replays-before.replays, after.snapshots-before.snapshots
 	c0, c1 := m0.byLabel("chatd_db_statement_duration_seconds_count", "statement"), m1.byLabel("chatd_db_statement_duration_seconds_count", "statement")

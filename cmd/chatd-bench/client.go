@@ -54,6 +54,9 @@ type tab struct {
 	reconnectAt  time.Time     // when the last reconnect began
 	caughtUp     time.Duration // from reconnectAt to the first token emitted after it
 	caughtUpDone bool
+	sentAt       time.Time     // when this tab last sent chat.send
+	firstToken   time.Duration // from sentAt to the run's first token
+	gotFirst     bool
 }
 
 // gen is the load generator's shared state.
@@ -288,6 +291,9 @@ func (t *tab) tokens(text []byte, now time.Time) {
 		emitted := time.Unix(0, stamp)
 		if measuring {
 			t.lat.add(now.Sub(emitted))
+		}
+		if !t.sentAt.IsZero() && !t.gotFirst {
+			t.firstToken, t.gotFirst = now.Sub(t.sentAt), true
 		}
 		if !t.reconnectAt.IsZero() && !t.caughtUpDone && !emitted.Before(t.reconnectAt) {
 			t.caughtUp = now.Sub(t.reconnectAt)

@@ -39,8 +39,9 @@ type options struct {
 	idle     int
 	idleTabs int
 
-	stormDown   time.Duration
-	stormSpread time.Duration
+	stormDown     time.Duration
+	stormCoalesce time.Duration
+	stormSpread   time.Duration
 
 	storageRuns   int
 	storageTokens []int
@@ -91,6 +92,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.idle, "idle", 10000, "idle density: idle subscribed connections (N)")
 	fs.IntVar(&o.idleTabs, "idle-tabs", 1, "idle density: connections per session")
 	fs.DurationVar(&o.stormDown, "storm-down", time.Second, "reconnect storm: how long every client stays disconnected")
+	fs.DurationVar(&o.stormCoalesce, "storm-coalesce", 25*time.Millisecond, "reconnect storm: runs on the fan-out of chatd with this coalescing window (the first measured if it is not)")
 	fs.DurationVar(&o.stormSpread, "storm-spread", 2*time.Second, "reconnect storm: the reconnects are spread over this long")
 	fs.IntVar(&o.storageRuns, "storage-runs", 20, "storage cost: runs per case")
 	tokens := fs.String("storage-tokens", "", "storage cost: tokens per run to compare (default 10,100,1000; full adds 10000)")

@@ -9,10 +9,15 @@ import (
 	"time"
 )
 
-const (
-	beginMarker = "<!-- chatd-bench results: begin (generated; edit outside the markers) -->"
-	endMarker   = "<!-- chatd-bench results: end -->"
-)
+// Each mode's latest results live between its own pair of markers.
+func markers(full bool) (begin, end string) {
+	mode := "quick"
+	if full {
+		mode = "full"
+	}
+	return "<!-- chatd-bench " + mode + " results: begin (generated; edit outside the markers) -->",
+		"<!-- chatd-bench " + mode + " results: end -->"
+}
 
 type report struct {
 	opts    options
@@ -71,8 +76,8 @@ func (r *report) markdown() string {
 		}
 	}
 	if s := r.storm; s != nil {
-		w("**Reconnect storm** (on chatd's fan-out sessions, runs still streaming): %d clients cut without a close handshake, down for %v, reconnected with `hello{epoch,lastSeq}` spread over %v.",
-			s.clients, s.down, s.spread)
+		w("**Reconnect storm** (on the fan-out sessions of %s, runs still streaming): %d clients cut without a close handshake, down for %v, reconnected with `hello{epoch,lastSeq}` spread over %v.",
+			s.target, s.clients, s.down, s.spread)
 		w("")
 		w("| caught up p50 | p99 | max | not caught up | gaps | dups | replays | snapshots | database reads | database writes |")
 		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -91,7 +96,7 @@ func (r *report) markdown() string {
 		w("")
 	}
 	if len(r.storage) > 0 {
-		w("**Storage cost**: database statements per run (%d runs per row, tokens streamed as fast as possible).", r.opts.storageRuns)
+		w("**Storage cost**: database statements per run (%d runs per row, streaming %d tokens/s each).", r.opts.storageRuns, storageRate)
 		w("")
 		w("| tokens/run | tool calls | segments | statements/run | bound 2×(segments+tools)+4 | statements |")
 		w("|---:|---:|---:|---:|---:|---|")
@@ -101,18 +106,20 @@ func (r *report) markdown() string {
 		w("")
 	}
 	if d := r.delay; d != nil {
-		w("**Slow database**: %d sessions (one tab each) at R=%d while every database round trip is delayed by %v (a TCP proxy between chatd and PostgreSQL).", d.sessions, d.rate, d.delay)
+		w("**Slow database**: %d sessions (one tab each) at R=%d, coalescing off, with every database round trip delayed by %v (a TCP proxy between chatd and PostgreSQL), against the same load on a direct connection. Streaming is measured once every run has streamed its first token; the first token's wait (chat.send to first token, which waits for the run's and the segment's rows) is measured per run.", d.sessions, d.rate, d.delay)
 		w("")
 		if d.skipped != "" {
 			w("Skipped: %s.", d.skipped)
 		} else {
-			w("| database | frames/s | p50 | p99 | p999 | gaps | dups |")
-			w("|---|---:|---:|---:|---:|---:|---:|")
+			w("| database | frames/s | token p50 | token p99 | token p999 | first token p50 | first token p99 | gaps | dups |")
+			w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 			for _, f := range []struct {
-				name string
-				row  fanRow
-			}{{"direct", d.direct}, {fmt.Sprintf("+%v per round trip", d.delay), d.delayed}} {
-				w("| %s | %.0f | %s | %s | %s | %d | %d |", f.name, f.row.framesPerSec, ms(f.row.p50), ms(f.row.p99), ms(f.row.p999), f.row.gaps, f.row.dups)
+				name  string
+				row   fanRow
+				first *hist
+			}{{"direct", d.direct, &d.directFirst}, {fmt.Sprintf("+%v per round trip", d.delay), d.delayed, &d.delayedFirst}} {
+				w("| %s | %.0f | %s | %s | %s | %s | %s | %d | %d |", f.name, f.row.framesPerSec, ms(f.row.p50), ms(f.row.p99), ms(f.row.p999),
+					ms(f.first.quantile(0.5)), ms(f.first.quantile(0.99)), f.row.gaps, f.row.dups)
 			}
 		}
 		w("")
@@ -128,6 +135,7 @@ func (r *report) write(path, text string) error {
 		return err
 	}
 	s := string(old)
+	beginMarker, endMarker := markers(r.opts.full)
 	block := beginMarker + "\n\n" + text + "\n\n" + endMarker
 	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
 	if i >= 0 && j > i {

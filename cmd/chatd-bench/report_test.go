@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,4 +12,23 @@ func TestMakeFlags(t *testing.T) {
 	assert.Equal(t, "", makeFlags("chatd-bench -chatd bin/chatd"))
 	assert.Equal(t, " BENCH_FLAGS='-full'", makeFlags("chatd-bench -chatd bin/chatd -full"))
 	assert.Equal(t, " BENCH_FLAGS='-chatd bin/chatd-before -out x.md'", makeFlags("chatd-bench -chatd bin/chatd-before -out x.md"))
+}
+
+// Results replace their own mode's block and keep everything else.
+func TestReportWriteKeepsTheRest(t *testing.T) {
+	path := t.TempDir() + "/b.md"
+	quick := &report{opts: options{full: false}}
+	full := &report{opts: options{full: true}}
+	assert.NoError(t, os.WriteFile(path, []byte("# Benchmarks\n\nhand-written\n"), 0o644))
+	assert.NoError(t, quick.write(path, "quick 1"))
+	assert.NoError(t, full.write(path, "full 1"))
+	assert.NoError(t, quick.write(path, "quick 2"))
+	b, err := os.ReadFile(path)
+	assert.NoError(t, err)
+	s := string(b)
+	assert.Contains(t, s, "hand-written")
+	assert.Contains(t, s, "quick 2")
+	assert.Contains(t, s, "full 1")
+	assert.NotContains(t, s, "quick 1")
+	assert.Equal(t, 1, strings.Count(s, "quick results: begin"))
 }

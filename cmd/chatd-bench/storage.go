@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// storageRate is the storage runs' pace in tokens per second.
+const storageRate = 2000
+
 type storageRow struct {
 	tokens, tools, segments int
 	perRun                  float64
@@ -17,17 +20,19 @@ type storageRow struct {
 }
 
 type delayResult struct {
-	delay           time.Duration
-	sessions, rate  int
-	direct, delayed fanRow
-	skipped         string
+	delay                     time.Duration
+	sessions, rate            int
+	direct, delayed           fanRow
+	directFirst, delayedFirst hist // chat.send to the run's first token
+	skipped                   string
 }
 
 // storage counts the database statements runs cost as their length grows, then measures
 // token latency with a slow database.
 func (b *bench) storage(ctx context.Context) error {
 	o := b.opts
-	srv, err := b.startChatd(ctx, "chatd (storage)", "")
+	// Coalescing off, so token latency is the pipeline's alone.
+	srv, err := b.startChatd(ctx, "chatd (storage)", "", "CHATD_COALESCE_DELTAS=0")
 	if err != nil {
 		return err
 	}
@@ -45,7 +50,8 @@ func (b *bench) storage(ctx context.Context) error {
 				return err
 			}
 			logf("storage: %d runs of %d tokens with %d tool calls", len(ss), tokens, tools)
-			if err := startRuns(ctx, ss, fmt.Sprintf("tokens=%d rate=0 tools=%d", tokens, tools)); err != nil {
+			// Fast, but not so fast that a client falls 1 MiB behind and is dropped (4008).
+			if err := startRuns(ctx, ss, fmt.Sprintf("tokens=%d rate=%d tools=%d", tokens, storageRate, tools)); err != nil {
 				return err
 			}
 			done++
@@ -91,8 +97,9 @@ func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult,
 	if o.full {
 		warmup, window = 5*time.Second, 20*time.Second
 	}
-	content := fmt.Sprintf("tokens=%d rate=%d", int((warmup+window+5*time.Second).Seconds())*o.rate, o.rate)
-	measureOn := func(srv *server) (fanRow, error) {
+	content := fmt.Sprintf("tokens=%d rate=%d", int((warmup+window+20*time.Second).Seconds())*o.rate, o.rate)
+	// Streaming is measured once every run has started, the runs' starts separately.
+	measureOn := func(srv *server, first *hist) (fanRow, error) {
 		g := &gen{}
 		ss, err := openSessions(ctx, g, srv.addr, o.delaySessions, 1)
 		if err != nil {
@@ -102,11 +109,33 @@ func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult,
 		if err := startRuns(ctx, ss, content); err != nil {
 			return fanRow{}, err
 		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			started := 0
+			for _, s := range ss {
+				t := s.tabs[0]
+				t.mu.Lock()
+				if t.gotFirst {
+					started++
+				}
+				t.mu.Unlock()
+			}
+			if started == len(ss) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fanRow{}, fmt.Errorf("only %d of %d runs streamed within a minute", started, len(ss))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for _, s := range ss {
+			first.add(s.tabs[0].firstToken)
+		}
 		return measure(ctx, g, srv, ss, warmup, window)
 	}
 	logf("storage: %d sessions streaming, database direct", o.delaySessions)
 	var err error
-	if res.direct, err = measureOn(direct); err != nil {
+	if res.direct, err = measureOn(direct, &res.directFirst); err != nil {
 		return nil, err
 	}
 	dbURL, err := b.newDatabase(ctx)
@@ -124,13 +153,13 @@ func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult,
 	}
 	defer proxy.close()
 	u.Host = proxy.addr()
-	slow, err := b.startChatd(ctx, fmt.Sprintf("chatd (database +%v)", o.dbDelay), u.String())
+	slow, err := b.startChatd(ctx, fmt.Sprintf("chatd (database +%v)", o.dbDelay), u.String(), "CHATD_COALESCE_DELTAS=0")
 	if err != nil {
 		return nil, err
 	}
 	defer slow.kill()
 	logf("storage: %d sessions streaming, database behind a %v delay", o.delaySessions, o.dbDelay)
-	if res.delayed, err = measureOn(slow); err != nil {
+	if res.delayed, err = measureOn(slow, &res.delayedFirst); err != nil {
 		return nil, err
 	}
 	return res, slow.stop()
