@@ -1019,32 +1019,12 @@ func TestPprofFlag(t *testing.T) {
 func TestCoalesceDeltasOption(t *testing.T) {
 	const words = 60
 	dbURL := storetest.NewURL(t)
-	var logBuf syncBuffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("log of chatd:\n%s", logBuf.String())
-		}
-	})
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{
+	m, _ := startInProcess(t, map[string]string{
 		"DATABASE_URL":          dbURL,
-		"CHATD_LOG_FORMAT":      "json",
 		"CHATD_DEMO_DELAY":      "0s",
 		"CHATD_DEMO_WORDS":      fmt.Sprint(words),
 		"CHATD_COALESCE_DELTAS": "1s", // longer than the whole reply takes
-	}), &logBuf)
-	require.NoError(t, err)
-	logger, err := newLogger(cfg, &logBuf)
-	require.NoError(t, err)
-	m := NewMain(cfg, logger)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	closed := false
-	t.Cleanup(func() {
-		if !closed { // Close may be called once
-			_ = m.Close(context.Background())
-		}
 	})
-	require.NoError(t, m.Run(ctx))
 
 	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
 	sessionID := c.Hello("").SessionID
@@ -1060,8 +1040,4 @@ func TestCoalesceDeltasOption(t *testing.T) {
 	stored := sessionMessages(t, openStore(t, dbURL), sessionID)
 	require.Equal(t, strings.Join(demo.Reply("hello", words), " "), stored[1].Content)
 	require.Empty(t, wstest.Diff(toWire(t, stored), c.State.Sorted()))
-
-	c.WS.CloseNow()
-	closed = true
-	require.NoError(t, m.Close(ctx))
 }
