@@ -10,8 +10,10 @@
 //	tools=K   current_time calls spread evenly through the run (default 0), so a run has
 //	          K+1 text segments and K tool calls
 //
-// Token i is " i:t" (a space, its index from 0, a colon, the emit time in Unix
-// nanoseconds), e.g. " 41:1763712000123456789". The text of a run is therefore the
+// Token i is " i:t" (a space, its index from 0, a colon, a time in Unix nanoseconds),
+// e.g. " 41:1763712000123456789". The time is when the token was due by the rate's
+// schedule (when it was emitted, for rate=0), so a client's arrival time minus it counts
+// every delay, including one that held up the model itself: no coordinated omission. The text of a run is therefore the
 // concatenation of those tokens in order, whatever the segments.
 package synth
 
@@ -127,8 +129,12 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		}
 	}()
 	for i := from; i < to; i++ {
+		stamp := now()
 		if spec.Rate > 0 {
 			due := start.Add(time.Duration(i-from) * time.Second / time.Duration(spec.Rate))
+			// The stamp is when the token was due, not when it got out: a token held up
+			// because emit blocked (a full inbox) is late by that much too.
+			stamp = due
 			if wait := due.Sub(now()); wait > 0 {
 				if timer == nil {
 					timer = time.NewTimer(wait)
@@ -145,7 +151,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := emit(agent.ModelEvent{Kind: agent.EventText, Text: Token(i, now())}); err != nil {
+		if err := emit(agent.ModelEvent{Kind: agent.EventText, Text: Token(i, stamp)}); err != nil {
 			return err
 		}
 	}

@@ -87,3 +87,31 @@ func TestStreamStopsWhenCancelled(t *testing.T) {
 func TestTokenFormat(t *testing.T) {
 	assert.Equal(t, " 41:1763712000123456789", Token(41, time.Unix(0, 1763712000123456789)))
 }
+
+// A token that gets out late (the model was held up, say by a full inbox) carries the
+// time it was due, so the delay is measured rather than hidden.
+func TestLateTokensCarryTheirScheduledTime(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	calls := 0
+	m := &Model{Now: func() time.Time {
+		calls++
+		if calls == 1 {
+			return t0 // the run's start
+		}
+		return t0.Add(time.Hour) // every token is already overdue
+	}}
+	var got []string
+	err := m.Stream(context.Background(), agent.ModelRequest{Messages: []agent.Message{{Role: agent.RoleUser, Text: "tokens=4 rate=10"}}},
+		func(ev agent.ModelEvent) error {
+			if ev.Kind == agent.EventText {
+				got = append(got, ev.Text)
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	want := make([]string, 4)
+	for i := range want {
+		want[i] = Token(i, t0.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	assert.Equal(t, want, got)
+}
