@@ -115,8 +115,10 @@ func (g *baselineGroup) stream(spec synth.Spec, requestID string) {
 	<-timer.C
 	buf := make([]byte, 0, 256)
 	for i := range spec.Tokens {
+		stamp := time.Now()
 		if spec.Rate > 0 {
-			if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(spec.Rate))); wait > 0 {
+			stamp = start.Add(time.Duration(i) * time.Second / time.Duration(spec.Rate)) // as synth does
+			if wait := time.Until(stamp); wait > 0 {
 				timer.Reset(wait)
 				<-timer.C
 			}
@@ -131,7 +133,7 @@ func (g *baselineGroup) stream(spec synth.Spec, requestID string) {
 		buf = append(buf[:0], `{"type":"chat.delta","seq":`...)
 		buf = strconv.AppendInt(buf, g.seq, 10)
 		buf = append(buf, prefix...)
-		buf = append(buf, synth.Token(i, time.Now())...)
+		buf = append(buf, synth.Token(i, stamp)...)
 		buf = append(buf, `"}`...)
 		g.writeAll(buf)
 		g.mu.Unlock()
@@ -145,10 +147,9 @@ func (g *baselineGroup) stream(spec synth.Spec, requestID string) {
 
 func (g *baselineGroup) writeAll(frame []byte) {
 	for ws := range g.conns {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := ws.Write(ctx, websocket.MessageText, frame)
-		cancel()
-		if err != nil {
+		// No deadline: a cancellable context costs coder/websocket an AfterFunc per
+		// frame, which chatd does not pay either. The bench's clients always read.
+		if err := ws.Write(context.Background(), websocket.MessageText, frame); err != nil {
 			delete(g.conns, ws)
 			ws.CloseNow()
 		}

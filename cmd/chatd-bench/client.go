@@ -91,11 +91,13 @@ func (t *tab) connect(ctx context.Context, resume bool) error {
 		hello["epoch"] = t.epoch
 		hello["lastSeq"] = t.lastSeq
 	}
+	go t.read()
 	if err := t.send(dctx, hello); err != nil {
+		t.expected.Store(true)
 		ws.CloseNow()
+		<-t.readDone
 		return err
 	}
-	go t.read()
 	select {
 	case <-t.ready:
 		return nil
