@@ -170,6 +170,9 @@ func (c *conn) closing() bool {
 	return c.closeReq != nil
 }
 
+// idleQueueCap is the most queue capacity an idle connection keeps.
+const idleQueueCap = 64
+
 // signal makes sure a writer runs to send what was queued. c.mu must be held.
 func (c *conn) signal() {
 	if c.writing {
@@ -190,6 +193,9 @@ func (c *conn) take(spare [][]byte) (frames [][]byte, req *closeRequest, ok bool
 	frames, req = c.frames, c.closeReq
 	if len(frames) == 0 && req == nil {
 		c.writing = false
+		if cap(frames) > idleQueueCap {
+			c.frames = nil // a catch-up's large batch is not kept by an idle connection
+		}
 		return nil, nil, false
 	}
 	c.frames = spare[:0]
