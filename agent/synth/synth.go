@@ -1,5 +1,5 @@
 // Package synth is a model for benchmarks: it streams numbered tokens at a set rate, each
-// stamped with the wall-clock time it was emitted, so a client on the same machine can
+// stamped with the wall-clock time it was due, so a client on the same machine can
 // measure delivery latency token by token and check that none is lost, repeated or out
 // of order. It runs through the real agent loop like any provider.
 //

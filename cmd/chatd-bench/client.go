@@ -52,7 +52,7 @@ type tab struct {
 	mu           sync.Mutex
 	lat          hist
 	reconnectAt  time.Time     // when the last reconnect began
-	caughtUp     time.Duration // from reconnectAt to the first token emitted after it
+	caughtUp     time.Duration // from reconnectAt to the first token due after it
 	caughtUpDone bool
 	sentAt       time.Time     // when this tab last sent chat.send
 	firstToken   time.Duration // from sentAt to the run's first token

@@ -84,7 +84,7 @@ func (r *report) markdown() string {
 		w("| %s | %s | %s | %d | %d | %d | %d | %d | %.0f | %.0f |", ms(s.p50), ms(s.p99), ms(s.max), s.notCaughtUp,
 			s.gaps, s.dups, s.replays, s.snapshots, s.dbReads, s.dbWrites)
 		w("")
-		w("Caught up: from the reconnect's start until the first token emitted after it arrives (so it includes up to 1/R of waiting for that token). chatd counted %.0f replays and %.0f snapshots.", s.serverReplays, s.serverSnapshots)
+		w("Caught up: from the reconnect's start until the first token due after it arrives (so it includes up to 1/R of waiting for that token). chatd counted %.0f replays and %.0f snapshots.", s.serverReplays, s.serverSnapshots)
 		w("")
 	}
 	if i := r.idle; i != nil {
