@@ -550,14 +550,9 @@ func (c *conn) command(f clientFrame) {
 		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
 
 	case typeChatCancel:
-		runID := uuid.Nil
-		if f.RunID != nil {
-			id, err := uuid.Parse(*f.RunID)
-			if err != nil {
-				c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
-				return
-			}
-			runID = id
+		runID, ok := c.runID(f)
+		if !ok {
+			return
 		}
 		res, err := c.actor.Cancel(c.ctx, runID)
 		if err != nil {
@@ -593,14 +588,9 @@ func (c *conn) command(f clientFrame) {
 		case f.Decision != "approve" && f.Decision != "deny":
 			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
 		default:
-			runID := uuid.Nil
-			if f.RunID != nil {
-				id, err := uuid.Parse(*f.RunID)
-				if err != nil {
-					c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
-					return
-				}
-				runID = id
+			runID, ok := c.runID(f)
+			if !ok {
+				return
 			}
 			res, err := c.actor.Decide(c.ctx, runID, f.ToolCallID, f.Decision == "approve")
 			if err != nil {
@@ -617,6 +607,20 @@ func (c *conn) command(f clientFrame) {
 		}
 		c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume is not supported by this server yet")
 	}
+}
+
+// runID reads a frame's optional runId: uuid.Nil when it is absent. A malformed one is
+// answered with an error and ok is false.
+func (c *conn) runID(f clientFrame) (id uuid.UUID, ok bool) {
+	if f.RunID == nil {
+		return uuid.Nil, true
+	}
+	id, err := uuid.Parse(*f.RunID)
+	if err != nil {
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
+		return uuid.Nil, false
+	}
+	return id, true
 }
 
 func deref(p *string) string {
