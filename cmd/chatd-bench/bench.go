@@ -220,29 +220,23 @@ func startRuns(ctx context.Context, sessions []*session, content string) error {
 
 // waitRuns waits until every session's first tab has seen want runs end.
 func waitRuns(ctx context.Context, sessions []*session, want int64, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		done := 0
+	done := 0
+	ok, err := poll(ctx, limit, func() (bool, error) {
+		done = 0
 		for _, s := range sessions {
 			t := s.tabs[0]
 			if t.runsDone.Load() >= want {
 				done++
 			} else if code := t.closeCode.Load(); code != 0 {
-				return fmt.Errorf("a client was disconnected (close code %d) before its run ended", code)
+				return false, fmt.Errorf("a client was disconnected (close code %d) before its run ended", code)
 			}
 		}
-		if done == len(sessions) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d runs ended within %v", done, len(sessions), limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+		return done == len(sessions), nil
+	})
+	if err == nil && !ok {
+		err = fmt.Errorf("only %d of %d runs ended within %v", done, len(sessions), limit)
 	}
+	return err
 }
 
 type counts struct{ frames, gaps, dups, replays, snapshots, errors, closed int64 }
@@ -484,11 +478,13 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	var res stormResult
-	for {
-		var h hist
-		res.notCaughtUp = 0
+	var (
+		res stormResult
+		h   hist
+	)
+	// Clients not caught up within 30 s are reported as such, not as an error.
+	if _, err := poll(ctx, 30*time.Second, func() (bool, error) {
+		h, res.notCaughtUp = hist{}, 0
 		for _, t := range tabs {
 			t.mu.Lock()
 			if t.caughtUpDone {
@@ -498,12 +494,11 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 			}
 			t.mu.Unlock()
 		}
-		if res.notCaughtUp == 0 || time.Now().After(deadline) {
-			res.p50, res.p99, res.max = h.quantile(0.5), h.quantile(0.99), h.max
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+		return res.notCaughtUp == 0, nil
+	}); err != nil {
+		return err
 	}
+	res.p50, res.p99, res.max = h.quantile(0.5), h.quantile(0.99), h.max
 	m1, err := scrape(srv.addr)
 	if err != nil {
 		return err
@@ -512,12 +507,11 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	res.target, res.clients, res.down, res.spread = srv.name, len(tabs), o.stormDown, o.stormSpread
 	res.gaps, res.dups = after.gaps-before.gaps, after.dups-before.dups
 	res.replays, res.snapshots = after.replays-before.replays, after.snapshots-before.snapshots
-	c0, c1 := m0.byLabel("chatd_db_statement_duration_seconds_count", "statement"), m1.byLabel("chatd_db_statement_duration_seconds_count", "statement")
-	for name, v := range c1 {
+	for name, n := range m1.statementsSince(m0) {
 		if readStatements[name] {
-			res.dbReads += v - c0[name]
+			res.dbReads += n
 		} else {
-			res.dbWrites += v - c0[name]
+			res.dbWrites += n
 		}
 	}
 	k0, k1 := m0.byLabel("chatd_catchups_total", "kind"), m1.byLabel("chatd_catchups_total", "kind")

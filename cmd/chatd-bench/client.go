@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,12 +307,11 @@ func (t *tab) tokens(text []byte, now time.Time) {
 
 // lastToken returns the index of the last token in a run's text.
 func lastToken(s string) (int, bool) {
-	s = string(bytes.TrimRight([]byte(s), " "))
-	i := bytes.LastIndexByte([]byte(s), ' ')
-	idx, _, ok := bytes.Cut([]byte(s[i+1:]), []byte(":"))
-	if !ok {
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
 		return 0, false
 	}
-	n, err := strconv.Atoi(string(idx))
-	return n, err == nil
+	idx, _, ok := strings.Cut(fields[len(fields)-1], ":")
+	n, err := strconv.Atoi(idx)
+	return n, ok && err == nil
 }

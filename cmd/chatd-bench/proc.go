@@ -207,6 +207,37 @@ func (m metrics) sum(name string, labels ...string) float64 {
 	return total
 }
 
+// statementsSince returns how many times each database statement ran between scrape m0
+// and m.
+func (m metrics) statementsSince(m0 metrics) map[string]float64 {
+	const name = "chatd_db_statement_duration_seconds_count"
+	d := m.byLabel(name, "statement")
+	for k, v := range m0.byLabel(name, "statement") {
+		d[k] -= v
+	}
+	return d
+}
+
+// poll calls check every 20 ms until it reports done or fails. It reports false, with no
+// error, when limit passes first.
+func poll(ctx context.Context, limit time.Duration, check func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		done, err := check()
+		if done || err != nil {
+			return done, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // byLabel returns the values of a metric keyed by one label's value.
 func (m metrics) byLabel(name, label string) map[string]float64 {
 	out := map[string]float64{}

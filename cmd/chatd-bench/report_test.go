@@ -32,3 +32,13 @@ func TestReportWriteKeepsTheRest(t *testing.T) {
 	assert.NotContains(t, s, "quick 1")
 	assert.Equal(t, 1, strings.Count(s, "quick results: begin"))
 }
+
+func TestLastToken(t *testing.T) {
+	n, ok := lastToken(" 0:100 1:200 12:300 ")
+	assert.True(t, ok)
+	assert.Equal(t, 12, n)
+	_, ok = lastToken("")
+	assert.False(t, ok)
+	_, ok = lastToken("no tokens here")
+	assert.False(t, ok)
+}

@@ -62,11 +62,10 @@ func (b *bench) storage(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			c0, c1 := m0.byLabel("chatd_db_statement_duration_seconds_count", "statement"), m1.byLabel("chatd_db_statement_duration_seconds_count", "statement")
 			row := storageRow{tokens: tokens, tools: tools, segments: tools + 1, bound: 2*(tools+1+tools) + 4}
 			var parts []string
-			for name, v := range c1 {
-				if d := (v - c0[name]) / float64(len(ss)); d > 0 {
+			for name, n := range m1.statementsSince(m0) {
+				if d := n / float64(len(ss)); d > 0 {
 					row.perRun += d
 					parts = append(parts, fmt.Sprintf("%s %.3g", name, d))
 				}
@@ -109,9 +108,9 @@ func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult,
 		if err := startRuns(ctx, ss, content); err != nil {
 			return fanRow{}, err
 		}
-		deadline := time.Now().Add(time.Minute)
-		for {
-			started := 0
+		started := 0
+		ok, err := poll(ctx, time.Minute, func() (bool, error) {
+			started = 0
 			for _, s := range ss {
 				t := s.tabs[0]
 				t.mu.Lock()
@@ -120,13 +119,13 @@ func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult,
 				}
 				t.mu.Unlock()
 			}
-			if started == len(ss) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fanRow{}, fmt.Errorf("only %d of %d runs streamed within a minute", started, len(ss))
-			}
-			time.Sleep(20 * time.Millisecond)
+			return started == len(ss), nil
+		})
+		if err == nil && !ok {
+			err = fmt.Errorf("only %d of %d runs streamed within a minute", started, len(ss))
+		}
+		if err != nil {
+			return fanRow{}, err
 		}
 		for _, s := range ss {
 			first.add(s.tabs[0].firstToken)
