@@ -19,6 +19,7 @@ import (
 	"github.com/chatd/chatd/agent/modeltest"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/tools"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport/wstest"
@@ -66,7 +67,7 @@ func (h *harness) sandboxID() string {
 	return id
 }
 
-func (h *harness) runStatus() store.RunStatus {
+func (h *harness) runStatus() chat.RunStatus {
 	h.t.Helper()
 	run := h.sub.ActiveRun()
 	require.NotNil(h.t, run)
@@ -169,8 +170,8 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 	// The first call waits, then runs once approved, and leaves the ticker behind.
 	st := h.awaitStatus("awaiting_approval")
 	require.Equal(t, "s1", st.Run.PendingApproval.ToolCallID)
-	require.Equal(t, store.RunAwaitingApproval, h.runStatus())
-	require.Equal(t, store.RunRunning, h.decide("s1", true).Status)
+	require.Equal(t, chat.RunAwaitingApproval, h.runStatus())
+	require.Equal(t, chat.RunRunning, h.decide("s1", true).Status)
 	end1 := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
 	require.Equal(t, "ok", end1.Message.Tool.Status, "%s", *end1.Message.Tool.Output)
 	ws := p.Workspace(h.sandboxID())
@@ -184,7 +185,7 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 	h.clock.Advance(agent.DefaultApprovalTimeout)
 	paused := h.awaitStatus("paused")
 	require.Equal(t, "s2", paused.Run.PendingApproval.ToolCallID, "a paused run still shows what it waits for")
-	require.Equal(t, store.RunPaused, h.runStatus())
+	require.Equal(t, chat.RunPaused, h.runStatus())
 	// Stopped: T, or D for a shell waiting in vfork on a child the signal stopped
 	// before its exec. Either way it makes no progress.
 	pollOr(t, "the sandbox's ticker to be stopped", func() bool { s := procState(bg); return s == "T" || s == "D" }, func() string {
@@ -200,7 +201,7 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 	tick.Stop()
 
 	// The decision resumes the sandbox first, then the call runs.
-	require.Equal(t, store.RunRunning, h.decide("s2", true).Status)
+	require.Equal(t, chat.RunRunning, h.decide("s2", true).Status)
 	end2 := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
 	require.Equal(t, "ok", end2.Message.Tool.Status, "%s", *end2.Message.Tool.Output)
 	poll(t, "the ticker to run again", func() bool {
@@ -240,7 +241,7 @@ func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 	h.waitTimers(1) // the kill timer
 	h.clock.Advance(agent.DefaultSandboxKillAfter)
 	poll(t, "the killed sandbox's ticker to be gone", func() bool { s := procState(bg); return s == "" || s == "Z" })
-	require.Equal(t, store.RunPaused, h.runStatus(), "the run waits on, however long")
+	require.Equal(t, chat.RunPaused, h.runStatus(), "the run waits on, however long")
 
 	h.decide("s2", true)
 	end := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
@@ -263,7 +264,7 @@ func TestDeniedCallIsReportedToTheModel(t *testing.T) {
 	h, _ := sandboxHarness(t, model)
 	h.send("clean up")
 	h.awaitStatus("awaiting_approval")
-	require.Equal(t, store.RunRunning, h.decide("s1", false).Status)
+	require.Equal(t, chat.RunRunning, h.decide("s1", false).Status)
 	require.Equal(t, "chat.done", h.end().Type)
 
 	msgs := h.stored()
@@ -289,7 +290,7 @@ func TestCancelDuringARunningTool(t *testing.T) {
 
 	res, err := h.actor.Cancel(context.Background(), uuid.Nil)
 	require.NoError(t, err)
-	require.Equal(t, store.RunCancelled, res.Status)
+	require.Equal(t, chat.RunCancelled, res.Status)
 	end := h.end()
 	require.Equal(t, "chat.cancelled", end.Type)
 	poll(t, "the command's process to be gone", func() bool { s := procState(pid); return s == "" || s == "Z" })
@@ -387,10 +388,10 @@ func TestSeveralApprovalsInOneStep(t *testing.T) {
 	require.Equal(t, "awaiting_approval", first.Run.Status)
 	// Both calls are announced before the run waits on them.
 	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.start" && f.Message.Tool.CallID == "b" })
-	require.Equal(t, store.RunAwaitingApproval, h.decide("a", true).Status, "b still waits")
+	require.Equal(t, chat.RunAwaitingApproval, h.decide("a", true).Status, "b still waits")
 	next := h.awaitStatus("awaiting_approval")
 	require.Equal(t, "b", next.Run.PendingApproval.ToolCallID)
-	require.Equal(t, store.RunRunning, h.decide("b", false).Status)
+	require.Equal(t, chat.RunRunning, h.decide("b", false).Status)
 	require.Equal(t, "chat.done", h.end().Type)
 	msgs := h.stored()
 	require.Equal(t, "ok", msgs[1].Tool.Status)
@@ -465,7 +466,7 @@ func TestDecisionRacingThePause(t *testing.T) {
 	bs.block.Store(&release)
 	h.clock.Advance(agent.DefaultApprovalTimeout)
 	<-bs.entered // the loop is inside Pause
-	require.Equal(t, store.RunAwaitingApproval, h.decide("a", true).Status)
+	require.Equal(t, chat.RunAwaitingApproval, h.decide("a", true).Status)
 	close(release)
 
 	// The loop finishes pausing (paused), then sees the decision, resumes the sandbox and
@@ -473,7 +474,7 @@ func TestDecisionRacingThePause(t *testing.T) {
 	h.awaitStatus("paused")
 	again := h.awaitStatus("awaiting_approval")
 	require.Equal(t, "b", again.Run.PendingApproval.ToolCallID)
-	require.Equal(t, store.RunAwaitingApproval, h.runStatus())
+	require.Equal(t, chat.RunAwaitingApproval, h.runStatus())
 	h.decide("b", true)
 	require.Equal(t, "chat.done", h.end().Type)
 }

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 )
 
 // Transcript turns a session's stored messages into the model's view of the
@@ -13,7 +13,7 @@ import (
 // calls, segment by segment; it becomes one assistant message followed by one tool
 // message per call, each call paired with its result. Partial and cancelled text is kept
 // as it was; calls that never finished get an error result, so every call has one.
-func Transcript(history []store.Message) []Message {
+func Transcript(history []chat.Message) []Message {
 	var out []Message
 	var cur *Message // the assistant message of the current step
 	var results []Message
@@ -32,15 +32,15 @@ func Transcript(history []store.Message) []Message {
 	}
 	for _, m := range history {
 		switch {
-		case m.Role == store.RoleUser:
+		case m.Role == chat.RoleUser:
 			flush()
 			out = append(out, Message{Role: RoleUser, Text: m.Content})
-		case m.Role == store.RoleAssistant && m.Kind == store.KindReasoning:
+		case m.Role == chat.RoleAssistant && m.Kind == chat.KindReasoning:
 			if cur != nil && (cur.Text != "" || len(cur.ToolCalls) > 0) {
 				flush() // reasoning opens a new step
 			}
 			step().Reasoning = append(step().Reasoning, reasoningBlock(m))
-		case m.Role == store.RoleAssistant:
+		case m.Role == chat.RoleAssistant:
 			if m.Content == "" {
 				continue
 			}
@@ -52,7 +52,7 @@ func Transcript(history []store.Message) []Message {
 				s.Text += "\n"
 			}
 			s.Text += m.Content
-		case m.Role == store.RoleTool && m.Tool != nil:
+		case m.Role == chat.RoleTool && m.Tool != nil:
 			s := step()
 			s.ToolCalls = append(s.ToolCalls, ToolCall{ID: m.Tool.CallID, Name: m.Tool.Name, Input: m.Tool.Input})
 			results = append(results, toolResult(m))
@@ -62,7 +62,7 @@ func Transcript(history []store.Message) []Message {
 	return out
 }
 
-func reasoningBlock(m store.Message) Reasoning {
+func reasoningBlock(m chat.Message) Reasoning {
 	r := Reasoning{Text: m.Content}
 	var data struct {
 		Signature string `json:"signature"`
@@ -74,18 +74,18 @@ func reasoningBlock(m store.Message) Reasoning {
 	return r
 }
 
-func toolResult(m store.Message) Message {
+func toolResult(m chat.Message) Message {
 	res := Message{Role: RoleTool, ToolCallID: m.Tool.CallID, ToolName: m.Tool.Name}
 	out := ""
 	if m.Tool.Output != nil {
 		out = *m.Tool.Output
 	}
 	switch m.Tool.Status {
-	case store.ToolOK:
+	case chat.ToolOK:
 		res.Result = out
-	case store.ToolDenied:
+	case chat.ToolDenied:
 		res.Result, res.IsError = conversation.DeclinedOutput, true
-	case store.ToolError:
+	case chat.ToolError:
 		res.Result, res.IsError = out, true
 		if m.Error != nil && m.Error.Message != "" && !strings.Contains(out, m.Error.Message) {
 			res.Result = strings.TrimSpace(out + "\n[error: " + m.Error.Message + "]")

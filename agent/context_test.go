@@ -10,29 +10,29 @@ import (
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/modeltest"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 )
 
-func user(text string) store.Message {
-	return store.Message{Role: store.RoleUser, Kind: store.KindText, Content: text, Status: store.MessageComplete}
+func user(text string) chat.Message {
+	return chat.Message{Role: chat.RoleUser, Kind: chat.KindText, Content: text, Status: chat.MessageComplete}
 }
 
-func said(text string, status store.MessageStatus) store.Message {
-	return store.Message{Role: store.RoleAssistant, Kind: store.KindText, Content: text, Status: status}
+func said(text string, status chat.MessageStatus) chat.Message {
+	return chat.Message{Role: chat.RoleAssistant, Kind: chat.KindText, Content: text, Status: status}
 }
 
-func thought(text, providerData string) store.Message {
-	m := store.Message{Role: store.RoleAssistant, Kind: store.KindReasoning, Content: text, Status: store.MessageComplete}
+func thought(text, providerData string) chat.Message {
+	m := chat.Message{Role: chat.RoleAssistant, Kind: chat.KindReasoning, Content: text, Status: chat.MessageComplete}
 	if providerData != "" {
 		m.ProviderData = json.RawMessage(providerData)
 	}
 	return m
 }
 
-func called(id, name, input, output string, status store.ToolStatus) store.Message {
-	m := store.Message{Role: store.RoleTool, Kind: store.KindText, Status: store.MessageComplete,
-		Tool: &store.ToolCall{CallID: id, Name: name, Input: json.RawMessage(input), Status: status}}
+func called(id, name, input, output string, status chat.ToolStatus) chat.Message {
+	m := chat.Message{Role: chat.RoleTool, Kind: chat.KindText, Status: chat.MessageComplete,
+		Tool: &chat.ToolCall{CallID: id, Name: name, Input: json.RawMessage(input), Status: status}}
 	if output != "" {
 		m.Tool.Output = &output
 	}
@@ -42,16 +42,16 @@ func called(id, name, input, output string, status store.ToolStatus) store.Messa
 // Each stored step (reasoning, text, then its calls) becomes an assistant message followed
 // by the calls' results, each result with its call.
 func TestTranscriptPairsCallsWithResults(t *testing.T) {
-	history := []store.Message{
+	history := []chat.Message{
 		user("list files"),
 		thought("I should look", `{"signature":"s1"}`),
-		said("Let me look.", store.MessageComplete),
-		called("a", "shell", `{"command":"ls"}`, "x.txt", store.ToolOK),
-		called("b", "shell", `{"command":"pwd"}`, "/w", store.ToolOK),
-		said("There is x.txt.", store.MessageComplete),
+		said("Let me look.", chat.MessageComplete),
+		called("a", "shell", `{"command":"ls"}`, "x.txt", chat.ToolOK),
+		called("b", "shell", `{"command":"pwd"}`, "/w", chat.ToolOK),
+		said("There is x.txt.", chat.MessageComplete),
 		user("delete it"),
-		called("c", "shell", `{"command":"rm x.txt"}`, "", store.ToolDenied),
-		said("OK, I won't.", store.MessageComplete),
+		called("c", "shell", `{"command":"rm x.txt"}`, "", chat.ToolDenied),
+		said("OK, I won't.", chat.MessageComplete),
 	}
 	got := agent.Transcript(history)
 	want := []agent.Message{
@@ -73,16 +73,16 @@ func TestTranscriptPairsCallsWithResults(t *testing.T) {
 // result; empty segments (interrupted before their text was stored) and redacted
 // reasoning are kept sensibly.
 func TestTranscriptKeepsPartialsAndEndsUnfinishedCalls(t *testing.T) {
-	failed := called("e", "t", `{}`, "partial", store.ToolError)
-	failed.Error = &store.ErrorInfo{Code: "tool_error", Message: "boom"}
-	history := []store.Message{
+	failed := called("e", "t", `{}`, "partial", chat.ToolError)
+	failed.Error = &chat.ErrorInfo{Code: "tool_error", Message: "boom"}
+	history := []chat.Message{
 		user("go"),
-		said("half an ans", store.MessageCancelled),
+		said("half an ans", chat.MessageCancelled),
 		user("again"),
 		thought("", `{"redacted":"opaque"}`),
-		called("r", "t", `{}`, "", store.ToolCancelled),
+		called("r", "t", `{}`, "", chat.ToolCancelled),
 		failed,
-		said("", store.MessageInterrupted),
+		said("", chat.MessageInterrupted),
 	}
 	got := agent.Transcript(history)
 	require.Equal(t, []agent.Message{

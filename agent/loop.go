@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 )
 
@@ -372,15 +373,15 @@ func (r *run) runTools(ctx context.Context, calls []ToolCall) ([]Message, error)
 		if len(c.Input) == 0 {
 			c.Input = json.RawMessage("{}")
 		}
-		if conversation.CheckToolInput(c.Input) != nil {
+		if chat.CheckToolInput(c.Input) != nil {
 			// Keep what the model sent, as a (storable) JSON string, and fail the call.
-			c.Input, _ = json.Marshal(conversation.CleanText(string(tc.Input)))
+			c.Input, _ = json.Marshal(chat.CleanText(string(tc.Input)))
 			c.badInput = true
 		}
-		if c.Name == "" || !conversation.ValidToolCallID(c.Name) {
+		if !chat.ValidToolName(c.Name) {
 			c.Name, c.known = "unnamed", false
 		}
-		if !conversation.ValidToolCallID(c.ID) {
+		if !chat.ValidToolCallID(c.ID) {
 			c.ID = "call" // the model's id cannot be stored; give it one that can
 		}
 		c.ID = r.uniqueID(c.ID)

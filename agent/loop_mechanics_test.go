@@ -21,7 +21,7 @@ import (
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/modeltest"
-	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -54,7 +54,7 @@ func give[T any](t *testing.T, ch chan<- T, v T, what string) {
 
 // endedRun checks that the run a terminal frame reports is stored as reported, and
 // returns the stored run.
-func (h *harness) endedRun(end wstest.Frame) store.Run {
+func (h *harness) endedRun(end wstest.Frame) chat.Run {
 	h.t.Helper()
 	require.NotNil(h.t, end.Run, "terminal frame without a run")
 	id, err := uuid.Parse(end.Run.RunID)
@@ -172,7 +172,7 @@ func TestTransientModelErrorsGiveUpAfterThreeAttempts(t *testing.T) {
 	require.Contains(t, end.Run.Error.Message, "gave up after 3 attempts")
 	require.Equal(t, "the model is temporarily unavailable (gave up after 3 attempts)", end.Run.Error.Message)
 	run := h.endedRun(end)
-	require.Equal(t, store.RunError, run.Status)
+	require.Equal(t, chat.RunError, run.Status)
 	require.Equal(t, 3, len(model.Requests()))
 
 	msgs := h.stored()
@@ -959,8 +959,8 @@ func TestCancelDuringModelStreaming(t *testing.T) {
 	require.Equal(t, res.RunID.String(), end.RunID)
 	require.Nil(t, end.Run.Error)
 	run := h.endedRun(end)
-	require.Equal(t, store.RunCancelled, run.Status)
-	require.Equal(t, store.CancelUser, run.CancelReason)
+	require.Equal(t, chat.RunCancelled, run.Status)
+	require.Equal(t, chat.CancelUser, run.CancelReason)
 
 	streamErr := recv(t, model.returned, "the model call to return")
 	require.ErrorIs(t, streamErr, context.Canceled, "the model's context was not cancelled")

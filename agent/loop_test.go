@@ -15,10 +15,10 @@ import (
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/modeltest"
 	"github.com/chatd/chatd/agent/tools"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -58,11 +58,10 @@ func newHarnessWithStore(t *testing.T, model agent.Model, withStore func(*store.
 	loop, err := agent.New(cfg)
 	require.NoError(t, err)
 	a := conversation.Start(conversation.Config{
-		Store:   st,
-		Agent:   loop,
-		Encoder: transport.Encoder{},
-		Clock:   clockwork.NewFakeClock(), // the actor's own timers stay still
-		Logger:  log,
+		Store:  st,
+		Agent:  loop,
+		Clock:  clockwork.NewFakeClock(), // the actor's own timers stay still
+		Logger: log,
 	}, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -159,7 +158,7 @@ func TestMultiStepToolUse(t *testing.T) {
 	require.EqualValues(t, 155, end.Run.Usage.ContextTokens)
 	require.EqualValues(t, agent.DefaultContextTokens, end.Run.Usage.ContextWindow)
 	run := h.endedRun(end)
-	require.Equal(t, store.Usage{InputTokens: 250, OutputTokens: 25, ContextTokens: 155, ContextWindow: agent.DefaultContextTokens}, run.Usage)
+	require.Equal(t, chat.Usage{InputTokens: 250, OutputTokens: 25, ContextTokens: 155, ContextWindow: agent.DefaultContextTokens}, run.Usage)
 
 	msgs := h.stored()
 	require.Len(t, msgs, 4)

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/chat"
 )
 
 // ToolSpec describes a tool to the model and to the loop.
@@ -43,8 +43,6 @@ type Env interface {
 	Sandbox(ctx context.Context) (sandbox.Sandbox, error)
 }
 
-var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
 // Registry is the set of tools an agent offers, in a fixed order.
 type Registry struct {
 	tools map[string]Tool
@@ -56,7 +54,7 @@ func NewRegistry(tools ...Tool) (*Registry, error) {
 	r := &Registry{tools: make(map[string]Tool)}
 	for _, t := range tools {
 		s := t.Spec()
-		if !toolName.MatchString(s.Name) {
+		if !chat.ValidToolName(s.Name) {
 			return nil, fmt.Errorf("tool name %q: use 1 to 64 letters, digits, _ or -", s.Name)
 		}
 		if _, dup := r.tools[s.Name]; dup {

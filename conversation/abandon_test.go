@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
@@ -43,18 +44,18 @@ func TestAbandonedRunIsCancelled(t *testing.T) {
 	roundTrip(t, a)
 	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunRunning, run.Status, "not yet")
+	require.Equal(t, chat.RunRunning, run.Status, "not yet")
 
 	clock.Advance(time.Second)
 	waitTimers(t, clock, 1) // now idle: the run is over, the eviction timer is armed
 	run, err = st.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunCancelled, run.Status)
-	require.Equal(t, store.CancelAbandoned, run.CancelReason)
+	require.Equal(t, chat.RunCancelled, run.Status)
+	require.Equal(t, chat.CancelAbandoned, run.CancelReason)
 	msgs, _, err := st.MessagesBefore(ctx, a.SessionID(), 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, "streaming", msgs[1].Content)
-	require.Equal(t, store.MessageCancelled, msgs[1].Status)
+	require.Equal(t, chat.MessageCancelled, msgs[1].Status)
 }
 
 func TestWatchedRunIsNeverAbandoned(t *testing.T) {
@@ -67,7 +68,7 @@ func TestWatchedRunIsNeverAbandoned(t *testing.T) {
 	roundTrip(t, a)
 	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunRunning, run.Status)
+	require.Equal(t, chat.RunRunning, run.Status)
 
 	// A subscriber that comes back in time resets the clock.
 	a.Unsubscribe(ctx, s)
@@ -80,7 +81,7 @@ func TestWatchedRunIsNeverAbandoned(t *testing.T) {
 	roundTrip(t, a)
 	run, err = st.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunRunning, run.Status)
+	require.Equal(t, chat.RunRunning, run.Status)
 }
 
 // A run waiting for an approval waits indefinitely, watched or not.
@@ -95,7 +96,7 @@ func TestRunAwaitingApprovalIsNotAbandoned(t *testing.T) {
 	roundTrip(t, a)
 	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunAwaitingApproval, run.Status)
+	require.Equal(t, chat.RunAwaitingApproval, run.Status)
 }
 
 // roundTrip makes the actor handle one intent: everything queued before it is done.

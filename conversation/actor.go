@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 )
 
@@ -45,7 +46,7 @@ type Actor struct {
 
 	// Owned by the loop goroutine.
 	loaded    bool
-	session   *store.Session // nil until loaded, or while the session does not exist
+	session   *chat.Session // nil until loaded, or while the session does not exist
 	nextPos   int64
 	seq       int64
 	ring      *ring
@@ -62,8 +63,8 @@ type Actor struct {
 
 	// Writes that failed, newest version of each row, kept until a retry stores them.
 	// Clients were told of these states, so snapshots and history show them too.
-	unsavedMsgs map[uuid.UUID]store.Message
-	unsavedRuns map[uuid.UUID]store.Run
+	unsavedMsgs map[uuid.UUID]chat.Message
+	unsavedRuns map[uuid.UUID]chat.Run
 	retryDelay  time.Duration
 }
 
@@ -88,8 +89,8 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		ring:   newRing(cfg.RingEvents, cfg.RingBytes),
 		subs:   make(map[Subscriber]struct{}),
 
-		unsavedMsgs: make(map[uuid.UUID]store.Message),
-		unsavedRuns: make(map[uuid.UUID]store.Run),
+		unsavedMsgs: make(map[uuid.UUID]chat.Message),
+		unsavedRuns: make(map[uuid.UUID]chat.Run),
 
 		idleT:    actorTimer{kind: timerIdle},
 		abandonT: actorTimer{kind: timerAbandon},
@@ -178,7 +179,7 @@ type SendRequest struct {
 type SendResult struct {
 	RunID     uuid.UUID
 	Duplicate bool
-	Status    store.RunStatus
+	Status    chat.RunStatus
 }
 
 // Send starts a run for the user message, stored before chat.started is published. A
@@ -192,7 +193,7 @@ func (a *Actor) Send(ctx context.Context, req SendRequest) (SendResult, error) {
 // CancelResult names the run a cancel ended.
 type CancelResult struct {
 	RunID  uuid.UUID
-	Status store.RunStatus
+	Status chat.RunStatus
 }
 
 // Cancel ends the active run as cancelled, or only run runID when it is not uuid.Nil. The
@@ -204,7 +205,7 @@ func (a *Actor) Cancel(ctx context.Context, runID uuid.UUID) (CancelResult, erro
 
 // HistoryPage is a page of older messages.
 type HistoryPage struct {
-	Messages []store.Message // ascending position
+	Messages []chat.Message // ascending position
 	HasMore  bool
 }
 
@@ -332,7 +333,7 @@ func (a *Actor) onTimer(f timerFire) {
 	case timerAbandon:
 		if a.abandonT.fired(f) && a.abandonable() {
 			a.logger().Info().Str("run_id", a.run.info.ID.String()).Dur("after", a.cfg.AbandonAfter).Msg("cancelling a run nobody watches")
-			a.finish(a.run, store.RunCancelled, nil, store.CancelAbandoned)
+			a.finish(a.run, chat.RunCancelled, nil, chat.CancelAbandoned)
 		}
 	}
 }
@@ -354,7 +355,7 @@ func (a *Actor) checkTimers() {
 // abandonable reports whether the active run streams with nobody watching. A run that
 // waits for an approval waits indefinitely: that is not abandonment.
 func (a *Actor) abandonable() bool {
-	return a.run != nil && a.run.info.Status == store.RunRunning && len(a.subs) == 0
+	return a.run != nil && a.run.info.Status == chat.RunRunning && len(a.subs) == 0
 }
 
 func (a *Actor) closeDone() {
@@ -413,7 +414,7 @@ func (a *Actor) idle() bool {
 	return a.run == nil && len(a.subs) == 0 && len(a.unsavedMsgs) == 0 && len(a.unsavedRuns) == 0
 }
 
-func (a *Actor) now() time.Time { return store.Timestamp(a.cfg.Clock.Now()) }
+func (a *Actor) now() time.Time { return chat.Timestamp(a.cfg.Clock.Now()) }
 
 func dbContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), storeTimeout)
@@ -462,7 +463,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	}
 	if a.session == nil {
 		ctx, cancel := dbContext()
-		sess, err := a.cfg.Store.SessionCreate(ctx, store.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()})
+		sess, err := a.cfg.Store.SessionCreate(ctx, chat.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()})
 		cancel()
 		if err != nil {
 			return HelloResult{}, a.storageError("create the session", err)
@@ -478,14 +479,11 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	a.flushDelta()
 	sub := req.Subscriber
 	res := HelloResult{Epoch: a.epoch, LastSeq: a.seq}
-	var frames [][]byte
+	var c CatchUp
 	if req.Epoch == a.epoch {
 		if replay, size, ok := a.ring.since(req.LastSeq, a.seq); ok && size <= a.cfg.MaxReplayBytes {
-			resumed, err := a.cfg.Encoder.Resumed(Resumed{SessionID: a.id, Epoch: a.epoch, LastSeq: req.LastSeq, RequestID: req.RequestID})
-			if err != nil {
-				return HelloResult{}, a.encodeError(err)
-			}
-			frames = append(append(frames, resumed), replay...)
+			c.Resumed = &Resumed{SessionID: a.id, Epoch: a.epoch, LastSeq: req.LastSeq, RequestID: req.RequestID}
+			c.Events = replay
 			res.Resumed = true
 			res.Replayed = len(replay)
 		}
@@ -496,11 +494,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 			return HelloResult{}, a.storageError("read the session", err)
 		}
 		snap.RequestID = req.RequestID
-		frame, err := a.cfg.Encoder.Snapshot(snap)
-		if err != nil {
-			return HelloResult{}, a.encodeError(err)
-		}
-		frames = append(frames, frame)
+		c.Snapshot = &snap
 	}
 	// Counted before the frames are queued, so a client that has its catch-up finds it
 	// counted.
@@ -509,17 +503,12 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	} else {
 		a.cfg.Metrics.catchUpSnapshot.Inc()
 	}
-	if !sub.CatchUp(frames) {
+	if !sub.CatchUp(c) {
 		sub.Dropped(DropSlow)
 		return res, nil
 	}
 	a.subs[sub] = struct{}{}
 	return res, nil
-}
-
-func (a *Actor) encodeError(err error) *Error {
-	a.logger().Error().Err(err).Msg("encode frame")
-	return errorf(CodeInternal, "could not encode the reply")
 }
 
 // snapshot reads the newest messages and lays the live state over them: the database
@@ -558,30 +547,26 @@ func (a *Actor) history(before int64, limit int) (HistoryPage, error) {
 	return HistoryPage{Messages: msgs, HasMore: more}, nil
 }
 
-// publish numbers ev, encodes it once, keeps it for replay and offers it to every
-// subscriber. A subscriber that cannot take it is dropped; the others are unaffected.
-// Any event but a delta publishes the held delta first, so events stay in order.
-func (a *Actor) publish(ev Event) {
-	if ev.Type != EventDelta {
+// publish numbers ev, keeps it for replay and offers it to every subscriber. Subscribers
+// encode it in their format, once per format (Event.Encode caches). A subscriber that
+// cannot take it is dropped; the others are unaffected. Any event but a delta publishes
+// the held delta first, so events stay in order.
+func (a *Actor) publish(e Event) {
+	if e.Type != EventDelta {
 		a.flushDelta()
 	}
 	a.seq++
-	ev.Seq = a.seq
-	frame, err := a.cfg.Encoder.Event(ev)
-	if err != nil {
-		// Cannot happen with the domain types we encode; keep the seq consecutive anyway
-		// so clients notice nothing worse than a missing detail.
-		a.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("encode event")
-		frame, _ = a.cfg.Encoder.Event(Event{Seq: ev.Seq, Type: ev.Type, RunID: ev.RunID, RequestID: ev.RequestID})
-	}
+	e.Seq = a.seq
+	e.enc = new(encodings)
+	ev := &e
 	evicted := a.ring.evicted
-	a.ring.push(a.seq, frame)
+	a.ring.push(ev)
 	a.cfg.Metrics.eventsPublished.Inc()
 	if n := a.ring.evicted - evicted; n > 0 {
 		a.cfg.Metrics.ringEvictions.Add(float64(n))
 	}
 	for sub := range a.subs {
-		if !sub.Deliver(frame) {
+		if !sub.Deliver(ev) {
 			delete(a.subs, sub)
 			sub.Dropped(DropSlow)
 			a.logger().Debug().Msg("dropped a subscriber that could not take an event")
@@ -591,10 +576,10 @@ func (a *Actor) publish(ev Event) {
 
 func (a *Actor) stop() {
 	if a.run != nil {
-		a.finish(a.run, store.RunInterrupted, &store.ErrorInfo{
+		a.finish(a.run, chat.RunInterrupted, &chat.ErrorInfo{
 			Code:    CodeInterrupted,
 			Message: "the server shut down during this run",
-		}, store.CancelShutdown)
+		}, chat.CancelShutdown)
 	}
 	for sub := range a.subs {
 		delete(a.subs, sub)

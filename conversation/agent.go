@@ -4,9 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/google/uuid"
-
-	"github.com/chatd/chatd/store"
 )
 
 // Agent produces the reply to one user message. Run streams its output through out and
@@ -27,7 +26,7 @@ type Request struct {
 	// History is the session's transcript before this message (oldest first, at most
 	// Config.HistoryMessages of the newest): what the model should know of the
 	// conversation so far.
-	History []store.Message
+	History []chat.Message
 }
 
 // Emitter receives an agent's output, in order. Its methods must be called from one
@@ -72,7 +71,7 @@ type Emitter interface {
 }
 
 // Usage counts model tokens.
-type Usage = store.Usage
+type Usage = chat.Usage
 
 // ToolCall describes a tool invocation.
 type ToolCall struct {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/chat"
 )
 
 // Decision is a person's answer to an approval request.
@@ -17,7 +17,7 @@ type Decision struct {
 // DecideResult says what a decision did to the run.
 type DecideResult struct {
 	RunID  uuid.UUID
-	Status store.RunStatus // the run's status after the decision
+	Status chat.RunStatus // the run's status after the decision
 }
 
 // DeclinedOutput is the result a denied tool call gets, and what the model is told.
@@ -52,21 +52,21 @@ type (
 	}
 	usageIntent struct {
 		run   *runState
-		usage store.Usage
+		usage chat.Usage
 	}
 )
 
 // onAwaitApproval stores and publishes a tool call that waits for a person, and moves the
 // run to awaiting_approval (a paused run stays paused).
 func (a *Actor) onAwaitApproval(run *runState, call ToolCall) (<-chan Decision, error) {
-	if _, err := a.startTool(run, call, store.ToolAwaitingApproval); err != nil {
+	if _, err := a.startTool(run, call, chat.ToolAwaitingApproval); err != nil {
 		return nil, err
 	}
 	ch := make(chan Decision, 1)
 	run.approvals[call.ID] = ch
 	status := run.info.Status
-	if status == store.RunRunning {
-		status = store.RunAwaitingApproval
+	if status == chat.RunRunning {
+		status = chat.RunAwaitingApproval
 	}
 	a.setStatus(run, status)
 	return ch, nil
@@ -79,20 +79,20 @@ func (a *Actor) onPaused(run *runState, resumed bool) error {
 		return ErrRunEnded
 	}
 	switch {
-	case !resumed && run.info.Status == store.RunAwaitingApproval:
-		a.setStatus(run, store.RunPaused)
-	case resumed && run.info.Status == store.RunPaused:
+	case !resumed && run.info.Status == chat.RunAwaitingApproval:
+		a.setStatus(run, chat.RunPaused)
+	case resumed && run.info.Status == chat.RunPaused:
 		// A decision that raced the pause left the run paused; it is not any more.
-		status := store.RunRunning
+		status := chat.RunRunning
 		if len(run.approvals) > 0 {
-			status = store.RunAwaitingApproval
+			status = chat.RunAwaitingApproval
 		}
 		a.setStatus(run, status)
 	}
 	return nil
 }
 
-func (a *Actor) onUsage(run *runState, u store.Usage) {
+func (a *Actor) onUsage(run *runState, u chat.Usage) {
 	if !a.isCurrent(run) {
 		return
 	}
@@ -132,7 +132,7 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 	if approved {
 		m := tool.msg
 		t := *m.Tool
-		t.Status = store.ToolRunning
+		t.Status = chat.ToolRunning
 		m.Tool = &t
 		m.UpdatedAt = a.now()
 		tool.msg = m
@@ -141,14 +141,14 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		}
 		v := tool.view()
 		a.publish(a.runEvent(run, Event{Type: EventToolUpdate, Message: &v}))
-	} else if err := a.endTool(run, tool, store.MessageComplete, store.ToolDenied, DeclinedOutput, nil); err != nil {
+	} else if err := a.endTool(run, tool, chat.MessageComplete, chat.ToolDenied, DeclinedOutput, nil); err != nil {
 		a.logger().Error().Err(err).Msg("store a denial")
 	}
 	ch <- Decision{Approved: approved}
 
-	status := store.RunRunning
+	status := chat.RunRunning
 	if len(run.approvals) > 0 {
-		status = store.RunAwaitingApproval
+		status = chat.RunAwaitingApproval
 	}
 	a.setStatus(run, status)
 	return DecideResult{RunID: run.info.ID, Status: status}, nil
@@ -156,8 +156,8 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 
 // setStatus stores and publishes a non-terminal status change of the active run, with its
 // pending approval: the oldest call still waiting for a decision.
-func (a *Actor) setStatus(run *runState, status store.RunStatus) {
-	var pending *store.PendingApproval
+func (a *Actor) setStatus(run *runState, status chat.RunStatus) {
+	var pending *chat.PendingApproval
 	waiting := make([]*liveMessage, 0, len(run.approvals))
 	for id := range run.approvals {
 		waiting = append(waiting, run.tools[id])
@@ -165,7 +165,7 @@ func (a *Actor) setStatus(run *runState, status store.RunStatus) {
 	if len(waiting) > 0 {
 		oldest := slices.MinFunc(waiting, func(x, y *liveMessage) int { return int(x.msg.Position - y.msg.Position) })
 		t := oldest.msg.Tool
-		pending = &store.PendingApproval{ToolCallID: t.CallID, Name: t.Name, Input: t.Input}
+		pending = &chat.PendingApproval{ToolCallID: t.CallID, Name: t.Name, Input: t.Input}
 	}
 	if status == run.info.Status && samePending(pending, run.info.PendingApproval) {
 		return
@@ -180,7 +180,7 @@ func (a *Actor) setStatus(run *runState, status store.RunStatus) {
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
 }
 
-func samePending(x, y *store.PendingApproval) bool {
+func samePending(x, y *chat.PendingApproval) bool {
 	if x == nil || y == nil {
 		return x == y
 	}

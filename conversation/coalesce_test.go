@@ -15,7 +15,6 @@ import (
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -29,7 +28,6 @@ func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Age
 	a := conversation.Start(conversation.Config{
 		Store:          st,
 		Agent:          agent,
-		Encoder:        transport.Encoder{},
 		Clock:          clock,
 		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
 		CoalesceDeltas: window,
@@ -457,6 +455,6 @@ func TestCoalescedTextWithAFailingWrite(t *testing.T) {
 
 func TestValidateRejectsNegativeCoalescing(t *testing.T) {
 	t.Parallel()
-	err := conversation.Config{Store: &store.Store{}, Agent: script.New(), Encoder: transport.Encoder{}, CoalesceDeltas: -time.Millisecond}.Validate()
+	err := conversation.Config{Store: &store.Store{}, Agent: script.New(), CoalesceDeltas: -time.Millisecond}.Validate()
 	require.ErrorContains(t, err, "CoalesceDeltas")
 }

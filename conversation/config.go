@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 )
 
@@ -25,8 +26,6 @@ const (
 	DefaultInboxSize        = 16
 	DefaultHistoryMessages  = 500
 
-	// MaxRequestIDLen is the longest requestId the protocol allows.
-	MaxRequestIDLen = 128
 	// MaxHistoryLimit is the most messages one history page holds.
 	MaxHistoryLimit = 200
 )
@@ -34,17 +33,17 @@ const (
 // Store is what an actor needs of the database. *store.Store implements it; tests wrap
 // the real one to inject failures.
 type Store interface {
-	SessionGet(ctx context.Context, id uuid.UUID) (store.Session, error)
-	SessionCreate(ctx context.Context, sess store.Session) (store.Session, error)
+	SessionGet(ctx context.Context, id uuid.UUID) (chat.Session, error)
+	SessionCreate(ctx context.Context, sess chat.Session) (chat.Session, error)
 	MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (int64, error)
-	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]store.Message, bool, error)
-	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]store.Message, error)
-	MessageInsert(ctx context.Context, m store.Message) error
-	MessageUpdate(ctx context.Context, m store.Message) error
-	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status store.MessageStatus, now time.Time) (int64, error)
-	RunStart(ctx context.Context, run store.Run, user store.Message) error
-	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (store.Run, error)
-	RunUpdate(ctx context.Context, run store.Run) error
+	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
+	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
+	MessageInsert(ctx context.Context, m chat.Message) error
+	MessageUpdate(ctx context.Context, m chat.Message) error
+	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time) (int64, error)
+	RunStart(ctx context.Context, run chat.Run, user chat.Message) error
+	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
+	RunUpdate(ctx context.Context, run chat.Run) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -55,8 +54,6 @@ type Config struct {
 	Store Store
 	// Agent produces replies. Required.
 	Agent Agent
-	// Encoder turns events into frames. Required.
-	Encoder Encoder
 	// Clock drives idle eviction and timestamps. Defaults to the real clock.
 	Clock clockwork.Clock
 	// Logger is the parent logger; each actor adds its session id.
@@ -130,8 +127,6 @@ func (c Config) Validate() error {
 		return errors.New("conversation config: Store is required")
 	case c.Agent == nil:
 		return errors.New("conversation config: Agent is required")
-	case c.Encoder == nil:
-		return errors.New("conversation config: Encoder is required")
 	case c.RingEvents < 1:
 		return fmt.Errorf("conversation config: RingEvents %d is below 1", c.RingEvents)
 	case c.RingBytes < 1:

@@ -18,7 +18,6 @@ import (
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -62,11 +61,10 @@ func startActor(t *testing.T, st conversation.Store, agent conversation.Agent) *
 func startActorWithClock(t *testing.T, st conversation.Store, agent conversation.Agent, clock clockwork.Clock) *conversation.Actor {
 	t.Helper()
 	a := conversation.Start(conversation.Config{
-		Store:   st,
-		Agent:   agent,
-		Encoder: transport.Encoder{},
-		Clock:   clock,
-		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		Store:  st,
+		Agent:  agent,
+		Clock:  clock,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
 	}, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,9 +1,10 @@
 package conversation
 
 import (
-	"github.com/google/uuid"
+	"sync"
 
-	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/chat"
+	"github.com/google/uuid"
 )
 
 // EventType names a sequenced event. The values are the protocol's event types.
@@ -39,12 +40,102 @@ type Event struct {
 	Type      EventType
 	RunID     uuid.UUID
 	RequestID string
-	Run       *store.Run
-	Message   *store.Message
+	Run       *chat.Run
+	Message   *chat.Message
 	MessageID uuid.UUID
 	Text      string
-	Status    store.MessageStatus
-	Error     *store.ErrorInfo
+	Status    chat.MessageStatus
+	Error     *chat.ErrorInfo
+
+	// enc caches the event's encodings, one per Format that asked for it; set when the
+	// event is published.
+	enc *encodings
+}
+
+// Terminal reports whether the event ends a run.
+func (e *Event) Terminal() bool {
+	return e.Type == EventChatDone || e.Type == EventChatError || e.Type == EventChatCancelled
+}
+
+// Format is a wire format of events: one per transport protocol (protocol v1's JSON, the
+// AI SDK's stream parts). Events cache their encoding per Format, so an event fanned out
+// to many subscribers of one format is encoded once.
+type Format struct {
+	name   string
+	encode func(*Event) []byte
+}
+
+// NewFormat returns a format that encodes with encode. encode must not fail: an event it
+// cannot express fully it encodes as well as it can, since a missing frame would leave a
+// gap in the subscriber's seqs.
+func NewFormat(name string, encode func(*Event) []byte) *Format {
+	return &Format{name: name, encode: encode}
+}
+
+// Name returns the format's name.
+func (f *Format) Name() string { return f.name }
+
+type encodings struct {
+	mu  sync.Mutex
+	enc []encoded
+}
+
+type encoded struct {
+	f *Format
+	b []byte
+}
+
+// Encode returns the event in format f. A published event encodes on the first call for
+// f and hands the same bytes to every later one, so callers must not modify them. It is
+// safe for concurrent use.
+func (e *Event) Encode(f *Format) []byte {
+	c := e.enc
+	if c == nil {
+		return f.encode(e) // not published: nothing to share it with
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.enc {
+		if x.f == f {
+			return x.b
+		}
+	}
+	b := f.encode(e)
+	c.enc = append(c.enc, encoded{f, b})
+	return b
+}
+
+// eventOverhead is what an event's size counts beyond its text: its ids, type and
+// framing, about what protocol v1's JSON spends on them.
+const eventOverhead = 160
+
+// size estimates the event's weight for the ring's byte bound: its variable payload
+// (text, message content, tool input and output) plus a fixed overhead. Every format's
+// encoding grows with the same payload, so the bound holds whatever formats are asked.
+func (e *Event) size() int {
+	n := eventOverhead + len(e.Text) + len(e.RequestID)
+	if m := e.Message; m != nil {
+		n += len(m.Content) + len(m.RequestID) + len(m.ProviderData)
+		if t := m.Tool; t != nil {
+			n += len(t.CallID) + len(t.Name) + len(t.Input)
+			if t.Output != nil {
+				n += len(*t.Output)
+			}
+		}
+	}
+	if r := e.Run; r != nil {
+		n += len(r.RequestID) + len(r.Model)
+		if r.Error != nil {
+			n += len(r.Error.Message)
+		}
+		if p := r.PendingApproval; p != nil {
+			n += len(p.Input) + len(p.Name)
+		}
+	}
+	if e.Error != nil {
+		n += len(e.Error.Message)
+	}
+	return n
 }
 
 // Snapshot is a session's state as of LastSeq: its newest messages (the open assistant
@@ -55,9 +146,9 @@ type Snapshot struct {
 	SessionID uuid.UUID
 	Epoch     string
 	LastSeq   int64
-	Messages  []store.Message
+	Messages  []chat.Message
 	HasMore   bool
-	ActiveRun *store.Run
+	ActiveRun *chat.Run
 }
 
 // Resumed announces a replay: the events after LastSeq (the subscriber's own) follow.
@@ -68,13 +159,12 @@ type Resumed struct {
 	LastSeq   int64
 }
 
-// Encoder turns events and catch-up messages into frames. The actor encodes each event
-// once and hands the same bytes to every subscriber and to the replay ring, so frames
-// must not be modified after they are returned.
-type Encoder interface {
-	Event(Event) ([]byte, error)
-	Snapshot(Snapshot) ([]byte, error)
-	Resumed(Resumed) ([]byte, error)
+// CatchUp answers a hello: either a snapshot, or a replay (Resumed, then the events the
+// subscriber missed, oldest first).
+type CatchUp struct {
+	Snapshot *Snapshot
+	Resumed  *Resumed
+	Events   []*Event
 }
 
 // DropReason says why the actor let go of a subscriber.
@@ -87,18 +177,19 @@ const (
 	DropShutdown
 )
 
-// Subscriber receives a session's frames. The actor calls its methods from its own
-// goroutine, so none may block.
+// Subscriber receives a session's events. The actor calls its methods from its own
+// goroutine, so none may block. Events are shared by every subscriber and the replay
+// ring: a subscriber encodes one with Event.Encode (once per Format, whoever asks first)
+// and must not modify it.
 type Subscriber interface {
-	// CatchUp queues the frames that answer a hello (resumed and the replayed events, or
-	// a snapshot). They are bounded by the actor (a replay by MaxReplayBytes, a snapshot
-	// by SnapshotMessages), so they must not count against the budget for live events:
-	// a large snapshot must not get the next live event refused. It returns false only
-	// when the subscriber is closed.
-	CatchUp(frames [][]byte) bool
-	// Deliver queues a live event's frame. It returns false when the frame does not fit
-	// (the queue is full, or the subscriber is closed); the actor then drops it.
-	Deliver(frame []byte) bool
+	// CatchUp queues the answer to a hello. It is bounded by the actor (a replay by
+	// MaxReplayBytes, a snapshot by SnapshotMessages), so it must not count against the
+	// budget for live events: a large snapshot must not get the next live event refused.
+	// It returns false only when the subscriber is closed.
+	CatchUp(c CatchUp) bool
+	// Deliver queues a live event. It returns false when the event does not fit (the
+	// queue is full, or the subscriber is closed); the actor then drops the subscriber.
+	Deliver(ev *Event) bool
 	// Dropped tells the subscriber it will get no more frames from this actor.
 	Dropped(reason DropReason)
 }

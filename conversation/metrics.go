@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/chat"
 )
 
 // Metrics counts what actors do. Every label is resolved here, once: the actor's hot
@@ -16,15 +16,15 @@ type Metrics struct {
 	ringEvictions   prometheus.Counter
 	catchUpReplay   prometheus.Counter
 	catchUpSnapshot prometheus.Counter
-	runsActive      map[store.RunStatus]prometheus.Gauge
-	runDuration     map[store.RunStatus]prometheus.Observer
+	runsActive      map[chat.RunStatus]prometheus.Gauge
+	runDuration     map[chat.RunStatus]prometheus.Observer
 }
 
 // activeStatuses are the statuses of a run that has not ended.
-var activeStatuses = []store.RunStatus{store.RunRunning, store.RunAwaitingApproval, store.RunPaused}
+var activeStatuses = []chat.RunStatus{chat.RunRunning, chat.RunAwaitingApproval, chat.RunPaused}
 
 // endStatuses are the statuses a run ends with.
-var endStatuses = []store.RunStatus{store.RunDone, store.RunError, store.RunCancelled, store.RunInterrupted}
+var endStatuses = []chat.RunStatus{chat.RunDone, chat.RunError, chat.RunCancelled, chat.RunInterrupted}
 
 // NewMetrics returns the actors' metrics, registered with reg unless it is nil:
 // chatd_events_published_total, chatd_ring_evictions_total, chatd_catchups_total{kind},
@@ -59,8 +59,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ringEvictions:   evictions,
 		catchUpReplay:   catchUps.WithLabelValues("replay"),
 		catchUpSnapshot: catchUps.WithLabelValues("snapshot"),
-		runsActive:      make(map[store.RunStatus]prometheus.Gauge, len(activeStatuses)),
-		runDuration:     make(map[store.RunStatus]prometheus.Observer, len(endStatuses)),
+		runsActive:      make(map[chat.RunStatus]prometheus.Gauge, len(activeStatuses)),
+		runDuration:     make(map[chat.RunStatus]prometheus.Observer, len(endStatuses)),
 	}
 	for _, s := range activeStatuses {
 		m.runsActive[s] = active.WithLabelValues(string(s))

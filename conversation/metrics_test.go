@@ -15,7 +15,6 @@ import (
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -33,7 +32,6 @@ func startMetered(t *testing.T, st conversation.Store, agent conversation.Agent,
 	cfg := conversation.Config{
 		Store:   st,
 		Agent:   agent,
-		Encoder: transport.Encoder{},
 		Clock:   clock,
 		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
 		Metrics: conversation.NewMetrics(reg),

@@ -1,8 +1,11 @@
 package conversation
 
-// ring keeps the most recent encoded events for replay, bounded by a count and a total
-// size in bytes. The newest event is always kept, even when it alone is over the byte
-// bound, so a replay is never refused just because one frame was large.
+// ring keeps the most recent events for replay, bounded by a count and a total size in
+// bytes (Event.size: the payload every encoding of the event grows with). It holds the
+// events themselves, not one wire format: each transport encodes a replayed event in its
+// own format, and the encoding an event cached when it was live is reused. The newest
+// event is always kept, even when it alone is over the byte bound, so a replay is never
+// refused just because one event was large.
 type ring struct {
 	maxEvents int
 	maxBytes  int
@@ -16,17 +19,18 @@ type ring struct {
 }
 
 type ringEntry struct {
-	seq   int64
-	frame []byte
+	ev   *Event
+	size int
 }
 
 func newRing(maxEvents, maxBytes int) *ring {
 	return &ring{maxEvents: maxEvents, maxBytes: maxBytes}
 }
 
-// push appends the event with seq, which must be one more than the previous push.
-func (r *ring) push(seq int64, frame []byte) {
-	for r.n > 0 && (r.n >= r.maxEvents || r.bytes+len(frame) > r.maxBytes) {
+// push appends ev, whose seq must be one more than the previous push's.
+func (r *ring) push(ev *Event) {
+	size := ev.size()
+	for r.n > 0 && (r.n >= r.maxEvents || r.bytes+size > r.maxBytes) {
 		r.dropOldest()
 	}
 	if r.n == len(r.buf) {
@@ -39,25 +43,25 @@ func (r *ring) push(seq int64, frame []byte) {
 		r.buf = grown
 		r.head = 0
 	}
-	r.buf[(r.head+r.n)%len(r.buf)] = ringEntry{seq, frame}
+	r.buf[(r.head+r.n)%len(r.buf)] = ringEntry{ev, size}
 	r.n++
-	r.bytes += len(frame)
+	r.bytes += size
 }
 
 func (r *ring) dropOldest() {
 	e := &r.buf[r.head]
-	r.bytes -= len(e.frame)
-	*e = ringEntry{} // let the frame be collected
+	r.bytes -= e.size
+	*e = ringEntry{} // let the event and its encodings be collected
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
 	r.evicted++
 }
 
-// since returns the frames of every event after lastSeq, up to the newest, and their
-// total size. ok is false when some of those events are no longer held (or lastSeq is
-// beyond the newest, which only a confused client sends). head is the newest seq pushed,
-// which the caller knows and passes in so an empty ring can still answer.
-func (r *ring) since(lastSeq, head int64) (frames [][]byte, size int, ok bool) {
+// since returns every event after lastSeq, up to the newest, and their total size. ok is
+// false when some of those events are no longer held (or lastSeq is beyond the newest,
+// which only a confused client sends). head is the newest seq pushed, which the caller
+// knows and passes in so an empty ring can still answer.
+func (r *ring) since(lastSeq, head int64) (events []*Event, size int, ok bool) {
 	if lastSeq > head || lastSeq < 0 {
 		return nil, 0, false
 	}
@@ -67,16 +71,16 @@ func (r *ring) since(lastSeq, head int64) (frames [][]byte, size int, ok bool) {
 	if r.n == 0 {
 		return nil, 0, false
 	}
-	oldest := r.buf[r.head].seq
+	oldest := r.buf[r.head].ev.Seq
 	if lastSeq+1 < oldest {
 		return nil, 0, false
 	}
 	start := int(lastSeq + 1 - oldest)
-	frames = make([][]byte, 0, r.n-start)
+	events = make([]*Event, 0, r.n-start)
 	for i := start; i < r.n; i++ {
-		f := r.buf[(r.head+i)%len(r.buf)].frame
-		frames = append(frames, f)
-		size += len(f)
+		e := r.buf[(r.head+i)%len(r.buf)]
+		events = append(events, e.ev)
+		size += e.size
 	}
-	return frames, size, true
+	return events, size, true
 }

@@ -7,108 +7,124 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func frame(seq int64, size int) []byte {
+// o is what every event weighs beyond its text; the sizes below count text only.
+const o = eventOverhead
+
+// textEvent returns event seq whose text is size bytes, so its size is o+size.
+func textEvent(seq int64, size int) *Event {
 	b := []byte(fmt.Sprintf("%d:", seq))
 	for len(b) < size {
 		b = append(b, '.')
 	}
-	return b
+	return &Event{Seq: seq, Type: EventDelta, Text: string(b)}
+}
+
+// texts returns the events' texts, to compare them with what was pushed.
+func texts(evs []*Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Text
+	}
+	return out
 }
 
 func TestRingBoundedByCount(t *testing.T) {
 	r := newRing(3, 1<<20)
 	for seq := int64(1); seq <= 5; seq++ {
-		r.push(seq, frame(seq, 4))
+		r.push(textEvent(seq, 4))
 	}
 	_, _, ok := r.since(1, 5)
 	require.False(t, ok, "seq 2 was evicted")
-	frames, size, ok := r.since(2, 5)
+	evs, size, ok := r.since(2, 5)
 	require.True(t, ok)
-	require.Equal(t, [][]byte{frame(3, 4), frame(4, 4), frame(5, 4)}, frames)
-	require.Equal(t, 12, size)
+	require.Equal(t, texts([]*Event{textEvent(3, 4), textEvent(4, 4), textEvent(5, 4)}), texts(evs))
+	require.Equal(t, 3*(o+4), size)
 	require.EqualValues(t, 2, r.evicted)
 
-	frames, _, ok = r.since(5, 5)
+	evs, _, ok = r.since(5, 5)
 	require.True(t, ok)
-	require.Empty(t, frames)
+	require.Empty(t, evs)
 
 	_, _, ok = r.since(6, 5)
 	require.False(t, ok, "a seq beyond the head is not replayable")
 }
 
 func TestRingBoundedByBytes(t *testing.T) {
-	r := newRing(100, 25)
+	r := newRing(100, 2*o+25)
 	for seq := int64(1); seq <= 4; seq++ {
-		r.push(seq, frame(seq, 10))
+		r.push(textEvent(seq, 10))
 	}
-	// 10 bytes each, 25 allowed: only the newest two fit.
+	// o+10 bytes each, 2o+25 allowed: only the newest two fit.
 	require.Equal(t, 2, r.n)
-	require.Equal(t, 20, r.bytes)
-	frames, _, ok := r.since(2, 4)
+	require.Equal(t, 2*(o+10), r.bytes)
+	evs, _, ok := r.since(2, 4)
 	require.True(t, ok)
-	require.Equal(t, [][]byte{frame(3, 10), frame(4, 10)}, frames)
+	require.Equal(t, texts([]*Event{textEvent(3, 10), textEvent(4, 10)}), texts(evs))
 
-	// A frame larger than the bound on its own replaces everything and is kept.
-	r.push(5, frame(5, 40))
+	// An event larger than the bound on its own replaces everything and is kept.
+	r.push(textEvent(5, 2*o+40))
 	require.Equal(t, 1, r.n)
-	frames, _, ok = r.since(4, 5)
+	evs, _, ok = r.since(4, 5)
 	require.True(t, ok)
-	require.Equal(t, [][]byte{frame(5, 40)}, frames)
+	require.Equal(t, texts([]*Event{textEvent(5, 2*o+40)}), texts(evs))
 	_, _, ok = r.since(3, 5)
 	require.False(t, ok)
 }
 
 func TestRingEmpty(t *testing.T) {
 	r := newRing(4, 100)
-	frames, _, ok := r.since(0, 0)
+	evs, _, ok := r.since(0, 0)
 	require.True(t, ok)
-	require.Empty(t, frames)
+	require.Empty(t, evs)
 	_, _, ok = r.since(0, 3)
 	require.False(t, ok, "events 1-3 were never held")
 }
 
 // The circular buffer must keep order across many wrap-arounds and mixed evictions.
 func TestRingWrapsInOrder(t *testing.T) {
-	r := newRing(7, 60)
+	const limit = 4*o + 60
+	r := newRing(7, limit)
 	var seq int64
 	for i := 0; i < 500; i++ {
 		seq++
-		r.push(seq, frame(seq, 3+i%9))
+		r.push(textEvent(seq, 3+i%9))
 		oldest := seq - int64(r.n) + 1
-		frames, _, ok := r.since(oldest-1, seq)
+		evs, _, ok := r.since(oldest-1, seq)
 		require.True(t, ok)
-		require.Len(t, frames, r.n)
-		for j, f := range frames {
-			require.Equal(t, frame(oldest+int64(j), len(f)), f)
+		require.Len(t, evs, r.n)
+		for j, e := range evs {
+			require.Equal(t, oldest+int64(j), e.Seq)
+			require.Equal(t, textEvent(oldest+int64(j), len(e.Text)).Text, e.Text)
 		}
 		require.LessOrEqual(t, r.n, 7)
-		require.True(t, r.bytes <= 60 || r.n == 1)
+		require.True(t, r.bytes <= limit || r.n == 1)
 	}
 }
 
 // Byte eviction moves the head while the buffer is still short of maxEvents; later small
-// frames must then grow the buffer, not overwrite the oldest entry.
+// events must then grow the buffer, not overwrite the oldest entry.
 func TestRingGrowsAfterByteEviction(t *testing.T) {
-	r := newRing(100, 30)
+	const limit = 3*o + 30
+	r := newRing(100, limit)
 	var seq int64
 	push := func(size int) {
 		seq++
-		r.push(seq, frame(seq, size))
+		r.push(textEvent(seq, size))
 	}
 	push(10)
 	push(10)
 	push(10)
 	push(10) // evicts seq 1: head moves
 	for range 20 {
-		push(3)
+		push(0)
 	}
 	oldest := seq - int64(r.n) + 1
-	frames, size, ok := r.since(oldest-1, seq)
+	evs, size, ok := r.since(oldest-1, seq)
 	require.True(t, ok)
 	require.Equal(t, r.bytes, size)
-	require.LessOrEqual(t, size, 30)
-	for j, f := range frames {
-		require.Equal(t, frame(oldest+int64(j), len(f)), f, "entry %d", j)
+	require.LessOrEqual(t, size, limit)
+	for j, e := range evs {
+		require.Equal(t, oldest+int64(j), e.Seq, "entry %d", j)
 	}
 	require.Equal(t, int64(seq)-int64(r.n), r.evicted)
 }
@@ -116,22 +132,66 @@ func TestRingGrowsAfterByteEviction(t *testing.T) {
 // Filling the ring costs a logarithmic number of allocations, not one per event: it
 // doubles its buffer, it does not regrow on every push.
 func TestRingGrowthAllocations(t *testing.T) {
-	f := frame(1, 16)
+	evs := make([]*Event, 4097)
+	for i := range evs {
+		evs[i] = textEvent(int64(i+1), 16)
+	}
 	allocs := testing.AllocsPerRun(5, func() {
 		r := newRing(4096, 1<<30)
-		for seq := int64(1); seq <= 4096; seq++ {
-			r.push(seq, f)
+		for _, e := range evs[:4096] {
+			r.push(e)
 		}
 	})
 	// 16, 32, ..., 4096: nine buffers.
 	require.LessOrEqual(t, allocs, 10.0)
 
 	r := newRing(4096, 1<<30)
-	for seq := int64(1); seq <= 4096; seq++ {
-		r.push(seq, f)
+	for _, e := range evs[:4096] {
+		r.push(e)
 	}
+	next := evs[4096]
 	steady := testing.AllocsPerRun(100, func() {
-		r.push(r.buf[(r.head+r.n-1)%len(r.buf)].seq+1, f)
+		next.Seq = r.buf[(r.head+r.n-1)%len(r.buf)].ev.Seq + 1
+		r.push(next)
 	})
 	require.Zero(t, steady, "a full ring pushes without allocating")
+}
+
+// One event log serves two formats: each event is encoded once per format however many
+// subscribers and replays ask, and a replay hands out the very bytes live delivery did.
+func TestRingServesTwoFormatsFromOneLog(t *testing.T) {
+	calls := map[string]int{}
+	format := func(name string) *Format {
+		return NewFormat(name, func(e *Event) []byte {
+			calls[name]++
+			return fmt.Appendf(nil, "%s:%d:%s", name, e.Seq, e.Text)
+		})
+	}
+	ws, sse := format("ws"), format("sse")
+
+	r := newRing(100, 1<<20)
+	for seq := int64(1); seq <= 10; seq++ {
+		e := textEvent(seq, 4)
+		e.enc = new(encodings) // as publish does
+		// Live: three subscribers of each format.
+		for range 3 {
+			require.Equal(t, fmt.Sprintf("ws:%d:%s", seq, e.Text), string(e.Encode(ws)))
+			require.Equal(t, fmt.Sprintf("sse:%d:%s", seq, e.Text), string(e.Encode(sse)))
+		}
+		r.push(e)
+	}
+	require.Equal(t, map[string]int{"ws": 10, "sse": 10}, calls)
+
+	// Replays in both formats encode nothing again.
+	evs, _, ok := r.since(4, 10)
+	require.True(t, ok)
+	require.Len(t, evs, 6)
+	for _, e := range evs {
+		require.Equal(t, fmt.Sprintf("ws:%d:%s", e.Seq, e.Text), string(e.Encode(ws)))
+		require.Equal(t, fmt.Sprintf("sse:%d:%s", e.Seq, e.Text), string(e.Encode(sse)))
+	}
+	require.Equal(t, map[string]int{"ws": 10, "sse": 10}, calls)
+
+	// The byte bound counts each event once, not once per format it was encoded in.
+	require.Equal(t, 10*(o+4), r.bytes)
 }

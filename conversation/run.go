@@ -10,13 +10,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 )
 
 // runState is the live part of the active run. The actor owns it; the run goroutine only
 // holds the pointer to name its run in intents.
 type runState struct {
-	info   store.Run
+	info   chat.Run
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -29,10 +30,10 @@ type runState struct {
 	// row the actor does not know of, which the end of the run settles.
 	lostInsert bool
 	// counted is the status the run is counted under in chatd_runs_active, "" for none.
-	counted store.RunStatus
+	counted chat.RunStatus
 }
 
-func newRunState(info store.Run) *runState {
+func newRunState(info chat.Run) *runState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &runState{
 		info:      info,
@@ -47,12 +48,12 @@ func newRunState(info store.Run) *runState {
 // liveMessage is a stored message whose text is still growing in memory: an open
 // segment's content, or a running tool's streamed output.
 type liveMessage struct {
-	msg store.Message
+	msg chat.Message
 	buf strings.Builder
 }
 
 // view returns the message as a client should see it now.
-func (l *liveMessage) view() store.Message {
+func (l *liveMessage) view() chat.Message {
 	m := l.msg
 	if m.Tool != nil {
 		tool := *m.Tool
@@ -69,7 +70,7 @@ func (l *liveMessage) view() store.Message {
 
 // overlay replaces stored rows with what clients were told: the live view of an open
 // segment or running tool, and rows whose last update the database has not taken yet.
-func (a *Actor) overlay(msgs []store.Message) {
+func (a *Actor) overlay(msgs []chat.Message) {
 	for i := range msgs {
 		if m, ok := a.unsavedMsgs[msgs[i].ID]; ok {
 			msgs[i] = m
@@ -119,16 +120,16 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 
 	now := a.now()
 	runID := newID()
-	info := store.Run{
+	info := chat.Run{
 		ID:             runID,
 		SessionID:      a.id,
 		RequestID:      req.RequestID,
-		Status:         store.RunRunning,
+		Status:         chat.RunRunning,
 		StartedAt:      now,
 		LastActivityAt: now,
 		Model:          a.cfg.ModelName,
 	}
-	user := a.newRunMessage(info, store.RoleUser, store.MessageComplete)
+	user := a.newRunMessage(info, chat.RoleUser, chat.MessageComplete)
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
 	ctx, cancel := dbContext()
@@ -157,12 +158,12 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	}
 	a.nextPos++
 	a.begin(newRunState(info), user)
-	return SendResult{RunID: runID, Status: store.RunRunning}, nil
+	return SendResult{RunID: runID, Status: chat.RunRunning}, nil
 }
 
 // begin makes run the active run: chat.started goes out and the agent starts with the
 // session's history.
-func (a *Actor) begin(run *runState, user store.Message) {
+func (a *Actor) begin(run *runState, user chat.Message) {
 	a.run = run
 	a.countActive(run)
 	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
@@ -180,14 +181,14 @@ func (a *Actor) begin(run *runState, user store.Message) {
 
 // adopt starts a run that is stored as running but that no agent drives: its RunStart
 // committed although the actor was told it failed, and the client has now retried.
-func (a *Actor) adopt(prev store.Run) (SendResult, error) {
+func (a *Actor) adopt(prev chat.Run) (SendResult, error) {
 	ctx, cancel := dbContext()
 	msgs, err := a.cfg.Store.MessagesByRun(ctx, prev.ID)
 	cancel()
 	if err != nil {
 		return SendResult{}, a.storageError("read the run", err)
 	}
-	if len(msgs) == 0 || msgs[0].Role != store.RoleUser {
+	if len(msgs) == 0 || msgs[0].Role != chat.RoleUser {
 		return SendResult{}, errorf(CodeInternal, "run %s has no user message", prev.ID)
 	}
 	a.loaded = false // positions moved under the actor
@@ -200,19 +201,12 @@ func (a *Actor) adopt(prev store.Run) (SendResult, error) {
 	return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 }
 
-// ValidRequestID reports whether id is a requestId the protocol allows: 1 to
-// MaxRequestIDLen characters (not bytes) of valid UTF-8 without NUL.
-func ValidRequestID(id string) bool {
-	return id != "" && utf8.ValidString(id) && utf8.RuneCountInString(id) <= MaxRequestIDLen &&
-		strings.IndexByte(id, 0) < 0
-}
-
 func validateSend(req SendRequest, maxContent int) error {
 	switch {
 	case req.RequestID == "":
 		return errorf(CodeBadRequest, "requestId is required")
-	case !ValidRequestID(req.RequestID):
-		return errorf(CodeBadRequest, "requestId must be 1 to %d characters of valid UTF-8", MaxRequestIDLen)
+	case !chat.ValidRequestID(req.RequestID):
+		return errorf(CodeBadRequest, "requestId must be 1 to %d characters of valid UTF-8", chat.MaxRequestIDLen)
 	case strings.TrimSpace(req.Content) == "":
 		return errorf(CodeBadRequest, "content is empty")
 	case len(req.Content) > maxContent:
@@ -225,7 +219,7 @@ func validateSend(req SendRequest, maxContent int) error {
 	return nil
 }
 
-func (a *Actor) runByRequest(requestID string) (store.Run, error) {
+func (a *Actor) runByRequest(requestID string) (chat.Run, error) {
 	for _, r := range a.unsavedRuns {
 		if r.RequestID == requestID {
 			return r, nil
@@ -244,8 +238,8 @@ func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {
 	if runID != uuid.Nil && runID != run.info.ID {
 		return CancelResult{}, errorf(CodeNoRun, "run %s is not active", runID)
 	}
-	a.finish(run, store.RunCancelled, nil, store.CancelUser)
-	return CancelResult{RunID: run.info.ID, Status: store.RunCancelled}, nil
+	a.finish(run, chat.RunCancelled, nil, chat.CancelUser)
+	return CancelResult{RunID: run.info.ID, Status: chat.RunCancelled}, nil
 }
 
 // startAgent runs the agent in its own goroutine; what it emits comes back as intents.
@@ -401,85 +395,33 @@ func (e *emitter) call(it intent, reply chan error) error {
 	}
 }
 
-// ValidToolCallID reports whether id can name a tool call: 1 to 256 bytes of UTF-8
-// without NUL.
-func ValidToolCallID(id string) bool {
-	return id != "" && len(id) <= 256 && utf8.ValidString(id) && strings.IndexByte(id, 0) < 0
-}
-
-// CheckToolInput checks that a tool input is JSON that PostgreSQL's jsonb accepts: valid
-// UTF-8, and no string holding U+0000.
-func CheckToolInput(b []byte) error {
-	if !utf8.Valid(b) {
-		return errors.New("not valid UTF-8")
-	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return errors.New("not JSON")
-	}
-	if hasNUL(v) {
-		return errors.New(`contains \u0000, which cannot be stored`)
-	}
-	return nil
-}
-
-func hasNUL(v any) bool {
-	switch v := v.(type) {
-	case string:
-		return strings.IndexByte(v, 0) >= 0
-	case []any:
-		return slices.ContainsFunc(v, hasNUL)
-	case map[string]any:
-		for k, e := range v {
-			if strings.IndexByte(k, 0) >= 0 || hasNUL(e) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// CleanText makes text storable: PostgreSQL text holds neither NUL nor invalid UTF-8,
-// and what clients see must be what is stored.
-func CleanText(s string) string { return cleanText(s) }
-
-func cleanText(s string) string {
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	}
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	return s
-}
-
 func (a *Actor) onText(run *runState, text string) {
 	if !a.isCurrent(run) {
 		return
 	}
-	if !a.openSegment(run, store.KindText) {
+	if !a.openSegment(run, chat.KindText) {
 		return
 	}
-	a.appendDelta(run, cleanText(text))
+	a.appendDelta(run, chat.CleanText(text))
 }
 
 func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
 	if !a.isCurrent(run) {
 		return
 	}
-	if it.text != "" || (it.end && (run.seg == nil || run.seg.msg.Kind != store.KindReasoning)) {
-		if !a.openSegment(run, store.KindReasoning) {
+	if it.text != "" || (it.end && (run.seg == nil || run.seg.msg.Kind != chat.KindReasoning)) {
+		if !a.openSegment(run, chat.KindReasoning) {
 			return
 		}
 	}
 	if it.text != "" {
-		a.appendDelta(run, cleanText(it.text))
+		a.appendDelta(run, chat.CleanText(it.text))
 	}
 	if it.end {
 		if len(it.providerData) > 0 && json.Valid(it.providerData) {
 			run.seg.msg.ProviderData = it.providerData
 		}
-		if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
+		if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
 			a.failStorage(run, "store the reasoning", err)
 		}
 	}
@@ -487,15 +429,15 @@ func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
 
 // openSegment makes sure an assistant segment of kind is open: another kind's segment is
 // closed first (a boundary, like a tool call). It reports false when the run failed.
-func (a *Actor) openSegment(run *runState, kind store.MessageKind) bool {
+func (a *Actor) openSegment(run *runState, kind chat.MessageKind) bool {
 	if run.seg != nil && run.seg.msg.Kind == kind {
 		return true
 	}
-	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
+	if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
 		a.failStorage(run, "store the reply", err)
 		return false
 	}
-	seg := &liveMessage{msg: a.newRunMessage(run.info, store.RoleAssistant, store.MessageStreaming)}
+	seg := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleAssistant, chat.MessageStreaming)}
 	seg.msg.Kind = kind
 	if err := a.insert(run, seg.msg); err != nil {
 		a.failStorage(run, "store the reply", err)
@@ -508,39 +450,39 @@ func (a *Actor) openSegment(run *runState, kind store.MessageKind) bool {
 }
 
 func (a *Actor) onToolStart(run *runState, call ToolCall) error {
-	_, err := a.startTool(run, call, store.ToolRunning)
+	_, err := a.startTool(run, call, chat.ToolRunning)
 	return err
 }
 
 // startTool validates and stores a new tool call with the given tool status, closing the
 // open segment first, and publishes tool.start.
-func (a *Actor) startTool(run *runState, call ToolCall, status store.ToolStatus) (*liveMessage, error) {
+func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) (*liveMessage, error) {
 	if !a.isCurrent(run) {
 		return nil, ErrRunEnded
 	}
 	switch {
-	case !ValidToolCallID(call.ID):
+	case !chat.ValidToolCallID(call.ID):
 		return nil, errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
 	case run.calls[call.ID]:
 		return nil, errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
-	case call.Name == "":
-		return nil, errorf(CodeBadRequest, "tool call %q has no name", call.ID)
+	case !chat.ValidToolName(call.Name):
+		return nil, errorf(CodeBadRequest, "tool call %q: a tool name is 1 to %d letters, digits, _ or -", call.ID, chat.MaxToolNameLen)
 	}
 	input := call.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	if err := CheckToolInput(input); err != nil {
+	if err := chat.CheckToolInput(input); err != nil {
 		return nil, errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
 	}
-	if err := a.closeSegment(run, store.MessageComplete, nil); err != nil {
+	if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
 		a.failStorage(run, "store the reply", err)
 		return nil, ErrRunEnded
 	}
-	tool := &liveMessage{msg: a.newRunMessage(run.info, store.RoleTool, store.MessageStreaming)}
-	tool.msg.Tool = &store.ToolCall{
+	tool := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleTool, chat.MessageStreaming)}
+	tool.msg.Tool = &chat.ToolCall{
 		CallID: call.ID,
-		Name:   cleanText(call.Name),
+		Name:   chat.CleanText(call.Name),
 		Input:  input,
 		Status: status,
 	}
@@ -564,7 +506,7 @@ func (a *Actor) onToolOutput(run *runState, callID, text string) {
 		a.logger().Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
 		return
 	}
-	text = cleanText(text)
+	text = chat.CleanText(text)
 	tool.buf.WriteString(text)
 	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
 }
@@ -577,19 +519,19 @@ func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
 	if tool == nil {
 		return errorf(CodeNotFound, "tool call %q is not running", callID)
 	}
-	output := cleanText(res.Output)
+	output := chat.CleanText(res.Output)
 	if output == "" {
 		output = tool.buf.String()
 	}
-	status, msgErr := store.ToolOK, (*store.ErrorInfo)(nil)
+	status, msgErr := chat.ToolOK, (*chat.ErrorInfo)(nil)
 	if res.Err != nil {
-		status = store.ToolError
-		msgErr = &store.ErrorInfo{Code: "tool_error", Message: cleanText(res.Err.Error())}
+		status = chat.ToolError
+		msgErr = &chat.ErrorInfo{Code: "tool_error", Message: chat.CleanText(res.Err.Error())}
 		if output == "" {
 			output = msgErr.Message
 		}
 	}
-	if err := a.endTool(run, tool, store.MessageComplete, status, output, msgErr); err != nil {
+	if err := a.endTool(run, tool, chat.MessageComplete, status, output, msgErr); err != nil {
 		a.failStorage(run, "store the tool result", err)
 		return ErrRunEnded
 	}
@@ -597,7 +539,7 @@ func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
 }
 
 // endTool stores a tool call's end and publishes tool.end.
-func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus store.MessageStatus, status store.ToolStatus, output string, msgErr *store.ErrorInfo) error {
+func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus chat.MessageStatus, status chat.ToolStatus, output string, msgErr *chat.ErrorInfo) error {
 	delete(run.tools, tool.msg.Tool.CallID)
 	m := tool.msg
 	t := *m.Tool
@@ -613,7 +555,7 @@ func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus store.Messag
 }
 
 // closeSegment writes the open segment's content, once, and publishes its end.
-func (a *Actor) closeSegment(run *runState, status store.MessageStatus, msgErr *store.ErrorInfo) error {
+func (a *Actor) closeSegment(run *runState, status chat.MessageStatus, msgErr *chat.ErrorInfo) error {
 	seg := run.seg
 	if seg == nil {
 		return nil
@@ -634,43 +576,43 @@ func (a *Actor) onRunEnd(run *runState, err error) {
 		return // already ended: cancelled, failed on a write, or interrupted
 	}
 	if err == nil {
-		a.finish(run, store.RunDone, nil, "")
+		a.finish(run, chat.RunDone, nil, "")
 		return
 	}
-	info := &store.ErrorInfo{Code: CodeAgent, Message: cleanText(err.Error())}
+	info := &chat.ErrorInfo{Code: CodeAgent, Message: chat.CleanText(err.Error())}
 	if e := (*Error)(nil); errors.As(err, &e) {
-		info = &store.ErrorInfo{Code: e.Code, Message: cleanText(e.Message)}
+		info = &chat.ErrorInfo{Code: e.Code, Message: chat.CleanText(e.Message)}
 	}
 	a.logger().Info().Str("run_id", run.info.ID.String()).Str("code", info.Code).Str("message", info.Message).Msg("agent failed")
-	a.finish(run, store.RunError, info, "")
+	a.finish(run, chat.RunError, info, "")
 }
 
 // failStorage ends a run whose write failed: a run whose transcript cannot be stored
 // must not go on as if it were.
 func (a *Actor) failStorage(run *runState, op string, err error) {
 	e := a.storageError(op, err)
-	a.finish(run, store.RunError, &store.ErrorInfo{Code: e.Code, Message: e.Message}, "")
+	a.finish(run, chat.RunError, &chat.ErrorInfo{Code: e.Code, Message: e.Message}, "")
 }
 
 // finish ends the run: the open segment and running tools are closed with statuses that
 // match how the run ended, the run is stored, and its terminal event is published. The
 // agent's context is cancelled; anything it emits afterwards is ignored. reason says why a
 // run was cancelled or interrupted ("" otherwise).
-func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorInfo, reason store.CancelReason) {
+func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInfo, reason chat.CancelReason) {
 	run.cancel()
 	a.run = nil
 	a.lastCalls = run.calls
 	clear(run.approvals) // the agent's waits end with its context
 
-	msgStatus := map[store.RunStatus]store.MessageStatus{
-		store.RunDone:        store.MessageComplete,
-		store.RunError:       store.MessageError,
-		store.RunCancelled:   store.MessageCancelled,
-		store.RunInterrupted: store.MessageInterrupted,
+	msgStatus := map[chat.RunStatus]chat.MessageStatus{
+		chat.RunDone:        chat.MessageComplete,
+		chat.RunError:       chat.MessageError,
+		chat.RunCancelled:   chat.MessageCancelled,
+		chat.RunInterrupted: chat.MessageInterrupted,
 	}[status]
 	var errs []error
-	var segErr *store.ErrorInfo
-	if status == store.RunError {
+	var segErr *chat.ErrorInfo
+	if status == chat.RunError {
 		segErr = info
 	}
 	errs = append(errs, a.closeSegment(run, msgStatus, segErr))
@@ -682,13 +624,13 @@ func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorI
 	}
 	slices.SortFunc(tools, func(x, y *liveMessage) int { return int(x.msg.Position - y.msg.Position) })
 	for _, t := range tools {
-		toolStatus, toolMsg, toolErr := store.ToolCancelled, msgStatus, (*store.ErrorInfo)(nil)
+		toolStatus, toolMsg, toolErr := chat.ToolCancelled, msgStatus, (*chat.ErrorInfo)(nil)
 		switch status {
-		case store.RunDone:
-			toolStatus, toolMsg = store.ToolError, store.MessageError
-			toolErr = &store.ErrorInfo{Code: "tool_unfinished", Message: "the run ended before this tool call did"}
-		case store.RunError:
-			toolStatus, toolErr = store.ToolError, info
+		case chat.RunDone:
+			toolStatus, toolMsg = chat.ToolError, chat.MessageError
+			toolErr = &chat.ErrorInfo{Code: "tool_unfinished", Message: "the run ended before this tool call did"}
+		case chat.RunError:
+			toolStatus, toolErr = chat.ToolError, info
 		}
 		errs = append(errs, a.endTool(run, t, toolMsg, toolStatus, t.buf.String(), toolErr))
 	}
@@ -717,11 +659,11 @@ func (a *Actor) finish(run *runState, status store.RunStatus, info *store.ErrorI
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store the end of a run")
 	}
 
-	typ := map[store.RunStatus]EventType{
-		store.RunDone:        EventChatDone,
-		store.RunError:       EventChatError,
-		store.RunCancelled:   EventChatCancelled,
-		store.RunInterrupted: EventChatError,
+	typ := map[chat.RunStatus]EventType{
+		chat.RunDone:        EventChatDone,
+		chat.RunError:       EventChatError,
+		chat.RunCancelled:   EventChatCancelled,
+		chat.RunInterrupted: EventChatError,
 	}[status]
 	a.publish(a.runEvent(run, Event{Type: typ, Run: runView(run)}))
 }
@@ -734,22 +676,22 @@ func (a *Actor) runEvent(run *runState, ev Event) Event {
 	return ev
 }
 
-func runView(run *runState) *store.Run {
+func runView(run *runState) *chat.Run {
 	r := run.info
 	return &r
 }
 
 // newRunMessage returns the next message of the session, belonging to run.
-func (a *Actor) newRunMessage(run store.Run, role store.Role, status store.MessageStatus) store.Message {
+func (a *Actor) newRunMessage(run chat.Run, role chat.Role, status chat.MessageStatus) chat.Message {
 	now := a.now()
-	return store.Message{
+	return chat.Message{
 		ID:        newID(),
 		SessionID: a.id,
 		RunID:     &run.ID,
 		RequestID: run.RequestID,
 		Position:  a.nextPos,
 		Role:      role,
-		Kind:      store.KindText,
+		Kind:      chat.KindText,
 		Status:    status,
 		CreatedAt: now,
 		UpdatedAt: now,
@@ -758,7 +700,7 @@ func (a *Actor) newRunMessage(run store.Run, role store.Role, status store.Messa
 
 // insert stores a new message of run. A failure may still have committed, so the next
 // position is read again and the end of the run settles rows it did not track.
-func (a *Actor) insert(run *runState, m store.Message) error {
+func (a *Actor) insert(run *runState, m chat.Message) error {
 	ctx, cancel := dbContext()
 	defer cancel()
 	if err := a.cfg.Store.MessageInsert(ctx, m); err != nil {
@@ -772,7 +714,7 @@ func (a *Actor) insert(run *runState, m store.Message) error {
 
 // update stores a message's new state. When the database fails, the state is kept and
 // retried: clients have been (or are about to be) told of it.
-func (a *Actor) update(m store.Message) error {
+func (a *Actor) update(m chat.Message) error {
 	ctx, cancel := dbContext()
 	defer cancel()
 	if err := a.cfg.Store.MessageUpdate(ctx, m); err != nil {
@@ -785,7 +727,7 @@ func (a *Actor) update(m store.Message) error {
 }
 
 // updateRun is update for runs.
-func (a *Actor) updateRun(r store.Run) error {
+func (a *Actor) updateRun(r chat.Run) error {
 	ctx, cancel := dbContext()
 	defer cancel()
 	if err := a.cfg.Store.RunUpdate(ctx, r); err != nil {

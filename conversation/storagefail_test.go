@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
@@ -77,24 +78,24 @@ func (f *faultStore) do(method string, write func() error) error {
 	return errInjected
 }
 
-func (f *faultStore) MessageInsert(ctx context.Context, m store.Message) error {
+func (f *faultStore) MessageInsert(ctx context.Context, m chat.Message) error {
 	return f.do("MessageInsert", func() error { return f.Store.MessageInsert(ctx, m) })
 }
 
-func (f *faultStore) MessageUpdate(ctx context.Context, m store.Message) error {
+func (f *faultStore) MessageUpdate(ctx context.Context, m chat.Message) error {
 	return f.do("MessageUpdate", func() error { return f.Store.MessageUpdate(ctx, m) })
 }
 
-func (f *faultStore) RunUpdate(ctx context.Context, r store.Run) error {
+func (f *faultStore) RunUpdate(ctx context.Context, r chat.Run) error {
 	return f.do("RunUpdate", func() error { return f.Store.RunUpdate(ctx, r) })
 }
 
-func (f *faultStore) RunStart(ctx context.Context, r store.Run, m store.Message) error {
+func (f *faultStore) RunStart(ctx context.Context, r chat.Run, m chat.Message) error {
 	return f.do("RunStart", func() error { return f.Store.RunStart(ctx, r, m) })
 }
 
-func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (store.Run, error) {
-	var r store.Run
+func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error) {
+	var r chat.Run
 	err := f.do("RunByRequest", func() error {
 		var err error
 		r, err = f.Store.RunByRequest(ctx, sessionID, requestID)
@@ -208,11 +209,11 @@ func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 
 	run, err := st.Store.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunRunning, run.Status, "the failed write did not reach the database")
+	require.Equal(t, chat.RunRunning, run.Status, "the failed write did not reach the database")
 
 	again, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	require.Equal(t, conversation.SendResult{RunID: res.RunID, Duplicate: true, Status: store.RunDone}, again)
+	require.Equal(t, conversation.SendResult{RunID: res.RunID, Duplicate: true, Status: chat.RunDone}, again)
 
 	a.Unsubscribe(ctx, live)
 	st.clear()
@@ -221,7 +222,7 @@ func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 	waitTimers(t, clock, 1) // now the idle timer: everything is stored
 	run, err = st.Store.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunDone, run.Status)
+	require.Equal(t, chat.RunDone, run.Status)
 }
 
 // An insert that reports failure but committed leaves a row the actor never published.
@@ -281,7 +282,7 @@ func TestRunStartLostThenRetried(t *testing.T) {
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	require.True(t, res.Duplicate)
-	require.Equal(t, store.RunRunning, res.Status)
+	require.Equal(t, chat.RunRunning, res.Status)
 	end := live.Await(t, wstest.Frame.Terminal)
 	require.Equal(t, "chat.done", end.Type)
 	require.Equal(t, res.RunID.String(), end.RunID)

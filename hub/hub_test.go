@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/store"
@@ -50,7 +51,6 @@ func newEnv(t *testing.T, agent conversation.Agent, edit ...func(*conversation.C
 	cfg := conversation.Config{
 		Store:       st,
 		Agent:       agent,
-		Encoder:     transport.Encoder{},
 		Clock:       clock,
 		Logger:      log,
 		IdleTimeout: idleTimeout,
@@ -128,7 +128,11 @@ var _ conversation.Subscriber = (*sub)(nil)
 
 func newSub() *sub { return &sub{signal: make(chan struct{}, 1)} }
 
-func (s *sub) Deliver(frame []byte) bool {
+func (s *sub) Deliver(ev *conversation.Event) bool {
+	return s.add(ev.Encode(transport.Format))
+}
+
+func (s *sub) add(frame []byte) bool {
 	s.mu.Lock()
 	s.frames = append(s.frames, frame)
 	s.mu.Unlock()
@@ -136,9 +140,13 @@ func (s *sub) Deliver(frame []byte) bool {
 	return true
 }
 
-func (s *sub) CatchUp(frames [][]byte) bool {
+func (s *sub) CatchUp(c conversation.CatchUp) bool {
+	frames, err := transport.EncodeCatchUp(c)
+	if err != nil {
+		panic(err)
+	}
 	for _, f := range frames {
-		s.Deliver(f)
+		s.add(f)
 	}
 	return true
 }
@@ -417,7 +425,7 @@ func TestNoEvictionWhileBusy(t *testing.T) {
 	}
 	run, err := e.st.RunGet(ctx, sent.RunID)
 	require.NoError(t, err)
-	require.Equal(t, store.RunRunning, run.Status)
+	require.Equal(t, chat.RunRunning, run.Status)
 
 	// The run ends: now the actor is idle, and goes IdleTimeout later. A subscriber
 	// watches the end (and disarms the abandonment timer while it is there).
@@ -430,7 +438,7 @@ func TestNoEvictionWhileBusy(t *testing.T) {
 	require.NoError(t, e.clock.BlockUntilContext(ctx, 1))
 	run, err = e.st.RunGet(ctx, sent.RunID)
 	require.NoError(t, err)
-	require.Equal(t, store.RunDone, run.Status)
+	require.Equal(t, chat.RunDone, run.Status)
 
 	e.clock.Advance(idleTimeout - time.Nanosecond)
 	roundTrip(ctx, t, a)
@@ -671,16 +679,16 @@ func TestShutdownInterruptsRuns(t *testing.T) {
 
 	run, err := e.st.RunGet(ctx, sent.RunID)
 	require.NoError(t, err)
-	require.Equal(t, store.RunInterrupted, run.Status)
+	require.Equal(t, chat.RunInterrupted, run.Status)
 	require.NotNil(t, run.EndedAt)
 	require.NotNil(t, run.Error)
 	require.Equal(t, conversation.CodeInterrupted, run.Error.Code)
-	require.Equal(t, store.CancelShutdown, run.CancelReason, "the shutdown is stored as the reason")
+	require.Equal(t, chat.CancelShutdown, run.CancelReason, "the shutdown is stored as the reason")
 	require.Equal(t, "shutdown", last.Run.CancelReason)
 	byReq, err := e.st.RunByRequest(ctx, id, "long")
 	require.NoError(t, err)
 	require.Equal(t, sent.RunID, byReq.ID)
-	require.Equal(t, store.RunInterrupted, byReq.Status)
+	require.Equal(t, chat.RunInterrupted, byReq.Status)
 	require.Empty(t, wstest.Diff(storedView(ctx, t, e.st, id, 10), msgs), "client vs database")
 
 	_, _, err = e.hub.Hello(ctx, id, hello(newSub()))

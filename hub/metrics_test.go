@@ -14,7 +14,6 @@ import (
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
 )
 
 // chatd_actors_live follows the actors in memory: started by a hello, gone when evicted
@@ -27,7 +26,6 @@ func TestMetricsCountLiveActors(t *testing.T) {
 	h, err := hub.New(conversation.Config{
 		Store:       storetest.New(t),
 		Agent:       script.New(),
-		Encoder:     transport.Encoder{},
 		Clock:       clock,
 		Logger:      log,
 		IdleTimeout: idleTimeout,

@@ -8,11 +8,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
 )
 
 // MessageInsert stores a new message. It returns ErrConflict when the position is taken.
-func (s *Store) MessageInsert(ctx context.Context, m Message) error {
+func (s *Store) MessageInsert(ctx context.Context, m chat.Message) error {
 	p := queries.MessageInsertParams{
 		ID:        m.ID,
 		SessionID: m.SessionID,
@@ -22,7 +23,7 @@ func (s *Store) MessageInsert(ctx context.Context, m Message) error {
 		Kind:      string(kindOrText(m.Kind)),
 		Content:   m.Content,
 		Status:    string(m.Status),
-		CreatedAt: Timestamp(m.CreatedAt),
+		CreatedAt: chat.Timestamp(m.CreatedAt),
 	}
 	if m.Tool != nil {
 		p.ToolCallID = &m.Tool.CallID
@@ -38,7 +39,7 @@ func (s *Store) MessageInsert(ctx context.Context, m Message) error {
 
 // MessageUpdate writes what can change after insertion: content, status, error, and a
 // tool call's output and status. It returns ErrNotFound when no such message exists.
-func (s *Store) MessageUpdate(ctx context.Context, m Message) error {
+func (s *Store) MessageUpdate(ctx context.Context, m chat.Message) error {
 	code, msg := errorColumns(m.Error)
 	p := queries.MessageUpdateParams{
 		ID:           m.ID,
@@ -47,7 +48,7 @@ func (s *Store) MessageUpdate(ctx context.Context, m Message) error {
 		ErrorCode:    code,
 		ErrorMessage: msg,
 		ProviderData: m.ProviderData,
-		UpdatedAt:    Timestamp(m.UpdatedAt),
+		UpdatedAt:    chat.Timestamp(m.UpdatedAt),
 	}
 	if m.Tool != nil {
 		p.ToolOutput = m.Tool.Output
@@ -66,7 +67,7 @@ func (s *Store) MessageUpdate(ctx context.Context, m Message) error {
 // MessagesBefore returns up to limit of the session's newest messages with a position
 // below before, in ascending position, and whether older ones exist. Pass before <= 0 for
 // the newest messages of all.
-func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]Message, bool, error) {
+func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -85,7 +86,7 @@ func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before 
 	if hasMore {
 		rows = rows[:limit]
 	}
-	msgs := make([]Message, len(rows))
+	msgs := make([]chat.Message, len(rows))
 	for i, r := range rows { // rows are newest first
 		msgs[len(rows)-1-i] = messageFromRow(r.Message, r.RequestID)
 	}
@@ -93,12 +94,12 @@ func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before 
 }
 
 // MessagesByRun returns the messages of one run in ascending position.
-func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]Message, error) {
+func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error) {
 	rows, err := s.q.MessagesListByRun(ctx, s.db, &runID)
 	if err != nil {
 		return nil, fmt.Errorf("list messages of run %s: %w", runID, mapErr(err))
 	}
-	msgs := make([]Message, len(rows))
+	msgs := make([]chat.Message, len(rows))
 	for i, r := range rows {
 		msgs[i] = messageFromRow(r.Message, r.RequestID)
 	}
@@ -108,10 +109,10 @@ func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]Message, 
 // MessagesSettleRun gives every message of the run that is still streaming the status
 // status (running tool calls become cancelled), and returns how many it changed. It ends
 // rows the writer lost track of, such as one whose insert reported an error but committed.
-func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status MessageStatus, now time.Time) (int64, error) {
+func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time) (int64, error) {
 	n, err := s.q.MessagesSettleRuns(ctx, s.db, queries.MessagesSettleRunsParams{
 		Status:    string(status),
-		UpdatedAt: Timestamp(now),
+		UpdatedAt: chat.Timestamp(now),
 		RunIds:    []uuid.UUID{runID},
 	})
 	if err != nil {
@@ -129,24 +130,24 @@ func (s *Store) MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (in
 	return n, nil
 }
 
-func kindOrText(k MessageKind) MessageKind {
+func kindOrText(k chat.MessageKind) chat.MessageKind {
 	if k == "" {
-		return KindText
+		return chat.KindText
 	}
 	return k
 }
 
-func messageFromRow(r queries.Message, requestID *string) Message {
-	m := Message{
+func messageFromRow(r queries.Message, requestID *string) chat.Message {
+	m := chat.Message{
 		ID:        r.ID,
 		SessionID: r.SessionID,
 		RunID:     r.RunID,
 		RequestID: deref(requestID),
 		Position:  r.Position,
-		Role:      Role(r.Role),
-		Kind:      MessageKind(r.Kind),
+		Role:      chat.Role(r.Role),
+		Kind:      chat.MessageKind(r.Kind),
 		Content:   r.Content,
-		Status:    MessageStatus(r.Status),
+		Status:    chat.MessageStatus(r.Status),
 		Error:     errorInfo(r.ErrorCode, r.ErrorMessage),
 		CreatedAt: r.CreatedAt.UTC(),
 		UpdatedAt: r.UpdatedAt.UTC(),
@@ -154,12 +155,12 @@ func messageFromRow(r queries.Message, requestID *string) Message {
 		ProviderData: r.ProviderData,
 	}
 	if r.ToolCallID != nil {
-		m.Tool = &ToolCall{
+		m.Tool = &chat.ToolCall{
 			CallID: *r.ToolCallID,
 			Name:   deref(r.ToolName),
 			Input:  r.ToolInput,
 			Output: r.ToolOutput,
-			Status: ToolStatus(deref(r.ToolStatus)),
+			Status: chat.ToolStatus(deref(r.ToolStatus)),
 		}
 	}
 	return m

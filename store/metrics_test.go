@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
 )
@@ -31,7 +32,7 @@ func TestStatementName(t *testing.T) {
 		"SELECT 1 -- name: RunGet :one":                      "other",
 		"-- name:  RunGet :one":                              "other",
 		"-- name: 2Run :one":                                 "other",
-		"-- name: Run-Get :one":                              "other",
+		"-- name: chat.Run-Get :one":                         "other",
 		"-- name: Rün :one":                                  "other",
 		"-- name: " + string(make([]byte, 65)):               "other",
 		"-- name: A234567890123456789012345678901234567890123456789012345678901234 :one":  "A234567890123456789012345678901234567890123456789012345678901234",
@@ -49,9 +50,9 @@ func TestMetricsTimeEveryStatement(t *testing.T) {
 	m := store.NewMetrics(reg)
 	s := storetest.New(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = m })
 	ctx := context.Background()
-	b := bundle{ctx: ctx, now: store.Timestamp(time.Now())}
+	b := bundle{ctx: ctx, now: chat.Timestamp(time.Now())}
 	var err error
-	b.session, err = s.SessionCreate(ctx, store.Session{ID: uuid.New(), Owner: "alice", CreatedAt: b.now})
+	b.session, err = s.SessionCreate(ctx, chat.Session{ID: uuid.New(), Owner: "alice", CreatedAt: b.now})
 	require.NoError(t, err)
 	run, user := startRun(t, s, b, "r1", 1)
 	// The same request again breaks a unique constraint: a statement error.

@@ -7,22 +7,23 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
 )
 
 // RunStart stores a new run together with its user message, in one statement. It returns
 // ErrConflict when the session already has a run with the same RequestID (or, which the
 // caller should never cause, a message at the same position).
-func (s *Store) RunStart(ctx context.Context, run Run, user Message) error {
+func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message) error {
 	err := s.q.RunStart(ctx, s.db, queries.RunStartParams{
 		MessageID: user.ID,
 		SessionID: run.SessionID,
 		RunID:     run.ID,
 		Position:  user.Position,
 		Content:   user.Content,
-		StartedAt: Timestamp(run.StartedAt),
+		StartedAt: chat.Timestamp(run.StartedAt),
 		// The message keeps its own timestamp: what was sent to clients is what is stored.
-		MessageCreatedAt: Timestamp(user.CreatedAt),
+		MessageCreatedAt: chat.Timestamp(user.CreatedAt),
 		RequestID:        run.RequestID,
 		Model:            run.Model,
 	})
@@ -33,32 +34,32 @@ func (s *Store) RunStart(ctx context.Context, run Run, user Message) error {
 }
 
 // RunGet returns the run with id, or ErrNotFound.
-func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (Run, error) {
+func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error) {
 	row, err := s.q.RunGet(ctx, s.db, id)
 	if err != nil {
-		return Run{}, fmt.Errorf("get run %s: %w", id, mapErr(err))
+		return chat.Run{}, fmt.Errorf("get run %s: %w", id, mapErr(err))
 	}
 	return runFromRow(row), nil
 }
 
 // RunByRequest returns the session's run for requestID, or ErrNotFound.
-func (s *Store) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (Run, error) {
+func (s *Store) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error) {
 	row, err := s.q.RunGetByRequest(ctx, s.db, queries.RunGetByRequestParams{
 		SessionID: sessionID,
 		RequestID: requestID,
 	})
 	if err != nil {
-		return Run{}, fmt.Errorf("get run %s of session %s: %w", requestID, sessionID, mapErr(err))
+		return chat.Run{}, fmt.Errorf("get run %s of session %s: %w", requestID, sessionID, mapErr(err))
 	}
 	return runFromRow(row), nil
 }
 
 // RunUpdate writes the run's status, error, end time, last activity and usage.
-func (s *Store) RunUpdate(ctx context.Context, run Run) error {
+func (s *Store) RunUpdate(ctx context.Context, run chat.Run) error {
 	code, msg := errorColumns(run.Error)
 	var ended *time.Time
 	if run.EndedAt != nil {
-		ended = ptr(Timestamp(*run.EndedAt))
+		ended = ptr(chat.Timestamp(*run.EndedAt))
 	}
 	err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
 		ID:             run.ID,
@@ -66,7 +67,7 @@ func (s *Store) RunUpdate(ctx context.Context, run Run) error {
 		ErrorCode:      code,
 		ErrorMessage:   msg,
 		EndedAt:        ended,
-		LastActivityAt: Timestamp(run.LastActivityAt),
+		LastActivityAt: chat.Timestamp(run.LastActivityAt),
 		InputTokens:    run.Usage.InputTokens,
 		OutputTokens:   run.Usage.OutputTokens,
 		ContextTokens:  run.Usage.ContextTokens,
@@ -80,12 +81,12 @@ func (s *Store) RunUpdate(ctx context.Context, run Run) error {
 }
 
 // RunsUnfinished lists the runs that are not in a terminal status, oldest first.
-func (s *Store) RunsUnfinished(ctx context.Context) ([]Run, error) {
+func (s *Store) RunsUnfinished(ctx context.Context) ([]chat.Run, error) {
 	rows, err := s.q.RunsListUnfinished(ctx, s.db)
 	if err != nil {
 		return nil, fmt.Errorf("list unfinished runs: %w", mapErr(err))
 	}
-	runs := make([]Run, len(rows))
+	runs := make([]chat.Run, len(rows))
 	for i, r := range rows {
 		runs[i] = runFromRow(r)
 	}
@@ -97,8 +98,8 @@ func (s *Store) RunsUnfinished(ctx context.Context) ([]Run, error) {
 // It is for start-up, when no run can be live: a dead process left these behind. Text an
 // open segment had streamed is lost; what was stored at earlier segment boundaries stays.
 // It returns the ids of the runs it ended.
-func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reason ErrorInfo) ([]uuid.UUID, error) {
-	now = Timestamp(now)
+func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reason chat.ErrorInfo) ([]uuid.UUID, error) {
+	now = chat.Timestamp(now)
 	var ids []uuid.UUID
 	err := s.InTx(ctx, func(tx *Store) error {
 		var err error
@@ -111,7 +112,7 @@ func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reas
 			return err
 		}
 		_, err = tx.q.MessagesSettleRuns(ctx, tx.db, queries.MessagesSettleRunsParams{
-			Status:    string(MessageInterrupted),
+			Status:    string(chat.MessageInterrupted),
 			UpdatedAt: now,
 			RunIds:    ids,
 		})
@@ -123,21 +124,21 @@ func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reas
 	return ids, nil
 }
 
-func runFromRow(r queries.Run) Run {
-	return Run{
+func runFromRow(r queries.Run) chat.Run {
+	return chat.Run{
 		ID:             r.ID,
 		SessionID:      r.SessionID,
 		RequestID:      r.RequestID,
-		Status:         RunStatus(r.Status),
+		Status:         chat.RunStatus(r.Status),
 		Error:          errorInfo(r.ErrorCode, r.ErrorMessage),
 		StartedAt:      r.StartedAt.UTC(),
 		EndedAt:        utcPtr(r.EndedAt),
 		LastActivityAt: r.LastActivityAt.UTC(),
-		Usage: Usage{
+		Usage: chat.Usage{
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
 			ContextTokens: r.ContextTokens, ContextWindow: r.ContextWindow,
 		},
 		Model:        r.Model,
-		CancelReason: CancelReason(deref(r.CancelReason)),
+		CancelReason: chat.CancelReason(deref(r.CancelReason)),
 	}
 }

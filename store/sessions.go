@@ -6,29 +6,30 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
 )
 
 // SessionGet returns the session with id, or ErrNotFound.
-func (s *Store) SessionGet(ctx context.Context, id uuid.UUID) (Session, error) {
+func (s *Store) SessionGet(ctx context.Context, id uuid.UUID) (chat.Session, error) {
 	row, err := s.q.SessionGet(ctx, s.db, id)
 	if err != nil {
-		return Session{}, fmt.Errorf("get session %s: %w", id, mapErr(err))
+		return chat.Session{}, fmt.Errorf("get session %s: %w", id, mapErr(err))
 	}
 	return sessionFromRow(row), nil
 }
 
 // SessionCreate stores sess unless a session with its id exists, and returns the stored
 // session either way; compare its Owner to learn whose it is.
-func (s *Store) SessionCreate(ctx context.Context, sess Session) (Session, error) {
+func (s *Store) SessionCreate(ctx context.Context, sess chat.Session) (chat.Session, error) {
 	row, err := s.q.SessionInsert(ctx, s.db, queries.SessionInsertParams{
 		ID:        sess.ID,
 		Owner:     sess.Owner,
 		Title:     sess.Title,
-		CreatedAt: Timestamp(sess.CreatedAt),
+		CreatedAt: chat.Timestamp(sess.CreatedAt),
 	})
 	if err != nil {
-		return Session{}, fmt.Errorf("create session %s: %w", sess.ID, mapErr(err))
+		return chat.Session{}, fmt.Errorf("create session %s: %w", sess.ID, mapErr(err))
 	}
 	return sessionFromRow(row), nil
 }
@@ -60,8 +61,8 @@ func (s *Store) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID s
 	return nil
 }
 
-func sessionFromRow(r queries.Session) Session {
-	return Session{
+func sessionFromRow(r queries.Session) chat.Session {
+	return chat.Session{
 		ID:        r.ID,
 		Owner:     r.Owner,
 		Title:     r.Title,

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
 )
 
@@ -85,14 +86,14 @@ func nilIfEmpty(s string) *string {
 	return &s
 }
 
-func errorInfo(code, message *string) *ErrorInfo {
+func errorInfo(code, message *string) *chat.ErrorInfo {
 	if code == nil && message == nil {
 		return nil
 	}
-	return &ErrorInfo{Code: deref(code), Message: deref(message)}
+	return &chat.ErrorInfo{Code: deref(code), Message: deref(message)}
 }
 
-func errorColumns(e *ErrorInfo) (code, message *string) {
+func errorColumns(e *chat.ErrorInfo) (code, message *string) {
 	if e == nil {
 		return nil, nil
 	}

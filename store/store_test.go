@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
 )
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 
 type bundle struct {
 	ctx     context.Context
-	session store.Session
+	session chat.Session
 	now     time.Time
 }
 
@@ -30,23 +31,23 @@ func setup(t *testing.T) (*store.Store, bundle) {
 	t.Parallel()
 	s := storetest.New(t)
 	ctx := context.Background()
-	now := store.Timestamp(time.Now())
-	sess, err := s.SessionCreate(ctx, store.Session{ID: uuid.New(), Owner: "alice", CreatedAt: now})
+	now := chat.Timestamp(time.Now())
+	sess, err := s.SessionCreate(ctx, chat.Session{ID: uuid.New(), Owner: "alice", CreatedAt: now})
 	require.NoError(t, err)
 	return s, bundle{ctx: ctx, session: sess, now: now}
 }
 
-func startRun(t *testing.T, s *store.Store, b bundle, requestID string, pos int64) (store.Run, store.Message) {
+func startRun(t *testing.T, s *store.Store, b bundle, requestID string, pos int64) (chat.Run, chat.Message) {
 	t.Helper()
-	run := store.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: requestID, Status: store.RunRunning, StartedAt: b.now, LastActivityAt: b.now}
-	user := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: store.RoleUser, Content: "hi " + requestID, Status: store.MessageComplete, CreatedAt: b.now}
+	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: requestID, Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now}
+	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: chat.RoleUser, Content: "hi " + requestID, Status: chat.MessageComplete, CreatedAt: b.now}
 	require.NoError(t, s.RunStart(b.ctx, run, user))
 	return run, user
 }
 
 func TestSessionCreateKeepsFirstOwner(t *testing.T) {
 	s, b := setup(t)
-	got, err := s.SessionCreate(b.ctx, store.Session{ID: b.session.ID, Owner: "mallory", CreatedAt: b.now.Add(time.Hour)})
+	got, err := s.SessionCreate(b.ctx, chat.Session{ID: b.session.ID, Owner: "mallory", CreatedAt: b.now.Add(time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, "alice", got.Owner)
 	require.Equal(t, b.now, got.CreatedAt)
@@ -64,7 +65,7 @@ func TestSessionCreateWaitsForAConcurrentInsert(t *testing.T) {
 	first := make(chan error, 1)
 	go func() {
 		first <- s.InTx(b.ctx, func(tx *store.Store) error {
-			_, err := tx.SessionCreate(b.ctx, store.Session{ID: id, Owner: "first", CreatedAt: b.now})
+			_, err := tx.SessionCreate(b.ctx, chat.Session{ID: id, Owner: "first", CreatedAt: b.now})
 			close(inserted)
 			<-release
 			return err
@@ -73,12 +74,12 @@ func TestSessionCreateWaitsForAConcurrentInsert(t *testing.T) {
 	<-inserted
 
 	type result struct {
-		sess store.Session
+		sess chat.Session
 		err  error
 	}
 	second := make(chan result, 1)
 	go func() {
-		sess, err := s.SessionCreate(b.ctx, store.Session{ID: id, Owner: "second", CreatedAt: b.now})
+		sess, err := s.SessionCreate(b.ctx, chat.Session{ID: id, Owner: "second", CreatedAt: b.now})
 		second <- result{sess, err}
 	}()
 
@@ -109,14 +110,14 @@ func TestRunStartStoresRunAndUserMessage(t *testing.T) {
 	got, err := s.RunByRequest(b.ctx, b.session.ID, "r1")
 	require.NoError(t, err)
 	require.Equal(t, run.ID, got.ID)
-	require.Equal(t, store.RunRunning, got.Status)
+	require.Equal(t, chat.RunRunning, got.Status)
 	require.Nil(t, got.EndedAt)
 
 	msgs, err := s.MessagesByRun(b.ctx, run.ID)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	user.RequestID = "r1"
-	user.Kind = store.KindText
+	user.Kind = chat.KindText
 	user.UpdatedAt = user.CreatedAt
 	require.Equal(t, user, msgs[0])
 
@@ -129,9 +130,9 @@ func TestRunStartStoresRunAndUserMessage(t *testing.T) {
 // run started keeps its own time.
 func TestRunStartKeepsTheMessageTimestamp(t *testing.T) {
 	s, b := setup(t)
-	run := store.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
+	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
 	later := b.now.Add(7 * time.Microsecond)
-	user := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: store.RoleUser, Content: "x", Status: store.MessageComplete, CreatedAt: later}
+	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "x", Status: chat.MessageComplete, CreatedAt: later}
 	require.NoError(t, s.RunStart(b.ctx, run, user))
 	msgs, err := s.MessagesByRun(b.ctx, run.ID)
 	require.NoError(t, err)
@@ -145,8 +146,8 @@ func TestRunStartDuplicateRequestIsConflictAndWritesNothing(t *testing.T) {
 	s, b := setup(t)
 	startRun(t, s, b, "r1", 1)
 
-	run := store.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
-	user := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: store.RoleUser, Content: "again", Status: store.MessageComplete, CreatedAt: b.now}
+	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
+	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: chat.RoleUser, Content: "again", Status: chat.MessageComplete, CreatedAt: b.now}
 	err := s.RunStart(b.ctx, run, user)
 	require.ErrorIs(t, err, store.ErrConflict)
 
@@ -158,24 +159,24 @@ func TestRunStartDuplicateRequestIsConflictAndWritesNothing(t *testing.T) {
 func TestMessageInsertPositionConflict(t *testing.T) {
 	s, b := setup(t)
 	run, _ := startRun(t, s, b, "r1", 1)
-	m := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: store.RoleAssistant, Status: store.MessageStreaming, CreatedAt: b.now}
+	m := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
 	require.ErrorIs(t, s.MessageInsert(b.ctx, m), store.ErrConflict)
 }
 
 func TestMessageUpdateToolAndMissing(t *testing.T) {
 	s, b := setup(t)
 	run, _ := startRun(t, s, b, "r1", 1)
-	tool := store.Message{
-		ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: store.RoleTool,
-		Status: store.MessageStreaming, CreatedAt: b.now,
-		Tool: &store.ToolCall{CallID: "c1", Name: "lookup", Input: json.RawMessage(`{"q": "x"}`), Status: store.ToolRunning},
+	tool := chat.Message{
+		ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: chat.RoleTool,
+		Status: chat.MessageStreaming, CreatedAt: b.now,
+		Tool: &chat.ToolCall{CallID: "c1", Name: "lookup", Input: json.RawMessage(`{"q": "x"}`), Status: chat.ToolRunning},
 	}
 	require.NoError(t, s.MessageInsert(b.ctx, tool))
 
 	out := "42"
 	tool.Tool.Output = &out
-	tool.Tool.Status = store.ToolOK
-	tool.Status = store.MessageComplete
+	tool.Tool.Status = chat.ToolOK
+	tool.Status = chat.MessageComplete
 	tool.UpdatedAt = b.now.Add(time.Second)
 	require.NoError(t, s.MessageUpdate(b.ctx, tool))
 
@@ -183,9 +184,9 @@ func TestMessageUpdateToolAndMissing(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, msgs, 2)
 	got := msgs[1]
-	require.Equal(t, store.MessageComplete, got.Status)
+	require.Equal(t, chat.MessageComplete, got.Status)
 	require.Equal(t, "42", *got.Tool.Output)
-	require.Equal(t, store.ToolOK, got.Tool.Status)
+	require.Equal(t, chat.ToolOK, got.Tool.Status)
 	require.JSONEq(t, `{"q":"x"}`, string(got.Tool.Input))
 	require.Equal(t, "r1", got.RequestID)
 
@@ -198,10 +199,10 @@ func TestMessagesBeforePages(t *testing.T) {
 	s, b := setup(t)
 	run, _ := startRun(t, s, b, "r1", 1)
 	for pos := int64(2); pos <= 7; pos++ {
-		require.NoError(t, s.MessageInsert(b.ctx, store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: store.RoleAssistant, Status: store.MessageComplete, CreatedAt: b.now}))
+		require.NoError(t, s.MessageInsert(b.ctx, chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: chat.RoleAssistant, Status: chat.MessageComplete, CreatedAt: b.now}))
 	}
 
-	positions := func(ms []store.Message) []int64 {
+	positions := func(ms []chat.Message) []int64 {
 		var ps []int64
 		for _, m := range ms {
 			ps = append(ps, m.Position)
@@ -234,41 +235,41 @@ func TestMessagesBeforePages(t *testing.T) {
 func TestRunsInterruptUnfinished(t *testing.T) {
 	s, b := setup(t)
 	live, _ := startRun(t, s, b, "live", 1)
-	seg := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 2, Role: store.RoleAssistant, Status: store.MessageStreaming, CreatedAt: b.now}
+	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 2, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
 	require.NoError(t, s.MessageInsert(b.ctx, seg))
-	tool := store.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 3, Role: store.RoleTool, Status: store.MessageStreaming, CreatedAt: b.now,
-		Tool: &store.ToolCall{CallID: "c", Name: "t", Input: json.RawMessage(`{}`), Status: store.ToolRunning}}
+	tool := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 3, Role: chat.RoleTool, Status: chat.MessageStreaming, CreatedAt: b.now,
+		Tool: &chat.ToolCall{CallID: "c", Name: "t", Input: json.RawMessage(`{}`), Status: chat.ToolRunning}}
 	require.NoError(t, s.MessageInsert(b.ctx, tool))
 
 	done, _ := startRun(t, s, b, "done", 4)
-	done.Status = store.RunDone
+	done.Status = chat.RunDone
 	ended := b.now
 	done.EndedAt = &ended
 	require.NoError(t, s.RunUpdate(b.ctx, done))
 
 	later := b.now.Add(time.Minute)
-	ids, err := s.RunsInterruptUnfinished(b.ctx, later, store.ErrorInfo{Code: "interrupted", Message: "the server stopped"})
+	ids, err := s.RunsInterruptUnfinished(b.ctx, later, chat.ErrorInfo{Code: "interrupted", Message: "the server stopped"})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{live.ID}, ids)
 
 	got, err := s.RunGet(b.ctx, live.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.RunInterrupted, got.Status)
-	require.Equal(t, &store.ErrorInfo{Code: "interrupted", Message: "the server stopped"}, got.Error)
+	require.Equal(t, chat.RunInterrupted, got.Status)
+	require.Equal(t, &chat.ErrorInfo{Code: "interrupted", Message: "the server stopped"}, got.Error)
 	require.Equal(t, later, *got.EndedAt)
 
 	msgs, err := s.MessagesByRun(b.ctx, live.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.MessageComplete, msgs[0].Status, "the user message is untouched")
-	require.Equal(t, store.MessageInterrupted, msgs[1].Status)
-	require.Equal(t, store.MessageInterrupted, msgs[2].Status)
-	require.Equal(t, store.ToolCancelled, msgs[2].Tool.Status)
+	require.Equal(t, chat.MessageComplete, msgs[0].Status, "the user message is untouched")
+	require.Equal(t, chat.MessageInterrupted, msgs[1].Status)
+	require.Equal(t, chat.MessageInterrupted, msgs[2].Status)
+	require.Equal(t, chat.ToolCancelled, msgs[2].Tool.Status)
 
 	got, err = s.RunGet(b.ctx, done.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.RunDone, got.Status, "a finished run is left alone")
+	require.Equal(t, chat.RunDone, got.Status, "a finished run is left alone")
 
-	ids, err = s.RunsInterruptUnfinished(b.ctx, later, store.ErrorInfo{Code: "interrupted"})
+	ids, err = s.RunsInterruptUnfinished(b.ctx, later, chat.ErrorInfo{Code: "interrupted"})
 	require.NoError(t, err)
 	require.Empty(t, ids)
 }
@@ -299,12 +300,12 @@ func TestSessionSandboxAndCancelReason(t *testing.T) {
 	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, uuid.New(), "x"), store.ErrNotFound)
 
 	run, _ := startRun(t, s, b, "r1", 1)
-	run.Status = store.RunCancelled
-	run.CancelReason = store.CancelAbandoned
+	run.Status = chat.RunCancelled
+	run.CancelReason = chat.CancelAbandoned
 	ended := b.now
 	run.EndedAt = &ended
 	require.NoError(t, s.RunUpdate(b.ctx, run))
 	stored, err := s.RunGet(b.ctx, run.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.CancelAbandoned, stored.CancelReason)
+	require.Equal(t, chat.CancelAbandoned, stored.CancelReason)
 }

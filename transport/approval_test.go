@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -214,8 +214,8 @@ func TestCancelDuringApprovalWait(t *testing.T) {
 	require.Equal(t, "cancelled", msgs[2].Status)
 	require.Equal(t, "cancelled", msgs[2].Tool.Status)
 	run := storedRun(t, e, c.State.SessionID, "r1")
-	require.Equal(t, store.RunCancelled, run.Status)
-	require.Equal(t, store.CancelUser, run.CancelReason)
+	require.Equal(t, chat.RunCancelled, run.Status)
+	require.Equal(t, chat.CancelUser, run.CancelReason)
 	e.requireConverged(c.State.SessionID, c)
 
 	// The decision comes too late.

@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
 )
@@ -99,12 +100,17 @@ func (c *conn) logEvent(e *zerolog.Event) *zerolog.Event {
 // Deliver queues a live event. One that would take the events waiting for the writer
 // over the budget is refused (the actor then drops this connection with 4008), unless
 // none are waiting: a single event larger than the budget still gets through.
-func (c *conn) Deliver(frame []byte) bool {
-	return c.enqueue(frame, &c.eventBytes)
+func (c *conn) Deliver(ev *conversation.Event) bool {
+	return c.enqueue(ev.Encode(Format), &c.eventBytes)
 }
 
 // CatchUp queues the answer to a hello, outside both budgets.
-func (c *conn) CatchUp(frames [][]byte) bool {
+func (c *conn) CatchUp(cu conversation.CatchUp) bool {
+	frames, err := EncodeCatchUp(cu)
+	if err != nil {
+		c.logEvent(c.s.log.Error()).Err(err).Msg("encode a catch-up")
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closeReq != nil {
@@ -427,9 +433,9 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	}
 	var f clientFrame
 	err := json.Unmarshal(data, &f)
-	validID := f.RequestID != nil && conversation.ValidRequestID(*f.RequestID)
+	validID := f.RequestID != nil && chat.ValidRequestID(*f.RequestID)
 	if f.RequestID != nil && !validID {
-		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", conversation.MaxRequestIDLen))
+		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", chat.MaxRequestIDLen))
 		return
 	}
 	if err != nil {

@@ -55,7 +55,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{t: t, store: st, ConvClock: clockwork.NewFakeClock(), WSClock: clockwork.NewFakeClock()}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 
-	cc := conversation.Config{Store: st, Agent: o.agent, Encoder: transport.Encoder{}, Clock: e.ConvClock, Logger: log}
+	cc := conversation.Config{Store: st, Agent: o.agent, Clock: e.ConvClock, Logger: log}
 	if o.conv != nil {
 		o.conv(&cc)
 	}

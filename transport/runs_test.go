@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -22,7 +22,7 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func storedRun(t *testing.T, e *env, sessionID, requestID string) store.Run {
+func storedRun(t *testing.T, e *env, sessionID, requestID string) chat.Run {
 	t.Helper()
 	run, err := e.store.RunByRequest(context.Background(), uuid.MustParse(sessionID), requestID)
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestTwoTabsSeeEverythingAndEitherCancels(t *testing.T) {
 	require.Equal(t, "then more", last.Content)
 	require.Equal(t, "cancelled", last.Status)
 	run := storedRun(t, e, a.State.SessionID, "r1")
-	require.Equal(t, store.RunCancelled, run.Status)
+	require.Equal(t, chat.RunCancelled, run.Status)
 	require.NotNil(t, run.EndedAt)
 	e.requireConverged(a.State.SessionID, a, b)
 
@@ -103,7 +103,7 @@ func TestCancelBeforeTheFirstToken(t *testing.T) {
 
 	msgs := e.dbMessages(c.State.SessionID)
 	require.Len(t, msgs, 1, "only the user message: no segment was ever opened")
-	require.Equal(t, store.RunCancelled, storedRun(t, e, c.State.SessionID, "r1").Status)
+	require.Equal(t, chat.RunCancelled, storedRun(t, e, c.State.SessionID, "r1").Status)
 
 	// Nothing is active any more.
 	c.Send(map[string]any{"type": "chat.cancel", "requestId": "z"})
@@ -226,8 +226,8 @@ func TestAgentFailureKeepsWhatWasProduced(t *testing.T) {
 			require.Equal(t, &wstest.ErrorInfo{Code: tc.code, Message: tc.msg}, end.Run.Error)
 
 			run := storedRun(t, e, c.State.SessionID, "r1")
-			require.Equal(t, store.RunError, run.Status)
-			require.Equal(t, &store.ErrorInfo{Code: tc.code, Message: tc.msg}, run.Error)
+			require.Equal(t, chat.RunError, run.Status)
+			require.Equal(t, &chat.ErrorInfo{Code: tc.code, Message: tc.msg}, run.Error)
 			msgs := e.dbMessages(c.State.SessionID)
 			if tc.segment == "" {
 				require.Len(t, msgs, 1)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 )
 
 // Client frame types.
@@ -156,14 +156,14 @@ type wireHistory struct {
 	HasMore   bool          `json:"hasMore"`
 }
 
-func toWireError(e *store.ErrorInfo) *wireError {
+func toWireError(e *chat.ErrorInfo) *wireError {
 	if e == nil {
 		return nil
 	}
 	return &wireError{Code: e.Code, Message: e.Message}
 }
 
-func toWireMessage(m store.Message) wireMessage {
+func toWireMessage(m chat.Message) wireMessage {
 	w := wireMessage{
 		ID:        m.ID,
 		Position:  m.Position,
@@ -188,14 +188,14 @@ func toWireMessage(m store.Message) wireMessage {
 	return w
 }
 
-func wireKind(k store.MessageKind) string {
-	if k == store.KindReasoning {
+func wireKind(k chat.MessageKind) string {
+	if k == chat.KindReasoning {
 		return string(k)
 	}
 	return ""
 }
 
-func toWireMessages(ms []store.Message) []wireMessage {
+func toWireMessages(ms []chat.Message) []wireMessage {
 	out := make([]wireMessage, len(ms))
 	for i, m := range ms {
 		out[i] = toWireMessage(m)
@@ -203,7 +203,7 @@ func toWireMessages(ms []store.Message) []wireMessage {
 	return out
 }
 
-func toWireRun(r *store.Run) *wireRun {
+func toWireRun(r *chat.Run) *wireRun {
 	if r == nil {
 		return nil
 	}
@@ -221,7 +221,7 @@ func toWireRun(r *store.Run) *wireRun {
 	if p := r.PendingApproval; p != nil {
 		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}
 	}
-	if r.Usage != (store.Usage{}) {
+	if r.Usage != (chat.Usage{}) {
 		w.Usage = &wireUsage{
 			InputTokens:   r.Usage.InputTokens,
 			OutputTokens:  r.Usage.OutputTokens,
@@ -232,15 +232,16 @@ func toWireRun(r *store.Run) *wireRun {
 	return w
 }
 
-// Encoder is the conversation.Encoder of protocol version 1.
-type Encoder struct{}
+// Format is protocol version 1's JSON encoding of events. Events cache their encoding
+// per format, so an event is encoded once however many connections and replays send it.
+var Format = conversation.NewFormat("chatd.v1", EncodeEvent)
 
-var _ conversation.Encoder = Encoder{}
-
-// Event encodes a sequenced event.
-func (Encoder) Event(ev conversation.Event) ([]byte, error) {
+// EncodeEvent encodes a sequenced event. It cannot fail: the domain types always encode,
+// and if one ever did not, the event goes out without its details rather than leave a
+// gap in the client's seqs.
+func EncodeEvent(ev *conversation.Event) []byte {
 	if ev.Type == conversation.EventDelta || ev.Type == conversation.EventToolOutput {
-		return appendTextEvent(make([]byte, 0, 160+len(ev.RequestID)+len(ev.Text)), ev), nil
+		return appendTextEvent(make([]byte, 0, 160+len(ev.RequestID)+len(ev.Text)), ev)
 	}
 	w := wireEvent{
 		Type:      string(ev.Type),
@@ -266,11 +267,15 @@ func (Encoder) Event(ev conversation.Event) ([]byte, error) {
 	case conversation.EventSegmentEnded:
 		w.MessageID = &ev.MessageID
 	}
-	return json.Marshal(w)
+	b, err := json.Marshal(w)
+	if err != nil {
+		b, _ = json.Marshal(wireEvent{Type: string(ev.Type), Seq: ev.Seq, RunID: ev.RunID, RequestID: ev.RequestID})
+	}
+	return b
 }
 
-// Snapshot encodes a snapshot frame.
-func (Encoder) Snapshot(s conversation.Snapshot) ([]byte, error) {
+// EncodeSnapshot encodes a snapshot frame.
+func EncodeSnapshot(s *conversation.Snapshot) ([]byte, error) {
 	return json.Marshal(wireSnapshot{
 		Type:      "snapshot",
 		RequestID: s.RequestID,
@@ -283,15 +288,39 @@ func (Encoder) Snapshot(s conversation.Snapshot) ([]byte, error) {
 	})
 }
 
-// Resumed encodes a resumed frame.
-func (Encoder) Resumed(r conversation.Resumed) ([]byte, error) {
+// EncodeResumed encodes a resumed frame.
+func EncodeResumed(r *conversation.Resumed) ([]byte, error) {
 	return json.Marshal(wireResumed{Type: "resumed", RequestID: r.RequestID, SessionID: r.SessionID, Epoch: r.Epoch, LastSeq: r.LastSeq})
+}
+
+// EncodeCatchUp encodes the answer to a hello: a snapshot, or resumed and the replayed
+// events (encoded once per format: a replayed event reuses its live encoding).
+func EncodeCatchUp(c conversation.CatchUp) ([][]byte, error) {
+	if c.Snapshot != nil {
+		b, err := EncodeSnapshot(c.Snapshot)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{b}, nil
+	}
+	frames := make([][]byte, 0, 1+len(c.Events))
+	if c.Resumed != nil {
+		b, err := EncodeResumed(c.Resumed)
+		if err != nil {
+			return nil, err
+		}
+		frames = append(frames, b)
+	}
+	for _, ev := range c.Events {
+		frames = append(frames, ev.Encode(Format))
+	}
+	return frames, nil
 }
 
 // appendTextEvent encodes chat.delta and tool.output, nearly every frame chatd sends, by
 // hand: the same bytes json.Marshal gives for their wireEvent, without its reflection and
 // allocations.
-func appendTextEvent(b []byte, ev conversation.Event) []byte {
+func appendTextEvent(b []byte, ev *conversation.Event) []byte {
 	b = append(b, `{"type":`...)
 	b = appendJSONString(b, string(ev.Type))
 	b = append(b, `,"seq":`...)

@@ -29,8 +29,7 @@ func TestTextEventsEncodeLikeMarshal(t *testing.T) {
 	for _, typ := range []conversation.EventType{conversation.EventDelta, conversation.EventToolOutput} {
 		for i, text := range textCases {
 			ev := conversation.Event{Type: typ, Seq: int64(i * 1000003), RunID: uuid.New(), RequestID: textCases[len(textCases)-1-i], MessageID: uuid.New(), Text: text}
-			got, err := Encoder{}.Event(ev)
-			require.NoError(t, err)
+			got := EncodeEvent(&ev)
 			require.Equal(t, string(marshalled(t, ev)), string(got), "%q", text)
 		}
 	}
@@ -42,8 +41,7 @@ func FuzzTextEventEncoding(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, text, requestID string, seq int64) {
 		ev := conversation.Event{Type: conversation.EventDelta, Seq: seq, RunID: uuid.New(), RequestID: requestID, MessageID: uuid.New(), Text: text}
-		got, err := Encoder{}.Event(ev)
-		require.NoError(t, err)
+		got := EncodeEvent(&ev)
 		require.Equal(t, string(marshalled(t, ev)), string(got))
 	})
 }
@@ -53,7 +51,7 @@ func BenchmarkEncodeDelta(b *testing.B) {
 	b.Run("hand", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = Encoder{}.Event(ev)
+			_ = EncodeEvent(&ev)
 		}
 	})
 	b.Run("marshal", func(b *testing.B) {

@@ -16,10 +16,9 @@ import (
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/tools"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -126,7 +125,7 @@ func TestApproveFlow(t *testing.T) {
 		Logger:    log,
 	})
 	require.NoError(t, err)
-	a := conversation.Start(conversation.Config{Store: st, Agent: loop, Encoder: transport.Encoder{}, Clock: clockwork.NewFakeClock(), Logger: log}, uuid.New(), nil)
+	a := conversation.Start(conversation.Config{Store: st, Agent: loop, Clock: clockwork.NewFakeClock(), Logger: log}, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -168,7 +167,7 @@ func TestApproveFlow(t *testing.T) {
 	require.Empty(t, wstest.Diff(want, msgs))
 	run, err := st.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
-	require.Equal(t, store.RunDone, run.Status)
+	require.Equal(t, chat.RunDone, run.Status)
 	require.Positive(t, run.Usage.OutputTokens)
 }
 

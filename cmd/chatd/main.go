@@ -33,6 +33,7 @@ import (
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/synth"
 	"github.com/chatd/chatd/agent/tools"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/migrations"
@@ -150,7 +151,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := migrations.Up(ctx, m.pool); err != nil {
 		return err
 	}
-	ids, err := st.RunsInterruptUnfinished(ctx, time.Now(), store.ErrorInfo{
+	ids, err := st.RunsInterruptUnfinished(ctx, time.Now(), chat.ErrorInfo{
 		Code:    conversation.CodeInterrupted,
 		Message: "the server stopped during this run",
 	})
@@ -169,7 +170,6 @@ func (m *Main) Run(ctx context.Context) error {
 		Store:           st,
 		Agent:           loop,
 		AbandonAfter:    m.cfg.AbandonAfter,
-		Encoder:         transport.Encoder{},
 		Logger:          m.log,
 		RingEvents:      m.cfg.RingEvents,
 		RingBytes:       m.cfg.RingBytes,

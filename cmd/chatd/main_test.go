@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport/wstest"
@@ -599,7 +600,7 @@ func dbCtx(t *testing.T) context.Context {
 }
 
 // sessionMessages returns every stored message of the session, in position order.
-func sessionMessages(t *testing.T, st *store.Store, sessionID string) []store.Message {
+func sessionMessages(t *testing.T, st *store.Store, sessionID string) []chat.Message {
 	t.Helper()
 	id, err := uuid.Parse(sessionID)
 	require.NoError(t, err)
@@ -609,14 +610,14 @@ func sessionMessages(t *testing.T, st *store.Store, sessionID string) []store.Me
 	return msgs
 }
 
-func toWire(t *testing.T, msgs []store.Message) []wstest.Message {
+func toWire(t *testing.T, msgs []chat.Message) []wstest.Message {
 	t.Helper()
 	w, err := wstest.FromStore(msgs)
 	require.NoError(t, err)
 	return w
 }
 
-func getRun(t *testing.T, st *store.Store, runID string) store.Run {
+func getRun(t *testing.T, st *store.Store, runID string) chat.Run {
 	t.Helper()
 	id, err := uuid.Parse(runID)
 	require.NoError(t, err)
@@ -626,7 +627,7 @@ func getRun(t *testing.T, st *store.Store, runID string) store.Run {
 }
 
 // byID returns the message with id from msgs.
-func byID(t *testing.T, msgs []store.Message, id string) store.Message {
+func byID(t *testing.T, msgs []chat.Message, id string) chat.Message {
 	t.Helper()
 	for _, m := range msgs {
 		if m.ID.String() == id {
@@ -634,7 +635,7 @@ func byID(t *testing.T, msgs []store.Message, id string) store.Message {
 		}
 	}
 	t.Fatalf("message %s is not stored", id)
-	return store.Message{}
+	return chat.Message{}
 }
 
 // ---------------------------------------------------------------------------------------
@@ -709,11 +710,11 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	// What the dead process left behind: the run still running, the open segment
 	// streaming with no content (content is written only at segment boundaries).
 	run := getRun(t, st, runID)
-	require.Equal(t, store.RunRunning, run.Status)
+	require.Equal(t, chat.RunRunning, run.Status)
 	require.Nil(t, run.EndedAt)
 	stored := sessionMessages(t, st, sessionID)
 	require.Len(t, stored, 4, "user, segment, tool, segment")
-	require.Equal(t, store.MessageStreaming, byID(t, stored, seg2).Status)
+	require.Equal(t, chat.MessageStreaming, byID(t, stored, seg2).Status)
 	require.Equal(t, "", byID(t, stored, seg2).Content)
 
 	// The client's view with the open segment's unstored text removed is the database.
@@ -756,34 +757,34 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	require.Contains(t, logBuf.String(), "marked runs left unfinished")
 
 	run = getRun(t, st, runID)
-	require.Equal(t, store.RunInterrupted, run.Status)
+	require.Equal(t, chat.RunInterrupted, run.Status)
 	require.NotNil(t, run.Error)
 	require.Equal(t, "interrupted", run.Error.Code)
 	require.NotNil(t, run.EndedAt)
 
 	stored = sessionMessages(t, st, sessionID)
 	require.Len(t, stored, 4)
-	require.Equal(t, store.RoleUser, stored[0].Role)
+	require.Equal(t, chat.RoleUser, stored[0].Role)
 	require.Equal(t, content, stored[0].Content)
-	require.Equal(t, store.MessageComplete, stored[0].Status)
+	require.Equal(t, chat.MessageComplete, stored[0].Status)
 
 	s1 := byID(t, stored, seg1)
-	require.Equal(t, store.RoleAssistant, s1.Role)
-	require.Equal(t, store.MessageComplete, s1.Status)
+	require.Equal(t, chat.RoleAssistant, s1.Role)
+	require.Equal(t, chat.MessageComplete, s1.Status)
 	require.Equal(t, seg1Text, s1.Content, "the closed segment keeps its full text")
 
 	tool := byID(t, stored, toolID)
-	require.Equal(t, store.RoleTool, tool.Role)
-	require.Equal(t, store.MessageComplete, tool.Status)
+	require.Equal(t, chat.RoleTool, tool.Role)
+	require.Equal(t, chat.MessageComplete, tool.Status)
 	require.NotNil(t, tool.Tool)
 	require.Equal(t, demo.ToolName, tool.Tool.Name)
-	require.Equal(t, store.ToolOK, tool.Tool.Status)
+	require.Equal(t, chat.ToolOK, tool.Tool.Status)
 	require.NotNil(t, tool.Tool.Output)
 	// The demo's "tool" is current_time: the time, as "Friday, 2026-11-20T22:47:24Z".
 	require.Regexp(t, `^[A-Z][a-z]+day, \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, *tool.Tool.Output)
 
 	s2 := byID(t, stored, seg2)
-	require.Equal(t, store.MessageInterrupted, s2.Status)
+	require.Equal(t, chat.MessageInterrupted, s2.Status)
 	require.Equal(t, "", s2.Content, "the open segment's text was never stored")
 	require.Equal(t, []string{stored[0].ID.String(), seg1, toolID, seg2},
 		[]string{stored[0].ID.String(), stored[1].ID.String(), stored[2].ID.String(), stored[3].ID.String()})
@@ -897,7 +898,7 @@ func TestShutdownInterruptsRunsAndClosesWith1001(t *testing.T) {
 	require.Empty(t, wstest.Diff(c1.State.Sorted(), c2.State.Sorted()))
 
 	run := getRun(t, st, runID)
-	require.Equal(t, store.RunInterrupted, run.Status)
+	require.Equal(t, chat.RunInterrupted, run.Status)
 	require.NotNil(t, run.Error)
 	require.Equal(t, "interrupted", run.Error.Code)
 	require.NotNil(t, run.EndedAt)
@@ -905,8 +906,8 @@ func TestShutdownInterruptsRunsAndClosesWith1001(t *testing.T) {
 	stored := sessionMessages(t, st, sessionID)
 	require.Len(t, stored, 2, "user message and one segment")
 	seg := stored[1]
-	require.Equal(t, store.RoleAssistant, seg.Role)
-	require.Equal(t, store.MessageInterrupted, seg.Status)
+	require.Equal(t, chat.RoleAssistant, seg.Role)
+	require.Equal(t, chat.MessageInterrupted, seg.Status)
 	require.NotEmpty(t, seg.Content, "the text streamed so far is stored at shutdown")
 	require.Equal(t, c1.State.Messages[seg.ID.String()].Content, seg.Content)
 	require.Empty(t, wstest.Diff(toWire(t, stored), c1.State.Sorted()))

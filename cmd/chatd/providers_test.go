@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/agenttest"
-	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport/wstest"
 )
@@ -57,7 +57,7 @@ type provider struct {
 	toolResult func(t *testing.T, body map[string]any) (callID, content string)
 	callID     string
 	// usage is what the run adds up: input, output, and the context the last call fills.
-	usage store.Usage
+	usage chat.Usage
 }
 
 func openAIChunk(delta string, finish string) string {
@@ -132,7 +132,7 @@ var providers = []provider{
 			return last["tool_call_id"].(string), last["content"].(string)
 		},
 		callID: "call_e2e",
-		usage:  store.Usage{InputTokens: 110, OutputTokens: 16, ContextTokens: 74, ContextWindow: 64000},
+		usage:  chat.Usage{InputTokens: 110, OutputTokens: 16, ContextTokens: 74, ContextWindow: 64000},
 	},
 	{
 		name: "anthropic",
@@ -180,7 +180,7 @@ var providers = []provider{
 			return block["tool_use_id"].(string), content
 		},
 		callID: "toolu_e2e",
-		usage:  store.Usage{InputTokens: 110, OutputTokens: 16, ContextTokens: 74, ContextWindow: 64000},
+		usage:  chat.Usage{InputTokens: 110, OutputTokens: 16, ContextTokens: 74, ContextWindow: 64000},
 	},
 }
 

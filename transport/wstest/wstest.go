@@ -17,8 +17,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
 )
 
@@ -296,8 +296,8 @@ func trunc(s string) string {
 }
 
 // FromStore converts stored messages to their wire form through the real encoder.
-func FromStore(msgs []store.Message) ([]Message, error) {
-	b, err := transport.Encoder{}.Snapshot(conversation.Snapshot{Messages: msgs})
+func FromStore(msgs []chat.Message) ([]Message, error) {
+	b, err := transport.EncodeSnapshot(&conversation.Snapshot{Messages: msgs})
 	if err != nil {
 		return nil, err
 	}
@@ -545,7 +545,11 @@ var _ conversation.Subscriber = (*Sub)(nil)
 func NewSub() *Sub { return &Sub{state: NewState(), signal: make(chan struct{}, 1)} }
 
 // Deliver applies a live event.
-func (s *Sub) Deliver(b []byte) bool {
+func (s *Sub) Deliver(ev *conversation.Event) bool {
+	return s.apply(ev.Encode(transport.Format))
+}
+
+func (s *Sub) apply(b []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, err := Decode(b)
@@ -564,9 +568,13 @@ func (s *Sub) Deliver(b []byte) bool {
 }
 
 // CatchUp applies the answer to a hello.
-func (s *Sub) CatchUp(frames [][]byte) bool {
+func (s *Sub) CatchUp(c conversation.CatchUp) bool {
+	frames, err := transport.EncodeCatchUp(c)
+	if err != nil {
+		panic(err)
+	}
 	for _, f := range frames {
-		s.Deliver(f)
+		s.apply(f)
 	}
 	return true
 }

@@ -1,4 +1,4 @@
-package store
+package chat
 
 import (
 	"encoding/json"
