@@ -619,7 +619,7 @@ func (a *Actor) flushUnsaved() {
 	}
 	for id, m := range a.unsavedMsgs {
 		ctx, cancel := dbContext()
-		err := a.cfg.Store.MessageUpdate(ctx, m)
+		err := a.cfg.Store.MessageUpdate(ctx, m, chat.MessageStreaming)
 		cancel()
 		if !retry("store a message", err) {
 			return
@@ -628,7 +628,7 @@ func (a *Actor) flushUnsaved() {
 	}
 	for id, r := range a.unsavedRuns {
 		ctx, cancel := dbContext()
-		err := a.cfg.Store.RunUpdate(ctx, r)
+		err := a.cfg.Store.RunUpdate(ctx, r, chat.ActiveRunStatuses()...)
 		cancel()
 		if !retry("store a run", err) {
 			return

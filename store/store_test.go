@@ -178,7 +178,7 @@ func TestMessageUpdateToolAndMissing(t *testing.T) {
 	tool.Tool.Status = chat.ToolOK
 	tool.Status = chat.MessageComplete
 	tool.UpdatedAt = b.now.Add(time.Second)
-	require.NoError(t, s.MessageUpdate(b.ctx, tool))
+	require.NoError(t, s.MessageUpdate(b.ctx, tool, chat.MessageStreaming))
 
 	msgs, err := s.MessagesByRun(b.ctx, run.ID)
 	require.NoError(t, err)
@@ -192,7 +192,7 @@ func TestMessageUpdateToolAndMissing(t *testing.T) {
 
 	missing := tool
 	missing.ID = uuid.New()
-	require.ErrorIs(t, s.MessageUpdate(b.ctx, missing), store.ErrNotFound)
+	require.ErrorIs(t, s.MessageUpdate(b.ctx, missing, chat.MessageStreaming), store.ErrNotFound)
 }
 
 func TestMessagesBeforePages(t *testing.T) {
@@ -245,7 +245,7 @@ func TestRunsInterruptUnfinished(t *testing.T) {
 	done.Status = chat.RunDone
 	ended := b.now
 	done.EndedAt = &ended
-	require.NoError(t, s.RunUpdate(b.ctx, done))
+	require.NoError(t, s.RunUpdate(b.ctx, done, chat.RunRunning))
 
 	later := b.now.Add(time.Minute)
 	ids, err := s.RunsInterruptUnfinished(b.ctx, later, chat.ErrorInfo{Code: "interrupted", Message: "the server stopped"})
@@ -304,7 +304,7 @@ func TestSessionSandboxAndCancelReason(t *testing.T) {
 	run.CancelReason = chat.CancelAbandoned
 	ended := b.now
 	run.EndedAt = &ended
-	require.NoError(t, s.RunUpdate(b.ctx, run))
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
 	stored, err := s.RunGet(b.ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, chat.CancelAbandoned, stored.CancelReason)
