@@ -613,6 +613,12 @@ func (a *Actor) flushUnsaved() {
 			a.logger().Error().Err(err).Str("op", op).Msg("a row to update is missing; giving up on it")
 			return true
 		}
+		if errors.Is(err, store.ErrStale) {
+			// Retrying cannot help: the row has moved on, perhaps by this very write when an
+			// earlier attempt committed but reported an error.
+			a.logger().Warn().Err(err).Str("op", op).Msg("a row to update has moved on; giving up on it")
+			return true
+		}
 		a.logger().Warn().Err(err).Str("op", op).Dur("next_retry", min(2*a.retryDelay, retryMax)).Msg("database write still failing")
 		a.scheduleRetry()
 		return false
