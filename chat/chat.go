@@ -27,6 +27,13 @@ func (s RunStatus) Active() bool {
 	return s == RunRunning || s == RunAwaitingApproval || s == RunPaused
 }
 
+// ActiveRunStatuses returns the statuses for which Active is true: what a write to a run
+// that has not ended expects to find, so the list is not repeated by every caller. Each
+// call returns a new slice, which the caller may change.
+func ActiveRunStatuses() []RunStatus {
+	return []RunStatus{RunRunning, RunAwaitingApproval, RunPaused}
+}
+
 // Role says who a message is from.
 type Role string
 

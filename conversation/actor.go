@@ -613,13 +613,19 @@ func (a *Actor) flushUnsaved() {
 			a.logger().Error().Err(err).Str("op", op).Msg("a row to update is missing; giving up on it")
 			return true
 		}
+		if errors.Is(err, store.ErrStale) {
+			// Retrying cannot help: the row has moved on, perhaps by this very write when an
+			// earlier attempt committed but reported an error.
+			a.logger().Warn().Err(err).Str("op", op).Msg("a row to update has moved on; giving up on it")
+			return true
+		}
 		a.logger().Warn().Err(err).Str("op", op).Dur("next_retry", min(2*a.retryDelay, retryMax)).Msg("database write still failing")
 		a.scheduleRetry()
 		return false
 	}
 	for id, m := range a.unsavedMsgs {
 		ctx, cancel := dbContext()
-		err := a.cfg.Store.MessageUpdate(ctx, m)
+		err := a.cfg.Store.MessageUpdate(ctx, m, chat.MessageStreaming)
 		cancel()
 		if !retry("store a message", err) {
 			return
@@ -628,7 +634,7 @@ func (a *Actor) flushUnsaved() {
 	}
 	for id, r := range a.unsavedRuns {
 		ctx, cancel := dbContext()
-		err := a.cfg.Store.RunUpdate(ctx, r)
+		err := a.cfg.Store.RunUpdate(ctx, r, chat.ActiveRunStatuses()...)
 		cancel()
 		if !retry("store a run", err) {
 			return

@@ -717,7 +717,7 @@ func (a *Actor) insert(run *runState, m chat.Message) error {
 func (a *Actor) update(m chat.Message) error {
 	ctx, cancel := dbContext()
 	defer cancel()
-	if err := a.cfg.Store.MessageUpdate(ctx, m); err != nil {
+	if err := a.cfg.Store.MessageUpdate(ctx, m, chat.MessageStreaming); err != nil {
 		a.unsavedMsgs[m.ID] = m
 		a.scheduleRetry()
 		return err
@@ -730,7 +730,7 @@ func (a *Actor) update(m chat.Message) error {
 func (a *Actor) updateRun(r chat.Run) error {
 	ctx, cancel := dbContext()
 	defer cancel()
-	if err := a.cfg.Store.RunUpdate(ctx, r); err != nil {
+	if err := a.cfg.Store.RunUpdate(ctx, r, chat.ActiveRunStatuses()...); err != nil {
 		a.unsavedRuns[r.ID] = r
 		a.scheduleRetry()
 		return err

@@ -82,12 +82,12 @@ func (f *faultStore) MessageInsert(ctx context.Context, m chat.Message) error {
 	return f.do("MessageInsert", func() error { return f.Store.MessageInsert(ctx, m) })
 }
 
-func (f *faultStore) MessageUpdate(ctx context.Context, m chat.Message) error {
-	return f.do("MessageUpdate", func() error { return f.Store.MessageUpdate(ctx, m) })
+func (f *faultStore) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error {
+	return f.do("MessageUpdate", func() error { return f.Store.MessageUpdate(ctx, m, from...) })
 }
 
-func (f *faultStore) RunUpdate(ctx context.Context, r chat.Run) error {
-	return f.do("RunUpdate", func() error { return f.Store.RunUpdate(ctx, r) })
+func (f *faultStore) RunUpdate(ctx context.Context, r chat.Run, from ...chat.RunStatus) error {
+	return f.do("RunUpdate", func() error { return f.Store.RunUpdate(ctx, r, from...) })
 }
 
 func (f *faultStore) RunStart(ctx context.Context, r chat.Run, m chat.Message) error {

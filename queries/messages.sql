@@ -9,7 +9,9 @@ INSERT INTO messages (
 
 -- name: MessageUpdate :execrows
 -- Writes everything about a message that can change after it is inserted: an assistant
--- segment's content when it closes, a tool call's output and status when it ends.
+-- segment's content when it closes, a tool call's output and status when it ends. Only
+-- while the message is in one of the statuses the writer expects: a late writer cannot
+-- rewrite a message that has moved on. No row means stale or gone.
 UPDATE messages
 SET content = @content,
     status = @status,
@@ -19,7 +21,13 @@ SET content = @content,
     tool_status = @tool_status,
     provider_data = @provider_data,
     updated_at = @updated_at
-WHERE id = @id;
+WHERE id = @id AND status = ANY(@from_statuses::text[]);
+
+-- name: MessageGet :one
+SELECT sqlc.embed(m), r.request_id
+FROM messages m
+LEFT JOIN runs r ON r.id = m.run_id
+WHERE m.id = @id;
 
 -- name: MessagesListBefore :many
 -- The newest messages of a session below a position, newest first.

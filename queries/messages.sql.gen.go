@@ -13,6 +13,45 @@ import (
 	"github.com/google/uuid"
 )
 
+const messageGet = `-- name: MessageGet :one
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
+FROM messages m
+LEFT JOIN runs r ON r.id = m.run_id
+WHERE m.id = $1
+`
+
+type MessageGetRow struct {
+	Message   Message
+	RequestID *string
+}
+
+func (q *Queries) MessageGet(ctx context.Context, db DBTX, id uuid.UUID) (MessageGetRow, error) {
+	row := db.QueryRow(ctx, messageGet, id)
+	var i MessageGetRow
+	err := row.Scan(
+		&i.Message.ID,
+		&i.Message.SessionID,
+		&i.Message.RunID,
+		&i.Message.Position,
+		&i.Message.Role,
+		&i.Message.Content,
+		&i.Message.Status,
+		&i.Message.ErrorCode,
+		&i.Message.ErrorMessage,
+		&i.Message.ToolCallID,
+		&i.Message.ToolName,
+		&i.Message.ToolInput,
+		&i.Message.ToolOutput,
+		&i.Message.ToolStatus,
+		&i.Message.CreatedAt,
+		&i.Message.UpdatedAt,
+		&i.Message.Kind,
+		&i.Message.ProviderData,
+		&i.RequestID,
+	)
+	return i, err
+}
+
 const messageInsert = `-- name: MessageInsert :exec
 INSERT INTO messages (
     id, session_id, run_id, position, role, kind, content, status,
@@ -79,7 +118,7 @@ SET content = $1,
     tool_status = $6,
     provider_data = $7,
     updated_at = $8
-WHERE id = $9
+WHERE id = $9 AND status = ANY($10::text[])
 `
 
 type MessageUpdateParams struct {
@@ -92,10 +131,13 @@ type MessageUpdateParams struct {
 	ProviderData json.RawMessage
 	UpdatedAt    time.Time
 	ID           uuid.UUID
+	FromStatuses []string
 }
 
 // Writes everything about a message that can change after it is inserted: an assistant
-// segment's content when it closes, a tool call's output and status when it ends.
+// segment's content when it closes, a tool call's output and status when it ends. Only
+// while the message is in one of the statuses the writer expects: a late writer cannot
+// rewrite a message that has moved on. No row means stale or gone.
 func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateParams) (int64, error) {
 	result, err := db.Exec(ctx, messageUpdate,
 		arg.Content,
@@ -107,6 +149,7 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 		arg.ProviderData,
 		arg.UpdatedAt,
 		arg.ID,
+		arg.FromStatuses,
 	)
 	if err != nil {
 		return 0, err

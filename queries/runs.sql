@@ -16,7 +16,9 @@ SELECT * FROM runs WHERE session_id = @session_id AND request_id = @request_id;
 -- name: RunGet :one
 SELECT * FROM runs WHERE id = @id;
 
--- name: RunUpdate :exec
+-- name: RunUpdate :execrows
+-- Writes a run only while it is in one of the statuses the writer expects, so a late
+-- writer cannot rewrite a run that has moved on (ended, say). No row means stale or gone.
 UPDATE runs
 SET status = @status,
     error_code = @error_code,
@@ -28,7 +30,7 @@ SET status = @status,
     context_tokens = @context_tokens,
     context_window = @context_window,
     cancel_reason = @cancel_reason
-WHERE id = @id;
+WHERE id = @id AND status = ANY(@from_statuses::text[]);
 
 -- name: RunsListUnfinished :many
 SELECT * FROM runs

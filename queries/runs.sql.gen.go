@@ -111,7 +111,7 @@ func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) err
 	return err
 }
 
-const runUpdate = `-- name: RunUpdate :exec
+const runUpdate = `-- name: RunUpdate :execrows
 UPDATE runs
 SET status = $1,
     error_code = $2,
@@ -123,7 +123,7 @@ SET status = $1,
     context_tokens = $8,
     context_window = $9,
     cancel_reason = $10
-WHERE id = $11
+WHERE id = $11 AND status = ANY($12::text[])
 `
 
 type RunUpdateParams struct {
@@ -138,10 +138,13 @@ type RunUpdateParams struct {
 	ContextWindow  int64
 	CancelReason   *string
 	ID             uuid.UUID
+	FromStatuses   []string
 }
 
-func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) error {
-	_, err := db.Exec(ctx, runUpdate,
+// Writes a run only while it is in one of the statuses the writer expects, so a late
+// writer cannot rewrite a run that has moved on (ended, say). No row means stale or gone.
+func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (int64, error) {
+	result, err := db.Exec(ctx, runUpdate,
 		arg.Status,
 		arg.ErrorCode,
 		arg.ErrorMessage,
@@ -153,8 +156,12 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) e
 		arg.ContextWindow,
 		arg.CancelReason,
 		arg.ID,
+		arg.FromStatuses,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const runsInterruptUnfinished = `-- name: RunsInterruptUnfinished :many

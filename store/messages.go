@@ -37,9 +37,28 @@ func (s *Store) MessageInsert(ctx context.Context, m chat.Message) error {
 	return nil
 }
 
+// MessageGet returns the message with id, or ErrNotFound.
+func (s *Store) MessageGet(ctx context.Context, id uuid.UUID) (chat.Message, error) {
+	row, err := s.q.MessageGet(ctx, s.db, id)
+	if err != nil {
+		return chat.Message{}, fmt.Errorf("get message %s: %w", id, mapErr(err))
+	}
+	return messageFromRow(row.Message, row.RequestID), nil
+}
+
 // MessageUpdate writes what can change after insertion: content, status, error, and a
-// tool call's output and status. It returns ErrNotFound when no such message exists.
-func (s *Store) MessageUpdate(ctx context.Context, m chat.Message) error {
+// tool call's output and status, but only while the stored message's status is one of
+// from: the statuses the caller last knew it in (chat.MessageStreaming for a segment that
+// closes or a tool call that is approved or ends). A writer that has fallen behind cannot
+// rewrite a message that has moved on.
+//
+// It returns ErrNotFound when no message has the id, and ErrStale, naming the stored
+// status, when the message is in none of from; in both cases nothing was written. Passing
+// no from is a programming error, returned as such without asking the database.
+func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error {
+	if len(from) == 0 {
+		return fmt.Errorf("update message %s: no expected status given", m.ID)
+	}
 	code, msg := errorColumns(m.Error)
 	p := queries.MessageUpdateParams{
 		ID:           m.ID,
@@ -49,6 +68,7 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message) error {
 		ErrorMessage: msg,
 		ProviderData: m.ProviderData,
 		UpdatedAt:    chat.Timestamp(m.UpdatedAt),
+		FromStatuses: statusStrings(from),
 	}
 	if m.Tool != nil {
 		p.ToolOutput = m.Tool.Output
@@ -58,10 +78,15 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message) error {
 	if err != nil {
 		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
 	}
-	if n == 0 {
-		return fmt.Errorf("update message %s: %w", m.ID, ErrNotFound)
+	if n > 0 {
+		return nil
 	}
-	return nil
+	// Rare, so the read that tells a missing message from a stale write is paid only here.
+	cur, err := s.q.MessageGet(ctx, s.db, m.ID)
+	if err != nil {
+		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
+	}
+	return fmt.Errorf("update message %s: %w: status is %s, not %s", m.ID, ErrStale, cur.Message.Status, orList(from))
 }
 
 // MessagesBefore returns up to limit of the session's newest messages with a position

@@ -54,14 +54,24 @@ func (s *Store) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID
 	return runFromRow(row), nil
 }
 
-// RunUpdate writes the run's status, error, end time, last activity and usage.
-func (s *Store) RunUpdate(ctx context.Context, run chat.Run) error {
+// RunUpdate writes the run's status, error, end time, last activity and usage, but only
+// while the stored run's status is one of from: the statuses the caller last knew the run
+// in (usually chat.ActiveRunStatuses()). It is how a writer that has fallen behind, such
+// as a retry or a second node, is kept from rewriting a run that has moved on.
+//
+// It returns ErrNotFound when no run has the id, and ErrStale, naming the stored status,
+// when the run is in none of from; in both cases nothing was written. Passing no from is
+// a programming error, returned as such without asking the database.
+func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error {
+	if len(from) == 0 {
+		return fmt.Errorf("update run %s: no expected status given", run.ID)
+	}
 	code, msg := errorColumns(run.Error)
 	var ended *time.Time
 	if run.EndedAt != nil {
 		ended = ptr(chat.Timestamp(*run.EndedAt))
 	}
-	err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
+	n, err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
 		ID:             run.ID,
 		Status:         string(run.Status),
 		ErrorCode:      code,
@@ -73,11 +83,20 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run) error {
 		ContextTokens:  run.Usage.ContextTokens,
 		ContextWindow:  run.Usage.ContextWindow,
 		CancelReason:   nilIfEmpty(string(run.CancelReason)),
+		FromStatuses:   statusStrings(from),
 	})
 	if err != nil {
 		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
 	}
-	return nil
+	if n > 0 {
+		return nil
+	}
+	// Rare, so the read that tells a missing run from a stale write is paid only here.
+	cur, err := s.q.RunGet(ctx, s.db, run.ID)
+	if err != nil {
+		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
+	}
+	return fmt.Errorf("update run %s: %w: status is %s, not %s", run.ID, ErrStale, cur.Status, orList(from))
 }
 
 // RunsUnfinished lists the runs that are not in a terminal status, oldest first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,9 @@ var (
 	// ErrConflict is returned when a write would break a uniqueness rule: a second run
 	// for one (session, requestId), or a second message at one position.
 	ErrConflict = errors.New("conflict")
+	// ErrStale is returned when the row exists but is not in a state the write expected (a
+	// later writer moved it on, e.g. the run already ended); nothing was written.
+	ErrStale = errors.New("stale")
 )
 
 // Store reads and writes chatd's tables. Its methods are safe for concurrent use; a Store
@@ -67,6 +71,24 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
 	}
 	return err
+}
+
+// statusStrings is for the from_statuses parameter of guarded updates.
+func statusStrings[S ~string](statuses []S) []string {
+	out := make([]string, len(statuses))
+	for i, st := range statuses {
+		out[i] = string(st)
+	}
+	return out
+}
+
+// orList names the statuses a guarded update expected, for its ErrStale message.
+func orList[S ~string](statuses []S) string {
+	ss := statusStrings(statuses)
+	if len(ss) == 1 {
+		return ss[0]
+	}
+	return strings.Join(ss[:len(ss)-1], ", ") + " or " + ss[len(ss)-1]
 }
 
 func ptr[T any](v T) *T { return &v }

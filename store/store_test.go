@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -26,10 +28,12 @@ type bundle struct {
 	now     time.Time
 }
 
-func setup(t *testing.T) (*store.Store, bundle) {
+// setup returns a store on a fresh database, with a session in it. Options edit the pool's
+// configuration, as storetest.New's do.
+func setup(t *testing.T, opts ...func(*pgxpool.Config)) (*store.Store, bundle) {
 	t.Helper()
 	t.Parallel()
-	s := storetest.New(t)
+	s := storetest.New(t, opts...)
 	ctx := context.Background()
 	now := chat.Timestamp(time.Now())
 	sess, err := s.SessionCreate(ctx, chat.Session{ID: uuid.New(), Owner: "alice", CreatedAt: now})
@@ -178,7 +182,7 @@ func TestMessageUpdateToolAndMissing(t *testing.T) {
 	tool.Tool.Status = chat.ToolOK
 	tool.Status = chat.MessageComplete
 	tool.UpdatedAt = b.now.Add(time.Second)
-	require.NoError(t, s.MessageUpdate(b.ctx, tool))
+	require.NoError(t, s.MessageUpdate(b.ctx, tool, chat.MessageStreaming))
 
 	msgs, err := s.MessagesByRun(b.ctx, run.ID)
 	require.NoError(t, err)
@@ -192,7 +196,7 @@ func TestMessageUpdateToolAndMissing(t *testing.T) {
 
 	missing := tool
 	missing.ID = uuid.New()
-	require.ErrorIs(t, s.MessageUpdate(b.ctx, missing), store.ErrNotFound)
+	require.ErrorIs(t, s.MessageUpdate(b.ctx, missing, chat.MessageStreaming), store.ErrNotFound)
 }
 
 func TestMessagesBeforePages(t *testing.T) {
@@ -245,7 +249,7 @@ func TestRunsInterruptUnfinished(t *testing.T) {
 	done.Status = chat.RunDone
 	ended := b.now
 	done.EndedAt = &ended
-	require.NoError(t, s.RunUpdate(b.ctx, done))
+	require.NoError(t, s.RunUpdate(b.ctx, done, chat.RunRunning))
 
 	later := b.now.Add(time.Minute)
 	ids, err := s.RunsInterruptUnfinished(b.ctx, later, chat.ErrorInfo{Code: "interrupted", Message: "the server stopped"})
@@ -304,8 +308,254 @@ func TestSessionSandboxAndCancelReason(t *testing.T) {
 	run.CancelReason = chat.CancelAbandoned
 	ended := b.now
 	run.EndedAt = &ended
-	require.NoError(t, s.RunUpdate(b.ctx, run))
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
 	stored, err := s.RunGet(b.ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, chat.CancelAbandoned, stored.CancelReason)
+}
+
+// rowJSON returns every column of one row of table as JSON, read with plain SQL so that a
+// column the store does not map is compared too.
+func rowJSON(t *testing.T, s *store.Store, table string, id uuid.UUID) string {
+	t.Helper()
+	var row string
+	require.NoError(t, s.Pool().QueryRow(context.Background(),
+		"SELECT to_jsonb(t)::text FROM "+table+" t WHERE id = $1", id).Scan(&row))
+	return row
+}
+
+// endRun stores run as ended with status, from running.
+func endRun(t *testing.T, s *store.Store, b bundle, run chat.Run, status chat.RunStatus) chat.Run {
+	t.Helper()
+	ended := b.now.Add(time.Second)
+	run.Status = status
+	run.EndedAt = &ended
+	run.LastActivityAt = ended
+	run.Usage = chat.Usage{InputTokens: 10, OutputTokens: 20, ContextTokens: 10, ContextWindow: 1000}
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
+	return run
+}
+
+// A writer that fell behind (a retry, a second node) cannot rewrite a run that has ended:
+// it learns the run moved on, and not one column changes.
+func TestRunUpdateAfterEndIsStaleAndWritesNothing(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	done := endRun(t, s, b, run, chat.RunDone)
+	before := rowJSON(t, s, "runs", run.ID)
+
+	late := done
+	late.Status = chat.RunCancelled
+	late.CancelReason = chat.CancelAbandoned
+	late.Error = &chat.ErrorInfo{Code: "abandoned", Message: "nobody watched"}
+	lateEnd := b.now.Add(time.Hour)
+	late.EndedAt = &lateEnd
+	late.LastActivityAt = lateEnd
+	late.Usage = chat.Usage{InputTokens: 99, OutputTokens: 99, ContextTokens: 99, ContextWindow: 99}
+	err := s.RunUpdate(b.ctx, late, chat.ActiveRunStatuses()...)
+	require.ErrorIs(t, err, store.ErrStale)
+	require.NotErrorIs(t, err, store.ErrNotFound)
+	require.ErrorContains(t, err, "status is done")
+
+	require.Equal(t, before, rowJSON(t, s, "runs", run.ID))
+	got, err := s.RunGet(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, done, got)
+}
+
+// The same for a message: a segment that closed cannot be rewritten by a late close.
+func TestMessageUpdateAfterCompleteIsStaleAndWritesNothing(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
+	require.NoError(t, s.MessageInsert(b.ctx, seg))
+	seg.Content = "the whole answer"
+	seg.Status = chat.MessageComplete
+	seg.UpdatedAt = b.now.Add(time.Second)
+	require.NoError(t, s.MessageUpdate(b.ctx, seg, chat.MessageStreaming))
+	before := rowJSON(t, s, "messages", seg.ID)
+
+	late := seg
+	late.Content = "half an answer"
+	late.Status = chat.MessageInterrupted
+	late.Error = &chat.ErrorInfo{Code: "interrupted", Message: "late"}
+	late.ProviderData = json.RawMessage(`{"late": true}`)
+	late.UpdatedAt = b.now.Add(time.Hour)
+	err := s.MessageUpdate(b.ctx, late, chat.MessageStreaming)
+	require.ErrorIs(t, err, store.ErrStale)
+	require.NotErrorIs(t, err, store.ErrNotFound)
+	require.ErrorContains(t, err, "status is complete")
+
+	require.Equal(t, before, rowJSON(t, s, "messages", seg.ID))
+	got, err := s.MessageGet(b.ctx, seg.ID)
+	require.NoError(t, err)
+	seg.RequestID, seg.Kind = "r1", chat.KindText
+	require.Equal(t, seg, got)
+}
+
+// Writes from a status the caller expects go through: a run that waited for approval runs
+// again, then ends; any of several expected statuses will do.
+func TestRunUpdateFromExpectedStatus(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+
+	run.Status = chat.RunAwaitingApproval
+	run.LastActivityAt = b.now.Add(time.Millisecond)
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
+	run.Status = chat.RunRunning
+	run.LastActivityAt = b.now.Add(2 * time.Millisecond)
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.ActiveRunStatuses()...))
+
+	done := endRun(t, s, b, run, chat.RunDone)
+	got, err := s.RunGet(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, done, got)
+}
+
+// A segment closes from streaming; a tool call that waited for approval is approved
+// (streaming to streaming, its tool status awaiting_approval to running), then ends.
+func TestMessageUpdateFromExpectedStatus(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: chat.RoleAssistant, Kind: chat.KindText, Status: chat.MessageStreaming, CreatedAt: b.now}
+	require.NoError(t, s.MessageInsert(b.ctx, seg))
+	seg.Content = "let me look"
+	seg.Status = chat.MessageComplete
+	seg.ProviderData = json.RawMessage(`{"signature": "s"}`)
+	seg.UpdatedAt = b.now.Add(time.Second)
+	require.NoError(t, s.MessageUpdate(b.ctx, seg, chat.MessageStreaming))
+	got, err := s.MessageGet(b.ctx, seg.ID)
+	require.NoError(t, err)
+	require.Equal(t, seg.Content, got.Content)
+	require.Equal(t, chat.MessageComplete, got.Status)
+	require.JSONEq(t, `{"signature": "s"}`, string(got.ProviderData))
+	require.Equal(t, seg.UpdatedAt, got.UpdatedAt)
+
+	tool := chat.Message{
+		ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 3, Role: chat.RoleTool, Kind: chat.KindText,
+		Status: chat.MessageStreaming, CreatedAt: b.now,
+		Tool: &chat.ToolCall{CallID: "c1", Name: "rm", Input: json.RawMessage(`{}`), Status: chat.ToolAwaitingApproval},
+	}
+	require.NoError(t, s.MessageInsert(b.ctx, tool))
+	tool.Tool.Status = chat.ToolRunning
+	tool.UpdatedAt = b.now.Add(2 * time.Second)
+	require.NoError(t, s.MessageUpdate(b.ctx, tool, chat.MessageStreaming))
+	got, err = s.MessageGet(b.ctx, tool.ID)
+	require.NoError(t, err)
+	require.Equal(t, chat.MessageStreaming, got.Status)
+	require.Equal(t, chat.ToolRunning, got.Tool.Status)
+	require.Equal(t, tool.UpdatedAt, got.UpdatedAt)
+
+	out := "removed"
+	tool.Tool.Output = &out
+	tool.Tool.Status = chat.ToolOK
+	tool.Status = chat.MessageComplete
+	tool.UpdatedAt = b.now.Add(3 * time.Second)
+	require.NoError(t, s.MessageUpdate(b.ctx, tool, chat.MessageStreaming))
+	got, err = s.MessageGet(b.ctx, tool.ID)
+	require.NoError(t, err)
+	tool.RequestID = "r1"
+	require.Equal(t, tool, got)
+}
+
+// A row that does not exist is not found, not stale, whatever was expected of it.
+func TestUpdateOfMissingRowIsNotFound(t *testing.T) {
+	s, b := setup(t)
+	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", Status: chat.RunDone, StartedAt: b.now, LastActivityAt: b.now}
+	err := s.RunUpdate(b.ctx, run, chat.ActiveRunStatuses()...)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.NotErrorIs(t, err, store.ErrStale)
+
+	m := chat.Message{ID: uuid.New(), SessionID: b.session.ID, Position: 1, Role: chat.RoleAssistant, Status: chat.MessageComplete, CreatedAt: b.now}
+	err = s.MessageUpdate(b.ctx, m, chat.MessageStreaming)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.NotErrorIs(t, err, store.ErrStale)
+
+	_, err = s.MessageGet(b.ctx, m.ID)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// An update that expects nothing is a bug in the caller: it is refused before any
+// statement is sent, so it cannot write unguarded.
+func TestUpdateWithoutExpectedStatusSendsNothing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, b := setup(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = store.NewMetrics(reg) })
+	run, _ := startRun(t, s, b, "r1", 1)
+	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
+	require.NoError(t, s.MessageInsert(b.ctx, seg))
+	runBefore, segBefore := rowJSON(t, s, "runs", run.ID), rowJSON(t, s, "messages", seg.ID)
+	sent := func() uint64 {
+		counts, _ := statementCounts(t, reg)
+		var n uint64
+		for _, c := range counts {
+			n += c
+		}
+		return n
+	}
+	n := sent()
+
+	run.Status = chat.RunDone
+	err := s.RunUpdate(b.ctx, run)
+	require.ErrorContains(t, err, "no expected status")
+	require.NotErrorIs(t, err, store.ErrNotFound)
+	require.NotErrorIs(t, err, store.ErrStale)
+
+	seg.Status = chat.MessageComplete
+	err = s.MessageUpdate(b.ctx, seg)
+	require.ErrorContains(t, err, "no expected status")
+	require.NotErrorIs(t, err, store.ErrNotFound)
+	require.NotErrorIs(t, err, store.ErrStale)
+
+	require.Equal(t, n, sent(), "no statement is sent")
+	require.Equal(t, runBefore, rowJSON(t, s, "runs", run.ID))
+	require.Equal(t, segBefore, rowJSON(t, s, "messages", seg.ID))
+}
+
+// Two writers race to end one run (a finish and an abandonment, say): the one that waited
+// for the other's row lock sees the run as the other left it, and is stale.
+func TestRunUpdateRaceHasOneWinner(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	locked, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.InTx(b.ctx, func(tx *store.Store) error {
+			done := run
+			done.Status = chat.RunDone
+			err := tx.RunUpdate(b.ctx, done, chat.ActiveRunStatuses()...)
+			close(locked)
+			<-release
+			return err
+		})
+	}()
+	<-locked
+
+	second := make(chan error, 1)
+	go func() {
+		cancelled := run
+		cancelled.Status = chat.RunCancelled
+		second <- s.RunUpdate(b.ctx, cancelled, chat.ActiveRunStatuses()...)
+	}()
+
+	// Wait until the second update is blocked on the first one's row lock.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for waiting := false; !waiting; {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the second update never waited for the first")
+		}
+		require.NoError(t, s.Pool().QueryRow(b.ctx,
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+	}
+	close(release)
+	require.NoError(t, <-first)
+	err := <-second
+	require.ErrorIs(t, err, store.ErrStale)
+	require.ErrorContains(t, err, "status is done")
+	got, err := s.RunGet(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, chat.RunDone, got.Status)
 }
