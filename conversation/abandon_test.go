@@ -11,25 +11,29 @@ import (
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport/wstest"
 )
 
 // abandonSetup starts a run that streams and then waits (at a gate, or for an approval)
-// with one subscriber, and returns the pieces.
-func abandonSetup(t *testing.T, steps ...script.Step) (*store.Store, *clockwork.FakeClock, *conversation.Actor, *wstest.Sub) {
+// with one subscriber, and returns the pieces. Abandonment runs as the service chatd
+// starts (Deadlines), on the fake clock.
+func abandonSetup(t *testing.T, steps ...script.Step) (*store.Store, *clockwork.FakeClock, *conversation.Actor, *convtest.Recorder) {
 	t.Helper()
 	st := storetest.New(t)
 	clock := clockwork.NewFakeClock()
-	a := startActorWithClock(t, st, script.New(steps...), clock)
-	s := wstest.NewSub()
+	abandonments := conversation.NewDeadlines("abandonment", clock)
+	require.NoError(t, abandonments.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, abandonments.Stop(context.Background())) })
+	a := startActorWithClock(t, st, script.New(steps...), clock, func(c *conversation.Config) { c.Abandonments = abandonments })
+	s := convtest.New()
 	ctx := context.Background()
 	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" })
 	return st, clock, a, s
 }
 
@@ -74,7 +78,7 @@ func TestWatchedRunIsNeverAbandoned(t *testing.T) {
 	a.Unsubscribe(ctx, s)
 	waitTimers(t, clock, 1)
 	clock.Advance(conversation.DefaultAbandonAfter - time.Minute)
-	back := wstest.NewSub()
+	back := convtest.New()
 	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: back})
 	require.NoError(t, err)
 	clock.Advance(time.Hour)
@@ -89,7 +93,7 @@ func TestRunAwaitingApprovalIsNotAbandoned(t *testing.T) {
 	t.Parallel()
 	st, clock, a, s := abandonSetup(t, script.Text("asking"), script.Approval("c1", "t", `{}`, "x", nil))
 	ctx := context.Background()
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "run.status" })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "run.status" })
 	a.Unsubscribe(ctx, s)
 	roundTrip(t, a)
 	clock.Advance(100 * conversation.DefaultAbandonAfter)

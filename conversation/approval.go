@@ -136,7 +136,7 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		m.Tool = &t
 		m.UpdatedAt = a.now()
 		tool.msg = m
-		if err := a.update(m); err != nil {
+		if err := a.journal.update(m); err != nil {
 			a.logger().Error().Err(err).Msg("store an approval")
 		}
 		v := tool.view()
@@ -174,7 +174,7 @@ func (a *Actor) setStatus(run *runState, status chat.RunStatus) {
 	a.countActive(run)
 	run.info.PendingApproval = pending
 	run.info.LastActivityAt = a.now()
-	if err := a.updateRun(run.info); err != nil {
+	if err := a.journal.updateRun(run.info); err != nil {
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
 	}
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))

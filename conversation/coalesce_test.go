@@ -13,16 +13,16 @@ import (
 
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport/wstest"
 )
 
 const window = 25 * time.Millisecond
 
 // startCoalescing starts an actor that coalesces deltas for window on a fake clock, with
 // one subscriber.
-func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Agent) (*clockwork.FakeClock, *conversation.Actor, *wstest.Sub) {
+func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Agent) (*clockwork.FakeClock, *conversation.Actor, *convtest.Recorder) {
 	t.Helper()
 	clock := clockwork.NewFakeClock()
 	a := conversation.Start(conversation.Config{
@@ -38,7 +38,7 @@ func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Age
 		require.NoError(t, a.Stop(ctx))
 		require.NoError(t, a.Wait(ctx))
 	})
-	s := wstest.NewSub()
+	s := convtest.New()
 	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
 	return clock, a, s
@@ -97,24 +97,17 @@ type event struct {
 	typ, text string
 }
 
-func events(frames []wstest.Frame) []event {
+func events(frames []*conversation.Event) []event {
 	var out []event
 	for _, f := range frames {
-		if !f.Sequenced() {
-			continue
-		}
-		e := event{typ: f.Type}
-		if f.Text != nil {
-			e.text = *f.Text
-		}
-		out = append(out, e)
+		out = append(out, event{typ: string(f.Type), text: f.Text})
 	}
 	return out
 }
 
-func deltas(s *wstest.Sub) []string {
+func deltas(s *convtest.Recorder) []string {
 	var out []string
-	for _, e := range events(s.Frames()) {
+	for _, e := range events(s.Events()) {
 		if e.typ == "chat.delta" {
 			out = append(out, e.text)
 		}
@@ -125,12 +118,12 @@ func deltas(s *wstest.Sub) []string {
 // requireDeltasAreStored checks that every assistant message's stored content is the
 // concatenation of the deltas s received for it, and that s holds what the database
 // holds. s must have seen the session from its first event.
-func requireDeltasAreStored(t *testing.T, st *store.Store, a *conversation.Actor, s *wstest.Sub) {
+func requireDeltasAreStored(t *testing.T, st *store.Store, a *conversation.Actor, s *convtest.Recorder) {
 	t.Helper()
-	joined := map[string]string{}
-	for _, f := range s.Frames() {
+	joined := map[uuid.UUID]string{}
+	for _, f := range s.Events() {
 		if f.Type == "chat.delta" {
-			joined[f.MessageID] += *f.Text
+			joined[f.MessageID] += f.Text
 		}
 	}
 	db := stored(t, st, a.SessionID())
@@ -139,7 +132,7 @@ func requireDeltasAreStored(t *testing.T, st *store.Store, a *conversation.Actor
 			require.Equal(t, m.Content, joined[m.ID], "message %d", m.Position)
 		}
 	}
-	require.Empty(t, wstest.Diff(db, s.Messages()))
+	require.Empty(t, convtest.Diff(db, s.Messages()))
 }
 
 func TestCoalesceMergesPiecesWithinTheWindow(t *testing.T) {
@@ -157,7 +150,7 @@ func TestCoalesceMergesPiecesWithinTheWindow(t *testing.T) {
 	roundTrip(t, a)
 	require.Empty(t, deltas(s), "the window has not passed")
 	clock.Advance(time.Nanosecond)
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" })
 	require.Equal(t, []string{"Hello, "}, deltas(s))
 
 	// A piece after the window starts the next one, which runs from that piece: later
@@ -167,12 +160,12 @@ func TestCoalesceMergesPiecesWithinTheWindow(t *testing.T) {
 	require.NoError(t, agent.play(t, a, script.Text("ld")))
 	require.Equal(t, []string{"Hello, "}, deltas(s))
 	clock.Advance(window / 2)
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == "world" })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == "world" })
 
 	// The end of the run publishes what is held without waiting for the window.
 	require.NoError(t, agent.play(t, a, script.Text("!")))
 	close(agent.steps)
-	require.Equal(t, "chat.done", s.Await(t, wstest.Frame.Terminal).Type)
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
 	require.Equal(t, []event{
 		{typ: "chat.started"},
 		{typ: "assistant.segment.started"},
@@ -181,14 +174,15 @@ func TestCoalesceMergesPiecesWithinTheWindow(t *testing.T) {
 		{typ: "chat.delta", text: "!"},
 		{typ: "assistant.segment.ended"},
 		{typ: "chat.done"},
-	}, events(s.Frames()))
+	}, events(s.Events()))
 	requireDeltasAreStored(t, st, a, s)
 
 	// Nothing is left to fire once the run is over.
 	waitTimers(t, clock, 0)
 	clock.Advance(time.Hour)
 	roundTrip(t, a)
-	require.Len(t, s.Frames(), 1+7, "the snapshot and the run's events")
+	require.Len(t, s.CatchUps(), 1, "the snapshot")
+	require.Len(t, s.Events(), 7, "the run's events")
 }
 
 func TestCoalesceFlushesAtTheSizeBound(t *testing.T) {
@@ -207,7 +201,7 @@ func TestCoalesceFlushesAtTheSizeBound(t *testing.T) {
 	require.NoError(t, agent.play(t, a, script.Text(piece("c", third))))
 	require.Equal(t, []string{piece("a", third) + piece("b", third)}, deltas(s))
 	clock.Advance(window)
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && strings.HasPrefix(*f.Text, "c") })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && strings.HasPrefix(f.Text, "c") })
 
 	// Text that reaches the bound goes out at once, a piece larger than it as it came.
 	require.NoError(t, agent.play(t, a, script.Text(piece("d", conversation.MaxCoalescedDelta-1), "e")))
@@ -221,7 +215,7 @@ func TestCoalesceFlushesAtTheSizeBound(t *testing.T) {
 	waitTimers(t, clock, 0)
 
 	close(agent.steps)
-	require.Equal(t, "chat.done", s.Await(t, wstest.Frame.Terminal).Type)
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
 	requireDeltasAreStored(t, st, a, s)
 }
 
@@ -310,8 +304,8 @@ func TestCoalescedTextGoesOutBeforeEveryOtherEvent(t *testing.T) {
 			_, a, s := startCoalescing(t, st, script.New(tc.steps...))
 			_, err := a.Send(context.Background(), conversation.SendRequest{RequestID: "r1", Content: "go"})
 			require.NoError(t, err)
-			s.Await(t, wstest.Frame.Terminal) // also fails on a seq gap
-			require.Equal(t, tc.want, events(s.Frames()))
+			s.Await(t, convtest.Terminal) // also fails on a seq gap
+			require.Equal(t, tc.want, events(s.Events()))
 			requireDeltasAreStored(t, st, a, s)
 		})
 	}
@@ -352,17 +346,17 @@ func TestCoalescedTextSurvivesTheEndOfTheRun(t *testing.T) {
 			require.Empty(t, deltas(s))
 
 			require.NoError(t, tc.end(a))
-			require.Equal(t, tc.last, s.Await(t, wstest.Frame.Terminal).Type)
+			require.EqualValues(t, tc.last, s.Await(t, convtest.Terminal).Type)
 			require.Equal(t, []event{
 				{typ: "chat.started"},
 				{typ: "assistant.segment.started"},
 				{typ: "chat.delta", text: "halfway"},
 				{typ: "assistant.segment.ended"},
 				{typ: tc.last},
-			}, events(s.Frames()))
+			}, events(s.Events()))
 			msgs := s.Messages()
 			require.Equal(t, "halfway", msgs[1].Content)
-			require.Equal(t, tc.status, msgs[1].Status)
+			require.EqualValues(t, tc.status, msgs[1].Status)
 			requireDeltasAreStored(t, st, a, s)
 
 			// The window's timer went with the run (a stopped actor has none at all).
@@ -371,7 +365,7 @@ func TestCoalescedTextSurvivesTheEndOfTheRun(t *testing.T) {
 				clock.Advance(time.Hour)
 				roundTrip(t, a)
 			}
-			require.Len(t, events(s.Frames()), 5)
+			require.Len(t, events(s.Events()), 5)
 		})
 	}
 }
@@ -390,15 +384,15 @@ func TestHelloMidWindowGetsTheHeldText(t *testing.T) {
 	require.NoError(t, agent.play(t, a, script.Text("hello ", "wor")))
 	require.Empty(t, deltas(s))
 
-	late := wstest.NewSub()
+	late := convtest.New()
 	res, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: late})
 	require.NoError(t, err)
 	require.False(t, res.Resumed)
-	snap := late.Await(t, func(f wstest.Frame) bool { return f.Type == "snapshot" })
+	snap := late.AwaitCatchUp(t, 1).Snapshot
 	require.Equal(t, "hello wor", snap.Messages[1].Content)
 	require.Equal(t, []string{"hello wor"}, deltas(s))
-	flushed := s.Frames()[len(s.Frames())-1]
-	require.Equal(t, "chat.delta", flushed.Type)
+	flushed := s.Events()[len(s.Events())-1]
+	require.EqualValues(t, "chat.delta", flushed.Type)
 	require.Equal(t, flushed.Seq, snap.LastSeq, "the snapshot is as of the delta that carried the held text")
 
 	require.NoError(t, agent.play(t, a, script.Text("ld")))
@@ -406,16 +400,16 @@ func TestHelloMidWindowGetsTheHeldText(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello wor", page.Messages[1].Content, "history has no unpublished text")
 	clock.Advance(window)
-	late.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	late.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" })
 	require.Equal(t, "hello world", late.Messages()[1].Content)
 
 	require.NoError(t, agent.play(t, a, script.Text("!")))
 	close(agent.steps)
-	s.Await(t, wstest.Frame.Terminal)
-	late.Await(t, wstest.Frame.Terminal)
+	s.Await(t, convtest.Terminal)
+	late.Await(t, convtest.Terminal)
 	require.Equal(t, []string{"hello wor", "ld", "!"}, deltas(s))
 	requireDeltasAreStored(t, st, a, s)
-	require.Empty(t, wstest.Diff(s.Messages(), late.Messages()))
+	require.Empty(t, convtest.Diff(s.Messages(), late.Messages()))
 }
 
 // A segment whose closing write fails after held text: the delta still goes out before
@@ -432,8 +426,8 @@ func TestCoalescedTextWithAFailingWrite(t *testing.T) {
 
 	st.set("MessageUpdate", failBefore, -1)
 	require.ErrorIs(t, agent.play(t, a, script.ToolStart("c1", "lookup", `{}`)), conversation.ErrRunEnded)
-	end := s.Await(t, wstest.Frame.Terminal)
-	require.Equal(t, "chat.error", end.Type)
+	end := s.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 	require.Equal(t, []event{
 		{typ: "chat.started"},
@@ -441,7 +435,7 @@ func TestCoalescedTextWithAFailingWrite(t *testing.T) {
 		{typ: "chat.delta", text: "kept anyway"},
 		{typ: "assistant.segment.ended"},
 		{typ: "chat.error"},
-	}, events(s.Frames()))
+	}, events(s.Events()))
 	require.Equal(t, "kept anyway", snapshotOf(t, a)[1].Content)
 
 	// The retry stores it: once the actor is idle (its eviction timer armed), it has.

@@ -84,6 +84,11 @@ type Config struct {
 	// Metrics counts events, catch-ups and runs; share one among all actors. nil counts
 	// into metrics nobody exposes.
 	Metrics *Metrics
+	// Evictions, when set, runs the actors' idle-eviction deadlines (IdleTimeout), and
+	// Abandonments their abandonment deadlines (AbandonAfter): background services the
+	// process starts and stops. When nil, each actor keeps a timer of its own on Clock.
+	Evictions    *Deadlines
+	Abandonments *Deadlines
 	// CoalesceDeltas, when positive, merges the text a segment streams within this long
 	// of its first piece into one chat.delta (at most MaxCoalescedDelta bytes), timed on
 	// Clock: fewer, larger frames for a little latency. Any other event of the run, the

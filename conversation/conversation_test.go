@@ -17,8 +17,8 @@ import (
 
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport/wstest"
 )
 
 func TestMain(m *testing.M) {
@@ -58,14 +58,18 @@ func startActor(t *testing.T, st conversation.Store, agent conversation.Agent) *
 	return startActorWithClock(t, st, agent, clockwork.NewFakeClock())
 }
 
-func startActorWithClock(t *testing.T, st conversation.Store, agent conversation.Agent, clock clockwork.Clock) *conversation.Actor {
+func startActorWithClock(t *testing.T, st conversation.Store, agent conversation.Agent, clock clockwork.Clock, edit ...func(*conversation.Config)) *conversation.Actor {
 	t.Helper()
-	a := conversation.Start(conversation.Config{
+	cfg := conversation.Config{
 		Store:  st,
 		Agent:  agent,
 		Clock:  clock,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-	}, uuid.New(), nil)
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	a := conversation.Start(cfg, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -87,7 +91,7 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 			script.Tool("c1", "lookup", `{"q": "x"}`, "result"),
 			script.Words(words-words/2),
 		))
-		s := wstest.NewSub()
+		s := convtest.New()
 		ctx := context.Background()
 		_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 		require.NoError(t, err)
@@ -95,8 +99,8 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 		counter.reset()
 		_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 		require.NoError(t, err)
-		end := s.Await(t, wstest.Frame.Terminal)
-		require.Equal(t, "chat.done", end.Type)
+		end := s.Await(t, convtest.Terminal)
+		require.EqualValues(t, "chat.done", end.Type)
 		stmts := counter.taken()
 
 		msgs := s.Messages()

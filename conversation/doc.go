@@ -1,15 +1,30 @@
 // Package conversation is the ConversationModel: one actor goroutine per session that owns
 // everything live about it.
 //
-// The actor serializes intents (hello, send, cancel, history, unsubscribe, and what a run
-// goroutine emits) through its inbox. It drives an Agent in a goroutine per run, writes the
-// transcript at the points of the storage rule (never per token), numbers every event with
-// a seq within the actor's epoch, keeps recent encoded events in a bounded replay ring, and
-// fans each event out to subscribers without ever blocking on one. A hello registers the
-// subscriber and queues its catch-up (a replay from the ring, or a snapshot) in one actor
-// step, so nothing is missed or sent twice.
+// The actor serializes intents (hello, send, cancel, decide, history, unsubscribe, and
+// what a run goroutine emits) through its inbox. It drives an Agent in a goroutine per
+// run, numbers every event with a seq within the actor's epoch, keeps recent events in a
+// bounded replay ring, and fans each event out to subscribers without ever blocking on
+// one. A hello registers the subscriber and queues its catch-up (a replay from the ring,
+// or a snapshot) in one actor step, so nothing is missed or sent twice.
 //
-// The package does not know the wire format: an Encoder given by the transport turns
-// events into frames, and a Subscriber is anything with a non-blocking Deliver. It does
-// not know about other sessions either; the hub starts, finds and evicts actors.
+// Files, by responsibility:
+//
+//	actor.go      the actor: its state, loop, timers, stop
+//	api.go        the methods other goroutines call (Hello, Send, Cancel, History, Stop)
+//	subscribe.go  hello, snapshot, history and publishing events to subscribers
+//	run.go        a run's life: send, begin, cancel, finish
+//	emitter.go    the run goroutine and the Emitter it gives the agent
+//	segment.go    assistant segments (text and reasoning) and their live text
+//	coalesce.go   merging deltas within a window
+//	tools.go      tool calls; approval.go: approvals, pauses and usage
+//	journal.go    every database read and write of the actor: guarded updates, retries,
+//	              the overlay of what clients were told, lost-insert settlement
+//	ring.go       the replay ring of events; event.go: events, formats, subscribers
+//	deadlines.go  the eviction and abandonment deadlines of all actors, as services
+//
+// The package does not know any wire format: a Subscriber encodes events with its own
+// Format (Event.Encode caches one encoding per format), and the journal is its only way
+// to the database (the Store interface). It does not know about other sessions either;
+// the hub starts, finds and evicts actors. convtest is a recording Subscriber for tests.
 package conversation

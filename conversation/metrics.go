@@ -18,6 +18,7 @@ type Metrics struct {
 	catchUpSnapshot prometheus.Counter
 	runsActive      map[chat.RunStatus]prometheus.Gauge
 	runDuration     map[chat.RunStatus]prometheus.Observer
+	writesRefused   map[string]prometheus.Counter // by table
 }
 
 // activeStatuses are the statuses of a run that has not ended.
@@ -28,7 +29,8 @@ var endStatuses = []chat.RunStatus{chat.RunDone, chat.RunError, chat.RunCancelle
 
 // NewMetrics returns the actors' metrics, registered with reg unless it is nil:
 // chatd_events_published_total, chatd_ring_evictions_total, chatd_catchups_total{kind},
-// chatd_runs_active{status} and chatd_run_duration_seconds{status}. Pass it to every
+// chatd_runs_active{status}, chatd_run_duration_seconds{status} and
+// chatd_writes_refused_total{table}. Pass it to every
 // actor in Config.Metrics.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	events := prometheus.NewCounter(prometheus.CounterOpts{
@@ -54,6 +56,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600},
 	}, []string{"status"})
 
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatd_writes_refused_total",
+		Help: "Updates the database refused because the row was no longer in a state they may be written from (a run that had ended, a message that was no longer streaming), or was gone, by table. Nothing was written.",
+	}, []string{"table"})
 	m := &Metrics{
 		eventsPublished: events,
 		ringEvictions:   evictions,
@@ -61,6 +67,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		catchUpSnapshot: catchUps.WithLabelValues("snapshot"),
 		runsActive:      make(map[chat.RunStatus]prometheus.Gauge, len(activeStatuses)),
 		runDuration:     make(map[chat.RunStatus]prometheus.Observer, len(endStatuses)),
+		writesRefused: map[string]prometheus.Counter{
+			"runs":     refused.WithLabelValues("runs"),
+			"messages": refused.WithLabelValues("messages"),
+		},
 	}
 	for _, s := range activeStatuses {
 		m.runsActive[s] = active.WithLabelValues(string(s))
@@ -69,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		reg.MustRegister(events, evictions, catchUps, active, duration)
+		reg.MustRegister(events, evictions, catchUps, active, duration, refused)
 	}
 	return m
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport/wstest"
 )
 
 // metered is an actor counting into a registry of its own.
@@ -115,7 +115,7 @@ func TestMetricsFollowARun(t *testing.T) {
 		script.Hang(),
 	), nil)
 	ctx := testCtx(t)
-	s := wstest.NewSub()
+	s := convtest.New()
 	hello, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
 	require.False(t, hello.Resumed)
@@ -124,19 +124,19 @@ func TestMetricsFollowARun(t *testing.T) {
 
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" })
 	require.Equal(t, map[string]float64{"running": 1, "awaiting_approval": 0, "paused": 0}, a.active(t))
 
 	require.NoError(t, gate.Pass(ctx))
-	s.Await(t, func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == "awaiting_approval" })
+	s.Await(t, func(f *conversation.Event) bool { return f.Type == "run.status" && f.Run.Status == "awaiting_approval" })
 	require.Equal(t, map[string]float64{"running": 0, "awaiting_approval": 1, "paused": 0}, a.active(t))
 
 	require.NoError(t, gate.Pass(ctx))
-	st := s.Await(t, func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == "paused" })
+	st := s.Await(t, func(f *conversation.Event) bool { return f.Type == "run.status" && f.Run.Status == "paused" })
 	require.Equal(t, map[string]float64{"running": 0, "awaiting_approval": 0, "paused": 1}, a.active(t))
 
 	// A second subscriber that saw the first events is caught up from the ring.
-	back := wstest.NewSub()
+	back := convtest.New()
 	res, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: back, Epoch: hello.Epoch, LastSeq: 2})
 	require.NoError(t, err)
 	require.True(t, res.Resumed)
@@ -146,8 +146,8 @@ func TestMetricsFollowARun(t *testing.T) {
 	a.clock.Advance(90 * time.Second)
 	_, err = a.Cancel(ctx, uuid.Nil)
 	require.NoError(t, err)
-	end := s.Await(t, wstest.Frame.Terminal)
-	require.Equal(t, "chat.cancelled", end.Type)
+	end := s.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.cancelled", end.Type)
 	require.Greater(t, end.Seq, st.Seq)
 	require.EqualValues(t, noneActive, a.active(t))
 	require.EqualValues(t, 1, a.value(t, "chatd_run_duration_seconds", "status", "cancelled"))
@@ -198,7 +198,7 @@ func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 			t.Parallel()
 			st := newFaultStore(t)
 			a := startMetered(t, st, script.New(tc.steps...), nil)
-			s := wstest.NewSub()
+			s := convtest.New()
 			_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 			require.NoError(t, err)
 			if tc.fault != "" {
@@ -208,7 +208,7 @@ func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 			require.NoError(t, err)
 			if tc.stop {
 				// The run's status as of the event awaited is counted before it is published.
-				f := s.Await(t, func(f wstest.Frame) bool {
+				f := s.Await(t, func(f *conversation.Event) bool {
 					return f.Type == "chat.delta" || f.Type == "run.status" && f.Run.Status == "awaiting_approval"
 				})
 				waiting := "running"
@@ -218,8 +218,8 @@ func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 				require.EqualValues(t, 1, a.value(t, "chatd_runs_active", "status", waiting))
 				require.NoError(t, a.Stop(ctx))
 			}
-			end := s.Await(t, wstest.Frame.Terminal)
-			require.Equal(t, tc.status, end.Run.Status, "%s", end.Raw)
+			end := s.Await(t, convtest.Terminal)
+			require.EqualValues(t, tc.status, end.Run.Status, "%+v", end.Run.Error)
 			require.EqualValues(t, noneActive, a.active(t))
 			require.EqualValues(t, 1, a.value(t, "chatd_run_duration_seconds", "status", tc.status))
 		})
@@ -234,12 +234,12 @@ func TestMetricsCountRingEvictions(t *testing.T) {
 		c.RingEvents = ringEvents
 	})
 	ctx := testCtx(t)
-	s := wstest.NewSub()
+	s := convtest.New()
 	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	end := s.Await(t, wstest.Frame.Terminal)
+	end := s.Await(t, convtest.Terminal)
 	require.EqualValues(t, end.Seq, a.value(t, "chatd_events_published_total"))
 	require.EqualValues(t, end.Seq-ringEvents, a.value(t, "chatd_ring_evictions_total"))
 }
@@ -248,11 +248,11 @@ func TestMetricsCountRingEvictions(t *testing.T) {
 func TestNilMetricsWork(t *testing.T) {
 	t.Parallel()
 	a := startActor(t, storetest.New(t), script.New(script.Text("a")))
-	s := wstest.NewSub()
+	s := convtest.New()
 	ctx := testCtx(t)
 	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	require.Equal(t, "chat.done", s.Await(t, wstest.Frame.Terminal).Type)
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
 }

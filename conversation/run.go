@@ -2,7 +2,6 @@ package conversation
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -26,9 +25,6 @@ type runState struct {
 	calls     map[string]bool          // every call id the run has used
 	approvals map[string]chan Decision // calls waiting for a decision, by call id
 
-	// lostInsert is set when an insert failed: it may have committed anyway, leaving a
-	// row the actor does not know of, which the end of the run settles.
-	lostInsert bool
 	// counted is the status the run is counted under in chatd_runs_active, "" for none.
 	counted chat.RunStatus
 }
@@ -43,56 +39,6 @@ func newRunState(info chat.Run) *runState {
 		calls:     make(map[string]bool),
 		approvals: make(map[string]chan Decision),
 	}
-}
-
-// liveMessage is a stored message whose text is still growing in memory: an open
-// segment's content, or a running tool's streamed output.
-type liveMessage struct {
-	msg chat.Message
-	buf strings.Builder
-}
-
-// view returns the message as a client should see it now.
-func (l *liveMessage) view() chat.Message {
-	m := l.msg
-	if m.Tool != nil {
-		tool := *m.Tool
-		if l.buf.Len() > 0 {
-			out := l.buf.String()
-			tool.Output = &out
-		}
-		m.Tool = &tool
-	} else {
-		m.Content = l.buf.String()
-	}
-	return m
-}
-
-// overlay replaces stored rows with what clients were told: the live view of an open
-// segment or running tool, and rows whose last update the database has not taken yet.
-func (a *Actor) overlay(msgs []chat.Message) {
-	for i := range msgs {
-		if m, ok := a.unsavedMsgs[msgs[i].ID]; ok {
-			msgs[i] = m
-		}
-		if a.run != nil {
-			if l := a.run.live(msgs[i].ID); l != nil {
-				msgs[i] = l.view()
-			}
-		}
-	}
-}
-
-func (r *runState) live(id uuid.UUID) *liveMessage {
-	if r.seg != nil && r.seg.msg.ID == id {
-		return r.seg
-	}
-	for _, t := range r.tools {
-		if t.msg.ID == id {
-			return t
-		}
-	}
-	return nil
 }
 
 func (a *Actor) isCurrent(run *runState) bool { return run != nil && a.run == run }
@@ -112,7 +58,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 			return SendResult{RunID: a.run.info.ID, Duplicate: true, Status: a.run.info.Status}, nil
 		}
 		// A retry of an older request is still a duplicate, not a second run.
-		if prev, err := a.runByRequest(req.RequestID); err == nil {
+		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
 		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
@@ -132,17 +78,9 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	user := a.newRunMessage(info, chat.RoleUser, chat.MessageComplete)
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
-	ctx, cancel := dbContext()
-	err := a.cfg.Store.RunStart(ctx, info, user)
-	cancel()
-	if err != nil && !errors.Is(err, store.ErrConflict) {
-		// The statement may have committed before its answer was lost.
-		if prev, e := a.runByRequest(req.RequestID); e == nil && prev.ID == runID {
-			err = nil
-		}
-	}
+	err := a.journal.startRun(info, user)
 	if errors.Is(err, store.ErrConflict) {
-		if prev, e := a.runByRequest(req.RequestID); e == nil {
+		if prev, e := a.journal.runByRequest(req.RequestID); e == nil {
 			if prev.Status.Active() {
 				// Stored as running, yet no agent drives it: a start whose answer was
 				// lost. Start it now.
@@ -152,11 +90,8 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		}
 	}
 	if err != nil {
-		// Whatever happened, the next message's position must be read again.
-		a.loaded = false
 		return SendResult{}, a.storageError("store the message", err)
 	}
-	a.nextPos++
 	a.begin(newRunState(info), user)
 	return SendResult{RunID: runID, Status: chat.RunRunning}, nil
 }
@@ -167,31 +102,26 @@ func (a *Actor) begin(run *runState, user chat.Message) {
 	a.run = run
 	a.countActive(run)
 	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
-	ctx, cancel := dbContext()
-	history, _, err := a.cfg.Store.MessagesBefore(ctx, a.id, user.Position, a.cfg.HistoryMessages)
-	cancel()
+	history, _, err := a.journal.messagesBefore(user.Position, a.cfg.HistoryMessages)
 	if err != nil {
 		// A model that does not know the conversation would answer something else.
 		a.failStorage(run, "read the conversation", err)
 		return
 	}
-	a.overlay(history)
 	a.startAgent(run, Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content, History: history})
 }
 
 // adopt starts a run that is stored as running but that no agent drives: its RunStart
 // committed although the actor was told it failed, and the client has now retried.
 func (a *Actor) adopt(prev chat.Run) (SendResult, error) {
-	ctx, cancel := dbContext()
-	msgs, err := a.cfg.Store.MessagesByRun(ctx, prev.ID)
-	cancel()
+	msgs, err := a.journal.messagesByRun(prev.ID)
 	if err != nil {
 		return SendResult{}, a.storageError("read the run", err)
 	}
 	if len(msgs) == 0 || msgs[0].Role != chat.RoleUser {
 		return SendResult{}, errorf(CodeInternal, "run %s has no user message", prev.ID)
 	}
-	a.loaded = false // positions moved under the actor
+	a.journal.reload() // positions moved under the actor
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
@@ -219,17 +149,6 @@ func validateSend(req SendRequest, maxContent int) error {
 	return nil
 }
 
-func (a *Actor) runByRequest(requestID string) (chat.Run, error) {
-	for _, r := range a.unsavedRuns {
-		if r.RequestID == requestID {
-			return r, nil
-		}
-	}
-	ctx, cancel := dbContext()
-	defer cancel()
-	return a.cfg.Store.RunByRequest(ctx, a.id, requestID)
-}
-
 func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {
 	run := a.run
 	if run == nil {
@@ -240,335 +159,6 @@ func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {
 	}
 	a.finish(run, chat.RunCancelled, nil, chat.CancelUser)
 	return CancelResult{RunID: run.info.ID, Status: chat.RunCancelled}, nil
-}
-
-// startAgent runs the agent in its own goroutine; what it emits comes back as intents.
-func (a *Actor) startAgent(run *runState, req Request) {
-	a.runs.Add(1)
-	go func() {
-		defer a.runs.Done()
-		err := a.callAgent(run, req)
-		select {
-		case a.inbox <- &runEndIntent{run, err}:
-		case <-a.done:
-		}
-	}()
-}
-
-func (a *Actor) callAgent(run *runState, req Request) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			a.logger().Error().Str("run_id", run.info.ID.String()).Interface("panic", p).Msg("agent panicked")
-			err = errorf(CodeInternal, "the agent crashed")
-		}
-	}()
-	return a.cfg.Agent.Run(run.ctx, req, &emitter{a: a, run: run})
-}
-
-type (
-	textIntent struct {
-		run  *runState
-		text string
-	}
-	toolStartIntent struct {
-		run   *runState
-		call  ToolCall
-		reply chan error
-	}
-	toolOutputIntent struct {
-		run          *runState
-		callID, text string
-	}
-	toolEndIntent struct {
-		run    *runState
-		callID string
-		result ToolResult
-		reply  chan error
-	}
-	runEndIntent struct {
-		run *runState
-		err error
-	}
-	reasoningIntent struct {
-		run          *runState
-		text         string
-		providerData json.RawMessage
-		end          bool
-	}
-)
-
-// emitter is the Emitter of one run: it turns calls into intents for the actor.
-type emitter struct {
-	a   *Actor
-	run *runState
-}
-
-func (e *emitter) Text(delta string) error {
-	if delta == "" {
-		return nil
-	}
-	return e.post(&textIntent{e.run, delta})
-}
-
-func (e *emitter) Reasoning(delta string) error {
-	if delta == "" {
-		return nil
-	}
-	return e.post(&reasoningIntent{e.run, delta, nil, false})
-}
-
-func (e *emitter) EndReasoning(providerData json.RawMessage) error {
-	return e.post(&reasoningIntent{e.run, "", providerData, true})
-}
-
-func (e *emitter) ToolStart(call ToolCall) error {
-	reply := make(chan error, 1)
-	return e.call(&toolStartIntent{e.run, call, reply}, reply)
-}
-
-func (e *emitter) ToolOutput(callID, text string) error {
-	if text == "" {
-		return nil
-	}
-	return e.post(&toolOutputIntent{e.run, callID, text})
-}
-
-func (e *emitter) ToolEnd(callID string, result ToolResult) error {
-	reply := make(chan error, 1)
-	return e.call(&toolEndIntent{e.run, callID, result, reply}, reply)
-}
-
-func (e *emitter) AwaitApproval(call ToolCall) (<-chan Decision, error) {
-	reply := make(chan result[<-chan Decision], 1)
-	if err := e.post(&approvalIntent{e.run, call, reply}); err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-reply:
-		return r.val, r.err
-	case <-e.run.ctx.Done():
-		return nil, ErrRunEnded
-	case <-e.a.done:
-		return nil, ErrStopped
-	}
-}
-
-func (e *emitter) Paused() error {
-	reply := make(chan error, 1)
-	return e.call(&pausedIntent{e.run, false, reply}, reply)
-}
-
-func (e *emitter) Resumed() error {
-	reply := make(chan error, 1)
-	return e.call(&pausedIntent{e.run, true, reply}, reply)
-}
-
-func (e *emitter) Usage(u Usage) error {
-	return e.post(&usageIntent{e.run, u})
-}
-
-func (e *emitter) post(it intent) error {
-	if e.run.ctx.Err() != nil {
-		return ErrRunEnded
-	}
-	select {
-	case e.a.inbox <- it:
-		return nil
-	case <-e.run.ctx.Done():
-		return ErrRunEnded
-	case <-e.a.done:
-		return ErrStopped
-	}
-}
-
-func (e *emitter) call(it intent, reply chan error) error {
-	if err := e.post(it); err != nil {
-		return err
-	}
-	select {
-	case err := <-reply:
-		return err
-	case <-e.run.ctx.Done():
-		return ErrRunEnded
-	case <-e.a.done:
-		return ErrStopped
-	}
-}
-
-func (a *Actor) onText(run *runState, text string) {
-	if !a.isCurrent(run) {
-		return
-	}
-	if !a.openSegment(run, chat.KindText) {
-		return
-	}
-	a.appendDelta(run, chat.CleanText(text))
-}
-
-func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
-	if !a.isCurrent(run) {
-		return
-	}
-	if it.text != "" || (it.end && (run.seg == nil || run.seg.msg.Kind != chat.KindReasoning)) {
-		if !a.openSegment(run, chat.KindReasoning) {
-			return
-		}
-	}
-	if it.text != "" {
-		a.appendDelta(run, chat.CleanText(it.text))
-	}
-	if it.end {
-		if len(it.providerData) > 0 && json.Valid(it.providerData) {
-			run.seg.msg.ProviderData = it.providerData
-		}
-		if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
-			a.failStorage(run, "store the reasoning", err)
-		}
-	}
-}
-
-// openSegment makes sure an assistant segment of kind is open: another kind's segment is
-// closed first (a boundary, like a tool call). It reports false when the run failed.
-func (a *Actor) openSegment(run *runState, kind chat.MessageKind) bool {
-	if run.seg != nil && run.seg.msg.Kind == kind {
-		return true
-	}
-	if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
-		a.failStorage(run, "store the reply", err)
-		return false
-	}
-	seg := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleAssistant, chat.MessageStreaming)}
-	seg.msg.Kind = kind
-	if err := a.insert(run, seg.msg); err != nil {
-		a.failStorage(run, "store the reply", err)
-		return false
-	}
-	run.seg = seg
-	m := seg.msg
-	a.publish(a.runEvent(run, Event{Type: EventSegmentStarted, Message: &m}))
-	return true
-}
-
-func (a *Actor) onToolStart(run *runState, call ToolCall) error {
-	_, err := a.startTool(run, call, chat.ToolRunning)
-	return err
-}
-
-// startTool validates and stores a new tool call with the given tool status, closing the
-// open segment first, and publishes tool.start.
-func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) (*liveMessage, error) {
-	if !a.isCurrent(run) {
-		return nil, ErrRunEnded
-	}
-	switch {
-	case !chat.ValidToolCallID(call.ID):
-		return nil, errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
-	case run.calls[call.ID]:
-		return nil, errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
-	case !chat.ValidToolName(call.Name):
-		return nil, errorf(CodeBadRequest, "tool call %q: a tool name is 1 to %d letters, digits, _ or -", call.ID, chat.MaxToolNameLen)
-	}
-	input := call.Input
-	if len(input) == 0 {
-		input = json.RawMessage("{}")
-	}
-	if err := chat.CheckToolInput(input); err != nil {
-		return nil, errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
-	}
-	if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
-		a.failStorage(run, "store the reply", err)
-		return nil, ErrRunEnded
-	}
-	tool := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleTool, chat.MessageStreaming)}
-	tool.msg.Tool = &chat.ToolCall{
-		CallID: call.ID,
-		Name:   chat.CleanText(call.Name),
-		Input:  input,
-		Status: status,
-	}
-	if err := a.insert(run, tool.msg); err != nil {
-		a.failStorage(run, "store the tool call", err)
-		return nil, ErrRunEnded
-	}
-	run.calls[call.ID] = true
-	run.tools[call.ID] = tool
-	m := tool.view()
-	a.publish(a.runEvent(run, Event{Type: EventToolStart, Message: &m}))
-	return tool, nil
-}
-
-func (a *Actor) onToolOutput(run *runState, callID, text string) {
-	if !a.isCurrent(run) {
-		return
-	}
-	tool := run.tools[callID]
-	if tool == nil {
-		a.logger().Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
-		return
-	}
-	text = chat.CleanText(text)
-	tool.buf.WriteString(text)
-	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
-}
-
-func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
-	if !a.isCurrent(run) {
-		return ErrRunEnded
-	}
-	tool := run.tools[callID]
-	if tool == nil {
-		return errorf(CodeNotFound, "tool call %q is not running", callID)
-	}
-	output := chat.CleanText(res.Output)
-	if output == "" {
-		output = tool.buf.String()
-	}
-	status, msgErr := chat.ToolOK, (*chat.ErrorInfo)(nil)
-	if res.Err != nil {
-		status = chat.ToolError
-		msgErr = &chat.ErrorInfo{Code: "tool_error", Message: chat.CleanText(res.Err.Error())}
-		if output == "" {
-			output = msgErr.Message
-		}
-	}
-	if err := a.endTool(run, tool, chat.MessageComplete, status, output, msgErr); err != nil {
-		a.failStorage(run, "store the tool result", err)
-		return ErrRunEnded
-	}
-	return nil
-}
-
-// endTool stores a tool call's end and publishes tool.end.
-func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus chat.MessageStatus, status chat.ToolStatus, output string, msgErr *chat.ErrorInfo) error {
-	delete(run.tools, tool.msg.Tool.CallID)
-	m := tool.msg
-	t := *m.Tool
-	t.Output = &output
-	t.Status = status
-	m.Tool = &t
-	m.Status = msgStatus
-	m.Error = msgErr
-	m.UpdatedAt = a.now()
-	err := a.update(m)
-	a.publish(a.runEvent(run, Event{Type: EventToolEnd, Message: &m}))
-	return err
-}
-
-// closeSegment writes the open segment's content, once, and publishes its end.
-func (a *Actor) closeSegment(run *runState, status chat.MessageStatus, msgErr *chat.ErrorInfo) error {
-	seg := run.seg
-	if seg == nil {
-		return nil
-	}
-	a.flushDelta() // the stored content is every delta's text, held text included
-	run.seg = nil
-	m := seg.view()
-	m.Status = status
-	m.Error = msgErr
-	m.UpdatedAt = a.now()
-	err := a.update(m)
-	a.publish(a.runEvent(run, Event{Type: EventSegmentEnded, MessageID: m.ID, Status: status, Error: msgErr}))
-	return err
 }
 
 func (a *Actor) onRunEnd(run *runState, err error) {
@@ -636,12 +226,7 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 	}
 
 	now := a.now()
-	if run.lostInsert {
-		ctx, cancel := dbContext()
-		_, err := a.cfg.Store.MessagesSettleRun(ctx, run.info.ID, msgStatus, now)
-		cancel()
-		errs = append(errs, err)
-	}
+	errs = append(errs, a.journal.settle(run.info.ID, msgStatus, now))
 	run.info.Status = status
 	run.info.Error = info
 	run.info.EndedAt = &now
@@ -652,7 +237,7 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 	if d := a.cfg.Metrics.runDuration[status]; d != nil {
 		d.Observe(now.Sub(run.info.StartedAt).Seconds())
 	}
-	errs = append(errs, a.updateRun(run.info))
+	errs = append(errs, a.journal.updateRun(run.info))
 	if err := errors.Join(errs...); err != nil {
 		// The terminal event still goes out: the writes that failed are kept, shown in
 		// snapshots and retried, and a spinner that never stops is worse.
@@ -689,52 +274,11 @@ func (a *Actor) newRunMessage(run chat.Run, role chat.Role, status chat.MessageS
 		SessionID: a.id,
 		RunID:     &run.ID,
 		RequestID: run.RequestID,
-		Position:  a.nextPos,
+		Position:  a.journal.position(),
 		Role:      role,
 		Kind:      chat.KindText,
 		Status:    status,
 		CreatedAt: now,
 		UpdatedAt: now,
 	}
-}
-
-// insert stores a new message of run. A failure may still have committed, so the next
-// position is read again and the end of the run settles rows it did not track.
-func (a *Actor) insert(run *runState, m chat.Message) error {
-	ctx, cancel := dbContext()
-	defer cancel()
-	if err := a.cfg.Store.MessageInsert(ctx, m); err != nil {
-		a.loaded = false
-		run.lostInsert = true
-		return err
-	}
-	a.nextPos++
-	return nil
-}
-
-// update stores a message's new state. When the database fails, the state is kept and
-// retried: clients have been (or are about to be) told of it.
-func (a *Actor) update(m chat.Message) error {
-	ctx, cancel := dbContext()
-	defer cancel()
-	if err := a.cfg.Store.MessageUpdate(ctx, m, chat.MessageStreaming); err != nil {
-		a.unsavedMsgs[m.ID] = m
-		a.scheduleRetry()
-		return err
-	}
-	delete(a.unsavedMsgs, m.ID)
-	return nil
-}
-
-// updateRun is update for runs.
-func (a *Actor) updateRun(r chat.Run) error {
-	ctx, cancel := dbContext()
-	defer cancel()
-	if err := a.cfg.Store.RunUpdate(ctx, r, chat.ActiveRunStatuses()...); err != nil {
-		a.unsavedRuns[r.ID] = r
-		a.scheduleRetry()
-		return err
-	}
-	delete(a.unsavedRuns, r.ID)
-	return nil
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport/wstest"
 )
 
 var errInjected = errors.New("injected database failure")
@@ -106,36 +106,34 @@ func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requ
 
 // faultSetup starts an actor on a fault-injecting store with one subscriber. A nil clock
 // means a fake clock nobody advances.
-func faultSetup(t *testing.T, agent conversation.Agent, clock *clockwork.FakeClock) (*faultStore, *conversation.Actor, *wstest.Sub) {
+func faultSetup(t *testing.T, agent conversation.Agent, clock *clockwork.FakeClock) (*faultStore, *conversation.Actor, *convtest.Recorder) {
 	t.Helper()
 	st := newFaultStore(t)
 	if clock == nil {
 		clock = clockwork.NewFakeClock()
 	}
 	a := startActorWithClock(t, st, agent, clock)
-	live := wstest.NewSub()
+	live := convtest.New()
 	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: live})
 	require.NoError(t, err)
 	return st, a, live
 }
 
 // stored returns a session's messages as the database has them, in wire form.
-func stored(t *testing.T, st *store.Store, sessionID uuid.UUID) []wstest.Message {
+func stored(t *testing.T, st *store.Store, sessionID uuid.UUID) []chat.Message {
 	t.Helper()
 	msgs, _, err := st.MessagesBefore(context.Background(), sessionID, 0, 1000)
 	require.NoError(t, err)
-	out, err := wstest.FromStore(msgs)
-	require.NoError(t, err)
-	return out
+	return msgs
 }
 
 // snapshotOf subscribes a new subscriber and returns the messages of its snapshot.
-func snapshotOf(t *testing.T, a *conversation.Actor) []wstest.Message {
+func snapshotOf(t *testing.T, a *conversation.Actor) []chat.Message {
 	t.Helper()
-	s := wstest.NewSub()
+	s := convtest.New()
 	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
 	require.NoError(t, err)
-	f := s.Await(t, func(f wstest.Frame) bool { return f.Type == "snapshot" })
+	f := s.AwaitCatchUp(t, 1).Snapshot
 	a.Unsubscribe(context.Background(), s)
 	return f.Messages
 }
@@ -157,24 +155,24 @@ func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 	ctx := context.Background()
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	live.Await(t, func(f wstest.Frame) bool { return f.Type == "chat.delta" && *f.Text == " world" })
+	live.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == " world" })
 
 	st.set("MessageUpdate", failBefore, -1)
 	require.NoError(t, gate.Pass(testCtx(t)))
-	end := live.Await(t, wstest.Frame.Terminal)
-	require.Equal(t, "chat.error", end.Type)
+	end := live.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 
 	// The live subscriber saw the segment complete; the database still has it open.
 	view := live.Messages()
 	require.Equal(t, "hello world", view[1].Content)
-	require.Equal(t, "complete", view[1].Status)
+	require.EqualValues(t, "complete", view[1].Status)
 	db := stored(t, st.Store, a.SessionID())
 	require.Equal(t, "", db[1].Content)
-	require.Equal(t, "streaming", db[1].Status)
+	require.EqualValues(t, "streaming", db[1].Status)
 
 	// A new tab sees what the live one sees.
-	require.Empty(t, wstest.Diff(view, snapshotOf(t, a)))
+	require.Empty(t, convtest.Diff(view, snapshotOf(t, a)))
 
 	// With nobody watching, the only timer is the retry: an actor with unsaved writes is
 	// not idle, so it is not evicted (which would lose them).
@@ -185,13 +183,13 @@ func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 	waitTimers(t, clock, 1) // the failed retry re-armed itself
 	st.clear()
 	clock.Advance(time.Second) // not yet: the second retry waits 2s
-	require.Equal(t, "streaming", stored(t, st.Store, a.SessionID())[1].Status)
+	require.EqualValues(t, "streaming", stored(t, st.Store, a.SessionID())[1].Status)
 	clock.Advance(time.Second)
 	// The write succeeds; with nothing left to store the actor turns idle and arms its
 	// eviction timer, so once that timer exists the database must hold the segment.
 	waitTimers(t, clock, 1)
-	require.Empty(t, wstest.Diff(view, stored(t, st.Store, a.SessionID())))
-	require.Empty(t, wstest.Diff(view, snapshotOf(t, a)))
+	require.Empty(t, convtest.Diff(view, stored(t, st.Store, a.SessionID())))
+	require.Empty(t, convtest.Diff(view, snapshotOf(t, a)))
 }
 
 // A run whose final write fails is over for its clients at once; its stored status
@@ -205,7 +203,7 @@ func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 	st.set("RunUpdate", failBefore, -1)
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	require.Equal(t, "chat.done", live.Await(t, wstest.Frame.Terminal).Type)
+	require.EqualValues(t, "chat.done", live.Await(t, convtest.Terminal).Type)
 
 	run, err := st.Store.RunByRequest(ctx, a.SessionID(), "r1")
 	require.NoError(t, err)
@@ -236,18 +234,18 @@ func TestLostInsertIsSettled(t *testing.T) {
 	st.set("MessageInsert", failAfter, 1)
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	end := live.Await(t, wstest.Frame.Terminal)
-	require.Equal(t, "chat.error", end.Type)
+	end := live.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 
 	db := stored(t, st.Store, a.SessionID())
 	require.Len(t, db, 2, "the user message and the row whose insert 'failed'")
-	require.Equal(t, "error", db[1].Status)
+	require.EqualValues(t, "error", db[1].Status)
 
 	// The next run takes the position after the stray row instead of colliding with it.
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "again"})
 	require.NoError(t, err)
-	require.Equal(t, "chat.done", live.Await(t, func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r2" }).Type)
+	require.EqualValues(t, "chat.done", live.Await(t, func(f *conversation.Event) bool { return f.Terminal() && f.RequestID == "r2" }).Type)
 }
 
 // A RunStart whose answer was lost after it committed: the actor finds the run stored
@@ -261,8 +259,8 @@ func TestRunStartCommittedDespiteError(t *testing.T) {
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
-	require.Equal(t, "chat.done", live.Await(t, wstest.Frame.Terminal).Type)
-	require.Empty(t, wstest.Diff(stored(t, st.Store, a.SessionID()), live.Messages()))
+	require.EqualValues(t, "chat.done", live.Await(t, convtest.Terminal).Type)
+	require.Empty(t, convtest.Diff(stored(t, st.Store, a.SessionID()), live.Messages()))
 }
 
 // When even the check fails, the client is told storage failed; its retry of the same
@@ -283,13 +281,13 @@ func TestRunStartLostThenRetried(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Duplicate)
 	require.Equal(t, chat.RunRunning, res.Status)
-	end := live.Await(t, wstest.Frame.Terminal)
-	require.Equal(t, "chat.done", end.Type)
-	require.Equal(t, res.RunID.String(), end.RunID)
+	end := live.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.done", end.Type)
+	require.Equal(t, res.RunID, end.RunID)
 
 	msgs := live.Messages()
 	require.Len(t, msgs, 2)
 	require.Equal(t, "go", msgs[0].Content)
 	require.Equal(t, "adopted", msgs[1].Content)
-	require.Empty(t, wstest.Diff(stored(t, st.Store, a.SessionID()), msgs))
+	require.Empty(t, convtest.Diff(stored(t, st.Store, a.SessionID()), msgs))
 }

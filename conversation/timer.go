@@ -2,8 +2,6 @@ package conversation
 
 import (
 	"time"
-
-	"github.com/jonboulle/clockwork"
 )
 
 type timerKind int
@@ -27,8 +25,14 @@ type timerFire struct {
 type actorTimer struct {
 	kind  timerKind
 	gen   uint64
-	timer clockwork.Timer
+	timer stopper
+	// timers, when set, runs the timer (a Deadlines service shared by every actor);
+	// otherwise it is a timer of the actor's clock.
+	timers *Deadlines
 }
+
+// stopper is a running timer.
+type stopper interface{ Stop() bool }
 
 // arm starts t unless it is already running.
 func (a *Actor) arm(t *actorTimer, d time.Duration) {
@@ -37,12 +41,17 @@ func (a *Actor) arm(t *actorTimer, d time.Duration) {
 	}
 	t.gen++
 	f := timerFire{t.kind, t.gen}
-	t.timer = a.cfg.Clock.AfterFunc(d, func() {
+	wake := func() {
 		select {
 		case a.timerC <- f:
 		case <-a.done:
 		}
-	})
+	}
+	if t.timers != nil {
+		t.timer = t.timers.AfterFunc(d, wake)
+	} else {
+		t.timer = a.cfg.Clock.AfterFunc(d, wake)
+	}
 }
 
 // disarm stops t; a fire already on its way is now stale.

@@ -48,18 +48,25 @@ func newEnv(t *testing.T, agent conversation.Agent, edit ...func(*conversation.C
 	st := storetest.New(t)
 	clock := clockwork.NewFakeClock()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	// Eviction and abandonment run as the services chatd starts, on the fake clock.
+	evictions := conversation.NewDeadlines("eviction", clock)
+	abandonments := conversation.NewDeadlines("abandonment", clock)
 	cfg := conversation.Config{
-		Store:       st,
-		Agent:       agent,
-		Clock:       clock,
-		Logger:      log,
-		IdleTimeout: idleTimeout,
+		Store:        st,
+		Agent:        agent,
+		Clock:        clock,
+		Logger:       log,
+		IdleTimeout:  idleTimeout,
+		Evictions:    evictions,
+		Abandonments: abandonments,
 	}
 	for _, e := range edit {
 		e(&cfg)
 	}
 	h, err := hub.New(cfg, log)
 	require.NoError(t, err)
+	require.NoError(t, evictions.Start(t.Context()))
+	require.NoError(t, abandonments.Start(t.Context()))
 	// Registered after storetest's cleanups, so it runs before the database goes away.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -67,6 +74,8 @@ func newEnv(t *testing.T, agent conversation.Agent, edit ...func(*conversation.C
 		if err := h.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
+		require.NoError(t, abandonments.Stop(ctx))
+		require.NoError(t, evictions.Stop(ctx))
 	})
 	return &env{st: st, clock: clock, hub: h}
 }

@@ -1,0 +1,166 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/google/uuid"
+)
+
+// HelloRequest subscribes Subscriber to the session.
+type HelloRequest struct {
+	// Owner is the authenticated user; the session is created for them when new.
+	Owner string
+	// Epoch and LastSeq are where the subscriber's state is, if it has any; a matching
+	// epoch with a gap still in the ring is answered with a replay.
+	Epoch   string
+	LastSeq int64
+	// Subscriber receives the catch-up frames and then every live event.
+	Subscriber Subscriber
+	// RequestID, when the hello carried one, is echoed on the catch-up frame.
+	RequestID string
+}
+
+// HelloResult says how a subscriber was caught up.
+type HelloResult struct {
+	Epoch string
+	// Resumed is true for a replay from the ring, false for a snapshot.
+	Resumed bool
+	// LastSeq is the seq the subscriber is at once its catch-up frames are applied.
+	LastSeq int64
+	// Replayed counts the events a replay sent.
+	Replayed int
+}
+
+// Hello registers req.Subscriber and queues its catch-up frames (resumed + the missing
+// events, or a snapshot) in one actor step, so it misses no event and gets none twice.
+// It creates the session when it does not exist, and returns ErrNotYours when it belongs
+// to someone else, *Error with CodeStorage when the database fails, or ErrStopped.
+func (a *Actor) Hello(ctx context.Context, req HelloRequest) (HelloResult, error) {
+	return call(ctx, a, func(r chan result[HelloResult]) intent { return &helloIntent{req, r} })
+}
+
+// SendRequest starts a run with a user message.
+type SendRequest struct {
+	RequestID string
+	Content   string
+}
+
+// SendResult describes the run a send started, or found when it repeated a requestId.
+type SendResult struct {
+	RunID     uuid.UUID
+	Duplicate bool
+	Status    chat.RunStatus
+}
+
+// Send starts a run for the user message, stored before chat.started is published. A
+// requestId the session has seen returns that run with Duplicate set and stores nothing.
+// Errors are *Error: CodeBadRequest or CodeTooLarge for bad input, CodeRunActive when
+// another run is active, CodeStorage when the database fails.
+func (a *Actor) Send(ctx context.Context, req SendRequest) (SendResult, error) {
+	return call(ctx, a, func(r chan result[SendResult]) intent { return &sendIntent{req, r} })
+}
+
+// CancelResult names the run a cancel ended.
+type CancelResult struct {
+	RunID  uuid.UUID
+	Status chat.RunStatus
+}
+
+// Cancel ends the active run as cancelled, or only run runID when it is not uuid.Nil. The
+// open segment keeps its text with status cancelled. It returns *Error with CodeNoRun
+// when there is no such active run.
+func (a *Actor) Cancel(ctx context.Context, runID uuid.UUID) (CancelResult, error) {
+	return call(ctx, a, func(r chan result[CancelResult]) intent { return &cancelIntent{runID, r} })
+}
+
+// HistoryPage is a page of older messages.
+type HistoryPage struct {
+	Messages []chat.Message // ascending position
+	HasMore  bool
+}
+
+// History returns up to limit messages before position before (0 for the newest),
+// including live text of a segment that is still streaming. It returns *Error with
+// CodeBadRequest for a limit outside 1..MaxHistoryLimit.
+func (a *Actor) History(ctx context.Context, before int64, limit int) (HistoryPage, error) {
+	return call(ctx, a, func(r chan result[HistoryPage]) intent { return &historyIntent{before, limit, r} })
+}
+
+// Unsubscribe removes sub; it is a no-op when sub is not subscribed or the actor stopped.
+func (a *Actor) Unsubscribe(ctx context.Context, sub Subscriber) {
+	select {
+	case a.inbox <- &unsubscribeIntent{sub}:
+	case <-a.done:
+	case <-ctx.Done():
+	}
+}
+
+// Stop ends the actor for a server shutdown: the active run is stored and ended as
+// interrupted, subscribers are dropped with DropShutdown, and the actor stops taking
+// intents. Use Wait to wait for the run goroutine.
+func (a *Actor) Stop(ctx context.Context) error {
+	_, err := call(ctx, a, func(r chan result[struct{}]) intent { return &stopIntent{r} })
+	if errors.Is(err, ErrStopped) {
+		return nil
+	}
+	return err
+}
+
+type intent any
+
+type result[T any] struct {
+	val T
+	err error
+}
+
+type (
+	helloIntent struct {
+		req   HelloRequest
+		reply chan result[HelloResult]
+	}
+	sendIntent struct {
+		req   SendRequest
+		reply chan result[SendResult]
+	}
+	cancelIntent struct {
+		runID uuid.UUID
+		reply chan result[CancelResult]
+	}
+	historyIntent struct {
+		before int64
+		limit  int
+		reply  chan result[HistoryPage]
+	}
+	unsubscribeIntent struct{ sub Subscriber }
+	stopIntent        struct{ reply chan result[struct{}] }
+)
+
+// call sends an intent built around a reply channel and waits for the answer. The reply
+// channel has room for the answer, so the actor never blocks on a caller that gave up.
+func call[T any](ctx context.Context, a *Actor, build func(chan result[T]) intent) (T, error) {
+	var zero T
+	reply := make(chan result[T], 1)
+	select {
+	case a.inbox <- build(reply):
+	case <-a.done:
+		return zero, ErrStopped
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.val, r.err
+	case <-a.done:
+		// The actor answers before it stops, so an answer may be waiting.
+		select {
+		case r := <-reply:
+			return r.val, r.err
+		default:
+			return zero, ErrStopped
+		}
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}

@@ -1,0 +1,90 @@
+package conversation
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+// fired collects which deadlines fired, in order.
+type fired chan string
+
+func (f fired) at(name string) func() { return func() { f <- name } }
+
+func (f fired) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case n := <-f:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no deadline fired")
+		return ""
+	}
+}
+
+func (f fired) none(t *testing.T) {
+	t.Helper()
+	select {
+	case n := <-f:
+		t.Fatalf("deadline %s fired", n)
+	default:
+	}
+}
+
+// Many deadlines share one clock timer, each fires exactly when it is due, and a
+// disarmed one never fires.
+func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	d := NewDeadlines("test", clock)
+	require.NoError(t, d.Start(t.Context()))
+	defer func() { require.NoError(t, d.Stop(context.Background())) }()
+	f := make(fired, 10)
+
+	d.AfterFunc(3*time.Second, f.at("c"))
+	d.AfterFunc(time.Second, f.at("a"))
+	b := d.AfterFunc(2*time.Second, f.at("b"))
+	d.AfterFunc(2*time.Second, f.at("b2"))
+	require.Equal(t, 4, d.Len())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "one timer for all")
+
+	require.True(t, b.Stop())
+	require.False(t, b.Stop(), "stopped once")
+	clock.Advance(time.Second - time.Nanosecond)
+	f.none(t)
+	clock.Advance(time.Nanosecond)
+	require.Equal(t, "a", f.next(t))
+	clock.Advance(time.Second)
+	require.Equal(t, "b2", f.next(t))
+	f.none(t)
+	clock.Advance(time.Second)
+	require.Equal(t, "c", f.next(t))
+	require.Zero(t, d.Len())
+}
+
+// Deadlines armed before Start fire after it; after Stop nothing fires, and arming is
+// harmless.
+func TestDeadlinesLifecycle(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	d := NewDeadlines("test", clock)
+	f := make(fired, 10)
+	d.AfterFunc(time.Second, f.at("early"))
+	clock.Advance(time.Hour)
+	f.none(t)
+
+	require.NoError(t, d.Start(t.Context()))
+	require.Equal(t, "early", f.next(t), "overdue when started: fires at once")
+
+	d.AfterFunc(time.Second, f.at("dropped"))
+	require.NoError(t, d.Stop(t.Context()))
+	clock.Advance(time.Hour)
+	f.none(t)
+	require.False(t, d.AfterFunc(time.Second, f.at("late")).Stop())
+	clock.Advance(time.Hour)
+	f.none(t)
+	require.Error(t, d.Start(t.Context()), "no restart after Stop")
+}

@@ -1,0 +1,156 @@
+package conversation
+
+import "encoding/json"
+
+// startAgent runs the agent in its own goroutine; what it emits comes back as intents.
+func (a *Actor) startAgent(run *runState, req Request) {
+	a.runs.Add(1)
+	go func() {
+		defer a.runs.Done()
+		err := a.callAgent(run, req)
+		select {
+		case a.inbox <- &runEndIntent{run, err}:
+		case <-a.done:
+		}
+	}()
+}
+
+func (a *Actor) callAgent(run *runState, req Request) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.logger().Error().Str("run_id", run.info.ID.String()).Interface("panic", p).Msg("agent panicked")
+			err = errorf(CodeInternal, "the agent crashed")
+		}
+	}()
+	return a.cfg.Agent.Run(run.ctx, req, &emitter{a: a, run: run})
+}
+
+type (
+	textIntent struct {
+		run  *runState
+		text string
+	}
+	toolStartIntent struct {
+		run   *runState
+		call  ToolCall
+		reply chan error
+	}
+	toolOutputIntent struct {
+		run          *runState
+		callID, text string
+	}
+	toolEndIntent struct {
+		run    *runState
+		callID string
+		result ToolResult
+		reply  chan error
+	}
+	runEndIntent struct {
+		run *runState
+		err error
+	}
+	reasoningIntent struct {
+		run          *runState
+		text         string
+		providerData json.RawMessage
+		end          bool
+	}
+)
+
+// emitter is the Emitter of one run: it turns calls into intents for the actor.
+type emitter struct {
+	a   *Actor
+	run *runState
+}
+
+func (e *emitter) Text(delta string) error {
+	if delta == "" {
+		return nil
+	}
+	return e.post(&textIntent{e.run, delta})
+}
+
+func (e *emitter) Reasoning(delta string) error {
+	if delta == "" {
+		return nil
+	}
+	return e.post(&reasoningIntent{e.run, delta, nil, false})
+}
+
+func (e *emitter) EndReasoning(providerData json.RawMessage) error {
+	return e.post(&reasoningIntent{e.run, "", providerData, true})
+}
+
+func (e *emitter) ToolStart(call ToolCall) error {
+	reply := make(chan error, 1)
+	return e.call(&toolStartIntent{e.run, call, reply}, reply)
+}
+
+func (e *emitter) ToolOutput(callID, text string) error {
+	if text == "" {
+		return nil
+	}
+	return e.post(&toolOutputIntent{e.run, callID, text})
+}
+
+func (e *emitter) ToolEnd(callID string, result ToolResult) error {
+	reply := make(chan error, 1)
+	return e.call(&toolEndIntent{e.run, callID, result, reply}, reply)
+}
+
+func (e *emitter) AwaitApproval(call ToolCall) (<-chan Decision, error) {
+	reply := make(chan result[<-chan Decision], 1)
+	if err := e.post(&approvalIntent{e.run, call, reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-reply:
+		return r.val, r.err
+	case <-e.run.ctx.Done():
+		return nil, ErrRunEnded
+	case <-e.a.done:
+		return nil, ErrStopped
+	}
+}
+
+func (e *emitter) Paused() error {
+	reply := make(chan error, 1)
+	return e.call(&pausedIntent{e.run, false, reply}, reply)
+}
+
+func (e *emitter) Resumed() error {
+	reply := make(chan error, 1)
+	return e.call(&pausedIntent{e.run, true, reply}, reply)
+}
+
+func (e *emitter) Usage(u Usage) error {
+	return e.post(&usageIntent{e.run, u})
+}
+
+func (e *emitter) post(it intent) error {
+	if e.run.ctx.Err() != nil {
+		return ErrRunEnded
+	}
+	select {
+	case e.a.inbox <- it:
+		return nil
+	case <-e.run.ctx.Done():
+		return ErrRunEnded
+	case <-e.a.done:
+		return ErrStopped
+	}
+}
+
+func (e *emitter) call(it intent, reply chan error) error {
+	if err := e.post(it); err != nil {
+		return err
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-e.run.ctx.Done():
+		return ErrRunEnded
+	case <-e.a.done:
+		return ErrStopped
+	}
+}

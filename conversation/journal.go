@@ -1,0 +1,338 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store"
+)
+
+// storeTimeout bounds each database call the journal makes, so a hung database cannot
+// freeze a session forever.
+const storeTimeout = 10 * time.Second
+
+// A write that failed is retried after retryMin, doubling up to retryMax.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
+
+// journal is the only way an actor reaches the database: every read and write of its
+// session goes through it, in the actor's order. It owns what persistence needs beyond a
+// statement:
+//
+//   - message positions: the next one, read again when an insert's outcome is unknown;
+//   - guarded updates: a run is written only while it is active, a message only while it
+//     is streaming, so a late write cannot rewrite what has ended; a refused write is
+//     logged and counted (chatd_writes_refused_total), never retried;
+//   - retries: an update the database did not take is kept, newest version per row, and
+//     retried in the order it was made, backing off while the database is down;
+//   - the overlay: rows read back show what clients were told, including kept updates;
+//   - lost inserts: an insert whose answer was lost may have committed a row the actor
+//     does not track; the end of its run settles such rows;
+//   - a run start whose answer was lost: it is looked up before it is called failed.
+//
+// It is where the session lease's fence and write-behind will go: callers only say what
+// to store, never how. The journal belongs to its actor's goroutine and is not safe for
+// concurrent use.
+type journal struct {
+	st      Store
+	session uuid.UUID
+	metrics *Metrics
+	log     func() *zerolog.Logger
+	// retry arms the actor's retry timer, which calls flush, unless it is armed already
+	// or the actor is stopping; it reports whether it armed it.
+	retry func(time.Duration) bool
+
+	loaded  bool
+	nextPos int64
+
+	unsaved    []pendingWrite     // oldest first; one entry per row
+	lost       map[uuid.UUID]bool // runs with an insert whose outcome is unknown
+	retryDelay time.Duration
+}
+
+// pendingWrite is the newest version of a row the database has not taken: a message or
+// a run.
+type pendingWrite struct {
+	msg *chat.Message
+	run *chat.Run
+}
+
+func (w pendingWrite) id() uuid.UUID {
+	if w.msg != nil {
+		return w.msg.ID
+	}
+	return w.run.ID
+}
+
+func newJournal(st Store, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, retry func(time.Duration) bool) *journal {
+	return &journal{st: st, session: session, metrics: metrics, log: log, retry: retry}
+}
+
+func (j *journal) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), storeTimeout)
+}
+
+// pending reports whether writes wait for a retry.
+func (j *journal) pending() bool { return len(j.unsaved) > 0 }
+
+// load reads the session (nil when it does not exist) and, once, the next message
+// position. It is read again after an insert whose outcome is unknown.
+func (j *journal) load() (*chat.Session, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	sess, err := j.st.SessionGet(ctx, j.session)
+	var found *chat.Session
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		found = &sess
+	}
+	if !j.loaded {
+		if err := j.loadPosition(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+func (j *journal) loadPosition(ctx context.Context) error {
+	maxPos, err := j.st.MessagePositionMax(ctx, j.session)
+	if err != nil {
+		return err
+	}
+	j.nextPos = maxPos + 1
+	j.loaded = true
+	return nil
+}
+
+// position returns the position the next message will take.
+func (j *journal) position() int64 { return j.nextPos }
+
+// createSession stores a new session unless one with its id exists, and returns the
+// stored one: compare its owner.
+func (j *journal) createSession(sess chat.Session) (chat.Session, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.SessionCreate(ctx, sess)
+}
+
+// messagesBefore reads up to limit messages before position before (0: the newest), as
+// clients were told of them: kept updates replace what the database holds.
+func (j *journal) messagesBefore(before int64, limit int) ([]chat.Message, bool, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	msgs, more, err := j.st.MessagesBefore(ctx, j.session, before, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	j.overlay(msgs)
+	return msgs, more, nil
+}
+
+// messagesByRun reads a run's messages, as clients were told of them.
+func (j *journal) messagesByRun(runID uuid.UUID) ([]chat.Message, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	msgs, err := j.st.MessagesByRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	j.overlay(msgs)
+	return msgs, nil
+}
+
+func (j *journal) overlay(msgs []chat.Message) {
+	if len(j.unsaved) == 0 {
+		return
+	}
+	for i := range msgs {
+		if w, ok := j.find(msgs[i].ID); ok && w.msg != nil {
+			msgs[i] = *w.msg
+		}
+	}
+}
+
+// runByRequest finds the session's run for requestID, also one whose latest state is
+// still to be stored. It returns store.ErrNotFound when there is none.
+func (j *journal) runByRequest(requestID string) (chat.Run, error) {
+	for _, w := range j.unsaved {
+		if w.run != nil && w.run.RequestID == requestID {
+			return *w.run, nil
+		}
+	}
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.RunByRequest(ctx, j.session, requestID)
+}
+
+// startRun stores a new run with its user message, which takes the next position. An
+// error wrapping store.ErrConflict means the session has a run for this requestId
+// already; any other error means nothing was stored (an answer lost after a commit is
+// found out and not reported).
+func (j *journal) startRun(run chat.Run, user chat.Message) error {
+	ctx, cancel := j.ctx()
+	err := j.st.RunStart(ctx, run, user)
+	cancel()
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		// The statement may have committed before its answer was lost.
+		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
+			err = nil
+		}
+	}
+	if err != nil {
+		// Whatever happened, the next message's position must be read again.
+		j.loaded = false
+		return err
+	}
+	j.nextPos++
+	return nil
+}
+
+// reload forgets the next position, for when rows were stored behind the journal's back
+// (a run start reported as failed that committed).
+func (j *journal) reload() { j.loaded = false }
+
+// insert stores a new message of run runID at the next position. A failure may still
+// have committed: the next position is read again, and settle ends the rows the run may
+// have left behind.
+func (j *journal) insert(runID uuid.UUID, m chat.Message) error {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	if err := j.st.MessageInsert(ctx, m); err != nil {
+		j.loaded = false
+		if j.lost == nil {
+			j.lost = make(map[uuid.UUID]bool)
+		}
+		j.lost[runID] = true
+		return err
+	}
+	j.nextPos++
+	return nil
+}
+
+// update stores a streaming message's new state (still streaming, or its end). When the
+// database fails, the state is kept and retried: clients have been, or are about to be,
+// told of it. A message that is no longer streaming is left as it is (refused).
+func (j *journal) update(m chat.Message) error {
+	return j.write(pendingWrite{msg: &m})
+}
+
+// updateRun stores an active run's new state (another active status, or its end). A run
+// that has ended already is left as it is (refused); failures are kept and retried.
+func (j *journal) updateRun(r chat.Run) error {
+	return j.write(pendingWrite{run: &r})
+}
+
+func (j *journal) write(w pendingWrite) error {
+	err := j.exec(w)
+	switch {
+	case err == nil || j.refused(w, err):
+		j.forget(w.id())
+	default:
+		j.keep(w)
+	}
+	return err
+}
+
+func (j *journal) exec(w pendingWrite) error {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	if w.msg != nil {
+		return j.st.MessageUpdate(ctx, *w.msg, chat.MessageStreaming)
+	}
+	return j.st.RunUpdate(ctx, *w.run, chat.ActiveRunStatuses()...)
+}
+
+// refused reports whether err means the database will never take w (the row is gone,
+// or has moved past the states w may be written from), counting and logging it: a
+// retry cannot help, and the row is left as it is.
+func (j *journal) refused(w pendingWrite, err error) bool {
+	table := "messages"
+	if w.run != nil {
+		table = "runs"
+	}
+	switch {
+	case errors.Is(err, store.ErrStale):
+		j.metrics.writesRefused[table].Inc()
+		j.log().Warn().Err(err).Str("table", table).Str("id", w.id().String()).Msg("a write was refused: the row has moved on")
+		return true
+	case errors.Is(err, store.ErrNotFound):
+		j.metrics.writesRefused[table].Inc()
+		j.log().Error().Err(err).Str("table", table).Str("id", w.id().String()).Msg("a row to update is missing; giving up on it")
+		return true
+	}
+	return false
+}
+
+func (j *journal) find(id uuid.UUID) (pendingWrite, bool) {
+	for _, w := range j.unsaved {
+		if w.id() == id {
+			return w, true
+		}
+	}
+	return pendingWrite{}, false
+}
+
+// keep queues w for a retry, replacing an older version of its row.
+func (j *journal) keep(w pendingWrite) {
+	j.forget(w.id())
+	j.unsaved = append(j.unsaved, w)
+	j.scheduleRetry()
+}
+
+func (j *journal) forget(id uuid.UUID) {
+	for i, w := range j.unsaved {
+		if w.id() == id {
+			j.unsaved = append(j.unsaved[:i], j.unsaved[i+1:]...)
+			return
+		}
+	}
+}
+
+// settle ends the rows of run runID that an insert with a lost answer may have left
+// streaming, giving them status. It does nothing for a run whose inserts all answered.
+func (j *journal) settle(runID uuid.UUID, status chat.MessageStatus, now time.Time) error {
+	if !j.lost[runID] {
+		return nil
+	}
+	ctx, cancel := j.ctx()
+	defer cancel()
+	if _, err := j.st.MessagesSettleRun(ctx, runID, status, now); err != nil {
+		return err
+	}
+	delete(j.lost, runID)
+	return nil
+}
+
+// scheduleRetry arms the retry of kept writes, backing off while they keep failing.
+func (j *journal) scheduleRetry() {
+	next := min(max(2*j.retryDelay, retryMin), retryMax)
+	if j.retry(next) {
+		j.retryDelay = next
+	}
+}
+
+// flush retries the kept writes, oldest first. It stops at the first failure (the
+// database is likely still down) and schedules the next try.
+func (j *journal) flush() {
+	for len(j.unsaved) > 0 {
+		w := j.unsaved[0]
+		if err := j.exec(w); err != nil && !j.refused(w, err) {
+			j.log().Warn().Err(err).Str("id", w.id().String()).Dur("next_retry", min(2*j.retryDelay, retryMax)).Msg("database write still failing")
+			j.scheduleRetry()
+			return
+		}
+		j.unsaved = j.unsaved[1:]
+	}
+	j.unsaved = nil
+	j.retryDelay = 0
+}

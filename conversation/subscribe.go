@@ -1,0 +1,120 @@
+package conversation
+
+import "github.com/chatd/chatd/chat"
+
+func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
+	if req.Subscriber == nil {
+		return HelloResult{}, errorf(CodeBadRequest, "hello needs a subscriber")
+	}
+	if _, ok := a.subs[req.Subscriber]; ok {
+		return HelloResult{}, errorf(CodeBadRequest, "already subscribed")
+	}
+	if err := a.load(); err != nil {
+		return HelloResult{}, a.storageError("load the session", err)
+	}
+	if a.session == nil {
+		sess, err := a.journal.createSession(chat.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()})
+		if err != nil {
+			return HelloResult{}, a.storageError("create the session", err)
+		}
+		a.session = &sess
+	}
+	if a.session.Owner != req.Owner {
+		return HelloResult{}, ErrNotYours
+	}
+
+	// Held text goes out first: the newcomer starts with all of it, and its snapshot or
+	// replay ends at the seq that carried it.
+	a.flushDelta()
+	sub := req.Subscriber
+	res := HelloResult{Epoch: a.epoch, LastSeq: a.seq}
+	var c CatchUp
+	if req.Epoch == a.epoch {
+		if replay, size, ok := a.ring.since(req.LastSeq, a.seq); ok && size <= a.cfg.MaxReplayBytes {
+			c.Resumed = &Resumed{SessionID: a.id, Epoch: a.epoch, LastSeq: req.LastSeq, RequestID: req.RequestID}
+			c.Events = replay
+			res.Resumed = true
+			res.Replayed = len(replay)
+		}
+	}
+	if !res.Resumed {
+		snap, err := a.snapshot()
+		if err != nil {
+			return HelloResult{}, a.storageError("read the session", err)
+		}
+		snap.RequestID = req.RequestID
+		c.Snapshot = &snap
+	}
+	// Counted before the frames are queued, so a client that has its catch-up finds it
+	// counted.
+	if res.Resumed {
+		a.cfg.Metrics.catchUpReplay.Inc()
+	} else {
+		a.cfg.Metrics.catchUpSnapshot.Inc()
+	}
+	if !sub.CatchUp(c) {
+		sub.Dropped(DropSlow)
+		return res, nil
+	}
+	a.subs[sub] = struct{}{}
+	return res, nil
+}
+
+// snapshot reads the newest messages and lays the live state over them: the database
+// holds every message up to the current seq except the text of the open segment and the
+// output of running tools, which only the actor has.
+func (a *Actor) snapshot() (Snapshot, error) {
+	msgs, more, err := a.journal.messagesBefore(0, a.cfg.SnapshotMessages)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	a.overlayLive(msgs)
+	snap := Snapshot{SessionID: a.id, Epoch: a.epoch, LastSeq: a.seq, Messages: msgs, HasMore: more}
+	if a.run != nil {
+		r := a.run.info
+		snap.ActiveRun = &r
+	}
+	return snap, nil
+}
+
+func (a *Actor) history(before int64, limit int) (HistoryPage, error) {
+	if limit < 1 || limit > MaxHistoryLimit {
+		return HistoryPage{}, errorf(CodeBadRequest, "limit must be between 1 and %d", MaxHistoryLimit)
+	}
+	if before < 0 {
+		return HistoryPage{}, errorf(CodeBadRequest, "before must be a message position")
+	}
+	msgs, more, err := a.journal.messagesBefore(before, limit)
+	if err != nil {
+		return HistoryPage{}, a.storageError("read history", err)
+	}
+	a.overlayLive(msgs)
+	return HistoryPage{Messages: msgs, HasMore: more}, nil
+}
+
+// publish numbers ev, keeps it for replay and offers it to every subscriber. Subscribers
+// encode it in their format, once per format (Event.Encode caches). A subscriber that
+// cannot take it is dropped; the others are unaffected. Any event but a delta publishes
+// the held delta first, so events stay in order.
+func (a *Actor) publish(e Event) {
+	if e.Type != EventDelta {
+		a.flushDelta()
+	}
+	a.seq++
+	e.Seq = a.seq
+	e.enc = new(encodings)
+	ev := &e
+	evicted := a.ring.evicted
+	a.ring.push(ev)
+	a.cfg.Metrics.eventsPublished.Inc()
+	if n := a.ring.evicted - evicted; n > 0 {
+		a.cfg.Metrics.ringEvictions.Add(float64(n))
+	}
+	for sub := range a.subs {
+		if !sub.Deliver(ev) {
+			delete(a.subs, sub)
+			sub.Dropped(DropSlow)
+			a.logger().Debug().Msg("dropped a subscriber that could not take an event")
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package conversation
+
+import (
+	"encoding/json"
+
+	"github.com/chatd/chatd/chat"
+)
+
+func (a *Actor) onToolStart(run *runState, call ToolCall) error {
+	_, err := a.startTool(run, call, chat.ToolRunning)
+	return err
+}
+
+// startTool validates and stores a new tool call with the given tool status, closing the
+// open segment first, and publishes tool.start.
+func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) (*liveMessage, error) {
+	if !a.isCurrent(run) {
+		return nil, ErrRunEnded
+	}
+	switch {
+	case !chat.ValidToolCallID(call.ID):
+		return nil, errorf(CodeBadRequest, "a tool call needs an id of 1 to 256 bytes of UTF-8 text")
+	case run.calls[call.ID]:
+		return nil, errorf(CodeConflict, "tool call %q was already started in this run", call.ID)
+	case !chat.ValidToolName(call.Name):
+		return nil, errorf(CodeBadRequest, "tool call %q: a tool name is 1 to %d letters, digits, _ or -", call.ID, chat.MaxToolNameLen)
+	}
+	input := call.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	if err := chat.CheckToolInput(input); err != nil {
+		return nil, errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
+	}
+	if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
+		a.failStorage(run, "store the reply", err)
+		return nil, ErrRunEnded
+	}
+	tool := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleTool, chat.MessageStreaming)}
+	tool.msg.Tool = &chat.ToolCall{
+		CallID: call.ID,
+		Name:   chat.CleanText(call.Name),
+		Input:  input,
+		Status: status,
+	}
+	if err := a.journal.insert(run.info.ID, tool.msg); err != nil {
+		a.failStorage(run, "store the tool call", err)
+		return nil, ErrRunEnded
+	}
+	run.calls[call.ID] = true
+	run.tools[call.ID] = tool
+	m := tool.view()
+	a.publish(a.runEvent(run, Event{Type: EventToolStart, Message: &m}))
+	return tool, nil
+}
+
+func (a *Actor) onToolOutput(run *runState, callID, text string) {
+	if !a.isCurrent(run) {
+		return
+	}
+	tool := run.tools[callID]
+	if tool == nil {
+		a.logger().Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
+		return
+	}
+	text = chat.CleanText(text)
+	tool.buf.WriteString(text)
+	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
+}
+
+func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
+	if !a.isCurrent(run) {
+		return ErrRunEnded
+	}
+	tool := run.tools[callID]
+	if tool == nil {
+		return errorf(CodeNotFound, "tool call %q is not running", callID)
+	}
+	output := chat.CleanText(res.Output)
+	if output == "" {
+		output = tool.buf.String()
+	}
+	status, msgErr := chat.ToolOK, (*chat.ErrorInfo)(nil)
+	if res.Err != nil {
+		status = chat.ToolError
+		msgErr = &chat.ErrorInfo{Code: "tool_error", Message: chat.CleanText(res.Err.Error())}
+		if output == "" {
+			output = msgErr.Message
+		}
+	}
+	if err := a.endTool(run, tool, chat.MessageComplete, status, output, msgErr); err != nil {
+		a.failStorage(run, "store the tool result", err)
+		return ErrRunEnded
+	}
+	return nil
+}
+
+// endTool stores a tool call's end and publishes tool.end.
+func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus chat.MessageStatus, status chat.ToolStatus, output string, msgErr *chat.ErrorInfo) error {
+	delete(run.tools, tool.msg.Tool.CallID)
+	m := tool.msg
+	t := *m.Tool
+	t.Output = &output
+	t.Status = status
+	m.Tool = &t
+	m.Status = msgStatus
+	m.Error = msgErr
+	m.UpdatedAt = a.now()
+	err := a.journal.update(m)
+	a.publish(a.runEvent(run, Event{Type: EventToolEnd, Message: &m}))
+	return err
+}
