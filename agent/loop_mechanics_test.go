@@ -1050,3 +1050,37 @@ func TestLongRetryAfterIsNotWaitedFor(t *testing.T) {
 	require.Equal(t, "rate_limited", end.Run.Error.Code)
 	require.Len(t, model.Requests(), 1)
 }
+
+// A tool name no provider could have declared (here with a space) is validated as a tool
+// name, not as a call id: the call is stored as "unnamed" and ends in error, and nothing
+// runs.
+func TestInvalidToolNameIsAnErrorResult(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Bool
+	echo := tool("echo", func(_ context.Context, in json.RawMessage, _ agent.Env) (string, error) {
+		ran.Store(true)
+		return string(in), nil
+	})
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{modeltest.Call("n1", "echo me", `{}`)}},
+		modeltest.Say("Sorry."),
+	)
+	h := newHarness(t, model, withTools(echo))
+	h.send("go")
+
+	end := h.end()
+	require.Equal(t, "chat.done", end.Type)
+	h.endedRun(end)
+	require.False(t, ran.Load())
+
+	msgs := h.stored()
+	require.Len(t, msgs, 3)
+	call := msgs[1]
+	require.Equal(t, "n1", call.Tool.CallID)
+	require.Equal(t, "unnamed", call.Tool.Name)
+	require.Equal(t, "error", call.Tool.Status)
+
+	result := model.Requests()[1].Messages[2]
+	require.Equal(t, "n1", result.ToolCallID)
+	require.True(t, result.IsError)
+}
