@@ -253,7 +253,7 @@ func TestDecideNamesItsRun(t *testing.T) {
 	awaitStatus(c, "awaiting_approval")
 	c.Send(map[string]any{"type": "tool.decide", "requestId": "wrong", "runId": "01a1fb2f-0000-7000-8000-000000000000", "toolCallId": "c1", "decision": "approve"})
 	require.Equal(t, "conflict", c.ReadReply("wrong").Code)
-	c.Send(map[string]any{"type": "tool.decide", "requestId": "bad", "runId": "nope", "toolCallId": "c1", "decision": "approve"})
+	c.SendUnchecked(map[string]any{"type": "tool.decide", "requestId": "bad", "runId": "nope", "toolCallId": "c1", "decision": "approve"})
 	require.Equal(t, "bad_request", c.ReadReply("bad").Code)
 	c.Send(map[string]any{"type": "tool.decide", "requestId": "right", "runId": ack.RunID, "toolCallId": "c1", "decision": "approve"})
 	require.Equal(t, "ack", c.ReadReply("right").Type)

@@ -77,7 +77,7 @@ func TestRequestIDLengthIsInCharacters(t *testing.T) {
 	require.Equal(t, id, ack.RequestID)
 	c.ReadTerminal()
 
-	c.Send(map[string]any{"type": "chat.send", "requestId": id + "é", "content": "hi"})
+	c.SendUnchecked(map[string]any{"type": "chat.send", "requestId": id + "é", "content": "hi"})
 	f := c.ReadType("error")
 	require.Equal(t, "bad_request", f.Code)
 }

@@ -310,7 +310,7 @@ func TestHelloDeadlineDuringASlowHello(t *testing.T) {
 
 	pass := func(c *wstest.Client, hello map[string]any) {
 		t.Helper()
-		c.Send(hello)
+		c.SendUnchecked(hello) // the bad one's sessionId is not a UUID
 		select {
 		case <-auth.entered:
 		case <-ctx.Done():

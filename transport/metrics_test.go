@@ -60,7 +60,7 @@ func TestMetricsCountConnectionsAndFrames(t *testing.T) {
 	a.ReadTerminal()
 	b.ReadTerminal()
 	// A connection counts once the server has it; answering a hello shows it has.
-	silent.Send(map[string]any{"type": "no-such-type", "requestId": "h"})
+	silent.SendUnchecked(map[string]any{"type": "no-such-type", "requestId": "h"})
 	require.Equal(t, "error", silent.ReadReply("h").Type)
 	require.EqualValues(t, 3, metricValue(t, reg, "chatd_connections_open"))
 

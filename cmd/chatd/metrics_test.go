@@ -103,7 +103,7 @@ func at(sessionID, epoch string, seq int64) *wstest.State {
 // to c before it has been counted (the writer counts a batch before it takes the next).
 func settle(t *testing.T, c *wstest.Client, requestID string) {
 	t.Helper()
-	c.Send(map[string]any{"type": "no-such-type", "requestId": requestID})
+	c.SendUnchecked(map[string]any{"type": "no-such-type", "requestId": requestID})
 	require.Equal(t, "error", c.ReadReply(requestID).Type)
 }
 

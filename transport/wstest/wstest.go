@@ -348,17 +348,34 @@ func TryDial(t testing.TB, url string, opts *DialOptions) (*Client, error) {
 	return &Client{t: t, WS: ws, State: NewState()}, nil
 }
 
-// Send writes v as a JSON text frame.
+// Send writes v as a JSON text frame, failing the test when v is not a client frame of
+// docs/protocol.schema.json.
 func (c *Client) Send(v any) {
+	c.t.Helper()
+	b := c.encode(v)
+	if err := ValidateClientFrame(b); err != nil {
+		c.t.Fatalf("send: %v", err)
+	}
+	c.SendRaw(websocket.MessageText, b)
+}
+
+// SendUnchecked writes v as a JSON text frame without checking it against the schema:
+// for tests of what the server does with frames the protocol does not allow.
+func (c *Client) SendUnchecked(v any) {
+	c.t.Helper()
+	c.SendRaw(websocket.MessageText, c.encode(v))
+}
+
+func (c *Client) encode(v any) []byte {
 	c.t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
 		c.t.Fatalf("encode frame: %v", err)
 	}
-	c.SendRaw(websocket.MessageText, b)
+	return b
 }
 
-// SendRaw writes one frame as it is.
+// SendRaw writes one frame as it is, unchecked.
 func (c *Client) SendRaw(typ websocket.MessageType, b []byte) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
@@ -375,6 +392,9 @@ func (c *Client) TryRead() (Frame, error) {
 	_, b, err := c.WS.Read(ctx)
 	if err != nil {
 		return Frame{}, err
+	}
+	if err := ValidateServerFrame(b); err != nil {
+		return Frame{}, &ProtocolError{err}
 	}
 	f, err := Decode(b)
 	if err != nil {
@@ -513,8 +533,9 @@ func (c *Client) ExpectClose() websocket.StatusCode {
 	}
 }
 
-// ProtocolError is a frame that breaks the protocol: undecodable, or not applicable to
-// the state (a seq gap, an unknown message).
+// ProtocolError is a frame that breaks the protocol: undecodable, not a server frame of
+// docs/protocol.schema.json, or not applicable to the state (a seq gap, an unknown
+// message).
 type ProtocolError struct{ Err error }
 
 func (e *ProtocolError) Error() string { return "protocol violation: " + e.Err.Error() }
@@ -554,10 +575,13 @@ func (s *Sub) apply(b []byte) bool {
 	defer s.mu.Unlock()
 	f, err := Decode(b)
 	if err == nil {
+		err = ValidateServerFrame(b)
+	}
+	if err == nil {
 		err = s.state.Apply(f)
 	}
 	if err != nil && s.err == nil {
-		s.err = err
+		s.err = &ProtocolError{err}
 	}
 	s.frames = append(s.frames, f)
 	select {

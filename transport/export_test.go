@@ -1,0 +1,12 @@
+package transport
+
+// The reply frames, for the schema test in package transport_test: conn.reply encodes
+// them with json.Marshal, and so does the test.
+type (
+	WireAck        = wireAck
+	WireErrorReply = wireErrorReply
+	WireHistory    = wireHistory
+)
+
+// ToWireMessages is how replies carry messages.
+var ToWireMessages = toWireMessages
