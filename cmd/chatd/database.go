@@ -14,18 +14,21 @@ import (
 )
 
 // database is the PostgreSQL pool as a service. Start opens the pool, checks that the
-// database answers and applies the migrations; Stop closes the pool.
+// database answers, applies the migrations and adds the pool's statistics to /metrics;
+// Stop takes them off and closes the pool.
 type database struct {
-	url     string // for errors, with the password hidden
-	poolCfg *pgxpool.Config
+	url      string // for errors, with the password hidden
+	poolCfg  *pgxpool.Config
+	registry prometheus.Registerer
 
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	stats *poolCollector
 	// store is filled in by Start; Store hands out its address beforehand.
 	store store.Store
 }
 
-// newDatabase parses url (a configuration error shows before anything connects) and
-// times the pool's statements into reg.
+// newDatabase parses url (a configuration error shows before anything connects). The
+// pool's statements are timed into reg, and its statistics join reg while it is open.
 func newDatabase(url string, reg prometheus.Registerer) (*database, error) {
 	poolCfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -35,7 +38,7 @@ func newDatabase(url string, reg prometheus.Registerer) (*database, error) {
 		poolCfg.MaxConns = 16
 	}
 	poolCfg.ConnConfig.Tracer = store.NewMetrics(reg)
-	return &database{url: url, poolCfg: poolCfg}, nil
+	return &database{url: url, poolCfg: poolCfg, registry: reg}, nil
 }
 
 // Store returns the store on the pool, for wiring: it may be handed to the parts built
@@ -53,7 +56,12 @@ func (d *database) Start(ctx context.Context) error {
 		pool.Close()
 		return err
 	}
-	d.pool = pool
+	stats := newPoolCollector(pool)
+	if err := d.registry.Register(stats); err != nil {
+		pool.Close()
+		return fmt.Errorf("register the pool's metrics: %w", err)
+	}
+	d.pool, d.stats = pool, stats
 	d.store = *store.New(pool)
 	return nil
 }
@@ -72,6 +80,7 @@ func (d *database) prepare(ctx context.Context, pool *pgxpool.Pool) error {
 // Stop closes the pool. It waits for connections in use to come back, so it comes after
 // everything that uses them has stopped.
 func (d *database) Stop(context.Context) error {
+	d.registry.Unregister(d.stats)
 	d.pool.Close()
 	return nil
 }
