@@ -1,12 +1,25 @@
-// Package agent is the home of chatd's agent implementations: the code that turns a
-// user's message into streamed text and tool calls through a conversation.Emitter.
+// Package agent is the agent loop and what it drives: a conversation.Agent that turns a
+// user's message into model calls, streamed text and reasoning, and tool calls (with
+// approvals, retries and a context budget), reporting everything through the
+// conversation.Emitter it is given. It defines the Model and Tool interfaces that
+// providers and tools implement, and gives each session one sandbox through Sandboxes.
 //
 // Subpackages:
 //
-//	agent/demo    the embedded default: a deterministic reply streamed word by word,
-//	              with a demo tool call when the message says "tool"
-//	agent/script  a scripted agent for tests: text, tool events, errors, pauses
+//	agent/agenttest      a test server speaking a vendor's streaming format; a recording Emitter
+//	agent/anthropic      a Model for Anthropic's Messages API, streaming, through its SDK
+//	agent/demo           the default Model (it needs no network) and its demo_sandbox tool
+//	agent/modeltest      a scripted Model for tests that records every request
+//	agent/openai         a Model for Chat Completions (OpenAI, Ollama, vLLM, llama.cpp, …)
+//	agent/sandbox        the Provider and Sandbox interfaces: where tools run commands
+//	agent/sandbox/local  a Provider of child processes on this machine, a directory each
+//	agent/script         a deterministic conversation.Agent for tests, without the loop
+//	agent/synth          the benchmarks' Model: numbered, time-stamped tokens at a set rate
+//	agent/tools          the built-in tools: current_time, and shell (sandboxed, approved)
 //
-// Agents depend on the conversation package's Agent and Emitter contract and on nothing
-// else of chatd's: they never see the database or the wire.
+// What agents may import of chatd: conversation, for the Agent and Emitter contract they
+// implement and call, and chat, for the domain types (messages, runs, tool calls, usage,
+// their statuses). Nothing of store, queries, hub or transport: an agent never sees the
+// database, an actor's registry or the wire. What it needs kept, it asks for through an
+// interface of its own that the wiring fills (SandboxStore, which store implements).
 package agent

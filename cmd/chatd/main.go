@@ -12,8 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -21,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -36,7 +33,7 @@ import (
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
-	"github.com/chatd/chatd/migrations"
+	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
 )
@@ -106,62 +103,50 @@ type Main struct {
 	cfg Config
 	log zerolog.Logger
 
-	pool      *pgxpool.Pool
 	registry  *prometheus.Registry // what /metrics serves
+	db        *database
 	sandboxes *local.Provider
 	hub       *hub.Hub
 	srv       *transport.Server
-	http      *http.Server
-	ln        net.Listener
-	// serveErr receives the HTTP server's result.
-	serveErr chan error
+	http      *listener
+	// services holds every part above that has a lifecycle, in start order.
+	services *service.Group
 }
 
 // NewMain returns an unstarted chatd.
 func NewMain(cfg Config, log zerolog.Logger) *Main {
-	return &Main{cfg: cfg, log: log}
+	return &Main{cfg: cfg, log: log, services: service.NewGroup(log)}
 }
 
 // Addr is the address the server listens on, once Run has returned.
-func (m *Main) Addr() string { return m.ln.Addr().String() }
+func (m *Main) Addr() string { return m.http.Addr().String() }
 
-// Run connects to the database, applies migrations, marks runs a dead process left
-// behind as interrupted, and starts serving. It returns once the server listens.
+// Run builds chatd and starts its services: it connects to the database, applies
+// migrations, marks runs a dead process left behind as interrupted, and starts serving.
+// It returns once the server listens; when it fails, nothing it started is left running.
+// Run is called once.
 func (m *Main) Run(ctx context.Context) error {
-	poolCfg, err := pgxpool.ParseConfig(m.cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	if !strings.Contains(m.cfg.DatabaseURL, "pool_max_conns") {
-		poolCfg.MaxConns = 16
-	}
-	m.registry = newRegistry()
-	poolCfg.ConnConfig.Tracer = store.NewMetrics(m.registry)
-	m.pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("open database pool: %w", err)
-	}
-	st := store.New(m.pool)
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = st.Ping(pingCtx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("connect to the database at %s: %w", redactURL(m.cfg.DatabaseURL), err)
-	}
-	if err := migrations.Up(ctx, m.pool); err != nil {
+	if err := m.build(); err != nil {
 		return err
 	}
-	ids, err := st.RunsInterruptUnfinished(ctx, time.Now(), chat.ErrorInfo{
-		Code:    conversation.CodeInterrupted,
-		Message: "the server stopped during this run",
-	})
-	if err != nil {
+	if err := m.services.Start(ctx); err != nil {
 		return err
 	}
-	if len(ids) > 0 {
-		m.log.Warn().Int("runs", len(ids)).Msg("marked runs left unfinished by a previous process as interrupted")
-	}
+	m.logListening()
+	return nil
+}
 
+// build makes every part of chatd and adds those with a lifecycle to m.services. Building
+// connects to nothing and starts no goroutine; the database's store is handed out now and
+// usable once the database has started.
+func (m *Main) build() error {
+	m.registry = newRegistry()
+	var err error
+	m.db, err = newDatabase(m.cfg.DatabaseURL, m.registry)
+	if err != nil {
+		return err
+	}
+	st := m.db.Store()
 	loop, err := m.newAgent(st)
 	if err != nil {
 		return err
@@ -195,20 +180,42 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.http = newListener(m.cfg.Addr, m.handler(m.registry))
 
-	m.ln, err = net.Listen("tcp", m.cfg.Addr)
+	// Started in this order, stopped in the reverse: the listener stops taking requests,
+	// then the hub ends the active runs as interrupted (their last events are queued to
+	// the sockets still open), then the transport flushes and closes those sockets with
+	// 1001, then the sandboxes' processes are killed, then the pool closes. A service
+	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
+	// one the hub's writes rely on (lease renewal) goes before it.
+	m.services.Add("database", m.db)
+	m.services.Add("startup-sweep", service.Func(m.interruptUnfinished, nil))
+	m.services.Add("sandboxes", service.Func(nil, m.closeSandboxes))
+	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
+	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
+	m.services.Add("http", m.http)
+	return nil
+}
+
+// interruptUnfinished ends the runs a process that died left unfinished: no actor holds
+// them, so nothing else ever would.
+func (m *Main) interruptUnfinished(ctx context.Context) error {
+	ids, err := m.db.Store().RunsInterruptUnfinished(ctx, time.Now(), chat.ErrorInfo{
+		Code:    conversation.CodeInterrupted,
+		Message: "the server stopped during this run",
+	})
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", m.cfg.Addr, err)
+		return err
 	}
-	m.http = &http.Server{
-		Handler:           m.handler(m.registry),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
+	if len(ids) > 0 {
+		m.log.Warn().Int("runs", len(ids)).Msg("marked runs left unfinished by a previous process as interrupted")
 	}
-	m.serveErr = make(chan error, 1)
-	go func() { m.serveErr <- m.http.Serve(m.ln) }()
+	return nil
+}
 
-	m.logListening()
+// closeSandboxes ends every process the sandboxes run: nothing chatd started outlives it.
+func (m *Main) closeSandboxes(context.Context) error {
+	m.sandboxes.Close()
 	return nil
 }
 
@@ -317,45 +324,11 @@ func (m *Main) modelName() string {
 	return m.cfg.Model
 }
 
-// Close shuts down in order: stop accepting connections, end active runs as interrupted
-// with their text stored (their last event reaches the clients), close every socket with
-// 1001, close the database pool. It is safe after a Run that failed part way.
+// Close stops chatd's services in the reverse of their start order: stop accepting
+// connections, end active runs as interrupted with their text stored (their last event
+// reaches the clients), close every socket with 1001, kill the sandboxes' processes,
+// close the database pool. ctx bounds the graceful part. It is safe after a Run that
+// failed part way, and a second time.
 func (m *Main) Close(ctx context.Context) error {
-	var errs []error
-	if m.http != nil {
-		// Stops the listener; upgraded WebSocket connections are the transport's to close.
-		if err := m.http.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop HTTP server: %w", err))
-		}
-		if err := <-m.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs = append(errs, err)
-		}
-	}
-	if m.hub != nil {
-		if err := m.hub.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if m.srv != nil {
-		if err := m.srv.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if m.sandboxes != nil {
-		m.sandboxes.Close() // nothing chatd started outlives it
-	}
-	if m.pool != nil {
-		m.pool.Close()
-	}
-	return errors.Join(errs...)
-}
-
-// redactURL hides the password of a database URL for logs.
-func redactURL(raw string) string {
-	cfg, err := pgxpool.ParseConfig(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	c := cfg.ConnConfig
-	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+	return m.services.Stop(ctx)
 }

@@ -913,6 +913,38 @@ func TestShutdownInterruptsRunsAndClosesWith1001(t *testing.T) {
 	require.Empty(t, wstest.Diff(toWire(t, stored), c1.State.Sorted()))
 }
 
+// serviceLog lists, in order, the "started" and "stopped" lines the service group logged,
+// as "name started".
+func serviceLog(t *testing.T, log string) []string {
+	t.Helper()
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var entry struct{ Component, Message string }
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+		if entry.Component != "" && (entry.Message == "started" || entry.Message == "stopped") {
+			got = append(got, entry.Component+" "+entry.Message)
+		}
+	}
+	return got
+}
+
+// Main's parts start in one order and stop in the reverse: the listener first, then the
+// hub (so interrupted runs' last events are queued), the transport's sockets, the
+// sandboxes, and the database last.
+func TestServicesStartAndStopInOrder(t *testing.T) {
+	m, logBuf := startInProcess(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, m.Close(ctx))
+	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
+	require.Equal(t, []string{
+		"database started", "startup-sweep started", "sandboxes started",
+		"transport started", "hub started", "http started",
+		"http stopped", "hub stopped", "transport stopped",
+		"sandboxes stopped", "startup-sweep stopped", "database stopped",
+	}, serviceLog(t, logBuf.String()))
+}
+
 // ---------------------------------------------------------------------------------------
 // Start-up failures
 

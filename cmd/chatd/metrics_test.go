@@ -185,6 +185,41 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 }
 
+// The database pool's statistics are served, read from the pool at each scrape.
+func TestMetricsDatabasePool(t *testing.T) {
+	m, _ := startInProcess(t, map[string]string{"CHATD_DEMO_DELAY": "0s", "CHATD_DEMO_WORDS": "5"})
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	require.Equal(t, "snapshot", c.Hello("").Type)
+	require.Equal(t, "ack", c.Chat("r1", "hello").Type)
+	require.Equal(t, "chat.done", c.ReadTerminal().Type)
+
+	s := scrapeMetrics(t, m)
+	acquired := s.value(t, "chatd_db_pool_connections", "state", "acquired")
+	idle := s.value(t, "chatd_db_pool_connections", "state", "idle")
+	total := s.value(t, "chatd_db_pool_connections", "state", "total")
+	require.GreaterOrEqual(t, total, 1.0, "the conversation's connections stay in the pool")
+	require.GreaterOrEqual(t, acquired, 0.0)
+	require.GreaterOrEqual(t, idle, 0.0)
+	require.LessOrEqual(t, acquired+idle, total)
+	require.EqualValues(t, 16, s.value(t, "chatd_db_pool_max_connections"), "chatd's default, the URL sets none")
+	require.LessOrEqual(t, total, 16.0)
+
+	acquires := s.value(t, "chatd_db_pool_acquires_total")
+	// Migrations, the start-up sweep, the session, the run's writes: each takes one.
+	require.GreaterOrEqual(t, acquires, 5.0)
+	waits := s.value(t, "chatd_db_pool_acquire_waits_total")
+	require.LessOrEqual(t, waits, acquires)
+	require.GreaterOrEqual(t, waits, 1.0, "the first acquire waited for the first connection")
+	waited := s.value(t, "chatd_db_pool_acquire_wait_seconds_total")
+	require.Greater(t, waited, 0.0)
+	require.Less(t, waited, 60.0)
+
+	// The values are the pool's now, not a sample from before: /readyz pings the database.
+	status, _ := httpGet(t, m, "/readyz")
+	require.Equal(t, http.StatusOK, status)
+	require.Greater(t, scrapeMetrics(t, m).value(t, "chatd_db_pool_acquires_total"), acquires)
+}
+
 // With CHATD_PPROF=on the profiles are served next to /metrics.
 func TestPprofOn(t *testing.T) {
 	m, logBuf := startInProcess(t, map[string]string{"CHATD_PPROF": "on"})

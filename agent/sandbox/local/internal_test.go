@@ -1,13 +1,142 @@
 package local
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/sandbox"
 )
+
+// inMemory is how many sandboxes the provider holds in memory.
+func (p *Provider) inMemory() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.boxes)
+}
+
+// The provider holds a sandbox in memory only while its directory cannot say everything:
+// while it is paused or runs processes. Create, use, pause, resume and kill cycles leave
+// nothing behind, and a handle taken before the provider forgot its sandbox still sees
+// what Pause and Kill did to it.
+func TestForgetsSandboxesItNoLongerNeeds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p, err := New(dir)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	for range 10 {
+		sb, err := p.Create(ctx)
+		require.NoError(t, err)
+		require.Zero(t, p.inMemory(), "a new sandbox is its directory")
+		_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "echo hi >> f"})
+		require.NoError(t, err)
+		require.Zero(t, p.inMemory(), "a command that ended leaves nothing to remember")
+
+		require.NoError(t, p.Pause(ctx, sb.ID()))
+		require.Equal(t, 1, p.inMemory(), "only memory knows it is paused")
+		_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+		require.ErrorIs(t, err, sandbox.ErrPaused, "the handle sees the pause")
+		_, err = p.Connect(ctx, sb.ID())
+		require.NoError(t, err)
+		require.Zero(t, p.inMemory())
+		_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+		require.NoError(t, err, "resumed")
+
+		require.NoError(t, p.Kill(ctx, sb.ID()))
+		require.Zero(t, p.inMemory(), "its marker says it is gone")
+		_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+		require.ErrorIs(t, err, sandbox.ErrGone, "the handle sees the kill")
+		_, err = p.Connect(ctx, sb.ID())
+		require.ErrorIs(t, err, sandbox.ErrGone)
+		require.ErrorIs(t, p.Pause(ctx, sb.ID()), sandbox.ErrGone)
+		require.NoError(t, p.Kill(ctx, sb.ID()))
+		require.Zero(t, p.inMemory(), "looking a killed sandbox up does not keep it")
+	}
+
+	// Paused while it was never in memory, then killed: kept, then not.
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Pause(ctx, sb.ID()))
+	require.Equal(t, 1, p.inMemory())
+	require.NoError(t, p.Kill(ctx, sb.ID()))
+	require.Zero(t, p.inMemory())
+
+	// A process left running in the background is remembered (to pause and kill it)
+	// until the sandbox is killed.
+	sb, err = p.Create(ctx)
+	require.NoError(t, err)
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "sleep 1000 > /dev/null 2>&1 &"})
+	require.NoError(t, err)
+	require.Equal(t, 1, p.inMemory())
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+	require.NoError(t, err)
+	require.Equal(t, 1, p.inMemory())
+	require.NoError(t, p.Kill(ctx, sb.ID()))
+	require.Zero(t, p.inMemory())
+
+	// A later process reads every state back from the directories.
+	next, err := New(dir)
+	require.NoError(t, err)
+	_, err = next.Connect(ctx, sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.Zero(t, next.inMemory())
+}
+
+// Calls racing on one sandbox never forget it while it is paused: a Pause that returned
+// keeps it in memory whatever else ends at that moment.
+func TestPausedSandboxIsNeverForgotten(t *testing.T) {
+	t.Parallel()
+	p, err := New(t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		unexpected []error
+	)
+	for range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+				if err != nil && !errors.Is(err, sandbox.ErrPaused) {
+					mu.Lock()
+					unexpected = append(unexpected, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for range 30 {
+		require.NoError(t, p.Pause(ctx, sb.ID()))
+		require.Equal(t, 1, p.inMemory())
+		_, err := sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+		require.ErrorIs(t, err, sandbox.ErrPaused)
+		require.Equal(t, 1, p.inMemory())
+		_, err = p.Connect(ctx, sb.ID())
+		require.NoError(t, err)
+	}
+	close(stop)
+	wg.Wait()
+	require.Empty(t, unexpected)
+	require.Zero(t, p.inMemory())
+}
 
 // A group is ours only while a process we recorded (same pid, same start time) is in it.
 func TestGroupOwnership(t *testing.T) {

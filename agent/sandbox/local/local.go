@@ -4,6 +4,12 @@
 // everything it started. A killed sandbox keeps its directory (marked so that a later
 // process also sees it is gone).
 //
+// The directory is the sandbox's record; memory holds only what the directory cannot say:
+// that a sandbox is paused, and which of its processes are still running. A sandbox with
+// neither (and no call in progress) is forgotten, and read back from its directory when
+// it is next asked for, so the provider's memory follows the sandboxes in use, not every
+// sandbox it ever saw.
+//
 // It isolates nothing beyond the working directory: commands run as chatd's user. It is
 // for development and for deployments where that is acceptable; use a hosted provider
 // otherwise.
@@ -36,6 +42,7 @@ const killedMarker = ".killed"
 type Provider struct {
 	dir string
 
+	// mu guards boxes and each box's users; it is taken before a box's own mu.
 	mu    sync.Mutex
 	boxes map[string]*box
 }
@@ -62,14 +69,34 @@ const (
 	killed
 )
 
+// box is a sandbox while it is in memory: from the first call that needs it until it is
+// forgettable and no call holds it.
 type box struct {
 	id, root string
+	// users counts the calls holding the box (Provider.mu): it is not forgotten under them.
+	users int
 
 	mu    sync.Mutex
 	state state
+	// marked is set once a killed sandbox's marker is on disk.
+	marked bool
 	// groups are the process groups of the sandbox's commands and of what they left in
 	// the background, by group id, with the members known to be ours.
 	groups map[int]members
+}
+
+// forgettable reports whether the directory says all the box knows: a running sandbox
+// with no process left reads back the same, and so does a killed one whose marker is
+// written. A paused sandbox is kept: that it is paused, and what to resume, is only here.
+// bx.mu is held.
+func (bx *box) forgettable() bool {
+	switch bx.state {
+	case running:
+		return len(bx.groups) == 0
+	case killed:
+		return bx.marked
+	}
+	return false
 }
 
 // members maps the pids of a group's processes to their start times, which tell a live
@@ -81,7 +108,8 @@ func (p *Provider) Workspace(id string) string {
 	return filepath.Join(p.dir, id, "workspace")
 }
 
-// Create makes a new sandbox with an empty workspace.
+// Create makes a new sandbox with an empty workspace. Until something runs in it, its
+// directory is all there is of it.
 func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -89,42 +117,72 @@ func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	if err := os.MkdirAll(p.Workspace(id), 0o755); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	bx := &box{id: id, root: filepath.Join(p.dir, id), groups: make(map[int]members)}
-	p.mu.Lock()
-	p.boxes[id] = bx
-	p.mu.Unlock()
-	return &handle{p: p, b: bx}, nil
+	return &handle{p: p, id: id}, nil
 }
 
-// lookup finds a sandbox, also one a previous process created (it has no processes
-// left, so it counts as running).
-func (p *Provider) lookup(id string) (*box, error) {
+// acquire finds a sandbox and holds it in memory until release: one in memory already,
+// or else one read back from its directory (created by this process or a previous one;
+// it has no processes of ours, so it counts as running unless marked killed).
+func (p *Provider) acquire(id string) (*box, error) {
 	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
 		return nil, sandbox.ErrGone
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if bx, ok := p.boxes[id]; ok {
-		return bx, nil
+	bx, ok := p.boxes[id]
+	if !ok {
+		root := filepath.Join(p.dir, id)
+		if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
+			return nil, sandbox.ErrGone
+		}
+		bx = &box{id: id, root: root, groups: make(map[int]members)}
+		if _, err := os.Stat(filepath.Join(root, killedMarker)); err == nil {
+			bx.state, bx.marked = killed, true
+		}
+		p.boxes[id] = bx
 	}
-	root := filepath.Join(p.dir, id)
-	if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
-		return nil, sandbox.ErrGone
-	}
-	bx := &box{id: id, root: root, groups: make(map[int]members)}
-	if _, err := os.Stat(filepath.Join(root, killedMarker)); err == nil {
-		bx.state = killed
-	}
-	p.boxes[id] = bx
+	bx.users++
 	return bx, nil
+}
+
+// release ends a hold taken by acquire. The last one forgets the box when the directory
+// says all it knows.
+func (p *Provider) release(bx *box) {
+	p.mu.Lock()
+	bx.users--
+	last := bx.users == 0
+	p.mu.Unlock()
+	if !last {
+		return
+	}
+	// Background processes that ended are noticed here, outside p.mu (it reads /proc).
+	bx.mu.Lock()
+	if bx.state == running {
+		bx.prune()
+	}
+	bx.mu.Unlock()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Another call may have taken the box meanwhile (and paused it, say): decide again.
+	// With no users, nobody else holds bx.mu, so this does not wait on a /proc scan.
+	if bx.users > 0 || p.boxes[bx.id] != bx {
+		return
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.forgettable() {
+		delete(p.boxes, bx.id)
+	}
 }
 
 // Connect returns the sandbox, resuming it (SIGCONT to its commands) if it is paused.
 func (p *Provider) Connect(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	bx, err := p.lookup(id)
+	bx, err := p.acquire(id)
 	if err != nil {
 		return nil, err
 	}
+	defer p.release(bx)
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	switch bx.state {
@@ -134,15 +192,16 @@ func (p *Provider) Connect(ctx context.Context, id string) (sandbox.Sandbox, err
 		bx.signal(syscall.SIGCONT)
 		bx.state = running
 	}
-	return &handle{p: p, b: bx}, nil
+	return &handle{p: p, id: id}, nil
 }
 
 // Pause stops every command of the sandbox (SIGSTOP to their process groups).
 func (p *Provider) Pause(ctx context.Context, id string) error {
-	bx, err := p.lookup(id)
+	bx, err := p.acquire(id)
 	if err != nil {
 		return err
 	}
+	defer p.release(bx)
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	switch bx.state {
@@ -158,24 +217,29 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
-// Kill ends every command of the sandbox and marks it gone. Its directory stays.
+// Kill ends every command of the sandbox and marks it gone. Its directory stays. When the
+// mark cannot be written, the sandbox stays gone for this process (which keeps it in
+// memory) and a later Kill tries the mark again.
 func (p *Provider) Kill(ctx context.Context, id string) error {
-	bx, err := p.lookup(id)
+	bx, err := p.acquire(id)
 	if errors.Is(err, sandbox.ErrGone) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	defer p.release(bx)
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	if bx.state == killed {
-		return nil
+	if bx.state != killed {
+		bx.signal(syscall.SIGKILL)
+		bx.state = killed
 	}
-	bx.signal(syscall.SIGKILL)
-	bx.state = killed
-	if err := os.WriteFile(filepath.Join(bx.root, killedMarker), nil, 0o644); err != nil {
-		return fmt.Errorf("mark sandbox %s killed: %w", id, err)
+	if !bx.marked {
+		if err := os.WriteFile(filepath.Join(bx.root, killedMarker), nil, 0o644); err != nil {
+			return fmt.Errorf("mark sandbox %s killed: %w", id, err)
+		}
+		bx.marked = true
 	}
 	return nil
 }
@@ -184,14 +248,10 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 // members is left is forgotten, not signalled: its id may now belong to a stranger.
 // bx.mu is held.
 func (bx *box) signal(sig syscall.Signal) {
-	for pgid, known := range bx.groups {
-		current := groupMembers(pgid)
-		if !known.anyIn(current) {
-			delete(bx.groups, pgid)
+	for pgid := range bx.groups {
+		if !bx.refresh(pgid) {
 			continue
 		}
-		// Everything in the group now is ours: a live member holds the id.
-		bx.groups[pgid] = current
 		if syscall.Kill(-pgid, sig) != nil {
 			delete(bx.groups, pgid)
 			continue
@@ -203,12 +263,34 @@ func (bx *box) signal(sig syscall.Signal) {
 	}
 }
 
-type handle struct {
-	p *Provider
-	b *box
+// prune forgets the groups with no known member left. bx.mu is held.
+func (bx *box) prune() {
+	for pgid := range bx.groups {
+		bx.refresh(pgid)
+	}
 }
 
-func (h *handle) ID() string { return h.b.id }
+// refresh updates the members of group pgid, or forgets the group when none of its known
+// members is left, and reports whether it is still ours. bx.mu is held.
+func (bx *box) refresh(pgid int) bool {
+	current := groupMembers(pgid)
+	if !bx.groups[pgid].anyIn(current) {
+		delete(bx.groups, pgid)
+		return false
+	}
+	// Everything in the group now is ours: a live member holds the id.
+	bx.groups[pgid] = current
+	return true
+}
+
+// handle finds its sandbox by id at each call, so a call sees what Pause and Kill did to
+// the sandbox however it was reached, also after the provider forgot it in between.
+type handle struct {
+	p  *Provider
+	id string
+}
+
+func (h *handle) ID() string { return h.id }
 
 // Exec runs command with sh -c in the workspace, in a process group of its own.
 func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
@@ -222,30 +304,35 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		out = io.Discard
 	}
 	w := &lockedWriter{w: out}
+	bx, err := h.p.acquire(h.id)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer h.p.release(bx)
 	cmd := exec.Command("/bin/sh", "-c", req.Command)
-	cmd.Dir = h.p.Workspace(h.b.id)
+	cmd.Dir = h.p.Workspace(h.id)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = commandEnv(cmd.Dir)
 	// A background child still holding the output pipe must not keep Exec waiting.
 	cmd.WaitDelay = 2 * time.Second
 
-	h.b.mu.Lock()
-	switch h.b.state {
+	bx.mu.Lock()
+	switch bx.state {
 	case killed:
-		h.b.mu.Unlock()
+		bx.mu.Unlock()
 		return sandbox.ExecResult{}, sandbox.ErrGone
 	case paused:
-		h.b.mu.Unlock()
+		bx.mu.Unlock()
 		return sandbox.ExecResult{}, sandbox.ErrPaused
 	}
 	if err := cmd.Start(); err != nil {
-		h.b.mu.Unlock()
+		bx.mu.Unlock()
 		return sandbox.ExecResult{}, fmt.Errorf("start command: %w", err)
 	}
 	pgid := cmd.Process.Pid
-	h.b.groups[pgid] = members{pgid: startTime(pgid)}
-	h.b.mu.Unlock()
+	bx.groups[pgid] = members{pgid: startTime(pgid)}
+	bx.mu.Unlock()
 
 	waited := make(chan error, 1)
 	go func() {
@@ -257,16 +344,15 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		}
 		left := groupMembers(pgid)
 		delete(left, pgid)
-		h.b.mu.Lock()
+		bx.mu.Lock()
 		if len(left) == 0 {
-			delete(h.b.groups, pgid)
+			delete(bx.groups, pgid)
 		} else {
-			h.b.groups[pgid] = left
+			bx.groups[pgid] = left
 		}
-		h.b.mu.Unlock()
+		bx.mu.Unlock()
 		waited <- cmd.Wait()
 	}()
-	var err error
 	killedByCtx := false
 	select {
 	case err = <-waited:
@@ -385,11 +471,17 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func (p *Provider) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, bx := range p.boxes {
+	for id, bx := range p.boxes {
 		bx.mu.Lock()
 		bx.signal(syscall.SIGKILL)
 		if bx.state == paused {
 			bx.state = running
+		}
+		if bx.users == 0 {
+			clear(bx.groups) // each was sent SIGKILL: nothing of them runs again
+			if bx.forgettable() {
+				delete(p.boxes, id)
+			}
 		}
 		bx.mu.Unlock()
 	}
