@@ -65,6 +65,9 @@ func (d *Deadlines) Stop(ctx context.Context) error {
 		d.timer.Stop()
 		d.timer = nil
 	}
+	for _, dl := range d.queue {
+		dl.index = -1 // dropped: its Stop reports false
+	}
 	d.queue = nil
 	d.mu.Unlock()
 	done := make(chan struct{})

@@ -79,8 +79,9 @@ func TestDeadlinesLifecycle(t *testing.T) {
 	require.NoError(t, d.Start(t.Context()))
 	require.Equal(t, "early", f.next(t), "overdue when started: fires at once")
 
-	d.AfterFunc(time.Second, f.at("dropped"))
+	dropped := d.AfterFunc(time.Second, f.at("dropped"))
 	require.NoError(t, d.Stop(t.Context()))
+	require.False(t, dropped.Stop(), "dropped by Stop; an actor disarming it later is harmless")
 	clock.Advance(time.Hour)
 	f.none(t)
 	require.False(t, d.AfterFunc(time.Second, f.at("late")).Stop())

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -151,7 +152,13 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
+	clock := clockwork.NewRealClock()
+	evictions := conversation.NewDeadlines("eviction", clock)
+	abandonments := conversation.NewDeadlines("abandonment", clock)
 	m.hub, err = hub.New(conversation.Config{
+		Clock:           clock,
+		Evictions:       evictions,
+		Abandonments:    abandonments,
 		Store:           st,
 		Agent:           loop,
 		AbandonAfter:    m.cfg.AbandonAfter,
@@ -193,6 +200,8 @@ func (m *Main) build() error {
 	m.services.Add("sandboxes", service.Func(nil, m.closeSandboxes))
 	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
 	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
+	m.services.Add("eviction", evictions)
+	m.services.Add("abandonment", abandonments)
 	m.services.Add("http", m.http)
 	return nil
 }

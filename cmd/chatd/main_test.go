@@ -939,8 +939,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "startup-sweep started", "sandboxes started",
-		"transport started", "hub started", "http started",
-		"http stopped", "hub stopped", "transport stopped",
+		"transport started", "hub started", "eviction started", "abandonment started", "http started",
+		"http stopped", "abandonment stopped", "eviction stopped", "hub stopped", "transport stopped",
 		"sandboxes stopped", "startup-sweep stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }
