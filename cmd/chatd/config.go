@@ -16,6 +16,7 @@ import (
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 )
 
 // Config is everything chatd can be told at start-up. Each field has a flag and an
@@ -134,7 +135,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	// records the default shown by -help.
 	c.RingBytes = env.bytes("CHATD_RING_BYTES", conversation.DefaultRingBytes)
 	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
-	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", transport.DefaultReadLimit)
+	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", ws.DefaultReadLimit)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address (CHATD_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")

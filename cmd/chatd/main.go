@@ -39,6 +39,7 @@ import (
 	"github.com/chatd/chatd/migrations"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 )
 
 func main() {
@@ -183,15 +184,18 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.srv, err = transport.New(transport.Config{
+	wsSrv, err := ws.New(ws.Config{
 		Hub:            m.hub,
-		Ready:          st.Ping,
 		Logger:         m.log,
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		ReadLimit:      int64(m.cfg.ReadLimit),
 		SendQueueBytes: m.cfg.SendQueueBytes,
 		Metrics:        transport.NewMetrics(m.registry),
 	})
+	if err != nil {
+		return err
+	}
+	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, Ready: st.Ping, Logger: m.log})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func writers() int {
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
 	n := 0
 	for _, block := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(block, "transport.(*conn).writeLoop") {
+		if strings.Contains(block, "ws.(*conn).writeLoop") {
 			// A block starts with "<count> @ <pcs>".
 			var count int
 			if _, err := fmt.Sscan(block, &count); err == nil {
