@@ -15,9 +15,10 @@ import (
 	"github.com/chatd/chatd/transport"
 )
 
-// conn is one WebSocket connection: its lifecycle. The handler goroutine reads (reader.go)
-// and answers commands (commands.go); a writer goroutine drains the outbox while it has
-// frames (writer.go). The outbox is the conversation.Subscriber of the session: the actor
+// conn is one WebSocket connection: its lifecycle. The handler goroutine reads
+// (reader.go) and never waits: a worker goroutine answers the commands while any are
+// queued (worker.go), a writer goroutine drains the outbox while it has frames
+// (writer.go). The outbox is the conversation.Subscriber of the session: the actor
 // queues frames on it without ever blocking.
 type conn struct {
 	s   *Server
@@ -28,9 +29,17 @@ type conn struct {
 	stop context.CancelFunc
 	out  *transport.Outbox
 
-	// A writer goroutine runs only while the outbox has something to write: an idle
-	// connection costs one goroutine (the reader), not two.
+	// A writer goroutine runs only while the outbox has something to write, a worker
+	// only while commands are queued: an idle connection costs one goroutine, the
+	// reader.
 	writers sync.WaitGroup
+
+	// Commands (worker.go): queued by the reader, handled by the worker in order. The
+	// head is the command being handled.
+	cmdMu   sync.Mutex
+	cmds    []clientFrame
+	working bool
+	worker  sync.WaitGroup
 
 	// Pings (ping.go).
 	pingMu      sync.Mutex
@@ -39,14 +48,15 @@ type conn struct {
 	pings       sync.WaitGroup
 
 	// The hello deadline (hello.go). A hello that arrived in time is never cut off by the
-	// deadline while it is being answered; one that then fails closes the connection.
-	helloMu      sync.Mutex
-	helloBusy    bool // a hello is being answered
-	helloExpired bool // the deadline passed
-	helloed      atomic.Bool
-	helloTimer   clockwork.Timer
+	// deadline while it waits for the worker or is being answered; one that then fails
+	// closes the connection.
+	helloMu       sync.Mutex
+	hellosPending int  // hellos queued or being answered
+	helloExpired  bool // the deadline passed
+	helloed       atomic.Bool
+	helloTimer    clockwork.Timer
 
-	// Owned by the goroutine that answers commands.
+	// Owned by the worker; read by serve once the worker is done.
 	actor *conversation.Actor
 }
 
@@ -82,12 +92,16 @@ func (c *conn) serve() {
 
 	c.readLoop()
 
+	// Cancelling ctx ends the command the worker is on and drops the queued ones.
 	c.cut()
 	c.helloTimer.Stop()
 	c.stopPings()
 	// Gone: refuse frames from now on instead of queueing them for nobody until the
 	// actor hears of the unsubscribe. No writer starts after this.
 	c.out.Detach()
+	// No worker starts either: only the reader, which has returned, starts one. Once it
+	// is done, c.actor is the session a hello subscribed to, if any.
+	c.worker.Wait()
 	c.writers.Wait()
 	if c.actor != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -5,7 +5,10 @@
 //   - server.go: Config, the upgrade, tracking connections, Shutdown
 //   - origin.go: the origin check (1008 for a refused browser origin)
 //   - conn.go: a connection's lifecycle, from serve to the unsubscribe
-//   - reader.go: the read loop and frame-level checks (text, JSON, requestId, type)
+//   - reader.go: the read loop and frame-level checks (text, JSON, requestId, type);
+//     it never waits, so pongs are always read
+//   - worker.go: the per-connection command worker: commands in arrival order, at most
+//     MaxQueuedCommands (then busy), the protocol's order (hello first, once)
 //   - hello.go: the hello deadline and the hello command
 //   - commands.go: the other commands, each answered with one ack, error or history
 //   - reply.go: replies and errors, and the protocol violations that close with 4000

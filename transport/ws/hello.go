@@ -11,33 +11,40 @@ import (
 )
 
 // armHelloDeadline closes the connection with 4000 when no hello has been answered by
-// the deadline, unless one is being answered then: that one decides.
+// the deadline, unless one arrived in time and is queued or being answered: that one
+// decides.
 func (c *conn) armHelloDeadline() {
 	c.helloTimer = c.s.clock.AfterFunc(c.s.cfg.HelloTimeout, func() {
 		c.helloMu.Lock()
 		defer c.helloMu.Unlock()
 		c.helloExpired = true
-		if !c.helloBusy && !c.helloed.Load() {
+		if c.hellosPending == 0 && !c.helloed.Load() {
 			c.out.Close(disconnectNoHello, true)
 		}
 	})
 }
 
+// helloArrived counts a hello the reader queued for the worker.
+func (c *conn) helloArrived() {
+	c.helloMu.Lock()
+	c.hellosPending++
+	c.helloMu.Unlock()
+}
+
+// helloSettled is called by the worker once a queued hello is answered (or dropped): if
+// the deadline passed meanwhile and no hello succeeded, the connection is closed.
+func (c *conn) helloSettled() {
+	c.helloMu.Lock()
+	defer c.helloMu.Unlock()
+	c.hellosPending--
+	if c.helloExpired && c.hellosPending == 0 && !c.helloed.Load() {
+		c.out.Close(disconnectNoHello, true)
+	}
+}
+
 // hello binds the connection to a session: subscribes its outbox to the session's actor,
 // which queues the snapshot or replay.
 func (c *conn) hello(f clientFrame) {
-	c.helloMu.Lock()
-	c.helloBusy = true
-	c.helloMu.Unlock()
-	defer func() {
-		c.helloMu.Lock()
-		defer c.helloMu.Unlock()
-		c.helloBusy = false
-		if c.helloExpired && !c.helloed.Load() {
-			c.out.Close(disconnectNoHello, true)
-		}
-	}()
-
 	owner, err := c.s.cfg.Auth.Authenticate(c.ctx, c.req, f.Token)
 	if err != nil {
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")

@@ -4,6 +4,9 @@ import "context"
 
 // schedulePing arms the next ping. Pings run from a timer, not a goroutine of their own,
 // so an idle connection costs one goroutine: the reader.
+//
+// coder/websocket reads a pong only inside Read, so pings work because the reader never
+// stops reading: it hands commands to the worker and never waits for one.
 func (c *conn) schedulePing() {
 	c.pingMu.Lock()
 	defer c.pingMu.Unlock()

@@ -40,8 +40,9 @@ func (c *conn) logReadError(err error) {
 	c.logEvent(c.s.log.Debug()).Err(err).Msg("connection ended")
 }
 
-// handle decodes a frame and dispatches it by type. Frames that cannot be read as a
-// command are answered here.
+// handle decodes a frame and queues it for the worker. Frames that cannot be read as a
+// command (not text, not JSON, a bad requestId, an unknown type) are answered here, at
+// once; so is a command that finds the queue full (busy). Nothing here waits.
 func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	if typ != websocket.MessageText {
 		c.replyError(nil, conversation.CodeBadRequest, "frames must be JSON in text frames")
@@ -67,18 +68,8 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	switch f.Type {
 	case "":
 		c.replyError(f.RequestID, conversation.CodeBadRequest, "type is required")
-	case typeHello:
-		if c.helloed.Load() {
-			c.violation(f.RequestID, "hello was already sent on this connection")
-			return
-		}
-		c.hello(f)
-	case typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeHistoryFetch:
-		if !c.helloed.Load() {
-			c.violation(f.RequestID, "send hello first")
-			return
-		}
-		c.command(f)
+	case typeHello, typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeHistoryFetch:
+		c.queue(f)
 	default:
 		t := f.Type
 		if len(t) > 64 {
