@@ -190,7 +190,11 @@ func (m *Main) Run(ctx context.Context) error {
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		ReadLimit:      int64(m.cfg.ReadLimit),
 		SendQueueBytes: m.cfg.SendQueueBytes,
+		PingInterval:   m.cfg.PingInterval,
+		PingTimeout:    m.cfg.PingTimeout,
 		Metrics:        transport.NewMetrics(m.registry),
+
+		MaxQueuedCommands: m.cfg.MaxQueuedCommands,
 	})
 	if err != nil {
 		return err
