@@ -21,7 +21,7 @@ import (
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
-	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -138,7 +138,7 @@ var _ conversation.Subscriber = (*sub)(nil)
 func newSub() *sub { return &sub{signal: make(chan struct{}, 1)} }
 
 func (s *sub) Deliver(ev *conversation.Event) bool {
-	return s.add(ev.Encode(transport.Format))
+	return s.add(ev.Encode(ws.Format))
 }
 
 func (s *sub) add(frame []byte) bool {
@@ -150,7 +150,7 @@ func (s *sub) add(frame []byte) bool {
 }
 
 func (s *sub) CatchUp(c conversation.CatchUp) bool {
-	frames, err := transport.EncodeCatchUp(c)
+	frames, err := ws.EncodeCatchUp(c)
 	if err != nil {
 		panic(err)
 	}

@@ -1,9 +1,18 @@
-// Package transport is chatd's HTTP surface: the WebSocket endpoint /v1/ws that speaks
-// protocol version 1 (docs/protocol.md), and /healthz and /readyz.
+// Package transport is what chatd's transports share, and its HTTP surface.
 //
-// It owns the wire types and their encoding (Encoder is the conversation.Encoder), one
-// writer goroutine and a bounded outbound queue per connection, the read limit, the hello
-// deadline, pings, origin checks and authentication. It turns frames into calls on the
-// session's actor and answers each command with exactly one ack, error or history. It
-// never touches the database; the conversation package decides what is stored.
+// It owns:
+//   - Outbox, the transport-neutral conversation.Subscriber: one connection's bounded
+//     outbound queue with its two byte budgets (live events, replies; catch-ups outside
+//     both), its close request and the slow-consumer rule (DisconnectSlow, 4008). A
+//     transport gives it the Format it encodes events in and a catch-up encoder, and a
+//     Writer that takes batches of frames from it without blocking.
+//   - Disconnect, the close codes every transport shares.
+//   - Authenticator and Anonymous.
+//   - Metrics: connections, frames sent, slow-consumer drops, for every transport.
+//   - Server: /healthz, /readyz, and the mounting of the WebSocket endpoint at
+//     GET /v1/ws, so cmd/chatd serves one Handler and shuts one Server down.
+//
+// It must not know any transport's wire: no WebSocket, no frame types, no JSON of the
+// protocol (those are transport/ws's, and later transport/aisdk's). It never touches the
+// database; the conversation package decides what is stored.
 package transport

@@ -1,13 +1,12 @@
 package transport
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics counts connections and what their writers send. One Metrics serves every
-// connection of a Server; incrementing is all the writer's hot path does.
+// Metrics counts connections and what their writers send, whatever the transport. One
+// Metrics serves every connection of a process; incrementing is all a writer's hot path
+// does. A nil *Metrics counts nothing.
 type Metrics struct {
 	connectionsOpen prometheus.Gauge
 	framesSent      prometheus.Counter
@@ -16,7 +15,7 @@ type Metrics struct {
 
 // NewMetrics returns the transport's metrics, registered with reg unless it is nil:
 // chatd_connections_open, chatd_frames_sent_total and chatd_slow_consumer_drops_total.
-// Pass it in Config.Metrics.
+// Pass it to the transports (ws.Config.Metrics).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		connectionsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -38,5 +37,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// discardMetrics stands in for a Config without Metrics.
-var discardMetrics = sync.OnceValue(func() *Metrics { return NewMetrics(nil) })
+// ConnectionOpened counts a connection the transport now serves.
+func (m *Metrics) ConnectionOpened() {
+	if m != nil {
+		m.connectionsOpen.Inc()
+	}
+}
+
+// ConnectionClosed counts a connection the transport no longer serves.
+func (m *Metrics) ConnectionClosed() {
+	if m != nil {
+		m.connectionsOpen.Dec()
+	}
+}
+
+func (m *Metrics) sent(n int) {
+	if m != nil && n > 0 {
+		m.framesSent.Add(float64(n))
+	}
+}
+
+func (m *Metrics) slowDrop() {
+	if m != nil {
+		m.slowDrops.Inc()
+	}
+}

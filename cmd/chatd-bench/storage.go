@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/chatd/chatd/internal/delayproxy"
 )
 
 // storageRate is the storage runs' pace in tokens per second.
@@ -146,12 +148,12 @@ func (b *bench) slowDatabase(ctx context.Context, direct *server) (*delayResult,
 		res.skipped = "the database URL has no TCP host:port to put a proxy in front of"
 		return res, nil
 	}
-	proxy, err := startDelayProxy(u.Host, o.dbDelay)
+	proxy, err := delayproxy.Start(u.Host, o.dbDelay)
 	if err != nil {
 		return nil, err
 	}
-	defer proxy.close()
-	u.Host = proxy.addr()
+	defer proxy.Close()
+	u.Host = proxy.Addr()
 	slow, err := b.startChatd(ctx, fmt.Sprintf("chatd (database +%v)", o.dbDelay), u.String(), "CHATD_COALESCE_DELTAS=0")
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 )
 
 // Config is everything chatd can be told at start-up. Each field has a flag and an
@@ -42,6 +43,14 @@ type Config struct {
 	SendQueueBytes int
 	// ReadLimit is the largest frame a client may send (CHATD_READ_LIMIT).
 	ReadLimit int
+	// PingInterval and PingTimeout: the server pings every connection this often and
+	// drops one that has not answered within the timeout (CHATD_PING_INTERVAL,
+	// CHATD_PING_TIMEOUT).
+	PingInterval time.Duration
+	PingTimeout  time.Duration
+	// MaxQueuedCommands bounds the commands of one connection waiting or being handled;
+	// one more is answered with error busy (CHATD_MAX_QUEUED_COMMANDS).
+	MaxQueuedCommands int
 	// MaxContentBytes is the largest user message (CHATD_MAX_CONTENT_BYTES).
 	MaxContentBytes int
 	// IdleEvict is how long a session with no subscriber and no run stays in memory
@@ -134,7 +143,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	// records the default shown by -help.
 	c.RingBytes = env.bytes("CHATD_RING_BYTES", conversation.DefaultRingBytes)
 	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
-	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", transport.DefaultReadLimit)
+	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", ws.DefaultReadLimit)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address (CHATD_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
@@ -146,6 +155,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.Var(byteSize{&c.SendQueueBytes}, "send-queue-bytes", "outbound queue per connection, e.g. 1MiB (CHATD_SEND_QUEUE_BYTES)")
 	fs.Var(byteSize{&c.ReadLimit}, "read-limit", "largest client frame, e.g. 256KiB (CHATD_READ_LIMIT)")
 	fs.Var(byteSize{&c.MaxContentBytes}, "max-content-bytes", "largest user message, e.g. 128KiB (CHATD_MAX_CONTENT_BYTES)")
+	fs.DurationVar(&c.PingInterval, "ping-interval", env.duration("CHATD_PING_INTERVAL", ws.DefaultPingInterval), "ping every connection this often (CHATD_PING_INTERVAL)")
+	fs.DurationVar(&c.PingTimeout, "ping-timeout", env.duration("CHATD_PING_TIMEOUT", ws.DefaultPingTimeout), "drop a connection that has not answered a ping within this (CHATD_PING_TIMEOUT)")
+	fs.IntVar(&c.MaxQueuedCommands, "max-queued-commands", env.int("CHATD_MAX_QUEUED_COMMANDS", ws.DefaultMaxQueuedCommands), "commands per connection waiting or being handled; one more is answered busy (CHATD_MAX_QUEUED_COMMANDS)")
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
@@ -209,6 +221,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_READ_LIMIT (-read-limit) is %d; it must be at least 1KiB", c.ReadLimit)
 	case c.MaxContentBytes < 1:
 		return fmt.Errorf("CHATD_MAX_CONTENT_BYTES (-max-content-bytes) is %d; it must be at least 1", c.MaxContentBytes)
+	case c.PingInterval <= 0:
+		return fmt.Errorf("CHATD_PING_INTERVAL (-ping-interval) is %s; it must be positive", c.PingInterval)
+	case c.PingTimeout <= 0:
+		return fmt.Errorf("CHATD_PING_TIMEOUT (-ping-timeout) is %s; it must be positive", c.PingTimeout)
+	case c.MaxQueuedCommands < 1:
+		return fmt.Errorf("CHATD_MAX_QUEUED_COMMANDS (-max-queued-commands) is %d; it must be at least 1", c.MaxQueuedCommands)
 	case c.IdleEvict <= 0:
 		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
 	case c.ShutdownTimeout <= 0:

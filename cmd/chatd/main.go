@@ -37,6 +37,7 @@ import (
 	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 )
 
 func main() {
@@ -175,15 +176,21 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
-	m.srv, err = transport.New(transport.Config{
-		Hub:            m.hub,
-		Ready:          st.Ping,
-		Logger:         m.log,
-		AllowedOrigins: m.cfg.AllowedOrigins,
-		ReadLimit:      int64(m.cfg.ReadLimit),
-		SendQueueBytes: m.cfg.SendQueueBytes,
-		Metrics:        transport.NewMetrics(m.registry),
+	wsSrv, err := ws.New(ws.Config{
+		Hub:               m.hub,
+		Logger:            m.log,
+		AllowedOrigins:    m.cfg.AllowedOrigins,
+		ReadLimit:         int64(m.cfg.ReadLimit),
+		SendQueueBytes:    m.cfg.SendQueueBytes,
+		PingInterval:      m.cfg.PingInterval,
+		PingTimeout:       m.cfg.PingTimeout,
+		Metrics:           transport.NewMetrics(m.registry),
+		MaxQueuedCommands: m.cfg.MaxQueuedCommands,
 	})
+	if err != nil {
+		return err
+	}
+	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, Ready: st.Ping, Logger: m.log})
 	if err != nil {
 		return err
 	}

@@ -70,6 +70,10 @@ func TestParseConfigDefaults(t *testing.T) {
 		DemoWords:       60,
 		DemoDelay:       30 * time.Millisecond,
 
+		PingInterval:      25 * time.Second,
+		PingTimeout:       10 * time.Second,
+		MaxQueuedCommands: 16,
+
 		ApprovalTimeout:  5 * time.Minute,
 		SandboxKillAfter: 24 * time.Hour,
 		AbandonAfter:     30 * time.Minute,
@@ -102,6 +106,10 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_COALESCE_DELTAS":   "25ms",
 		"CHATD_DEMO_WORDS":        "7",
 		"CHATD_DEMO_DELAY":        "0s",
+
+		"CHATD_PING_INTERVAL":       "30s",
+		"CHATD_PING_TIMEOUT":        "40s",
+		"CHATD_MAX_QUEUED_COMMANDS": "4",
 
 		"CHATD_APPROVAL_TIMEOUT":   "10s",
 		"CHATD_SANDBOX_KILL_AFTER": "1h",
@@ -139,6 +147,10 @@ func TestParseConfigValues(t *testing.T) {
 		CoalesceDeltas:  25 * time.Millisecond,
 		DemoWords:       7,
 		DemoDelay:       0,
+
+		PingInterval:      30 * time.Second,
+		PingTimeout:       40 * time.Second,
+		MaxQueuedCommands: 4,
 
 		ApprovalTimeout:  10 * time.Second,
 		SandboxKillAfter: time.Hour,
@@ -182,6 +194,9 @@ func TestParseConfigValues(t *testing.T) {
 				"-read-limit", "1m",
 				"-max-content-bytes", "2KiB",
 				"-idle-evict", "1h",
+				"-ping-interval", "5s",
+				"-ping-timeout", "2s",
+				"-max-queued-commands", "32",
 				"-shutdown-timeout", "20s",
 				"-pprof=off",
 				"-coalesce-deltas", "1s",
@@ -222,6 +237,10 @@ func TestParseConfigValues(t *testing.T) {
 					DemoWords:       9,
 					DemoDelay:       5 * time.Millisecond,
 
+					PingInterval:      5 * time.Second,
+					PingTimeout:       2 * time.Second,
+					MaxQueuedCommands: 32,
+
 					ApprovalTimeout:  time.Minute,
 					SandboxKillAfter: 2 * time.Hour,
 					AbandonAfter:     3 * time.Minute,
@@ -257,6 +276,7 @@ func TestParseConfigValues(t *testing.T) {
 					Addr: "127.0.0.1:8080", DatabaseURL: "postgres://flag/only", LogLevel: "info", LogFormat: "auto",
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
+					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
 					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
@@ -340,6 +360,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "read limit not a size", env: map[string]string{"CHATD_READ_LIMIT": "4 megs"}, mention: []string{"CHATD_READ_LIMIT"}},
 		{name: "max content zero", env: map[string]string{"CHATD_MAX_CONTENT_BYTES": "0"}, mention: []string{"CHATD_MAX_CONTENT_BYTES"}},
 		{name: "shutdown timeout zero", env: map[string]string{"CHATD_SHUTDOWN_TIMEOUT": "0s"}, mention: []string{"CHATD_SHUTDOWN_TIMEOUT"}},
+		{name: "ping interval zero", env: map[string]string{"CHATD_PING_INTERVAL": "0s"}, mention: []string{"CHATD_PING_INTERVAL", "-ping-interval"}},
+		{name: "ping interval not a duration", env: map[string]string{"CHATD_PING_INTERVAL": "often"}, mention: []string{"CHATD_PING_INTERVAL", "often"}},
+		{name: "ping timeout negative", env: map[string]string{"CHATD_PING_TIMEOUT": "-1s"}, mention: []string{"CHATD_PING_TIMEOUT", "-ping-timeout"}},
+		{name: "ping timeout flag zero", args: []string{"-ping-timeout", "0s"}, mention: []string{"CHATD_PING_TIMEOUT"}},
+		{name: "max queued commands zero", env: map[string]string{"CHATD_MAX_QUEUED_COMMANDS": "0"}, mention: []string{"CHATD_MAX_QUEUED_COMMANDS", "-max-queued-commands"}},
+		{name: "max queued commands not a number", env: map[string]string{"CHATD_MAX_QUEUED_COMMANDS": "lots"}, mention: []string{"CHATD_MAX_QUEUED_COMMANDS", "lots"}},
 		{name: "coalesce deltas negative", env: map[string]string{"CHATD_COALESCE_DELTAS": "-1ms"}, mention: []string{"CHATD_COALESCE_DELTAS", "-1ms"}},
 		{name: "coalesce deltas above 1s", env: map[string]string{"CHATD_COALESCE_DELTAS": "1001ms"}, mention: []string{"CHATD_COALESCE_DELTAS", "1.001s"}},
 		{name: "coalesce deltas not a duration", env: map[string]string{"CHATD_COALESCE_DELTAS": "25"}, mention: []string{"CHATD_COALESCE_DELTAS", "25"}},
@@ -1042,6 +1068,32 @@ func TestPprofFlag(t *testing.T) {
 	cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "ON"}), io.Discard)
 	require.NoError(t, err)
 	require.True(t, cfg.Pprof)
+}
+
+// ---------------------------------------------------------------------------------------
+// Pings
+
+// CHATD_PING_INTERVAL and CHATD_PING_TIMEOUT reach the connections: a client that does
+// not answer pings is dropped after a fraction of a second instead of the default 35 s.
+func TestPingSettings(t *testing.T) {
+	m, _ := startInProcess(t, map[string]string{
+		"DATABASE_URL":        storetest.NewURL(t),
+		"CHATD_PING_INTERVAL": "50ms",
+		"CHATD_PING_TIMEOUT":  "100ms",
+	})
+	pinged := make(chan struct{}, 1)
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", &wstest.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pinged <- struct{}{}:
+			default:
+			}
+			return false // never answer
+		},
+	})
+	// No hello: nothing but the unanswered ping closes the connection within 15 s.
+	require.EqualValues(t, -1, c.ExpectClose(), "cut without a close frame")
+	require.Len(t, pinged, 1, "the server pinged")
 }
 
 // ---------------------------------------------------------------------------------------

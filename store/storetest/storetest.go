@@ -13,14 +13,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/chatd/chatd/internal/delayproxy"
 	"github.com/chatd/chatd/migrations"
 	"github.com/chatd/chatd/store"
 )
@@ -167,4 +171,29 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Delayed is a pool option (for New and NewPool) that connects through a TCP proxy
+// delaying everything sent to PostgreSQL by delay, so every round trip takes that much
+// longer: a real slow database. The proxy is closed when the test ends, after the pool.
+func Delayed(t testing.TB, delay time.Duration) func(*pgxpool.Config) {
+	return func(cfg *pgxpool.Config) {
+		t.Helper()
+		cc := cfg.ConnConfig
+		if cc.Host == "" || strings.HasPrefix(cc.Host, "/") {
+			t.Fatalf("the test database at %q is not reached over TCP: no proxy can be put in front of it", cc.Host)
+		}
+		p, err := delayproxy.Start(net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), delay)
+		if err != nil {
+			t.Fatalf("start a delaying proxy: %v", err)
+		}
+		t.Cleanup(p.Close)
+		host, port, err := net.SplitHostPort(p.Addr())
+		if err != nil {
+			t.Fatalf("proxy address: %v", err)
+		}
+		n, _ := strconv.Atoi(port)
+		cc.Host, cc.Port = host, uint16(n)
+		cc.Fallbacks = nil
+	}
 }

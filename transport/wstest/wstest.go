@@ -19,7 +19,7 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 )
 
 // ReadTimeout bounds every read a test makes; a test that waits longer has hung.
@@ -297,7 +297,7 @@ func trunc(s string) string {
 
 // FromStore converts stored messages to their wire form through the real encoder.
 func FromStore(msgs []chat.Message) ([]Message, error) {
-	b, err := transport.EncodeSnapshot(&conversation.Snapshot{Messages: msgs})
+	b, err := ws.EncodeSnapshot(&conversation.Snapshot{Messages: msgs})
 	if err != nil {
 		return nil, err
 	}
@@ -567,7 +567,7 @@ func NewSub() *Sub { return &Sub{state: NewState(), signal: make(chan struct{}, 
 
 // Deliver applies a live event.
 func (s *Sub) Deliver(ev *conversation.Event) bool {
-	return s.apply(ev.Encode(transport.Format))
+	return s.apply(ev.Encode(ws.Format))
 }
 
 func (s *Sub) apply(b []byte) bool {
@@ -593,7 +593,7 @@ func (s *Sub) apply(b []byte) bool {
 
 // CatchUp applies the answer to a hello.
 func (s *Sub) CatchUp(c conversation.CatchUp) bool {
-	frames, err := transport.EncodeCatchUp(c)
+	frames, err := ws.EncodeCatchUp(c)
 	if err != nil {
 		panic(err)
 	}

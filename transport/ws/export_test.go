@@ -1,4 +1,4 @@
-package transport
+package ws
 
 // The reply frames, for the schema test in package transport_test: conn.reply encodes
 // them with json.Marshal, and so does the test.

@@ -1,10 +1,9 @@
-package transport_test
+package ws_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
-	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -137,7 +136,7 @@ func TestHelloDeadline(t *testing.T) {
 	early.Hello("")
 	requireHistory(t, early, "early-1")
 
-	e.WSClock.Advance(transport.DefaultHelloTimeout - time.Millisecond)
+	e.WSClock.Advance(ws.DefaultHelloTimeout - time.Millisecond)
 	late.Hello("")
 	requireHistory(t, late, "late-1")
 
@@ -158,7 +157,7 @@ func TestPingKeepsReadingClientOpen(t *testing.T) {
 
 	for i := range 4 {
 		require.NoError(t, e.WSClock.BlockUntilContext(ctx, 1)) // the ping timer
-		e.WSClock.Advance(transport.DefaultPingInterval)
+		e.WSClock.Advance(ws.DefaultPingInterval)
 		r.waitPing(ctx, t, pings)
 		// The reply to the first request comes after the client's reader has handled the
 		// ping, so its pong is written; the second request is on the wire behind that pong,
@@ -169,7 +168,7 @@ func TestPingKeepsReadingClientOpen(t *testing.T) {
 	}
 
 	// A whole ping timeout later nothing has cut the connection, and no other ping came.
-	e.WSClock.Advance(transport.DefaultPingTimeout)
+	e.WSClock.Advance(ws.DefaultPingTimeout)
 	r.roundTrip(ctx, t, "final")
 	require.Empty(t, pings, "more pings than ping intervals")
 }
@@ -183,11 +182,11 @@ func TestPingClosesUnresponsiveClient(t *testing.T) {
 	r := readInBackground(t, c)
 
 	require.NoError(t, e.WSClock.BlockUntilContext(ctx, 1)) // the ping timer
-	e.WSClock.Advance(transport.DefaultPingInterval)
+	e.WSClock.Advance(ws.DefaultPingInterval)
 	r.waitPing(ctx, t, pings)
 
 	// Just before the ping timeout the connection is still served.
-	e.WSClock.Advance(transport.DefaultPingTimeout - time.Millisecond)
+	e.WSClock.Advance(ws.DefaultPingTimeout - time.Millisecond)
 	r.roundTrip(ctx, t, "before-timeout")
 
 	e.WSClock.Advance(time.Millisecond)
@@ -222,7 +221,7 @@ func TestOrigins(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := livenessEnv(t, envOptions{transport: func(c *transport.Config) { c.AllowedOrigins = tc.allowed }})
+			e := livenessEnv(t, envOptions{wsConfig: func(c *ws.Config) { c.AllowedOrigins = tc.allowed }})
 			origin := tc.origin
 			if origin == self {
 				origin = e.ts.URL
@@ -257,32 +256,6 @@ func TestSubprotocol(t *testing.T) {
 	plain.Hello("")
 }
 
-func requireStatus(t *testing.T, e *env, path string, want int) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(waitContext(t), http.MethodGet, e.ts.URL+path, nil)
-	require.NoError(t, err)
-	resp, err := e.ts.Client().Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, want, resp.StatusCode, "GET %s: %s", path, body)
-}
-
-func TestHealthAndReadiness(t *testing.T) {
-	t.Parallel()
-	up := livenessEnv(t, envOptions{})
-	requireStatus(t, up, "/healthz", http.StatusOK)
-	requireStatus(t, up, "/readyz", http.StatusOK)
-
-	down := livenessEnv(t, envOptions{transport: func(c *transport.Config) {
-		c.Ready = func(context.Context) error { return errors.New("database unavailable") }
-	}})
-	requireStatus(t, down, "/readyz", http.StatusServiceUnavailable)
-	// Liveness does not depend on readiness.
-	requireStatus(t, down, "/healthz", http.StatusOK)
-}
-
 // blockingAuth holds every hello in Authenticate until the test releases it, so a test can
 // keep a hello "in progress" while it moves the clock.
 type blockingAuth struct {
@@ -305,7 +278,7 @@ func (a blockingAuth) Authenticate(ctx context.Context, _ *http.Request, _ strin
 func TestHelloDeadlineDuringASlowHello(t *testing.T) {
 	t.Parallel()
 	auth := blockingAuth{entered: make(chan struct{}), release: make(chan struct{})}
-	e := livenessEnv(t, envOptions{transport: func(c *transport.Config) { c.Auth = auth }})
+	e := livenessEnv(t, envOptions{wsConfig: func(c *ws.Config) { c.Auth = auth }})
 	ctx := waitContext(t)
 
 	pass := func(c *wstest.Client, hello map[string]any) {
@@ -317,7 +290,7 @@ func TestHelloDeadlineDuringASlowHello(t *testing.T) {
 			t.Fatal("hello never reached the authenticator")
 		}
 		// The connection's hello timer and ping timer, now past the deadline.
-		e.WSClock.Advance(transport.DefaultHelloTimeout + time.Second)
+		e.WSClock.Advance(ws.DefaultHelloTimeout + time.Second)
 		auth.release <- struct{}{}
 	}
 

@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -304,7 +304,7 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 	}
 	event := func(name string, e *conversation.Event) {
 		t.Helper()
-		add(name, transport.EncodeEvent(e), nil)
+		add(name, ws.EncodeEvent(e), nil)
 	}
 	find := func(role chat.Role, kind chat.MessageKind, status chat.MessageStatus, tool chat.ToolStatus) *chat.Message {
 		t.Helper()
@@ -318,27 +318,27 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 	}
 
 	// Replies and catch-up.
-	b, err := transport.EncodeSnapshot(&conversation.Snapshot{SessionID: f.session, Epoch: "e466"})
+	b, err := ws.EncodeSnapshot(&conversation.Snapshot{SessionID: f.session, Epoch: "e466"})
 	add("snapshot, empty", b, err)
 	for _, status := range []chat.RunStatus{chat.RunRunning, chat.RunAwaitingApproval, chat.RunPaused} {
-		b, err := transport.EncodeSnapshot(&conversation.Snapshot{
+		b, err := ws.EncodeSnapshot(&conversation.Snapshot{
 			RequestID: "h1", SessionID: f.session, Epoch: "e466", LastSeq: 70, Messages: msgs, HasMore: true, ActiveRun: f.runAt(status),
 		})
 		add("snapshot, run "+string(status), b, err)
 	}
-	b, err = transport.EncodeResumed(&conversation.Resumed{RequestID: "h2", SessionID: f.session, Epoch: "e466", LastSeq: 17})
+	b, err = ws.EncodeResumed(&conversation.Resumed{RequestID: "h2", SessionID: f.session, Epoch: "e466", LastSeq: 17})
 	add("resumed", b, err)
-	b, err = transport.EncodeResumed(&conversation.Resumed{SessionID: f.session, Epoch: "e466"})
+	b, err = ws.EncodeResumed(&conversation.Resumed{SessionID: f.session, Epoch: "e466"})
 	add("resumed, no requestId", b, err)
 	rid := func(s string) *string { return &s }
 	for _, status := range []chat.RunStatus{chat.RunRunning, chat.RunAwaitingApproval, chat.RunPaused, chat.RunDone, chat.RunError, chat.RunCancelled, chat.RunInterrupted} {
-		marshal("ack, "+string(status), transport.WireAck{Type: "ack", RequestID: rid("r1"), RunID: &f.run, Duplicate: status != chat.RunRunning, Status: string(status)})
+		marshal("ack, "+string(status), ws.WireAck{Type: "ack", RequestID: rid("r1"), RunID: &f.run, Duplicate: status != chat.RunRunning, Status: string(status)})
 	}
-	marshal("ack", transport.WireAck{Type: "ack", RunID: &f.run, Status: string(chat.RunCancelled)})
-	marshal("error", transport.WireErrorReply{Type: "error", RequestID: rid("r2"), Code: conversation.CodeRunActive, Message: "run is still active"})
-	marshal("error, no requestId", transport.WireErrorReply{Type: "error", Code: conversation.CodeBadRequest, Message: "malformed frame: invalid JSON at byte 8"})
-	marshal("history", transport.WireHistory{Type: "history", RequestID: rid("h1"), Messages: transport.ToWireMessages(msgs), HasMore: true})
-	marshal("history, empty", transport.WireHistory{Type: "history", Messages: transport.ToWireMessages(nil)})
+	marshal("ack", ws.WireAck{Type: "ack", RunID: &f.run, Status: string(chat.RunCancelled)})
+	marshal("error", ws.WireErrorReply{Type: "error", RequestID: rid("r2"), Code: conversation.CodeRunActive, Message: "run is still active"})
+	marshal("error, no requestId", ws.WireErrorReply{Type: "error", Code: conversation.CodeBadRequest, Message: "malformed frame: invalid JSON at byte 8"})
+	marshal("history", ws.WireHistory{Type: "history", RequestID: rid("h1"), Messages: ws.ToWireMessages(msgs), HasMore: true})
+	marshal("history, empty", ws.WireHistory{Type: "history", Messages: ws.ToWireMessages(nil)})
 
 	// Events, in the order of a run.
 	started := ev(conversation.EventChatStarted, 1)

@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -41,12 +42,12 @@ type env struct {
 }
 
 type envOptions struct {
-	agent     conversation.Agent
-	conv      func(*conversation.Config)
-	transport func(*transport.Config)
-	pool      []func(*pgxpool.Config)
-	listener  func(net.Listener) net.Listener
-	realWS    bool // use the real clock for connections
+	agent    conversation.Agent
+	conv     func(*conversation.Config)
+	wsConfig func(*ws.Config)
+	pool     []func(*pgxpool.Config)
+	listener func(net.Listener) net.Listener
+	realWS   bool // use the real clock for connections
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -63,14 +64,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 	require.NoError(t, err)
 	e.hub = h
 
-	tc := transport.Config{Hub: h, Ready: st.Ping, Logger: log, Clock: e.WSClock}
+	wc := ws.Config{Hub: h, Logger: log, Clock: e.WSClock}
 	if o.realWS {
-		tc.Clock = clockwork.NewRealClock()
+		wc.Clock = clockwork.NewRealClock()
 	}
-	if o.transport != nil {
-		o.transport(&tc)
+	if o.wsConfig != nil {
+		o.wsConfig(&wc)
 	}
-	srv, err := transport.New(tc)
+	wsSrv, err := ws.New(wc)
+	require.NoError(t, err)
+	srv, err := transport.New(transport.Config{WebSocket: wsSrv, Ready: st.Ping, Logger: log})
 	require.NoError(t, err)
 	e.srv = srv
 

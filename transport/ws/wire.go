@@ -1,4 +1,4 @@
-package transport
+package ws
 
 import (
 	"encoding/hex"
@@ -27,6 +27,8 @@ const (
 // Error codes the transport adds to conversation's.
 const (
 	codeUnknownType = "unknown_type"
+	// codeBusy: the connection has MaxQueuedCommands commands waiting or being handled.
+	codeBusy = "busy"
 )
 
 // clientFrame holds every field any client frame may carry. Pointers tell a missing field

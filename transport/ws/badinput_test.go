@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"strings"
@@ -9,13 +9,13 @@ import (
 
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
 const (
 	badInputMaxContent = 1000 // conversation.Config.MaxContentBytes of TestBadInput
-	badInputReadLimit  = 4096 // transport.Config.ReadLimit of TestBadInput
+	badInputReadLimit  = 4096 // ws.Config.ReadLimit of TestBadInput
 )
 
 // badInputCase is one bad frame sent on a connection of its own.
@@ -49,9 +49,9 @@ func requireHistory(t *testing.T, c *wstest.Client, requestID string) wstest.Fra
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{
-		agent:     script.New(script.Text("still", " streaming", " fine")),
-		conv:      func(c *conversation.Config) { c.MaxContentBytes = badInputMaxContent },
-		transport: func(c *transport.Config) { c.ReadLimit = badInputReadLimit },
+		agent:    script.New(script.Text("still", " streaming", " fine")),
+		conv:     func(c *conversation.Config) { c.MaxContentBytes = badInputMaxContent },
+		wsConfig: func(c *ws.Config) { c.ReadLimit = badInputReadLimit },
 	})
 
 	// The bystander watches the session that every bad connection joins.

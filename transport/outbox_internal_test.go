@@ -9,14 +9,14 @@ import (
 // A writer that finds the queue empty lets go of a large buffer (left by a catch-up) and
 // keeps a small one for the next frames.
 func TestIdleConnectionDropsALargeQueueBuffer(t *testing.T) {
-	large := &conn{writing: true, frames: make([][]byte, 0, 4096)}
-	_, _, ok := large.take(nil)
+	large := &Outbox{writing: true, frames: make([][]byte, 0, 4096)}
+	_, _, ok := large.Take(nil)
 	require.False(t, ok)
 	require.False(t, large.writing, "the writer exits")
 	require.Nil(t, large.frames)
 
-	small := &conn{writing: true, frames: make([][]byte, 0, 8)}
-	_, _, ok = small.take(nil)
+	small := &Outbox{writing: true, frames: make([][]byte, 0, 8)}
+	_, _, ok = small.Take(nil)
 	require.False(t, ok)
 	require.Equal(t, 8, cap(small.frames))
 }

@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"context"

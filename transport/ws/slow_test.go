@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -69,9 +70,9 @@ func TestSlowConsumerIsDroppedAndOthersAreNot(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, envOptions{
-		agent:     script.New(steps...),
-		transport: metricsOption(transport.NewMetrics(reg), func(c *transport.Config) { c.SendQueueBytes = 64 << 10 }),
-		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
+		agent:    script.New(steps...),
+		wsConfig: metricsOption(transport.NewMetrics(reg), func(c *ws.Config) { c.SendQueueBytes = 64 << 10 }),
+		listener: func(l net.Listener) net.Listener { return smallBuffers{l} },
 	})
 
 	fastClient := e.session()
@@ -120,9 +121,9 @@ func TestSlowConsumerRepliesDoNotBlock(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, envOptions{
-		agent:     script.New(script.Text("ok")),
-		transport: metricsOption(transport.NewMetrics(reg), func(c *transport.Config) { c.SendQueueBytes = 2048 }),
-		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
+		agent:    script.New(script.Text("ok")),
+		wsConfig: metricsOption(transport.NewMetrics(reg), func(c *ws.Config) { c.SendQueueBytes = 2048 }),
+		listener: func(l net.Listener) net.Listener { return smallBuffers{l} },
 	})
 	c := wstest.Dial(t, e.URL, smallReceiveBuffer())
 	c.Hello("")
@@ -153,8 +154,8 @@ func TestLargeCatchUpAndHistoryDoNotCountAsBacklog(t *testing.T) {
 			}
 			return []script.Step{gate.Wait(), script.Words(20), gate.Wait(), script.Words(20)}
 		}),
-		transport: func(c *transport.Config) { c.SendQueueBytes = 16 << 10 },
-		listener:  func(l net.Listener) net.Listener { return smallBuffers{l} },
+		wsConfig: func(c *ws.Config) { c.SendQueueBytes = 16 << 10 },
+		listener: func(l net.Listener) net.Listener { return smallBuffers{l} },
 	})
 	a := e.session()
 	// 32 KB of history, twice the queue, in runs small enough for the queue.

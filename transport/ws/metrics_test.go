@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
 // metricsOption gives the env's server metrics of their own.
-func metricsOption(m *transport.Metrics, next func(*transport.Config)) func(*transport.Config) {
-	return func(c *transport.Config) {
+func metricsOption(m *transport.Metrics, next func(*ws.Config)) func(*ws.Config) {
+	return func(c *ws.Config) {
 		c.Metrics = m
 		if next != nil {
 			next(c)
@@ -48,8 +49,8 @@ func TestMetricsCountConnectionsAndFrames(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, envOptions{
-		agent:     script.New(script.Text("Hello", ", ", "world")),
-		transport: metricsOption(transport.NewMetrics(reg), nil),
+		agent:    script.New(script.Text("Hello", ", ", "world")),
+		wsConfig: metricsOption(transport.NewMetrics(reg), nil),
 	})
 	require.Zero(t, metricValue(t, reg, "chatd_connections_open"))
 

@@ -1,4 +1,4 @@
-package transport_test
+package ws_test
 
 import (
 	"bytes"
@@ -14,12 +14,18 @@ import (
 )
 
 // writers counts the goroutines in a connection's writer.
-func writers() int {
+func writers() int { return goroutinesIn("ws.(*conn).writeLoop") }
+
+// workers counts the goroutines in a connection's command worker.
+func workers() int { return goroutinesIn("ws.(*conn).work") }
+
+// goroutinesIn counts the goroutines that have fn on their stack.
+func goroutinesIn(fn string) int {
 	var b bytes.Buffer
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
 	n := 0
 	for _, block := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(block, "transport.(*conn).writeLoop") {
+		if strings.Contains(block, fn+"\n") || strings.Contains(block, fn+"+") {
 			// A block starts with "<count> @ <pcs>".
 			var count int
 			if _, err := fmt.Sscan(block, &count); err == nil {
@@ -46,4 +52,18 @@ func TestIdleConnectionsHaveNoWriter(t *testing.T) {
 	require.Equal(t, "chat.done", first.ReadTerminal().Type)
 	require.Equal(t, "ab", first.State.Sorted()[1].Content)
 	require.Eventually(t, func() bool { return writers() == 0 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// Commands start a worker, which goes once they are answered: an idle connection keeps
+// no command goroutine. Not parallel, so no other test's workers count.
+func TestIdleConnectionsHaveNoWorker(t *testing.T) {
+	e := newEnv(t, envOptions{agent: script.New(script.Text("a", "b"))})
+	c := e.session()
+	for i := range 5 {
+		requireHistory(t, c, fmt.Sprint("h-", i))
+	}
+	require.Equal(t, "ack", c.Chat("r1", "hi").Type)
+	require.Equal(t, "chat.done", c.ReadTerminal().Type)
+	require.Eventually(t, func() bool { return workers() == 0 }, 10*time.Second, 5*time.Millisecond,
+		"workers still running for an idle connection: %d", workers())
 }

@@ -1,0 +1,223 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
+)
+
+// testFormat encodes an event as its text: the tests choose each frame's size.
+var testFormat = conversation.NewFormat("test", func(ev *conversation.Event) []byte { return []byte(ev.Text) })
+
+// recorder is a transport's writer side that counts what the outbox asks of it.
+type recorder struct {
+	mu    sync.Mutex
+	wakes int
+	cuts  chan struct{}
+}
+
+func (r *recorder) Wake() {
+	r.mu.Lock()
+	r.wakes++
+	r.mu.Unlock()
+}
+
+func (r *recorder) Cut() { r.cuts <- struct{}{} }
+
+func (r *recorder) wakeCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wakes
+}
+
+type outboxEnv struct {
+	q     *transport.Outbox
+	w     *recorder
+	clock *clockwork.FakeClock
+	reg   *prometheus.Registry
+}
+
+const (
+	testBudget = 100
+	testGrace  = 5 * time.Second
+)
+
+func newOutbox(t *testing.T) *outboxEnv {
+	t.Helper()
+	e := &outboxEnv{w: &recorder{cuts: make(chan struct{}, 1)}, clock: clockwork.NewFakeClock(), reg: prometheus.NewRegistry()}
+	opts := &transport.OutboxOptions{
+		Format: testFormat,
+		EncodeCatchUp: func(c conversation.CatchUp) ([][]byte, error) {
+			if c.Snapshot == nil {
+				return nil, errors.New("no snapshot")
+			}
+			return [][]byte{bytes.Repeat([]byte("s"), int(c.Snapshot.LastSeq))}, nil
+		},
+		Budget:     testBudget,
+		CloseGrace: testGrace,
+		Clock:      e.clock,
+		Metrics:    transport.NewMetrics(e.reg),
+	}
+	e.q = transport.NewOutbox(opts, e.w, "test")
+	return e
+}
+
+func event(size int) *conversation.Event {
+	return &conversation.Event{Type: conversation.EventDelta, Text: strings.Repeat("x", size)}
+}
+
+func snapshot(size int) conversation.CatchUp {
+	return conversation.CatchUp{Snapshot: &conversation.Snapshot{LastSeq: int64(size)}}
+}
+
+func (e *outboxEnv) take(t *testing.T) ([]string, *transport.CloseRequest) {
+	t.Helper()
+	frames, req, ok := e.q.Take(nil)
+	require.True(t, ok, "Take found nothing")
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		out[i] = string(f)
+	}
+	return out, req
+}
+
+func (e *outboxEnv) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := e.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s is not registered", name)
+	return 0
+}
+
+// A writer is woken once for a burst of frames and takes them in one batch, in order;
+// Take then reports that nothing is left and the next frame wakes a writer again.
+func TestOutboxWakesOneWriterAtATime(t *testing.T) {
+	e := newOutbox(t)
+	require.True(t, e.q.Deliver(event(1)))
+	require.True(t, e.q.Reply([]byte("r")))
+	require.True(t, e.q.Deliver(event(2)))
+	require.Equal(t, 1, e.w.wakeCount())
+
+	frames, req := e.take(t)
+	require.Equal(t, []string{"x", "r", "xx"}, frames)
+	require.Nil(t, req)
+	_, _, ok := e.q.Take(nil)
+	require.False(t, ok)
+	require.Equal(t, 1, e.w.wakeCount(), "no wake while the writer still runs")
+
+	require.True(t, e.q.Deliver(event(1)))
+	require.Equal(t, 2, e.w.wakeCount())
+}
+
+// Live events and replies each have the budget; a catch-up counts against neither; what
+// the writer took no longer counts.
+func TestOutboxBudgets(t *testing.T) {
+	e := newOutbox(t)
+	require.True(t, e.q.CatchUp(snapshot(5*testBudget)), "a catch-up larger than the budget")
+	require.True(t, e.q.Deliver(event(testBudget)), "one event the size of the budget")
+	require.False(t, e.q.Deliver(event(1)), "no room for events")
+	require.True(t, e.q.Reply(bytes.Repeat([]byte("r"), testBudget)), "replies have their own budget")
+
+	e.take(t)
+	require.True(t, e.q.Deliver(event(testBudget/2)))
+	require.True(t, e.q.Deliver(event(testBudget/2)))
+	require.False(t, e.q.Deliver(event(1)))
+	require.False(t, e.q.Closing(), "a refused event leaves the drop to the actor")
+
+	// The first event larger than the budget still goes when none wait.
+	e.take(t)
+	require.True(t, e.q.Deliver(event(3*testBudget)))
+}
+
+// The actor drops a subscriber that refused an event: closed as slow at once, what was
+// queued thrown away, counted once.
+func TestOutboxSlowConsumer(t *testing.T) {
+	e := newOutbox(t)
+	require.True(t, e.q.Deliver(event(testBudget)))
+	e.q.Dropped(conversation.DropSlow)
+	require.True(t, e.q.Dropping())
+	frames, req := e.take(t)
+	require.Empty(t, frames, "nothing more is sent to a slow client")
+	require.Equal(t, transport.DisconnectSlow, req.Disconnect)
+	require.False(t, req.Flush)
+	require.False(t, e.q.Deliver(event(1)), "nothing is queued after a close request")
+	require.EqualValues(t, 1, e.metric(t, "chatd_slow_consumer_drops_total"))
+}
+
+// A client that does not read its replies is closed as slow by the outbox itself.
+func TestOutboxUnreadRepliesCloseAsSlow(t *testing.T) {
+	e := newOutbox(t)
+	require.True(t, e.q.Reply(bytes.Repeat([]byte("r"), testBudget)))
+	require.False(t, e.q.Reply([]byte("r")))
+	_, req := e.take(t)
+	require.Equal(t, transport.DisconnectSlow, req.Disconnect)
+	require.EqualValues(t, 1, e.metric(t, "chatd_slow_consumer_drops_total"))
+}
+
+// A shutdown drop flushes: the frames queued before it are taken, then the close.
+func TestOutboxShutdownFlushes(t *testing.T) {
+	e := newOutbox(t)
+	require.True(t, e.q.Deliver(event(1)))
+	e.q.Dropped(conversation.DropShutdown)
+	require.False(t, e.q.Dropping())
+	require.False(t, e.q.Close(transport.DisconnectNormal, false), "the first close request wins")
+	frames, req := e.take(t)
+	require.Equal(t, []string{"x"}, frames)
+	require.Equal(t, transport.DisconnectShutdown, req.Disconnect)
+	require.True(t, req.Flush)
+	require.False(t, e.q.Pending())
+	e.q.Sent(len(frames))
+	require.EqualValues(t, 0, e.metric(t, "chatd_slow_consumer_drops_total"))
+	require.EqualValues(t, 1, e.metric(t, "chatd_frames_sent_total"))
+}
+
+// A close that the writer does not carry out within the grace period cuts the connection;
+// one that it does (the transport detaches) does not.
+func TestOutboxCloseGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	stuck := newOutbox(t)
+	stuck.q.Close(transport.DisconnectShutdown, true)
+	require.NoError(t, stuck.clock.BlockUntilContext(ctx, 1))
+	stuck.clock.Advance(testGrace)
+	select {
+	case <-stuck.w.cuts:
+	case <-ctx.Done():
+		t.Fatal("the connection was not cut after the grace period")
+	}
+
+	done := newOutbox(t)
+	done.q.Close(transport.DisconnectShutdown, true)
+	done.q.Detach()
+	require.NoError(t, done.clock.BlockUntilContext(ctx, 0), "the grace timer is stopped")
+	require.Empty(t, done.w.cuts)
+}
+
+// Once detached, the outbox refuses every frame and wakes nobody, so the actor's frames
+// are not queued for a connection that is gone.
+func TestOutboxDetached(t *testing.T) {
+	e := newOutbox(t)
+	e.q.Detach()
+	require.False(t, e.q.Deliver(event(1)))
+	require.False(t, e.q.Reply([]byte("r")))
+	require.False(t, e.q.CatchUp(snapshot(1)))
+	e.q.Dropped(conversation.DropSlow)
+	require.Zero(t, e.w.wakeCount())
+	require.EqualValues(t, 0, e.metric(t, "chatd_slow_consumer_drops_total"), "a gone connection is not a slow one")
+}

@@ -1,0 +1,101 @@
+package ws
+
+import (
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/conversation"
+)
+
+// command answers a command of a connection that has said hello with exactly one ack,
+// error or history.
+func (c *conn) command(f clientFrame) {
+	switch f.Type {
+	case typeChatSend:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.send needs a requestId")
+			return
+		}
+		if f.Content == nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.send needs content")
+			return
+		}
+		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content})
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
+
+	case typeChatCancel:
+		runID, ok := c.runID(f)
+		if !ok {
+			return
+		}
+		res, err := c.actor.Cancel(c.ctx, runID)
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Status: string(res.Status)})
+
+	case typeHistoryFetch:
+		var before int64
+		if f.Before != nil {
+			if *f.Before < 1 {
+				c.replyError(f.RequestID, conversation.CodeBadRequest, "before must be a message position (1 or more)")
+				return
+			}
+			before = *f.Before
+		}
+		limit := defaultHistoryLimit
+		if f.Limit != nil {
+			limit = *f.Limit
+		}
+		page, err := c.actor.History(c.ctx, before, limit)
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireHistory{Type: "history", RequestID: f.RequestID, Messages: toWireMessages(page.Messages), HasMore: page.HasMore})
+
+	case typeToolDecide:
+		switch {
+		case f.ToolCallID == "":
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "tool.decide needs a toolCallId")
+		case f.Decision != "approve" && f.Decision != "deny":
+			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
+		default:
+			runID, ok := c.runID(f)
+			if !ok {
+				return
+			}
+			res, err := c.actor.Decide(c.ctx, runID, f.ToolCallID, f.Decision == "approve")
+			if err != nil {
+				c.replyErr(f.RequestID, err)
+				return
+			}
+			c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Status: string(res.Status)})
+		}
+
+	case typeChatResume:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.resume needs a requestId")
+			return
+		}
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume is not supported by this server yet")
+	}
+}
+
+// runID reads a frame's optional runId: uuid.Nil when it is absent. A malformed one is
+// answered with an error and ok is false.
+func (c *conn) runID(f clientFrame) (id uuid.UUID, ok bool) {
+	if f.RunID == nil {
+		return uuid.Nil, true
+	}
+	id, err := uuid.Parse(*f.RunID)
+	if err != nil {
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
+		return uuid.Nil, false
+	}
+	return id, true
+}

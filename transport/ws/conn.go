@@ -1,0 +1,111 @@
+package ws
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
+)
+
+// conn is one WebSocket connection: its lifecycle. The handler goroutine reads
+// (reader.go) and never waits: a worker goroutine answers the commands while any are
+// queued (worker.go), a writer goroutine drains the outbox while it has frames
+// (writer.go). The outbox is the conversation.Subscriber of the session: the actor
+// queues frames on it without ever blocking.
+type conn struct {
+	s   *Server
+	ws  *websocket.Conn
+	req *http.Request
+	ctx context.Context
+	// stop cancels ctx; cut also closes the socket.
+	stop context.CancelFunc
+	out  *transport.Outbox
+
+	// A writer goroutine runs only while the outbox has something to write, a worker
+	// only while commands are queued: an idle connection costs one goroutine, the
+	// reader.
+	writers sync.WaitGroup
+
+	// Commands (worker.go): queued by the reader, handled by the worker in order. The
+	// head is the command being handled.
+	cmdMu   sync.Mutex
+	cmds    []clientFrame
+	working bool
+	worker  sync.WaitGroup
+
+	// Pings (ping.go).
+	pingMu      sync.Mutex
+	pingTimer   clockwork.Timer
+	pingStopped bool
+	pings       sync.WaitGroup
+
+	// The hello deadline (hello.go). A hello that arrived in time is never cut off by the
+	// deadline while it waits for the worker or is being answered; one that then fails
+	// closes the connection.
+	helloMu       sync.Mutex
+	hellosPending int  // hellos queued or being answered
+	helloExpired  bool // the deadline passed
+	helloed       atomic.Bool
+	helloTimer    clockwork.Timer
+
+	// Owned by the worker; read by serve once the worker is done.
+	actor *conversation.Actor
+}
+
+var _ transport.Writer = (*conn)(nil)
+
+func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
+	ctx, stop := context.WithCancel(context.Background())
+	c := &conn{s: s, ws: ws, req: r, ctx: ctx, stop: stop}
+	c.out = transport.NewOutbox(&s.out, c, r.RemoteAddr)
+	return c
+}
+
+// cut ends the connection at once. Cutting the socket is what unblocks a write: writes
+// take no context (see write).
+func (c *conn) cut() {
+	c.stop()
+	_ = c.ws.CloseNow()
+}
+
+// Cut is the outbox's: a close request was not carried out within the grace period.
+func (c *conn) Cut() { c.cut() }
+
+// logEvent adds the connection's remote address to a log event. (A logger of its own
+// would cost every connection half a KiB.)
+func (c *conn) logEvent(e *zerolog.Event) *zerolog.Event {
+	return e.Str("remote", c.req.RemoteAddr)
+}
+
+// serve runs the connection until it closes, then lets go of everything it started.
+func (c *conn) serve() {
+	c.armHelloDeadline()
+	c.schedulePing()
+
+	c.readLoop()
+
+	// Cancelling ctx ends the command the worker is on and drops the queued ones.
+	c.cut()
+	c.helloTimer.Stop()
+	c.stopPings()
+	// Gone: refuse frames from now on instead of queueing them for nobody until the
+	// actor hears of the unsubscribe. No writer starts after this.
+	c.out.Detach()
+	// No worker starts either: only the reader, which has returned, starts one. Once it
+	// is done, c.actor is the session a hello subscribed to, if any.
+	c.worker.Wait()
+	c.writers.Wait()
+	if c.actor != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.actor.Unsubscribe(ctx, c.out)
+		cancel()
+	}
+}

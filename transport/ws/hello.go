@@ -1,0 +1,105 @@
+package ws
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/conversation"
+)
+
+// armHelloDeadline closes the connection with 4000 when no hello has been answered by
+// the deadline, unless one arrived in time and is queued or being answered: that one
+// decides.
+func (c *conn) armHelloDeadline() {
+	c.helloTimer = c.s.clock.AfterFunc(c.s.cfg.HelloTimeout, func() {
+		c.helloMu.Lock()
+		defer c.helloMu.Unlock()
+		c.helloExpired = true
+		if c.hellosPending == 0 && !c.helloed.Load() {
+			c.out.Close(disconnectNoHello, true)
+		}
+	})
+}
+
+// helloArrived counts a hello the reader queued for the worker.
+func (c *conn) helloArrived() {
+	c.helloMu.Lock()
+	c.hellosPending++
+	c.helloMu.Unlock()
+}
+
+// helloSettled is called by the worker once a queued hello is answered (or dropped): if
+// the deadline passed meanwhile and no hello succeeded, the connection is closed.
+func (c *conn) helloSettled() {
+	c.helloMu.Lock()
+	defer c.helloMu.Unlock()
+	c.hellosPending--
+	if c.helloExpired && c.hellosPending == 0 && !c.helloed.Load() {
+		c.out.Close(disconnectNoHello, true)
+	}
+}
+
+// hello binds the connection to a session: subscribes its outbox to the session's actor,
+// which queues the snapshot or replay.
+func (c *conn) hello(f clientFrame) {
+	owner, err := c.s.cfg.Auth.Authenticate(c.ctx, c.req, f.Token)
+	if err != nil {
+		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")
+		c.out.Close(disconnectUnauthorized, true)
+		return
+	}
+	id := uuid.Nil
+	if f.SessionID != nil {
+		id, err = uuid.Parse(*f.SessionID)
+		if err != nil || id == uuid.Nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "sessionId must be a UUID")
+			return
+		}
+	} else {
+		id = uuid.Must(uuid.NewV7())
+	}
+	var lastSeq int64
+	if f.LastSeq != nil {
+		if *f.LastSeq < 0 {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "lastSeq must not be negative")
+			return
+		}
+		lastSeq = *f.LastSeq
+	}
+	actor, res, err := c.s.cfg.Hub.Hello(c.ctx, id, conversation.HelloRequest{
+		Owner:      owner,
+		Epoch:      f.Epoch,
+		LastSeq:    lastSeq,
+		Subscriber: c.out,
+		RequestID:  deref(f.RequestID),
+	})
+	if err != nil && actor != nil {
+		// A hello whose ctx ended may have subscribed all the same; make sure it did not.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		actor.Unsubscribe(ctx, c.out)
+		cancel()
+	}
+	if errors.Is(err, conversation.ErrNotYours) {
+		c.replyError(f.RequestID, conversation.CodeNotFound, "session not found")
+		c.out.Close(disconnectNotFound, true)
+		return
+	}
+	if err != nil {
+		c.replyErr(f.RequestID, err)
+		return
+	}
+	c.actor = actor
+	c.helloed.Store(true)
+	c.helloTimer.Stop()
+	c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}

@@ -1,0 +1,244 @@
+package ws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/transport"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultReadLimit         = 256 << 10
+	DefaultSendQueueBytes    = transport.DefaultSendQueueBytes
+	DefaultHelloTimeout      = 15 * time.Second
+	DefaultPingInterval      = 25 * time.Second
+	DefaultPingTimeout       = 10 * time.Second
+	DefaultCloseGrace        = 5 * time.Second
+	DefaultMaxQueuedCommands = 16
+
+	defaultHistoryLimit = 50
+
+	// Subprotocol is accepted when a client offers it.
+	Subprotocol = "chatd.v1"
+)
+
+// Config configures the WebSocket endpoint.
+type Config struct {
+	// Hub finds the conversation of a session. Required.
+	Hub *hub.Hub
+	// Auth authenticates hellos. Defaults to transport.Anonymous.
+	Auth transport.Authenticator
+	// Logger is the parent logger.
+	Logger zerolog.Logger
+	// Clock drives the hello deadline, pings and the close grace period. Defaults to the
+	// real clock.
+	Clock clockwork.Clock
+
+	// AllowedOrigins lists origins allowed besides the server's own, as host patterns
+	// ("app.example.com", "*.example.com") or with a scheme ("https://app.example.com"),
+	// matched with path.Match. Requests without an Origin header (non-browser clients)
+	// are allowed.
+	AllowedOrigins []string
+	// ReadLimit is the largest client frame; a larger one closes the connection with 1009.
+	ReadLimit int64
+	// SendQueueBytes bounds each connection's outbound queue (the transport.Outbox
+	// budget); a connection whose queue overflows is closed with 4008.
+	SendQueueBytes int
+	// HelloTimeout is how long a connection may take to send hello (4000 after it).
+	HelloTimeout time.Duration
+	// PingInterval and PingTimeout: the server pings this often and closes a connection
+	// that has not answered within the timeout.
+	PingInterval time.Duration
+	PingTimeout  time.Duration
+	// CloseGrace is how long a closing connection may take to flush and finish the close
+	// handshake before it is cut.
+	CloseGrace time.Duration
+	// MaxQueuedCommands bounds the commands of one connection that wait for its worker or
+	// are being handled; one more is answered with error busy at once.
+	MaxQueuedCommands int
+	// Metrics counts connections and frames. nil counts nothing.
+	Metrics *transport.Metrics
+}
+
+func (c Config) withDefaults() Config {
+	if c.Auth == nil {
+		c.Auth = transport.Anonymous{}
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.ReadLimit == 0 {
+		c.ReadLimit = DefaultReadLimit
+	}
+	if c.SendQueueBytes == 0 {
+		c.SendQueueBytes = DefaultSendQueueBytes
+	}
+	if c.HelloTimeout == 0 {
+		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = DefaultPingTimeout
+	}
+	if c.CloseGrace == 0 {
+		c.CloseGrace = DefaultCloseGrace
+	}
+	if c.MaxQueuedCommands == 0 {
+		c.MaxQueuedCommands = DefaultMaxQueuedCommands
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Hub == nil:
+		return errors.New("ws config: Hub is required")
+	case c.ReadLimit < 1024:
+		return fmt.Errorf("ws config: ReadLimit %d is below 1024", c.ReadLimit)
+	case c.SendQueueBytes < 1024:
+		return fmt.Errorf("ws config: SendQueueBytes %d is below 1024", c.SendQueueBytes)
+	case c.HelloTimeout < 0 || c.PingInterval < 0 || c.PingTimeout < 0 || c.CloseGrace < 0:
+		return errors.New("ws config: durations must not be negative")
+	case c.MaxQueuedCommands < 0:
+		return fmt.Errorf("ws config: MaxQueuedCommands %d is negative", c.MaxQueuedCommands)
+	}
+	for _, p := range c.AllowedOrigins {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("ws config: allowed origin %q is not a valid pattern: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Server is the WebSocket endpoint, GET /v1/ws: a transport.Endpoint, mounted by
+// transport.Server.
+type Server struct {
+	cfg   Config
+	log   zerolog.Logger
+	clock clockwork.Clock
+	// out is shared by every connection's outbox.
+	out transport.OutboxOptions
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	closing  bool
+	handlers sync.WaitGroup
+}
+
+var _ transport.Endpoint = (*Server)(nil)
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With().Str("component", "ws").Logger()
+	return &Server{
+		cfg:   cfg,
+		log:   log,
+		clock: cfg.Clock,
+		out: transport.OutboxOptions{
+			Format:        Format,
+			EncodeCatchUp: EncodeCatchUp,
+			Budget:        cfg.SendQueueBytes,
+			CloseGrace:    cfg.CloseGrace,
+			Clock:         cfg.Clock,
+			Metrics:       cfg.Metrics,
+			Logger:        log,
+		},
+		conns: make(map[*conn]struct{}),
+	}, nil
+}
+
+// ServeHTTP upgrades the request and serves the connection until it closes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Origins are checked after the upgrade so a refused browser sees close code 1008
+	// (the protocol's policy code) instead of a failed handshake it cannot inspect. No
+	// frame is read from a refused connection.
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:       []string{Subprotocol},
+		InsecureSkipVerify: true,
+	})
+	if err != nil {
+		return // Accept has answered the request
+	}
+	defer ws.CloseNow()
+
+	if !originAllowed(r, s.cfg.AllowedOrigins) {
+		s.log.Info().Str("origin", r.Header.Get("Origin")).Msg("refused a connection from an origin that is not allowed")
+		_ = ws.Close(websocket.StatusPolicyViolation, "origin not allowed")
+		return
+	}
+	ws.SetReadLimit(s.cfg.ReadLimit)
+
+	c := newConn(s, ws, r)
+	if !s.track(c) {
+		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
+		return
+	}
+	defer s.untrack(c)
+	c.serve()
+}
+
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.handlers.Add(1)
+	s.cfg.Metrics.ConnectionOpened()
+	return true
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.cfg.Metrics.ConnectionClosed()
+	s.handlers.Done()
+}
+
+// Shutdown closes every connection with 1001 after its queued frames and waits for the
+// handlers to return; when ctx ends first, the remaining connections are cut.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for c := range s.conns {
+		c.out.Close(transport.DisconnectShutdown, true)
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		s.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.cut()
+		}
+		s.mu.Unlock()
+		<-done
+		return fmt.Errorf("close connections: %w", ctx.Err())
+	}
+}
