@@ -4,7 +4,7 @@
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
 
-.PHONY: run test vet generate db-url db-stop db-status build bench
+.PHONY: run test vet generate check-generated db-url db-stop db-status build bench
 
 # Built, then run directly (not with go run, which exits 1 when interrupted).
 run: build
@@ -20,8 +20,12 @@ bench: build
 	go build -o bin/chatd-bench ./cmd/chatd-bench
 	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd $(BENCH_FLAGS)
 
-test: vet
+test: vet check-generated
 	$(DEVDB) exec go test -race -count=1 ./...
+
+# Fails when queries/*.gen.go no longer match queries/*.sql and the migrations.
+check-generated:
+	@go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION) diff || { echo "queries/*.gen.go are stale: run make generate and commit"; exit 1; }
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
