@@ -40,7 +40,7 @@ type Store interface {
 	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
 	MessageInsert(ctx context.Context, m chat.Message) error
 	MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error
-	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time) (int64, error)
+	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
 	RunStart(ctx context.Context, run chat.Run, user chat.Message) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error

@@ -34,7 +34,8 @@ const (
 //     retried in the order it was made, backing off while the database is down;
 //   - the overlay: rows read back show what clients were told, including kept updates;
 //   - lost inserts: an insert whose answer was lost may have committed a row the actor
-//     does not track; the end of its run settles such rows;
+//     does not track; the end of its run settles such rows (retried like an update, and
+//     never over a row whose own final update is still to be stored);
 //   - a run start whose answer was lost: it is looked up before it is called failed.
 //
 // It is where the session lease's fence and write-behind will go: callers only say what
@@ -57,18 +58,34 @@ type journal struct {
 	retryDelay time.Duration
 }
 
-// pendingWrite is the newest version of a row the database has not taken: a message or
-// a run.
+// pendingWrite is a write the database has not taken: the newest version of a message
+// or a run, or the settling of a run's stray rows.
 type pendingWrite struct {
-	msg *chat.Message
-	run *chat.Run
+	msg    *chat.Message
+	run    *chat.Run
+	settle *settleWrite
 }
 
-func (w pendingWrite) id() uuid.UUID {
-	if w.msg != nil {
-		return w.msg.ID
+type settleWrite struct {
+	runID  uuid.UUID
+	status chat.MessageStatus
+	now    time.Time
+}
+
+// writeKey names what a pending write is about: one per row, and one settle per run.
+type writeKey struct {
+	table string
+	id    uuid.UUID
+}
+
+func (w pendingWrite) key() writeKey {
+	switch {
+	case w.msg != nil:
+		return writeKey{"messages", w.msg.ID}
+	case w.run != nil:
+		return writeKey{"runs", w.run.ID}
 	}
-	return w.run.ID
+	return writeKey{"settle", w.settle.runID}
 }
 
 func newJournal(st Store, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, retry func(time.Duration) bool) *journal {
@@ -155,7 +172,7 @@ func (j *journal) overlay(msgs []chat.Message) {
 		return
 	}
 	for i := range msgs {
-		if w, ok := j.find(msgs[i].ID); ok && w.msg != nil {
+		if w, ok := j.find(writeKey{"messages", msgs[i].ID}); ok {
 			msgs[i] = *w.msg
 		}
 	}
@@ -236,7 +253,7 @@ func (j *journal) write(w pendingWrite) error {
 	err := j.exec(w)
 	switch {
 	case err == nil || j.refused(w, err):
-		j.forget(w.id())
+		j.forget(w.key())
 	default:
 		j.keep(w)
 	}
@@ -246,36 +263,51 @@ func (j *journal) write(w pendingWrite) error {
 func (j *journal) exec(w pendingWrite) error {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	if w.msg != nil {
+	switch {
+	case w.msg != nil:
 		return j.st.MessageUpdate(ctx, *w.msg, chat.MessageStreaming)
+	case w.run != nil:
+		return j.st.RunUpdate(ctx, *w.run, chat.ActiveRunStatuses()...)
 	}
-	return j.st.RunUpdate(ctx, *w.run, chat.ActiveRunStatuses()...)
+	// Messages whose final state is still to be stored are not settled: their own
+	// update would then be refused, and what clients were told would be lost.
+	var kept []uuid.UUID
+	for _, k := range j.unsaved {
+		if k.msg != nil {
+			kept = append(kept, k.msg.ID)
+		}
+	}
+	if _, err := j.st.MessagesSettleRun(ctx, w.settle.runID, w.settle.status, w.settle.now, kept...); err != nil {
+		return err
+	}
+	delete(j.lost, w.settle.runID)
+	return nil
 }
 
 // refused reports whether err means the database will never take w (the row is gone,
 // or has moved past the states w may be written from), counting and logging it: a
 // retry cannot help, and the row is left as it is.
 func (j *journal) refused(w pendingWrite, err error) bool {
-	table := "messages"
-	if w.run != nil {
-		table = "runs"
+	k := w.key()
+	if k.table == "settle" {
+		return false // settling refuses nothing: it only ends what still streams
 	}
 	switch {
 	case errors.Is(err, store.ErrStale):
-		j.metrics.writesRefused[table].Inc()
-		j.log().Warn().Err(err).Str("table", table).Str("id", w.id().String()).Msg("a write was refused: the row has moved on")
+		j.metrics.writesRefused[k.table].Inc()
+		j.log().Warn().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a write was refused: the row has moved on")
 		return true
 	case errors.Is(err, store.ErrNotFound):
-		j.metrics.writesRefused[table].Inc()
-		j.log().Error().Err(err).Str("table", table).Str("id", w.id().String()).Msg("a row to update is missing; giving up on it")
+		j.metrics.writesRefused[k.table].Inc()
+		j.log().Error().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a row to update is missing; giving up on it")
 		return true
 	}
 	return false
 }
 
-func (j *journal) find(id uuid.UUID) (pendingWrite, bool) {
+func (j *journal) find(k writeKey) (pendingWrite, bool) {
 	for _, w := range j.unsaved {
-		if w.id() == id {
+		if w.key() == k {
 			return w, true
 		}
 	}
@@ -284,14 +316,14 @@ func (j *journal) find(id uuid.UUID) (pendingWrite, bool) {
 
 // keep queues w for a retry, replacing an older version of its row.
 func (j *journal) keep(w pendingWrite) {
-	j.forget(w.id())
+	j.forget(w.key())
 	j.unsaved = append(j.unsaved, w)
 	j.scheduleRetry()
 }
 
-func (j *journal) forget(id uuid.UUID) {
+func (j *journal) forget(k writeKey) {
 	for i, w := range j.unsaved {
-		if w.id() == id {
+		if w.key() == k {
 			j.unsaved = append(j.unsaved[:i], j.unsaved[i+1:]...)
 			return
 		}
@@ -299,18 +331,14 @@ func (j *journal) forget(id uuid.UUID) {
 }
 
 // settle ends the rows of run runID that an insert with a lost answer may have left
-// streaming, giving them status. It does nothing for a run whose inserts all answered.
+// streaming, giving them status; rows whose final state the journal still keeps are
+// left to their own update. It does nothing for a run whose inserts all answered. A
+// failure is kept and retried, after the writes kept before it.
 func (j *journal) settle(runID uuid.UUID, status chat.MessageStatus, now time.Time) error {
 	if !j.lost[runID] {
 		return nil
 	}
-	ctx, cancel := j.ctx()
-	defer cancel()
-	if _, err := j.st.MessagesSettleRun(ctx, runID, status, now); err != nil {
-		return err
-	}
-	delete(j.lost, runID)
-	return nil
+	return j.write(pendingWrite{settle: &settleWrite{runID, status, now}})
 }
 
 // scheduleRetry arms the retry of kept writes, backing off while they keep failing.
@@ -327,7 +355,7 @@ func (j *journal) flush() {
 	for len(j.unsaved) > 0 {
 		w := j.unsaved[0]
 		if err := j.exec(w); err != nil && !j.refused(w, err) {
-			j.log().Warn().Err(err).Str("id", w.id().String()).Dur("next_retry", min(2*j.retryDelay, retryMax)).Msg("database write still failing")
+			j.log().Warn().Err(err).Str("table", w.key().table).Str("id", w.key().id.String()).Dur("next_retry", min(2*j.retryDelay, retryMax)).Msg("database write still failing")
 			j.scheduleRetry()
 			return
 		}

@@ -51,8 +51,10 @@ SELECT COALESCE(MAX(position), 0)::bigint FROM messages WHERE session_id = @sess
 -- name: MessagesSettleRuns :execrows
 -- Ends what runs left in progress: rows still streaming (open segments, tool calls that
 -- never ended) take the given status, and tool calls that never ended are cancelled.
+-- Rows in except_ids are left alone: their writer still has their final state to store.
 UPDATE messages
 SET status = @status,
     tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
     updated_at = @updated_at
-WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming';
+WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming'
+  AND NOT (id = ANY(COALESCE(@except_ids::uuid[], '{}')));

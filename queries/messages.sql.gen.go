@@ -277,18 +277,26 @@ SET status = $1,
     tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
     updated_at = $2
 WHERE run_id = ANY($3::uuid[]) AND status = 'streaming'
+  AND NOT (id = ANY(COALESCE($4::uuid[], '{}')))
 `
 
 type MessagesSettleRunsParams struct {
 	Status    string
 	UpdatedAt time.Time
 	RunIds    []uuid.UUID
+	ExceptIds []uuid.UUID
 }
 
 // Ends what runs left in progress: rows still streaming (open segments, tool calls that
 // never ended) take the given status, and tool calls that never ended are cancelled.
+// Rows in except_ids are left alone: their writer still has their final state to store.
 func (q *Queries) MessagesSettleRuns(ctx context.Context, db DBTX, arg MessagesSettleRunsParams) (int64, error) {
-	result, err := db.Exec(ctx, messagesSettleRuns, arg.Status, arg.UpdatedAt, arg.RunIds)
+	result, err := db.Exec(ctx, messagesSettleRuns,
+		arg.Status,
+		arg.UpdatedAt,
+		arg.RunIds,
+		arg.ExceptIds,
+	)
 	if err != nil {
 		return 0, err
 	}

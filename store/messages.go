@@ -134,11 +134,18 @@ func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Mess
 // MessagesSettleRun gives every message of the run that is still streaming the status
 // status (running tool calls become cancelled), and returns how many it changed. It ends
 // rows the writer lost track of, such as one whose insert reported an error but committed.
-func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time) (int64, error) {
+//
+// Messages in except are left as they are: their writer still has their final state to
+// store, which settling them first would refuse (updates are guarded by status).
+func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error) {
+	if except == nil {
+		except = []uuid.UUID{}
+	}
 	n, err := s.q.MessagesSettleRuns(ctx, s.db, queries.MessagesSettleRunsParams{
 		Status:    string(status),
 		UpdatedAt: chat.Timestamp(now),
 		RunIds:    []uuid.UUID{runID},
+		ExceptIds: except,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("settle messages of run %s: %w", runID, mapErr(err))

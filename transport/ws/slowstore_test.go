@@ -139,11 +139,11 @@ func (s slowStore) MessageUpdate(ctx context.Context, m chat.Message, from ...ch
 	return s.Store.MessageUpdate(ctx, m, from...)
 }
 
-func (s slowStore) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time) (int64, error) {
+func (s slowStore) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error) {
 	if err := s.wait(ctx); err != nil {
 		return 0, err
 	}
-	return s.Store.MessagesSettleRun(ctx, runID, status, now)
+	return s.Store.MessagesSettleRun(ctx, runID, status, now, except...)
 }
 
 func (s slowStore) RunStart(ctx context.Context, run chat.Run, user chat.Message) error {
