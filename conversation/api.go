@@ -18,6 +18,10 @@ type HelloRequest struct {
 	LastSeq int64
 	// Subscriber receives the catch-up frames and then every live event.
 	Subscriber Subscriber
+	// Format is the format Subscriber encodes events in, if it has one: a replay is
+	// measured against Config.MaxReplayBytes in its bytes. Without it the events' size
+	// estimate (Event.size) is used.
+	Format *Format
 	// RequestID, when the hello carried one, is echoed on the catch-up frame.
 	RequestID string
 }

@@ -105,13 +105,28 @@ func (e *Event) Encode(f *Format) []byte {
 	return b
 }
 
+// encodedBytes is the size of the encodings the event has cached so far.
+func (e *Event) encodedBytes() int {
+	c := e.enc
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, x := range c.enc {
+		n += len(x.b)
+	}
+	return n
+}
+
 // eventOverhead is what an event's size counts beyond its text: its ids, type and
 // framing, about what protocol v1's JSON spends on them.
 const eventOverhead = 160
 
-// size estimates the event's weight for the ring's byte bound: its variable payload
-// (text, message content, tool input and output) plus a fixed overhead. Every format's
-// encoding grows with the same payload, so the bound holds whatever formats are asked.
+// size estimates the event's own weight for the ring's byte bound: its variable payload
+// (text, message content, tool input and output) plus a fixed overhead. Its encodings
+// are counted apart (encodedBytes).
 func (e *Event) size() int {
 	n := eventOverhead + len(e.Text) + len(e.RequestID)
 	if m := e.Message; m != nil {

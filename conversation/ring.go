@@ -1,9 +1,11 @@
 package conversation
 
 // ring keeps the most recent events for replay, bounded by a count and a total size in
-// bytes (Event.size: the payload every encoding of the event grows with). It holds the
-// events themselves, not one wire format: each transport encodes a replayed event in its
-// own format, and the encoding an event cached when it was live is reused. The newest
+// bytes: each event's payload (Event.size) plus the encodings it had when it was pushed
+// (those of its live subscribers). It holds the events themselves, not one wire format:
+// each transport encodes a replayed event in its own format, and the encoding an event
+// cached when it was live is reused. (An event encoded in a new format only by a later
+// replay grows by that encoding uncounted: at most one more copy per format.) The newest
 // event is always kept, even when it alone is over the byte bound, so a replay is never
 // refused just because one event was large.
 type ring struct {
@@ -29,7 +31,7 @@ func newRing(maxEvents, maxBytes int) *ring {
 
 // push appends ev, whose seq must be one more than the previous push's.
 func (r *ring) push(ev *Event) {
-	size := ev.size()
+	size := ev.size() + ev.encodedBytes()
 	for r.n > 0 && (r.n >= r.maxEvents || r.bytes+size > r.maxBytes) {
 		r.dropOldest()
 	}

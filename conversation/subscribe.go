@@ -30,7 +30,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	res := HelloResult{Epoch: a.epoch, LastSeq: a.seq}
 	var c CatchUp
 	if req.Epoch == a.epoch {
-		if replay, size, ok := a.ring.since(req.LastSeq, a.seq); ok && size <= a.cfg.MaxReplayBytes {
+		if replay, size, ok := a.ring.since(req.LastSeq, a.seq); ok && a.replayFits(replay, size, req.Format) {
 			c.Resumed = &Resumed{SessionID: a.id, Epoch: a.epoch, LastSeq: req.LastSeq, RequestID: req.RequestID}
 			c.Events = replay
 			res.Resumed = true
@@ -104,12 +104,7 @@ func (a *Actor) publish(e Event) {
 	e.Seq = a.seq
 	e.enc = new(encodings)
 	ev := &e
-	evicted := a.ring.evicted
-	a.ring.push(ev)
 	a.cfg.Metrics.eventsPublished.Inc()
-	if n := a.ring.evicted - evicted; n > 0 {
-		a.cfg.Metrics.ringEvictions.Add(float64(n))
-	}
 	for sub := range a.subs {
 		if !sub.Deliver(ev) {
 			delete(a.subs, sub)
@@ -117,4 +112,26 @@ func (a *Actor) publish(e Event) {
 			a.logger().Debug().Msg("dropped a subscriber that could not take an event")
 		}
 	}
+	// Pushed once delivered, so the ring counts the encodings the subscribers made.
+	evicted := a.ring.evicted
+	a.ring.push(ev)
+	if n := a.ring.evicted - evicted; n > 0 {
+		a.cfg.Metrics.ringEvictions.Add(float64(n))
+	}
+}
+
+// replayFits reports whether a replay is at most MaxReplayBytes: in the bytes of the
+// subscriber's format when it has one (the encodings are cached, so the catch-up reuses
+// them), else by the ring's estimate.
+func (a *Actor) replayFits(replay []*Event, estimate int, f *Format) bool {
+	if f == nil {
+		return estimate <= a.cfg.MaxReplayBytes
+	}
+	size := 0
+	for _, ev := range replay {
+		if size += len(ev.Encode(f)); size > a.cfg.MaxReplayBytes {
+			return false
+		}
+	}
+	return true
 }

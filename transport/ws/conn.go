@@ -54,7 +54,10 @@ type conn struct {
 	hellosPending int  // hellos queued or being answered
 	helloExpired  bool // the deadline passed
 	helloed       atomic.Bool
-	helloTimer    clockwork.Timer
+	// helloFailure is the code of the last hello that failed without closing the
+	// connection, "" for none; commands queued behind it get it too. Worker only.
+	helloFailure string
+	helloTimer   clockwork.Timer
 
 	// Owned by the worker; read by serve once the worker is done.
 	actor *conversation.Actor

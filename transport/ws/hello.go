@@ -32,12 +32,14 @@ func (c *conn) helloArrived() {
 }
 
 // helloSettled is called by the worker once a queued hello is answered (or dropped): if
-// the deadline passed meanwhile and no hello succeeded, the connection is closed.
+// the deadline passed meanwhile and no hello has succeeded, the connection is closed.
 func (c *conn) helloSettled() {
 	c.helloMu.Lock()
 	defer c.helloMu.Unlock()
 	c.hellosPending--
-	if c.helloExpired && c.hellosPending == 0 && !c.helloed.Load() {
+	// Past the deadline, the hello that arrived in time has decided: a connection that
+	// queued more hellos behind a failing one does not get to hold the deadline off.
+	if c.helloExpired && !c.helloed.Load() {
 		c.out.Close(disconnectNoHello, true)
 	}
 }
@@ -55,6 +57,7 @@ func (c *conn) hello(f clientFrame) {
 	if f.SessionID != nil {
 		id, err = uuid.Parse(*f.SessionID)
 		if err != nil || id == uuid.Nil {
+			c.helloFailure = conversation.CodeBadRequest
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "sessionId must be a UUID")
 			return
 		}
@@ -64,6 +67,7 @@ func (c *conn) hello(f clientFrame) {
 	var lastSeq int64
 	if f.LastSeq != nil {
 		if *f.LastSeq < 0 {
+			c.helloFailure = conversation.CodeBadRequest
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "lastSeq must not be negative")
 			return
 		}
@@ -74,6 +78,7 @@ func (c *conn) hello(f clientFrame) {
 		Epoch:      f.Epoch,
 		LastSeq:    lastSeq,
 		Subscriber: c.out,
+		Format:     Format,
 		RequestID:  deref(f.RequestID),
 	})
 	if err != nil && actor != nil {
@@ -88,6 +93,7 @@ func (c *conn) hello(f clientFrame) {
 		return
 	}
 	if err != nil {
+		c.helloFailure = replyCode(err)
 		c.replyErr(f.RequestID, err)
 		return
 	}

@@ -40,6 +40,14 @@ func (c *conn) replyErr(requestID *string, err error) {
 	}
 }
 
+// replyCode is the code replyErr answers err with.
+func replyCode(err error) string {
+	if ce := (*conversation.Error)(nil); errors.As(err, &ce) {
+		return ce.Code
+	}
+	return conversation.CodeInternal
+}
+
 // violation answers a frame that breaks the protocol and closes with 4000.
 func (c *conn) violation(requestID *string, message string) {
 	c.replyError(requestID, conversation.CodeBadRequest, message)

@@ -77,6 +77,12 @@ func (c *conn) run(f clientFrame) {
 		return
 	}
 	if !c.helloed.Load() {
+		if c.helloFailure != "" {
+			// Sent right behind a hello that failed (the database was unavailable, say):
+			// the client did nothing wrong, and may say hello again.
+			c.replyError(f.RequestID, c.helloFailure, "not handled: the hello before this command failed; send hello again")
+			return
+		}
 		c.violation(f.RequestID, "send hello first")
 		return
 	}
