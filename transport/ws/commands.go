@@ -93,8 +93,10 @@ func (c *conn) runID(f clientFrame) (id uuid.UUID, ok bool) {
 		return uuid.Nil, true
 	}
 	id, err := uuid.Parse(*f.RunID)
-	if err != nil {
-		c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID")
+	if err != nil || id == uuid.Nil {
+		// The nil UUID names no run; taken as "no runId" it would act on whatever run
+		// is active.
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "runId must be a UUID of a run")
 		return uuid.Nil, false
 	}
 	return id, true

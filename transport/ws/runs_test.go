@@ -92,9 +92,12 @@ func TestCancelBeforeTheFirstToken(t *testing.T) {
 	ack := c.Chat("r1", "hi")
 	require.Equal(t, "ack", ack.Type)
 
-	// Cancelling another run id is refused; the active one is cancelled.
+	// Cancelling another run id is refused; the active one is cancelled. The nil UUID
+	// names no run: it is not taken as "whatever run is active".
 	c.Send(map[string]any{"type": "chat.cancel", "requestId": "x", "runId": uuid.NewString()})
 	require.Equal(t, "no_run", c.ReadReply("x").Code)
+	c.SendUnchecked(map[string]any{"type": "chat.cancel", "requestId": "nil", "runId": uuid.Nil.String()})
+	require.Equal(t, "bad_request", c.ReadReply("nil").Code)
 	c.Send(map[string]any{"type": "chat.cancel", "requestId": "y", "runId": ack.RunID})
 	require.Equal(t, "ack", c.ReadReply("y").Type)
 	end := c.ReadTerminal()
