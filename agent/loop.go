@@ -651,6 +651,12 @@ func (e *lockedEmitter) AwaitApproval(c conversation.ToolCall) (<-chan conversat
 	return e.out.AwaitApproval(c)
 }
 
+func (e *lockedEmitter) AwaitDecision(id string) (<-chan conversation.Decision, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.AwaitDecision(id)
+}
+
 func (e *lockedEmitter) Paused() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -78,6 +78,9 @@ const (
 	ToolError            ToolStatus = "error"
 	ToolDenied           ToolStatus = "denied"
 	ToolCancelled        ToolStatus = "cancelled"
+	// ToolInterrupted: the call was running when its process died, so whether it had
+	// any effect is unknown.
+	ToolInterrupted ToolStatus = "interrupted"
 )
 
 // ErrorInfo is an error as users see it: a stable code and a readable message.

@@ -224,6 +224,9 @@ func (a *Actor) handle(it intent) {
 	case *approvalIntent:
 		ch, err := a.onAwaitApproval(it.run, it.call)
 		it.reply <- result[<-chan Decision]{ch, err}
+	case *awaitDecisionIntent:
+		ch, err := a.onAwaitDecision(it.run, it.callID)
+		it.reply <- result[<-chan Decision]{ch, err}
 	case *pausedIntent:
 		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:

@@ -27,6 +27,18 @@ type Request struct {
 	// Config.HistoryMessages of the newest): what the model should know of the
 	// conversation so far.
 	History []chat.Message
+	// Checkpoint is what the run has already stored when it is continued rather than
+	// started (after a restart, a crash, or chat.resume): its messages after the user
+	// message, oldest first, as stored. nil for a new run. The agent continues from it
+	// and never redoes what it holds:
+	//   - settled tool calls (ok, error, denied, cancelled, interrupted) are results;
+	//   - a call still awaiting_approval waits for its decision (AwaitDecision);
+	//   - a call still running was cut off with its process: the agent ends it with
+	//     ToolEnd, either re-running it first (a tool declared idempotent) or with
+	//     ToolResult.Interrupted;
+	//   - a last assistant segment that did not complete holds the partial text the
+	//     model should continue from; the continuation streams as new segments.
+	Checkpoint []chat.Message
 }
 
 // Emitter receives an agent's output, in order. Its methods must be called from one
@@ -59,6 +71,10 @@ type Emitter interface {
 	// by the actor (tool status denied, output DeclinedOutput). If the run ends first,
 	// no decision comes: the agent's context is cancelled instead.
 	AwaitApproval(call ToolCall) (<-chan Decision, error)
+	// AwaitDecision waits, like AwaitApproval, for the decision on a call the run's
+	// Checkpoint holds as awaiting_approval: the call is not stored again. It returns an
+	// *Error with CodeNotFound for a call that is not waiting.
+	AwaitDecision(callID string) (<-chan Decision, error)
 	// Paused records that the agent paused the session's sandbox while the run waits
 	// for a decision; the run's status is paused until a decision arrives.
 	Paused() error
@@ -89,6 +105,10 @@ type ToolResult struct {
 	Output string
 	// Err marks the call failed; the message is kept as the output when Output is empty.
 	Err error
+	// Interrupted marks a call of the Checkpoint that was running when its process
+	// died and is not run again: it is stored with tool status interrupted (and Output,
+	// or Err's message, as what the model is told).
+	Interrupted bool
 }
 
 // AgentFunc adapts a function to the Agent interface.

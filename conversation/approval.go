@@ -45,6 +45,11 @@ type (
 		call  ToolCall
 		reply chan result[<-chan Decision]
 	}
+	awaitDecisionIntent struct {
+		run    *runState
+		callID string
+		reply  chan result[<-chan Decision]
+	}
 	pausedIntent struct {
 		run     *runState
 		resumed bool
@@ -64,6 +69,30 @@ func (a *Actor) onAwaitApproval(run *runState, call ToolCall) (<-chan Decision, 
 	}
 	ch := make(chan Decision, 1)
 	run.approvals[call.ID] = ch
+	status := run.info.Status
+	if status == chat.RunRunning {
+		status = chat.RunAwaitingApproval
+	}
+	a.setStatus(run, status)
+	return ch, nil
+}
+
+// onAwaitDecision waits for the decision on a call of the run's checkpoint that is
+// stored as awaiting_approval, and moves the run to awaiting_approval (a paused run stays
+// paused).
+func (a *Actor) onAwaitDecision(run *runState, callID string) (<-chan Decision, error) {
+	if !a.isCurrent(run) {
+		return nil, ErrRunEnded
+	}
+	tool := run.tools[callID]
+	if tool == nil || tool.msg.Tool.Status != chat.ToolAwaitingApproval {
+		return nil, errorf(CodeNotFound, "tool call %q is not waiting for a decision", callID)
+	}
+	if ch, ok := run.approvals[callID]; ok {
+		return ch, nil
+	}
+	ch := make(chan Decision, 1)
+	run.approvals[callID] = ch
 	status := run.info.Status
 	if status == chat.RunRunning {
 		status = chat.RunAwaitingApproval

@@ -113,6 +113,21 @@ func (e *emitter) AwaitApproval(call ToolCall) (<-chan Decision, error) {
 	}
 }
 
+func (e *emitter) AwaitDecision(callID string) (<-chan Decision, error) {
+	reply := make(chan result[<-chan Decision], 1)
+	if err := e.post(&awaitDecisionIntent{e.run, callID, reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-reply:
+		return r.val, r.err
+	case <-e.run.ctx.Done():
+		return nil, ErrRunEnded
+	case <-e.a.done:
+		return nil, ErrStopped
+	}
+}
+
 func (e *emitter) Paused() error {
 	reply := make(chan error, 1)
 	return e.call(&pausedIntent{e.run, false, reply}, reply)

@@ -81,7 +81,17 @@ func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
 		output = tool.buf.String()
 	}
 	status, msgErr := chat.ToolOK, (*chat.ErrorInfo)(nil)
-	if res.Err != nil {
+	switch {
+	case res.Interrupted:
+		msg := "the call was running when the server stopped; whether it had any effect is unknown"
+		if res.Err != nil {
+			msg = chat.CleanText(res.Err.Error())
+		}
+		status, msgErr = chat.ToolInterrupted, &chat.ErrorInfo{Code: CodeInterrupted, Message: msg}
+		if output == "" {
+			output = msg
+		}
+	case res.Err != nil:
 		status = chat.ToolError
 		msgErr = &chat.ErrorInfo{Code: "tool_error", Message: chat.CleanText(res.Err.Error())}
 		if output == "" {

@@ -254,6 +254,9 @@ func (r *Recorder) ToolStart(c conversation.ToolCall) error {
 }
 func (r *Recorder) ToolOutput(id, text string) error { return r.add("tool.output: %s %s", id, text) }
 func (r *Recorder) ToolEnd(id string, res conversation.ToolResult) error {
+	if res.Interrupted {
+		return r.add("tool.end: %s interrupted %s", id, res.Output)
+	}
 	if res.Err != nil {
 		return r.add("tool.end: %s error %s", id, res.Err)
 	}
@@ -264,6 +267,18 @@ func (r *Recorder) AwaitApproval(c conversation.ToolCall) (<-chan conversation.D
 	d := conversation.Decision{Approved: true}
 	if r.Decide != nil {
 		d = r.Decide(c)
+	}
+	ch := make(chan conversation.Decision, 1)
+	ch <- d
+	return ch, nil
+}
+// AwaitDecision records the wait and decides like AwaitApproval (Decide sees a call
+// with only its id).
+func (r *Recorder) AwaitDecision(id string) (<-chan conversation.Decision, error) {
+	_ = r.add("tool.await: %s", id)
+	d := conversation.Decision{Approved: true}
+	if r.Decide != nil {
+		d = r.Decide(conversation.ToolCall{ID: id})
 	}
 	ch := make(chan conversation.Decision, 1)
 	ch <- d

@@ -78,6 +78,9 @@ func TestGate(t *testing.T) {
 func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Decision, error) {
 	return nil, errors.New("recorder: no approvals")
 }
+func (r *recorder) AwaitDecision(string) (<-chan conversation.Decision, error) {
+	return nil, errors.New("recorder: no approvals")
+}
 func (r *recorder) Paused() error          { return nil }
 func (r *recorder) Resumed() error         { return nil }
 func (r *recorder) Reasoning(string) error { return nil }
