@@ -141,6 +141,15 @@ type Run struct {
 	Usage          Usage
 	Model          string
 	CancelReason   CancelReason // "" unless cancelled or interrupted for a reason
+	// Recoveries counts how often the run was continued after its process died.
+	Recoveries int
+	// DismissedAt is when a person chose to keep the ended run as it is.
+	DismissedAt *time.Time
+	// ResumeRequestID is the requestId of the chat.resume that last continued the run.
+	ResumeRequestID string
+	// Resumable is set while the run can be continued: it is the session's latest run,
+	// it ended interrupted, error or cancelled, and was not dismissed (never stored).
+	Resumable bool
 	// PendingApproval is set while the run waits for a decision (never stored).
 	PendingApproval *PendingApproval
 }

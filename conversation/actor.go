@@ -224,6 +224,12 @@ func (a *Actor) handle(it intent) {
 	case *approvalIntent:
 		ch, err := a.onAwaitApproval(it.run, it.call)
 		it.reply <- result[<-chan Decision]{ch, err}
+	case *continueIntent:
+		v, err := a.continueRun(it.req)
+		it.reply <- result[SendResult]{v, err}
+	case *dismissIntent:
+		v, err := a.dismiss(it.runID)
+		it.reply <- result[SendResult]{v, err}
 	case *awaitDecisionIntent:
 		ch, err := a.onAwaitDecision(it.run, it.callID)
 		it.reply <- result[<-chan Decision]{ch, err}

@@ -25,6 +25,7 @@ const (
 	DefaultMaxContentBytes  = 128 << 10
 	DefaultInboxSize        = 16
 	DefaultHistoryMessages  = 500
+	DefaultMaxRecoveries    = 3
 
 	// MaxHistoryLimit is the most messages one history page holds.
 	MaxHistoryLimit = 200
@@ -43,6 +44,9 @@ type Store interface {
 	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
 	RunStart(ctx context.Context, run chat.Run, user chat.Message) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
+	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
+	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
+	MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
 }
 
@@ -79,6 +83,9 @@ type Config struct {
 	InboxSize int
 	// HistoryMessages is how many of a session's newest messages a run's agent gets.
 	HistoryMessages int
+	// MaxRecoveries is how often a run whose process died is continued; the next time it
+	// ends interrupted, so a run that crashes its process cannot burn tokens forever.
+	MaxRecoveries int
 	// ModelName is stored on every run (runs.model); "" when unknown.
 	ModelName string
 	// Metrics counts events, catch-ups and runs; share one among all actors. nil counts
@@ -114,6 +121,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxContentBytes, DefaultMaxContentBytes)
 	setDefault(&c.InboxSize, DefaultInboxSize)
 	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
+	setDefault(&c.MaxRecoveries, DefaultMaxRecoveries)
 	return c
 }
 

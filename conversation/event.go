@@ -164,6 +164,9 @@ type Snapshot struct {
 	Messages  []chat.Message
 	HasMore   bool
 	ActiveRun *chat.Run
+	// LastRun is the session's latest run when it has ended (nil when it is active, or
+	// there is none), so a client can offer to resume it (LastRun.Resumable).
+	LastRun *chat.Run
 }
 
 // Resumed announces a replay: the events after LastSeq (the subscriber's own) follow.

@@ -178,6 +178,47 @@ func (j *journal) overlay(msgs []chat.Message) {
 	}
 }
 
+// runGet reads a run, as clients were told of it.
+func (j *journal) runGet(id uuid.UUID) (chat.Run, error) {
+	if w, ok := j.find(writeKey{"runs", id}); ok {
+		return *w.run, nil
+	}
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.RunGet(ctx, id)
+}
+
+// runLatest reads the session's newest run, as clients were told of it; store.ErrNotFound
+// when it has none.
+func (j *journal) runLatest() (chat.Run, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	r, err := j.st.RunLatest(ctx, j.session)
+	if err != nil {
+		return chat.Run{}, err
+	}
+	if w, ok := j.find(writeKey{"runs", r.ID}); ok {
+		return *w.run, nil
+	}
+	return r, nil
+}
+
+// deleteEmpty removes a streaming segment that holds no text, and reports whether it did.
+func (j *journal) deleteEmpty(id uuid.UUID) (bool, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.MessageDeleteEmpty(ctx, id)
+}
+
+// moveRun stores a run that leaves one of the statuses from (an ended run continued, a
+// dismissed one). Unlike updateRun it is not kept for a retry: its caller answers a
+// person, who can try again.
+func (j *journal) moveRun(r chat.Run, from ...chat.RunStatus) error {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.RunUpdate(ctx, r, from...)
+}
+
 // runByRequest finds the session's run for requestID, also one whose latest state is
 // still to be stored. It returns store.ErrNotFound when there is none.
 func (j *journal) runByRequest(requestID string) (chat.Run, error) {

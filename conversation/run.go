@@ -250,6 +250,7 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 		chat.RunCancelled:   EventChatCancelled,
 		chat.RunInterrupted: EventChatError,
 	}[status]
+	run.info = withResumable(run.info) // it is the session's latest run
 	a.publish(a.runEvent(run, Event{Type: typ, Run: runView(run)}))
 }
 

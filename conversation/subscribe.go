@@ -73,6 +73,8 @@ func (a *Actor) snapshot() (Snapshot, error) {
 	if a.run != nil {
 		r := a.run.info
 		snap.ActiveRun = &r
+	} else if snap.LastRun, err = a.latestEnded(); err != nil {
+		return Snapshot{}, err
 	}
 	return snap, nil
 }

@@ -67,6 +67,23 @@ func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloReq
 	}
 }
 
+// Continue continues a run of session id from its checkpoint (see Actor.Continue),
+// starting the session's actor if needed. Errors are those of Actor.Continue, and
+// ErrClosed.
+func (h *Hub) Continue(ctx context.Context, id uuid.UUID, req conversation.ContinueRequest) (conversation.SendResult, error) {
+	for attempt := 0; ; attempt++ {
+		a, err := h.get(id)
+		if err != nil {
+			return conversation.SendResult{}, err
+		}
+		res, err := a.Continue(ctx, req)
+		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
+			continue
+		}
+		return res, err
+	}
+}
+
 func (h *Hub) get(id uuid.UUID) (*conversation.Actor, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

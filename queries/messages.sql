@@ -58,3 +58,7 @@ SET status = @status,
     updated_at = @updated_at
 WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming'
   AND NOT (id = ANY(COALESCE(@except_ids::uuid[], '{}')));
+
+-- name: MessageDeleteEmpty :execrows
+-- Removes a segment a process opened and died in before any of its text was stored.
+DELETE FROM messages WHERE id = @id AND status = 'streaming' AND content = '' AND tool_call_id IS NULL;

@@ -13,6 +13,19 @@ import (
 	"github.com/google/uuid"
 )
 
+const messageDeleteEmpty = `-- name: MessageDeleteEmpty :execrows
+DELETE FROM messages WHERE id = $1 AND status = 'streaming' AND content = '' AND tool_call_id IS NULL
+`
+
+// Removes a segment a process opened and died in before any of its text was stored.
+func (q *Queries) MessageDeleteEmpty(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, messageDeleteEmpty, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const messageGet = `-- name: MessageGet :one
 SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
 FROM messages m

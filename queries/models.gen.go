@@ -33,21 +33,24 @@ type Message struct {
 }
 
 type Run struct {
-	ID             uuid.UUID
-	SessionID      uuid.UUID
-	RequestID      string
-	Status         string
-	ErrorCode      *string
-	ErrorMessage   *string
-	StartedAt      time.Time
-	EndedAt        *time.Time
-	LastActivityAt time.Time
-	InputTokens    int64
-	OutputTokens   int64
-	Model          string
-	CancelReason   *string
-	ContextTokens  int64
-	ContextWindow  int64
+	ID              uuid.UUID
+	SessionID       uuid.UUID
+	RequestID       string
+	Status          string
+	ErrorCode       *string
+	ErrorMessage    *string
+	StartedAt       time.Time
+	EndedAt         *time.Time
+	LastActivityAt  time.Time
+	InputTokens     int64
+	OutputTokens    int64
+	Model           string
+	CancelReason    *string
+	ContextTokens   int64
+	ContextWindow   int64
+	Recoveries      int32
+	DismissedAt     *time.Time
+	ResumeRequestID *string
 }
 
 type Session struct {

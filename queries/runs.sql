@@ -29,7 +29,10 @@ SET status = @status,
     output_tokens = @output_tokens,
     context_tokens = @context_tokens,
     context_window = @context_window,
-    cancel_reason = @cancel_reason
+    cancel_reason = @cancel_reason,
+    recoveries = @recoveries,
+    dismissed_at = @dismissed_at,
+    resume_request_id = @resume_request_id
 WHERE id = @id AND status = ANY(@from_statuses::text[]);
 
 -- name: RunsListUnfinished :many
@@ -48,3 +51,7 @@ SET status = 'interrupted',
     last_activity_at = @ended_at
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 RETURNING id;
+
+-- name: RunLatest :one
+-- The session's newest run.
+SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;

@@ -13,7 +13,7 @@ import (
 )
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -35,12 +35,15 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.CancelReason,
 		&i.ContextTokens,
 		&i.ContextWindow,
+		&i.Recoveries,
+		&i.DismissedAt,
+		&i.ResumeRequestID,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -67,6 +70,40 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.CancelReason,
 		&i.ContextTokens,
 		&i.ContextWindow,
+		&i.Recoveries,
+		&i.DismissedAt,
+		&i.ResumeRequestID,
+	)
+	return i, err
+}
+
+const runLatest = `-- name: RunLatest :one
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+`
+
+// The session's newest run.
+func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (Run, error) {
+	row := db.QueryRow(ctx, runLatest, sessionID)
+	var i Run
+	err := row.Scan(
+		&i.ID,
+		&i.SessionID,
+		&i.RequestID,
+		&i.Status,
+		&i.ErrorCode,
+		&i.ErrorMessage,
+		&i.StartedAt,
+		&i.EndedAt,
+		&i.LastActivityAt,
+		&i.InputTokens,
+		&i.OutputTokens,
+		&i.Model,
+		&i.CancelReason,
+		&i.ContextTokens,
+		&i.ContextWindow,
+		&i.Recoveries,
+		&i.DismissedAt,
+		&i.ResumeRequestID,
 	)
 	return i, err
 }
@@ -122,23 +159,29 @@ SET status = $1,
     output_tokens = $7,
     context_tokens = $8,
     context_window = $9,
-    cancel_reason = $10
-WHERE id = $11 AND status = ANY($12::text[])
+    cancel_reason = $10,
+    recoveries = $11,
+    dismissed_at = $12,
+    resume_request_id = $13
+WHERE id = $14 AND status = ANY($15::text[])
 `
 
 type RunUpdateParams struct {
-	Status         string
-	ErrorCode      *string
-	ErrorMessage   *string
-	EndedAt        *time.Time
-	LastActivityAt time.Time
-	InputTokens    int64
-	OutputTokens   int64
-	ContextTokens  int64
-	ContextWindow  int64
-	CancelReason   *string
-	ID             uuid.UUID
-	FromStatuses   []string
+	Status          string
+	ErrorCode       *string
+	ErrorMessage    *string
+	EndedAt         *time.Time
+	LastActivityAt  time.Time
+	InputTokens     int64
+	OutputTokens    int64
+	ContextTokens   int64
+	ContextWindow   int64
+	CancelReason    *string
+	Recoveries      int32
+	DismissedAt     *time.Time
+	ResumeRequestID *string
+	ID              uuid.UUID
+	FromStatuses    []string
 }
 
 // Writes a run only while it is in one of the statuses the writer expects, so a late
@@ -155,6 +198,9 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.ContextTokens,
 		arg.ContextWindow,
 		arg.CancelReason,
+		arg.Recoveries,
+		arg.DismissedAt,
+		arg.ResumeRequestID,
 		arg.ID,
 		arg.FromStatuses,
 	)
@@ -204,7 +250,7 @@ func (q *Queries) RunsInterruptUnfinished(ctx context.Context, db DBTX, arg Runs
 }
 
 const runsListUnfinished = `-- name: RunsListUnfinished :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 ORDER BY started_at
 `
@@ -234,6 +280,9 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 			&i.CancelReason,
 			&i.ContextTokens,
 			&i.ContextWindow,
+			&i.Recoveries,
+			&i.DismissedAt,
+			&i.ResumeRequestID,
 		); err != nil {
 			return nil, err
 		}

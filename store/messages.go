@@ -197,3 +197,13 @@ func messageFromRow(r queries.Message, requestID *string) chat.Message {
 	}
 	return m
 }
+
+// MessageDeleteEmpty removes a segment that is still streaming and holds no text (a
+// process opened it and died before storing any), and reports whether it did.
+func (s *Store) MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error) {
+	n, err := s.q.MessageDeleteEmpty(ctx, s.db, id)
+	if err != nil {
+		return false, fmt.Errorf("delete empty message %s: %w", id, mapErr(err))
+	}
+	return n > 0, nil
+}

@@ -67,23 +67,23 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 		return fmt.Errorf("update run %s: no expected status given", run.ID)
 	}
 	code, msg := errorColumns(run.Error)
-	var ended *time.Time
-	if run.EndedAt != nil {
-		ended = ptr(chat.Timestamp(*run.EndedAt))
-	}
+	ended := timestampPtr(run.EndedAt)
 	n, err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
-		ID:             run.ID,
-		Status:         string(run.Status),
-		ErrorCode:      code,
-		ErrorMessage:   msg,
-		EndedAt:        ended,
-		LastActivityAt: chat.Timestamp(run.LastActivityAt),
-		InputTokens:    run.Usage.InputTokens,
-		OutputTokens:   run.Usage.OutputTokens,
-		ContextTokens:  run.Usage.ContextTokens,
-		ContextWindow:  run.Usage.ContextWindow,
-		CancelReason:   nilIfEmpty(string(run.CancelReason)),
-		FromStatuses:   statusStrings(from),
+		ID:              run.ID,
+		Status:          string(run.Status),
+		ErrorCode:       code,
+		ErrorMessage:    msg,
+		EndedAt:         ended,
+		LastActivityAt:  chat.Timestamp(run.LastActivityAt),
+		InputTokens:     run.Usage.InputTokens,
+		OutputTokens:    run.Usage.OutputTokens,
+		ContextTokens:   run.Usage.ContextTokens,
+		ContextWindow:   run.Usage.ContextWindow,
+		CancelReason:    nilIfEmpty(string(run.CancelReason)),
+		Recoveries:      int32(run.Recoveries),
+		DismissedAt:     timestampPtr(run.DismissedAt),
+		ResumeRequestID: nilIfEmpty(run.ResumeRequestID),
+		FromStatuses:    statusStrings(from),
 	})
 	if err != nil {
 		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
@@ -157,7 +157,26 @@ func runFromRow(r queries.Run) chat.Run {
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
 			ContextTokens: r.ContextTokens, ContextWindow: r.ContextWindow,
 		},
-		Model:        r.Model,
-		CancelReason: chat.CancelReason(deref(r.CancelReason)),
+		Model:           r.Model,
+		CancelReason:    chat.CancelReason(deref(r.CancelReason)),
+		Recoveries:      int(r.Recoveries),
+		DismissedAt:     utcPtr(r.DismissedAt),
+		ResumeRequestID: deref(r.ResumeRequestID),
 	}
+}
+
+// RunLatest returns the session's newest run, or ErrNotFound when it has none.
+func (s *Store) RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error) {
+	row, err := s.q.RunLatest(ctx, s.db, sessionID)
+	if err != nil {
+		return chat.Run{}, fmt.Errorf("latest run of session %s: %w", sessionID, mapErr(err))
+	}
+	return runFromRow(row), nil
+}
+
+func timestampPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	return ptr(chat.Timestamp(*t))
 }

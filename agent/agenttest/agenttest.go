@@ -272,6 +272,7 @@ func (r *Recorder) AwaitApproval(c conversation.ToolCall) (<-chan conversation.D
 	ch <- d
 	return ch, nil
 }
+
 // AwaitDecision records the wait and decides like AwaitApproval (Decide sees a call
 // with only its id).
 func (r *Recorder) AwaitDecision(id string) (<-chan conversation.Decision, error) {

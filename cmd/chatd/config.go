@@ -79,6 +79,10 @@ type Config struct {
 	// AbandonAfter cancels a streaming run nobody has watched for this long
 	// (CHATD_ABANDON_AFTER).
 	AbandonAfter time.Duration
+	// Recover says what start-up does with the runs a process that died left
+	// unfinished (CHATD_RECOVER): RecoverContinue continues each from its checkpoint as
+	// the same run; RecoverInterrupt ends them interrupted.
+	Recover string
 	// MaxSteps bounds model calls per run (CHATD_MAX_STEPS).
 	MaxSteps int
 	// ShellTool offers the model the shell tool (CHATD_SHELL_TOOL, on|off).
@@ -122,6 +126,12 @@ const DefaultCoalesceDeltas = 25 * time.Millisecond
 // maxCoalesceDeltas bounds CHATD_COALESCE_DELTAS: a longer wait would make streaming
 // visibly stutter, which is not what coalescing is for.
 const maxCoalesceDeltas = time.Second
+
+// What start-up does with runs a dead process left unfinished (CHATD_RECOVER).
+const (
+	RecoverContinue  = "continue"
+	RecoverInterrupt = "interrupt"
+)
 
 // Agents chatd can run.
 const (
@@ -167,6 +177,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.StringVar(&c.Recover, "recover", env.str("CHATD_RECOVER", RecoverInterrupt), "what start-up does with runs a dead process left unfinished: continue or interrupt (CHATD_RECOVER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
@@ -241,6 +252,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_APPROVAL_TIMEOUT (-approval-timeout) is %s; it must be positive", c.ApprovalTimeout)
 	case c.SandboxKillAfter <= 0:
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
+	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:
+		return fmt.Errorf("CHATD_RECOVER (-recover) is %q; use continue or interrupt", c.Recover)
 	case c.AbandonAfter <= 0:
 		return fmt.Errorf("CHATD_ABANDON_AFTER (-abandon-after) is %s; it must be positive", c.AbandonAfter)
 	case c.MaxSteps < 1:

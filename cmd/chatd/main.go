@@ -169,6 +169,7 @@ func (m *Main) build() error {
 		MaxReplayBytes:  max(m.cfg.SendQueueBytes/2, 1),
 		IdleTimeout:     m.cfg.IdleEvict,
 		MaxContentBytes: m.cfg.MaxContentBytes,
+		MaxRecoveries:   conversation.DefaultMaxRecoveries,
 		ModelName:       m.modelName(),
 		Metrics:         conversation.NewMetrics(m.registry),
 		CoalesceDeltas:  m.cfg.CoalesceDeltas,
@@ -207,6 +208,7 @@ func (m *Main) build() error {
 	m.services.Add("sandboxes", service.Func(nil, m.closeSandboxes))
 	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
 	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
+	m.services.Add("recovery", service.Func(m.recoverUnfinished, nil))
 	m.services.Add("eviction", evictions)
 	m.services.Add("abandonment", abandonments)
 	m.services.Add("http", m.http)
@@ -216,6 +218,9 @@ func (m *Main) build() error {
 // interruptUnfinished ends the runs a process that died left unfinished: no actor holds
 // them, so nothing else ever would.
 func (m *Main) interruptUnfinished(ctx context.Context) error {
+	if m.cfg.Recover == RecoverContinue {
+		return nil // the recovery service continues them once the hub runs
+	}
 	ids, err := m.db.Store().RunsInterruptUnfinished(ctx, time.Now(), chat.ErrorInfo{
 		Code:    conversation.CodeInterrupted,
 		Message: "the server stopped during this run",
@@ -225,6 +230,33 @@ func (m *Main) interruptUnfinished(ctx context.Context) error {
 	}
 	if len(ids) > 0 {
 		m.log.Warn().Int("runs", len(ids)).Msg("marked runs left unfinished by a previous process as interrupted")
+	}
+	return nil
+}
+
+// recoverUnfinished continues, from their checkpoints, the runs a process that died left
+// unfinished (CHATD_RECOVER=continue): each as the same run, on its session's actor. A
+// run that was streaming counts a recovery, and one recovered too often ends
+// interrupted. With several nodes this will act only on the sessions this node owns.
+func (m *Main) recoverUnfinished(ctx context.Context) error {
+	if m.cfg.Recover != RecoverContinue {
+		return nil
+	}
+	runs, err := m.db.Store().RunsUnfinished(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		res, err := m.hub.Continue(ctx, r.SessionID, conversation.ContinueRequest{RunID: r.ID, Recovery: true})
+		if err != nil {
+			// One run that cannot be continued must not keep chatd from serving the rest.
+			m.log.Error().Err(err).Str("run_id", r.ID.String()).Str("session_id", r.SessionID.String()).Msg("could not continue a run a previous process left unfinished")
+			continue
+		}
+		m.log.Info().Str("run_id", r.ID.String()).Str("status", string(res.Status)).Msg("continuing a run a previous process left unfinished")
+	}
+	if len(runs) > 0 {
+		m.log.Warn().Int("runs", len(runs)).Msg("continued runs left unfinished by a previous process")
 	}
 	return nil
 }

@@ -77,6 +77,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		ApprovalTimeout:  5 * time.Minute,
 		SandboxKillAfter: 24 * time.Hour,
 		AbandonAfter:     30 * time.Minute,
+		Recover:          RecoverInterrupt,
 		MaxSteps:         20,
 		ShellTool:        false,
 		SandboxDir:       filepath.Join(os.TempDir(), "chatd-sandboxes"),
@@ -155,6 +156,7 @@ func TestParseConfigValues(t *testing.T) {
 		ApprovalTimeout:  10 * time.Second,
 		SandboxKillAfter: time.Hour,
 		AbandonAfter:     2 * time.Minute,
+		Recover:          RecoverInterrupt,
 		MaxSteps:         5,
 		ShellTool:        true,
 		SandboxDir:       "/srv/sandboxes",
@@ -244,6 +246,7 @@ func TestParseConfigValues(t *testing.T) {
 					ApprovalTimeout:  time.Minute,
 					SandboxKillAfter: 2 * time.Hour,
 					AbandonAfter:     3 * time.Minute,
+					Recover:          RecoverInterrupt,
 					MaxSteps:         4,
 					ShellTool:        false,
 					SandboxDir:       "/tmp/sb",
@@ -278,7 +281,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
-					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute,
+					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, Recover: RecoverInterrupt,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 				}
@@ -764,6 +767,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 		"DATABASE_URL":     dbURL,
 		"CHATD_LOG_FORMAT": "json",
 		"CHATD_LOG_LEVEL":  "debug",
+		"CHATD_RECOVER":    "interrupt", // today's behaviour, kept as an option
 	}), &logBuf)
 	require.NoError(t, err)
 	logger, err := newLogger(cfg, &logBuf)
@@ -965,8 +969,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "startup-sweep started", "sandboxes started",
-		"transport started", "hub started", "eviction started", "abandonment started", "http started",
-		"http stopped", "abandonment stopped", "eviction stopped", "hub stopped", "transport stopped",
+		"transport started", "hub started", "recovery started", "eviction started", "abandonment started", "http started",
+		"http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped",
 		"sandboxes stopped", "startup-sweep stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }

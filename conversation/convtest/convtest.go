@@ -157,6 +157,14 @@ func (r *Recorder) applyLocked(ev *conversation.Event) {
 			m.Error = ev.Error
 		}
 	case conversation.EventRunStatus:
+		if !ev.Run.Status.Active() {
+			// A dismissed run: it stays ended.
+			s.Ended[ev.RunID.String()] = cloneRun(ev.Run)
+			if s.ActiveRun != nil && s.ActiveRun.ID == ev.RunID {
+				s.ActiveRun = nil
+			}
+			break
+		}
 		s.ActiveRun = cloneRun(ev.Run)
 	case conversation.EventChatDone, conversation.EventChatError, conversation.EventChatCancelled:
 		s.ActiveRun = nil

@@ -118,7 +118,11 @@ func TestBadInput(t *testing.T) {
 
 		// chat.resume.
 		{name: "chat.resume without requestId", frame: map[string]any{"type": "chat.resume"}, wantCode: "bad_request"},
-		{name: "chat.resume", frame: map[string]any{"type": "chat.resume", "requestId": "resume-1"}, wantCode: "bad_request", wantReqID: "resume-1", wantMsg: "not supported"},
+		{name: "chat.resume without runId", frame: map[string]any{"type": "chat.resume", "requestId": "resume-1"}, wantCode: "bad_request", wantReqID: "resume-1", wantMsg: "runId"},
+		{name: "chat.resume with an unknown mode", frame: map[string]any{"type": "chat.resume", "requestId": "resume-2", "runId": "0193a2b4-7c1d-7000-8000-000000000001", "mode": "again"}, wantCode: "bad_request", wantReqID: "resume-2", wantMsg: "mode"},
+		{name: "chat.resume of an unknown run", frame: map[string]any{"type": "chat.resume", "requestId": "resume-3", "runId": "0193a2b4-7c1d-7000-8000-000000000001"}, wantCode: "not_found", wantReqID: "resume-3"},
+		{name: "chat.dismiss without runId", frame: map[string]any{"type": "chat.dismiss", "requestId": "dismiss-1"}, wantCode: "bad_request", wantReqID: "dismiss-1", wantMsg: "runId"},
+		{name: "chat.dismiss of an unknown run", frame: map[string]any{"type": "chat.dismiss", "requestId": "dismiss-2", "runId": "0193a2b4-7c1d-7000-8000-000000000001"}, wantCode: "not_found", wantReqID: "dismiss-2"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

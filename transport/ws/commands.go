@@ -82,7 +82,45 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(nil, conversation.CodeBadRequest, "chat.resume needs a requestId")
 			return
 		}
-		c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume is not supported by this server yet")
+		runID, ok := c.runID(f)
+		if !ok {
+			return
+		}
+		if runID == uuid.Nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume needs the runId of the run to resume")
+			return
+		}
+		switch f.Mode {
+		case "", "continue":
+		case "retry":
+			c.replyError(f.RequestID, conversation.CodeBadRequest, `mode "retry" is not supported by this server yet; use "continue"`)
+			return
+		default:
+			c.replyError(f.RequestID, conversation.CodeBadRequest, `mode must be "continue" or "retry"`)
+			return
+		}
+		res, err := c.actor.Continue(c.ctx, conversation.ContinueRequest{RunID: runID, RequestID: *f.RequestID})
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
+
+	case typeChatDismiss:
+		runID, ok := c.runID(f)
+		if !ok {
+			return
+		}
+		if runID == uuid.Nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.dismiss needs the runId of the run to dismiss")
+			return
+		}
+		res, err := c.actor.Dismiss(c.ctx, runID)
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
 	}
 }
 

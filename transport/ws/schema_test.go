@@ -94,7 +94,9 @@ func TestSchemaClientFrames(t *testing.T) {
 		`{"type":"chat.cancel","requestId":"c1","runId":"0193a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b"}`,
 		`{"type":"history.fetch","requestId":"h1","before":3,"limit":200}`,
 		`{"type":"tool.decide","toolCallId":"call-1","decision":"deny","runId":"0193a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b"}`,
-		`{"type":"chat.resume","requestId":"x1"}`,
+		`{"type":"chat.resume","requestId":"x1","runId":"0193a2b4-7c1d-7000-8000-000000000001"}`,
+		`{"type":"chat.resume","requestId":"x2","runId":"0193a2b4-7c1d-7000-8000-000000000001","mode":"continue"}`,
+		`{"type":"chat.dismiss","runId":"0193a2b4-7c1d-7000-8000-000000000001"}`,
 	}
 	for _, s := range valid {
 		require.NoError(t, wstest.ValidateClientFrame([]byte(s)), s)
@@ -119,6 +121,9 @@ func TestSchemaClientFrames(t *testing.T) {
 		`{"type":"tool.decide","decision":"approve"}`,
 		`{"type":"tool.decide","toolCallId":"call-1","decision":"maybe"}`,
 		`{"type":"chat.resume"}`,
+		`{"type":"chat.resume","requestId":"x1"}`,
+		`{"type":"chat.resume","requestId":"x1","runId":"0193a2b4-7c1d-7000-8000-000000000001","mode":"later"}`,
+		`{"type":"chat.dismiss"}`,
 	}
 	for _, s := range invalid {
 		require.Error(t, wstest.ValidateClientFrame([]byte(s)), s)

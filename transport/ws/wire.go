@@ -22,6 +22,7 @@ const (
 	typeToolDecide   = "tool.decide"
 	typeChatResume   = "chat.resume"
 	typeHistoryFetch = "history.fetch"
+	typeChatDismiss  = "chat.dismiss"
 )
 
 // Error codes the transport adds to conversation's.
@@ -46,6 +47,7 @@ type clientFrame struct {
 	Decision   string  `json:"decision"`
 	Before     *int64  `json:"before"`
 	Limit      *int    `json:"limit"`
+	Mode       string  `json:"mode"`
 }
 
 type wireError struct {
@@ -100,6 +102,8 @@ type wireRun struct {
 	CancelReason    string               `json:"cancelReason,omitempty"`
 	Model           string               `json:"model,omitempty"`
 	Usage           *wireUsage           `json:"usage,omitempty"`
+	Resumable       bool                 `json:"resumable,omitempty"`
+	Recoveries      int                  `json:"recoveries,omitempty"`
 }
 
 // wireEvent is every sequenced event; omitempty keeps each type to its own fields.
@@ -126,6 +130,7 @@ type wireSnapshot struct {
 	Messages  []wireMessage `json:"messages"`
 	HasMore   bool          `json:"hasMore"`
 	ActiveRun *wireRun      `json:"activeRun"`
+	LastRun   *wireRun      `json:"lastRun,omitempty"`
 }
 
 type wireResumed struct {
@@ -219,6 +224,8 @@ func toWireRun(r *chat.Run) *wireRun {
 		Error:          toWireError(r.Error),
 		CancelReason:   string(r.CancelReason),
 		Model:          r.Model,
+		Resumable:      r.Resumable,
+		Recoveries:     r.Recoveries,
 	}
 	if p := r.PendingApproval; p != nil {
 		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}
@@ -287,6 +294,7 @@ func EncodeSnapshot(s *conversation.Snapshot) ([]byte, error) {
 		Messages:  toWireMessages(s.Messages),
 		HasMore:   s.HasMore,
 		ActiveRun: toWireRun(s.ActiveRun),
+		LastRun:   toWireRun(s.LastRun),
 	})
 }
 

@@ -74,6 +74,8 @@ type Run struct {
 	PendingApproval *PendingApproval `json:"pendingApproval,omitempty"`
 	CancelReason    string           `json:"cancelReason,omitempty"`
 	Model           string           `json:"model,omitempty"`
+	Resumable       bool             `json:"resumable,omitempty"`
+	Recoveries      int              `json:"recoveries,omitempty"`
 	Usage           *struct {
 		InputTokens   int64 `json:"inputTokens"`
 		OutputTokens  int64 `json:"outputTokens"`
@@ -95,6 +97,7 @@ type Frame struct {
 	Messages    []Message `json:"messages"`
 	HasMore     bool      `json:"hasMore"`
 	ActiveRun   *Run      `json:"activeRun"`
+	LastRun     *Run      `json:"lastRun"`
 	Run         *Run      `json:"run"`
 	UserMessage *Message  `json:"userMessage"`
 	MessageID   string    `json:"messageId"`
@@ -156,6 +159,8 @@ type State struct {
 	LastSeq   int64
 	Messages  map[string]*Message
 	ActiveRun *Run
+	// LastRun is the session's latest run when the snapshot found it ended.
+	LastRun *Run
 	// Ended holds the final run object of every run that ended while watched.
 	Ended map[string]*Run
 }
@@ -178,6 +183,7 @@ func (s *State) Apply(f Frame) error {
 			s.Messages[m.ID] = &m
 		}
 		s.ActiveRun = f.ActiveRun
+		s.LastRun = f.LastRun
 		return nil
 	case "resumed":
 		if f.Epoch != s.Epoch || f.LastSeq != s.LastSeq || f.SessionID != s.SessionID {
@@ -230,6 +236,14 @@ func (s *State) Apply(f Frame) error {
 		m.Status = f.Status
 		m.Error = f.Error
 	case "run.status":
+		if ended(f.Run.Status) {
+			// A dismissed run: it stays ended.
+			s.Ended[f.Run.RunID] = f.Run
+			if s.ActiveRun != nil && s.ActiveRun.RunID == f.Run.RunID {
+				s.ActiveRun = nil
+			}
+			break
+		}
 		s.ActiveRun = f.Run
 	case "chat.done", "chat.error", "chat.cancelled":
 		s.ActiveRun = nil
@@ -238,6 +252,10 @@ func (s *State) Apply(f Frame) error {
 		return fmt.Errorf("unknown event type %q", f.Type)
 	}
 	return nil
+}
+
+func ended(status string) bool {
+	return status == "done" || status == "error" || status == "cancelled" || status == "interrupted"
 }
 
 // Sorted returns the messages in position order.

@@ -1,0 +1,303 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store"
+)
+
+// The stored transcript of a run is its checkpoint: any process can continue the run
+// from it, as the same run. This file holds the two ways a run is continued (recovery of
+// a run whose process died, and chat.resume's continue) and chat.dismiss.
+
+// ContinueRequest asks the actor to continue a run from its checkpoint.
+type ContinueRequest struct {
+	RunID uuid.UUID
+	// Recovery: the run's process died with the run unfinished (start-up found it). A
+	// run that was streaming counts a recovery; after Config.MaxRecoveries it ends
+	// interrupted instead.
+	Recovery bool
+	// RequestID is the chat.resume's idempotency key ("" for a recovery): a second
+	// resume with it continues nothing and answers the run as it is.
+	RequestID string
+}
+
+// Continue continues run req.RunID from what it stored. For a recovery the run must be
+// unfinished; for a resume it must be the session's latest run, ended interrupted, error
+// or cancelled, and not dismissed. Errors are *Error: CodeNotFound for an unknown run,
+// CodeRunActive when another run is active, CodeConflict for a run that cannot be
+// continued, CodeStorage when the database fails.
+func (a *Actor) Continue(ctx context.Context, req ContinueRequest) (SendResult, error) {
+	return call(ctx, a, func(r chan result[SendResult]) intent { return &continueIntent{req, r} })
+}
+
+// Dismiss keeps the session's latest run, ended interrupted, error or cancelled, as it
+// is: it is no longer resumable. Dismissing a dismissed run is a duplicate. Errors are
+// *Error: CodeNotFound, CodeConflict for a run that is not the latest ended one,
+// CodeStorage.
+func (a *Actor) Dismiss(ctx context.Context, runID uuid.UUID) (SendResult, error) {
+	return call(ctx, a, func(r chan result[SendResult]) intent { return &dismissIntent{runID, r} })
+}
+
+type (
+	continueIntent struct {
+		req   ContinueRequest
+		reply chan result[SendResult]
+	}
+	dismissIntent struct {
+		runID uuid.UUID
+		reply chan result[SendResult]
+	}
+)
+
+// resumableStatuses are the statuses of an ended run that chat.resume continues.
+var resumableStatuses = []chat.RunStatus{chat.RunInterrupted, chat.RunError, chat.RunCancelled}
+
+// withResumable sets r.Resumable for r, the session's latest run.
+func withResumable(r chat.Run) chat.Run {
+	r.Resumable = r.DismissedAt == nil && slices.Contains(resumableStatuses, r.Status)
+	return r
+}
+
+// latestEnded returns the session's latest run when it has ended, for snapshots: nil when
+// there is none or it is active (it is the snapshot's activeRun then).
+func (a *Actor) latestEnded() (*chat.Run, error) {
+	if a.run != nil {
+		return nil, nil
+	}
+	r, err := a.journal.runLatest()
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil || r.Status.Active() {
+		return nil, err
+	}
+	r = withResumable(r)
+	return &r, nil
+}
+
+func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
+	if err := a.load(); err != nil {
+		return SendResult{}, a.storageError("load the session", err)
+	}
+	if a.session == nil {
+		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	}
+	if a.run != nil {
+		info := a.run.info
+		if info.ID == req.RunID && (req.Recovery || (req.RequestID != "" && info.ResumeRequestID == req.RequestID)) {
+			return SendResult{RunID: info.ID, Duplicate: true, Status: info.Status}, nil
+		}
+		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", info.ID)
+	}
+	run, err := a.journal.runGet(req.RunID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && run.SessionID != a.id) {
+		return SendResult{}, errorf(CodeNotFound, "run %s does not exist in this session", req.RunID)
+	}
+	if err != nil {
+		return SendResult{}, a.storageError("read the run", err)
+	}
+	if req.RequestID != "" && run.ResumeRequestID == req.RequestID {
+		return SendResult{RunID: run.ID, Duplicate: true, Status: run.Status}, nil
+	}
+	from := resumableStatuses
+	if req.Recovery {
+		if !run.Status.Active() {
+			return SendResult{RunID: run.ID, Duplicate: true, Status: run.Status}, nil // recovered meanwhile
+		}
+		from = chat.ActiveRunStatuses()
+	} else if err := a.checkResumable(run); err != nil {
+		return SendResult{}, err
+	}
+
+	msgs, err := a.journal.messagesByRun(run.ID)
+	if err != nil {
+		return SendResult{}, a.storageError("read the run", err)
+	}
+	if len(msgs) == 0 || msgs[0].Role != chat.RoleUser {
+		return SendResult{}, errorf(CodeInternal, "run %s has no user message", run.ID)
+	}
+	user, checkpoint, err := a.seam(msgs)
+	if err != nil {
+		return SendResult{}, a.storageError("store the interrupted reply", err)
+	}
+
+	now := a.now()
+	info := run
+	if req.Recovery && run.Status == chat.RunRunning {
+		info.Recoveries++
+		if info.Recoveries > a.cfg.MaxRecoveries {
+			return a.giveUp(info, from)
+		}
+	}
+	info.Status = chat.RunRunning
+	info.Error, info.EndedAt, info.CancelReason, info.PendingApproval = nil, nil, "", nil
+	info.LastActivityAt = now
+	if req.RequestID != "" {
+		info.ResumeRequestID = req.RequestID
+	}
+	if err := a.journal.moveRun(info, from...); err != nil {
+		if errors.Is(err, store.ErrStale) {
+			return SendResult{}, errorf(CodeConflict, "run %s was changed meanwhile; reconnect to see it", run.ID)
+		}
+		return SendResult{}, a.storageError("store the run", err)
+	}
+	a.journal.reload() // the seam may have removed a row: read the next position again
+	if err := a.load(); err != nil {
+		return SendResult{}, a.storageError("load the session", err)
+	}
+
+	state := newRunState(info)
+	for i := range checkpoint {
+		m := checkpoint[i]
+		if m.Tool == nil {
+			continue
+		}
+		state.calls[m.Tool.CallID] = true
+		if m.Status == chat.MessageStreaming {
+			// Running or waiting for a decision: the agent ends it, or waits for it.
+			state.tools[m.Tool.CallID] = &liveMessage{msg: m}
+		}
+	}
+	a.logger().Info().Str("run_id", run.ID.String()).Bool("recovery", req.Recovery).Int("recoveries", info.Recoveries).Int("checkpoint", len(checkpoint)).Msg("continuing a run from its checkpoint")
+	a.run = state
+	a.countActive(state)
+	a.publish(a.runEvent(state, Event{Type: EventRunStatus, Run: runView(state)}))
+	history, _, err := a.journal.messagesBefore(user.Position, a.cfg.HistoryMessages)
+	if err != nil {
+		a.failStorage(state, "read the conversation", err)
+		return SendResult{RunID: run.ID, Status: chat.RunError}, nil
+	}
+	a.startAgent(state, Request{
+		SessionID:  a.id,
+		RunID:      run.ID,
+		RequestID:  run.RequestID,
+		Content:    user.Content,
+		History:    history,
+		Checkpoint: checkpoint,
+	})
+	return SendResult{RunID: run.ID, Status: chat.RunRunning}, nil
+}
+
+// checkResumable refuses a resume of a run that is not the session's latest ended,
+// undismissed, interrupted, failed or cancelled run.
+func (a *Actor) checkResumable(run chat.Run) error {
+	latest, err := a.journal.runLatest()
+	if err != nil {
+		return a.storageError("read the session's runs", err)
+	}
+	switch {
+	case latest.ID != run.ID:
+		return errorf(CodeConflict, "run %s is not the session's latest run", run.ID)
+	case !withResumable(run).Resumable:
+		return errorf(CodeConflict, "run %s is %s and cannot be resumed", run.ID, resumableWhy(run))
+	}
+	return nil
+}
+
+func resumableWhy(r chat.Run) string {
+	if r.DismissedAt != nil {
+		return "dismissed"
+	}
+	return string(r.Status)
+}
+
+// seam makes a run's stored messages a checkpoint: an assistant segment still streaming
+// was open when its process died, so it ends interrupted with what was stored, or goes
+// when nothing was (unless a subscriber was shown it: then it ends interrupted, empty).
+// Tool calls still streaming stay for the agent. It returns the user message and the
+// rest.
+func (a *Actor) seam(msgs []chat.Message) (chat.Message, []chat.Message, error) {
+	user := msgs[0]
+	checkpoint := make([]chat.Message, 0, len(msgs)-1)
+	for _, m := range msgs[1:] {
+		if m.Status != chat.MessageStreaming || m.Tool != nil {
+			checkpoint = append(checkpoint, m)
+			continue
+		}
+		if m.Content == "" && len(a.subs) == 0 {
+			// Nobody was told of it in this process (start-up recovers before serving):
+			// a segment that stored nothing is not part of the transcript.
+			if _, err := a.journal.deleteEmpty(m.ID); err != nil {
+				return chat.Message{}, nil, err
+			}
+			continue
+		}
+		m.Status = chat.MessageInterrupted
+		m.Error = &chat.ErrorInfo{Code: CodeInterrupted, Message: "the server stopped while this was being written"}
+		m.UpdatedAt = a.now()
+		if err := a.journal.update(m); err != nil {
+			return chat.Message{}, nil, err
+		}
+		// Subscribers hold it as streaming: they see it end, like any segment.
+		a.publish(Event{Type: EventSegmentEnded, RunID: *m.RunID, RequestID: m.RequestID, MessageID: m.ID, Status: m.Status, Error: m.Error})
+		checkpoint = append(checkpoint, m)
+	}
+	return user, checkpoint, nil
+}
+
+// giveUp ends a run that crashed its process too often as interrupted, with what its
+// streaming rows hold.
+func (a *Actor) giveUp(info chat.Run, from []chat.RunStatus) (SendResult, error) {
+	now := a.now()
+	info.Status = chat.RunInterrupted
+	info.Error = &chat.ErrorInfo{Code: CodeInterrupted, Message: fmt.Sprintf("the server stopped during this run %d times; it was not continued again", info.Recoveries)}
+	info.EndedAt, info.LastActivityAt = &now, now
+	info.PendingApproval = nil
+	a.logger().Error().Str("run_id", info.ID.String()).Int("recoveries", info.Recoveries).Msg("a run's process died too often; ending it interrupted")
+	if err := a.journal.moveRun(info, from...); err != nil {
+		return SendResult{}, a.storageError("store the run", err)
+	}
+	if a.journal.lost == nil {
+		a.journal.lost = make(map[uuid.UUID]bool)
+	}
+	a.journal.lost[info.ID] = true // settle its streaming rows
+	if err := a.journal.settle(info.ID, chat.MessageInterrupted, now); err != nil {
+		a.logger().Error().Err(err).Msg("settle the rows of a run given up")
+	}
+	r := withResumable(info)
+	a.publish(Event{Type: EventChatError, RunID: info.ID, RequestID: info.RequestID, Run: &r})
+	return SendResult{RunID: info.ID, Status: chat.RunInterrupted}, nil
+}
+
+func (a *Actor) dismiss(runID uuid.UUID) (SendResult, error) {
+	if err := a.load(); err != nil {
+		return SendResult{}, a.storageError("load the session", err)
+	}
+	if a.session == nil {
+		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	}
+	if a.run != nil && a.run.info.ID == runID {
+		return SendResult{}, errorf(CodeConflict, "run %s is active: cancel it first", runID)
+	}
+	run, err := a.journal.runGet(runID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && run.SessionID != a.id) {
+		return SendResult{}, errorf(CodeNotFound, "run %s does not exist in this session", runID)
+	}
+	if err != nil {
+		return SendResult{}, a.storageError("read the run", err)
+	}
+	if run.DismissedAt != nil {
+		return SendResult{RunID: run.ID, Duplicate: true, Status: run.Status}, nil
+	}
+	if err := a.checkResumable(run); err != nil {
+		return SendResult{}, err
+	}
+	now := a.now()
+	run.DismissedAt = &now
+	if err := a.journal.moveRun(run, run.Status); err != nil {
+		if errors.Is(err, store.ErrStale) {
+			return SendResult{}, errorf(CodeConflict, "run %s was changed meanwhile; reconnect to see it", run.ID)
+		}
+		return SendResult{}, a.storageError("store the run", err)
+	}
+	r := withResumable(run)
+	a.publish(Event{Type: EventRunStatus, RunID: run.ID, RequestID: run.RequestID, Run: &r})
+	return SendResult{RunID: run.ID, Status: run.Status}, nil
+}
