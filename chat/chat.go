@@ -147,6 +147,11 @@ type Run struct {
 	DismissedAt *time.Time
 	// ResumeRequestID is the requestId of the chat.resume that last continued the run.
 	ResumeRequestID string
+	// RetryOf is the run this one retries (chat.resume's retry): it answers that run's
+	// user message and has none of its own. SupersededBy is the run that retried this
+	// one: its answer stays in the transcript but not in the model's context.
+	RetryOf      *uuid.UUID
+	SupersededBy *uuid.UUID
 	// Resumable is set while the run can be continued: it is the session's latest run,
 	// it ended interrupted, error or cancelled, and was not dismissed (never stored).
 	Resumable bool
@@ -176,6 +181,9 @@ type Message struct {
 	Status    MessageStatus
 	Error     *ErrorInfo
 	Tool      *ToolCall // set for role tool
+	// Superseded is set on a message of a run a retry replaced (never stored: it is its
+	// run's): it stays in the transcript, out of the model's context.
+	Superseded bool
 	// ProviderData is what the model provider needs back with this message and clients
 	// do not see: a reasoning block's signature, say.
 	ProviderData json.RawMessage

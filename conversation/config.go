@@ -43,6 +43,7 @@ type Store interface {
 	MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error
 	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
 	RunStart(ctx context.Context, run chat.Run, user chat.Message) error
+	RunStartRetry(ctx context.Context, run chat.Run) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)

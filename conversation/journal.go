@@ -255,6 +255,20 @@ func (j *journal) startRun(run chat.Run, user chat.Message) error {
 	return nil
 }
 
+// startRetry stores a run that retries run.RetryOf (it has no user message of its own).
+// Errors are those of startRun.
+func (j *journal) startRetry(run chat.Run) error {
+	ctx, cancel := j.ctx()
+	err := j.st.RunStartRetry(ctx, run)
+	cancel()
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
+			err = nil
+		}
+	}
+	return err
+}
+
 // reload forgets the next position, for when rows were stored behind the journal's back
 // (a run start reported as failed that committed).
 func (j *journal) reload() { j.loaded = false }

@@ -26,6 +26,10 @@ type ContinueRequest struct {
 	// RequestID is the chat.resume's idempotency key ("" for a recovery): a second
 	// resume with it continues nothing and answers the run as it is.
 	RequestID string
+	// Retry answers the run's user message again as a new run (whose requestId is
+	// RequestID) instead of continuing it: the run's answer stays in the transcript but
+	// leaves the model's context (it is superseded).
+	Retry bool
 }
 
 // Continue continues run req.RunID from what it stored. For a recovery the run must be
@@ -83,6 +87,9 @@ func (a *Actor) latestEnded() (*chat.Run, error) {
 }
 
 func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
+	if req.Retry {
+		return a.retryRun(req)
+	}
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
@@ -116,14 +123,11 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 		return SendResult{}, err
 	}
 
-	msgs, err := a.journal.messagesByRun(run.ID)
+	user, own, err := a.userMessageOf(run)
 	if err != nil {
-		return SendResult{}, a.storageError("read the run", err)
+		return SendResult{}, err
 	}
-	if len(msgs) == 0 || msgs[0].Role != chat.RoleUser {
-		return SendResult{}, errorf(CodeInternal, "run %s has no user message", run.ID)
-	}
-	user, checkpoint, err := a.seam(msgs)
+	checkpoint, err := a.seam(own)
 	if err != nil {
 		return SendResult{}, a.storageError("store the interrupted reply", err)
 	}
@@ -169,7 +173,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	a.run = state
 	a.countActive(state)
 	a.publish(a.runEvent(state, Event{Type: EventRunStatus, Run: runView(state)}))
-	history, _, err := a.journal.messagesBefore(user.Position, a.cfg.HistoryMessages)
+	history, err := a.agentHistory(user.Position)
 	if err != nil {
 		a.failStorage(state, "read the conversation", err)
 		return SendResult{RunID: run.ID, Status: chat.RunError}, nil
@@ -208,15 +212,39 @@ func resumableWhy(r chat.Run) string {
 	return string(r.Status)
 }
 
-// seam makes a run's stored messages a checkpoint: an assistant segment still streaming
-// was open when its process died, so it ends interrupted with what was stored, or goes
-// when nothing was (unless a subscriber was shown it: then it ends interrupted, empty).
-// Tool calls still streaming stay for the agent. It returns the user message and the
-// rest.
-func (a *Actor) seam(msgs []chat.Message) (chat.Message, []chat.Message, error) {
-	user := msgs[0]
-	checkpoint := make([]chat.Message, 0, len(msgs)-1)
-	for _, m := range msgs[1:] {
+// userMessageOf returns the user message run answers (its own first message, or, for a
+// retry, that of the run it retries) and the run's messages after it.
+func (a *Actor) userMessageOf(run chat.Run) (chat.Message, []chat.Message, error) {
+	msgs, err := a.journal.messagesByRun(run.ID)
+	if err != nil {
+		return chat.Message{}, nil, a.storageError("read the run", err)
+	}
+	if len(msgs) > 0 && msgs[0].Role == chat.RoleUser {
+		return msgs[0], msgs[1:], nil
+	}
+	for r, hops := run, 0; r.RetryOf != nil && hops < 100; hops++ {
+		if r, err = a.journal.runGet(*r.RetryOf); err != nil {
+			return chat.Message{}, nil, a.storageError("read the run", err)
+		}
+		first, err := a.journal.messagesByRun(r.ID)
+		if err != nil {
+			return chat.Message{}, nil, a.storageError("read the run", err)
+		}
+		if len(first) > 0 && first[0].Role == chat.RoleUser {
+			return first[0], msgs, nil
+		}
+	}
+	return chat.Message{}, nil, errorf(CodeInternal, "run %s has no user message", run.ID)
+}
+
+// seam makes a run's stored messages (after its user message) a checkpoint: an
+// assistant segment still streaming was open when its process died, so it ends
+// interrupted with what was stored, or goes when nothing was (unless a subscriber was
+// shown it: then it ends interrupted, empty). Tool calls still streaming stay for the
+// agent.
+func (a *Actor) seam(msgs []chat.Message) ([]chat.Message, error) {
+	checkpoint := make([]chat.Message, 0, len(msgs))
+	for _, m := range msgs {
 		if m.Status != chat.MessageStreaming || m.Tool != nil {
 			checkpoint = append(checkpoint, m)
 			continue
@@ -225,7 +253,7 @@ func (a *Actor) seam(msgs []chat.Message) (chat.Message, []chat.Message, error) 
 			// Nobody was told of it in this process (start-up recovers before serving):
 			// a segment that stored nothing is not part of the transcript.
 			if _, err := a.journal.deleteEmpty(m.ID); err != nil {
-				return chat.Message{}, nil, err
+				return nil, err
 			}
 			continue
 		}
@@ -233,13 +261,83 @@ func (a *Actor) seam(msgs []chat.Message) (chat.Message, []chat.Message, error) 
 		m.Error = &chat.ErrorInfo{Code: CodeInterrupted, Message: "the server stopped while this was being written"}
 		m.UpdatedAt = a.now()
 		if err := a.journal.update(m); err != nil {
-			return chat.Message{}, nil, err
+			return nil, err
 		}
 		// Subscribers hold it as streaming: they see it end, like any segment.
 		a.publish(Event{Type: EventSegmentEnded, RunID: *m.RunID, RequestID: m.RequestID, MessageID: m.ID, Status: m.Status, Error: m.Error})
 		checkpoint = append(checkpoint, m)
 	}
-	return user, checkpoint, nil
+	return checkpoint, nil
+}
+
+// retryRun answers the user message of run req.RunID again as a new run whose requestId
+// is req.RequestID: the old run's answer stays in the transcript, superseded (out of the
+// model's context from now on), and the old run is no longer resumable.
+func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
+	if err := a.load(); err != nil {
+		return SendResult{}, a.storageError("load the session", err)
+	}
+	if a.session == nil {
+		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	}
+	if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
+		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+	}
+	if a.run != nil {
+		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
+	}
+	old, err := a.journal.runGet(req.RunID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && old.SessionID != a.id) {
+		return SendResult{}, errorf(CodeNotFound, "run %s does not exist in this session", req.RunID)
+	}
+	if err != nil {
+		return SendResult{}, a.storageError("read the run", err)
+	}
+	if err := a.checkResumable(old); err != nil {
+		return SendResult{}, err
+	}
+	user, _, err := a.userMessageOf(old)
+	if err != nil {
+		return SendResult{}, err
+	}
+	now := a.now()
+	info := chat.Run{
+		ID:             newID(),
+		SessionID:      a.id,
+		RequestID:      req.RequestID,
+		Status:         chat.RunRunning,
+		StartedAt:      now,
+		LastActivityAt: now,
+		Model:          a.cfg.ModelName,
+		RetryOf:        &old.ID,
+	}
+	err = a.journal.startRetry(info)
+	if errors.Is(err, store.ErrConflict) {
+		if prev, e := a.journal.runByRequest(req.RequestID); e == nil {
+			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+		}
+	}
+	if err != nil {
+		return SendResult{}, a.storageError("store the run", err)
+	}
+	old.SupersededBy, old.DismissedAt = &info.ID, &now
+	if err := a.journal.moveRun(old, old.Status); err != nil {
+		// The retry runs all the same; the old answer stays in the model's context.
+		a.logger().Error().Err(err).Str("run_id", old.ID.String()).Msg("store that a run was retried")
+	}
+	a.logger().Info().Str("run_id", info.ID.String()).Str("retry_of", old.ID.String()).Msg("retrying a run")
+	a.begin(newRunState(info), user)
+	return SendResult{RunID: info.ID, Status: chat.RunRunning}, nil
+}
+
+// agentHistory is what a run's agent is told of the conversation before the user message at
+// position before: the newest messages, without the answers a retry superseded.
+func (a *Actor) agentHistory(before int64) ([]chat.Message, error) {
+	msgs, _, err := a.journal.messagesBefore(before, a.cfg.HistoryMessages)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(msgs, func(m chat.Message) bool { return m.Superseded }), nil
 }
 
 // giveUp ends a run that crashed its process too often as interrupted, with what its

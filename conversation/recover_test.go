@@ -334,3 +334,79 @@ func requireCode(t *testing.T, err error, code string) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, code, ce.Code, ce.Message)
 }
+
+// chat.resume's retry: the user message is answered again by a new run (its requestId is
+// the resume's, so repeating it starts nothing); the old answer stays in the transcript,
+// superseded, and leaves the model's context; the old run is no longer resumable.
+func TestRetryAnswersAgainAsANewRun(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	var calls int
+	var mu sync.Mutex
+	agent := &checkpointAgent{}
+	agent.steps = func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		switch n {
+		case 1:
+			if err := out.Text("part "); err != nil {
+				return err
+			}
+			return script.Hang()(ctx, out)
+		case 2:
+			return out.Text("second answer")
+		default:
+			return out.Text("ok")
+		}
+	}
+	session, oldRun := interruptedRun(t, st, agent)
+	a := startOn(t, st, agent, session)
+	ctx := testCtx(t)
+	tab := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: tab})
+	require.NoError(t, err)
+
+	res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: oldRun, RequestID: "retry-1", Retry: true})
+	require.NoError(t, err)
+	require.NotEqual(t, oldRun, res.RunID, "a new run")
+	end := tab.Await(t, convtest.Terminal)
+	require.Equal(t, res.RunID, end.RunID)
+	require.Equal(t, conversation.EventChatDone, end.Type)
+	dup, err := a.Continue(ctx, conversation.ContinueRequest{RunID: oldRun, RequestID: "retry-1", Retry: true})
+	require.NoError(t, err)
+	require.Equal(t, conversation.SendResult{RunID: res.RunID, Duplicate: true, Status: chat.RunDone}, dup)
+
+	reqs := agent.requests()
+	require.Len(t, reqs, 2)
+	require.Equal(t, "go", reqs[1].Content, "the same user message")
+	require.Empty(t, reqs[1].Checkpoint)
+	require.Equal(t, "retry-1", reqs[1].RequestID)
+
+	msgs, _, err := st.MessagesBefore(ctx, session, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3, "one user message, both answers")
+	require.Equal(t, "part ", msgs[1].Content)
+	require.True(t, msgs[1].Superseded)
+	require.False(t, msgs[0].Superseded, "the user message is still answered")
+	require.Equal(t, "second answer", msgs[2].Content)
+	require.False(t, msgs[2].Superseded)
+	old, err := st.RunGet(ctx, oldRun)
+	require.NoError(t, err)
+	require.Equal(t, res.RunID, *old.SupersededBy)
+	_, err = a.Continue(ctx, conversation.ContinueRequest{RunID: oldRun, RequestID: "resume-x"})
+	requireCode(t, err, conversation.CodeConflict)
+
+	// The next run's model does not see the superseded answer.
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "and then?"})
+	require.NoError(t, err)
+	tab.Await(t, func(ev *conversation.Event) bool { return ev.Terminal() && ev.RequestID == "r2" })
+	reqs = agent.requests()
+	require.Len(t, reqs, 3)
+	var seen []string
+	for _, m := range reqs[2].History {
+		seen = append(seen, m.Content)
+	}
+	require.Equal(t, []string{"go", "second answer"}, seen)
+}

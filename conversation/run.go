@@ -102,7 +102,7 @@ func (a *Actor) begin(run *runState, user chat.Message) {
 	a.run = run
 	a.countActive(run)
 	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
-	history, _, err := a.journal.messagesBefore(user.Position, a.cfg.HistoryMessages)
+	history, err := a.agentHistory(user.Position)
 	if err != nil {
 		// A model that does not know the conversation would answer something else.
 		a.failStorage(run, "read the conversation", err)

@@ -1,3 +1,5 @@
+ALTER TABLE runs DROP COLUMN superseded_by;
+ALTER TABLE runs DROP COLUMN retry_of;
 ALTER TABLE runs DROP COLUMN resume_request_id;
 ALTER TABLE runs DROP COLUMN dismissed_at;
 ALTER TABLE runs DROP COLUMN recoveries;

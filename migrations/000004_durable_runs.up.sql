@@ -11,3 +11,8 @@ ALTER TABLE runs ADD COLUMN recoveries integer NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN dismissed_at timestamptz;
 -- The requestId of the chat.resume that last continued the run: its idempotency key.
 ALTER TABLE runs ADD COLUMN resume_request_id text;
+
+-- chat.resume's retry: a new run answers the user message of the run it retries, whose
+-- answer stays in the transcript but is left out of the model's context.
+ALTER TABLE runs ADD COLUMN retry_of uuid REFERENCES runs (id);
+ALTER TABLE runs ADD COLUMN superseded_by uuid REFERENCES runs (id);

@@ -30,8 +30,9 @@ LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.id = @id;
 
 -- name: MessagesListBefore :many
--- The newest messages of a session below a position, newest first.
-SELECT sqlc.embed(m), r.request_id
+-- The newest messages of a session below a position, newest first, with whether their
+-- run's answer was superseded by a retry.
+SELECT sqlc.embed(m), r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.session_id = @session_id AND m.position < @before
@@ -39,7 +40,7 @@ ORDER BY m.position DESC
 LIMIT @max_rows;
 
 -- name: MessagesListByRun :many
-SELECT sqlc.embed(m), r.request_id
+SELECT sqlc.embed(m), r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.run_id = @run_id

@@ -171,7 +171,7 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 }
 
 const messagesListBefore = `-- name: MessagesListBefore :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.session_id = $1 AND m.position < $2
@@ -186,11 +186,13 @@ type MessagesListBeforeParams struct {
 }
 
 type MessagesListBeforeRow struct {
-	Message   Message
-	RequestID *string
+	Message    Message
+	RequestID  *string
+	Superseded bool
 }
 
-// The newest messages of a session below a position, newest first.
+// The newest messages of a session below a position, newest first, with whether their
+// run's answer was superseded by a retry.
 func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesListBeforeParams) ([]MessagesListBeforeRow, error) {
 	rows, err := db.Query(ctx, messagesListBefore, arg.SessionID, arg.Before, arg.MaxRows)
 	if err != nil {
@@ -220,6 +222,7 @@ func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesL
 			&i.Message.Kind,
 			&i.Message.ProviderData,
 			&i.RequestID,
+			&i.Superseded,
 		); err != nil {
 			return nil, err
 		}
@@ -232,7 +235,7 @@ func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesL
 }
 
 const messagesListByRun = `-- name: MessagesListByRun :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.run_id = $1
@@ -240,8 +243,9 @@ ORDER BY m.position
 `
 
 type MessagesListByRunRow struct {
-	Message   Message
-	RequestID *string
+	Message    Message
+	RequestID  *string
+	Superseded bool
 }
 
 func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UUID) ([]MessagesListByRunRow, error) {
@@ -273,6 +277,7 @@ func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UU
 			&i.Message.Kind,
 			&i.Message.ProviderData,
 			&i.RequestID,
+			&i.Superseded,
 		); err != nil {
 			return nil, err
 		}

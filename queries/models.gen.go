@@ -51,6 +51,8 @@ type Run struct {
 	Recoveries      int32
 	DismissedAt     *time.Time
 	ResumeRequestID *string
+	RetryOf         *uuid.UUID
+	SupersededBy    *uuid.UUID
 }
 
 type Session struct {

@@ -32,7 +32,8 @@ SET status = @status,
     cancel_reason = @cancel_reason,
     recoveries = @recoveries,
     dismissed_at = @dismissed_at,
-    resume_request_id = @resume_request_id
+    resume_request_id = @resume_request_id,
+    superseded_by = @superseded_by
 WHERE id = @id AND status = ANY(@from_statuses::text[]);
 
 -- name: RunsListUnfinished :many
@@ -55,3 +56,12 @@ RETURNING id;
 -- name: RunLatest :one
 -- The session's newest run.
 SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;
+
+-- name: RunInsertRetry :exec
+-- Stores a run that answers the user message of the run it retries (it has none of its
+-- own), and the session's new updated_at, in one statement.
+WITH touched AS (
+    UPDATE sessions SET updated_at = @started_at WHERE sessions.id = @session_id
+)
+INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model, retry_of)
+VALUES (@run_id, @session_id, @request_id, 'running', @started_at, @started_at, @model, @retry_of);

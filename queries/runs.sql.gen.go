@@ -13,7 +13,7 @@ import (
 )
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -38,12 +38,14 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.Recoveries,
 		&i.DismissedAt,
 		&i.ResumeRequestID,
+		&i.RetryOf,
+		&i.SupersededBy,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -73,12 +75,45 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.Recoveries,
 		&i.DismissedAt,
 		&i.ResumeRequestID,
+		&i.RetryOf,
+		&i.SupersededBy,
 	)
 	return i, err
 }
 
+const runInsertRetry = `-- name: RunInsertRetry :exec
+WITH touched AS (
+    UPDATE sessions SET updated_at = $4 WHERE sessions.id = $2
+)
+INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model, retry_of)
+VALUES ($1, $2, $3, 'running', $4, $4, $5, $6)
+`
+
+type RunInsertRetryParams struct {
+	RunID     uuid.UUID
+	SessionID uuid.UUID
+	RequestID string
+	StartedAt time.Time
+	Model     string
+	RetryOf   *uuid.UUID
+}
+
+// Stores a run that answers the user message of the run it retries (it has none of its
+// own), and the session's new updated_at, in one statement.
+func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetryParams) error {
+	_, err := db.Exec(ctx, runInsertRetry,
+		arg.RunID,
+		arg.SessionID,
+		arg.RequestID,
+		arg.StartedAt,
+		arg.Model,
+		arg.RetryOf,
+	)
+	return err
+}
+
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -104,6 +139,8 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.Recoveries,
 		&i.DismissedAt,
 		&i.ResumeRequestID,
+		&i.RetryOf,
+		&i.SupersededBy,
 	)
 	return i, err
 }
@@ -162,8 +199,9 @@ SET status = $1,
     cancel_reason = $10,
     recoveries = $11,
     dismissed_at = $12,
-    resume_request_id = $13
-WHERE id = $14 AND status = ANY($15::text[])
+    resume_request_id = $13,
+    superseded_by = $14
+WHERE id = $15 AND status = ANY($16::text[])
 `
 
 type RunUpdateParams struct {
@@ -180,6 +218,7 @@ type RunUpdateParams struct {
 	Recoveries      int32
 	DismissedAt     *time.Time
 	ResumeRequestID *string
+	SupersededBy    *uuid.UUID
 	ID              uuid.UUID
 	FromStatuses    []string
 }
@@ -201,6 +240,7 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.Recoveries,
 		arg.DismissedAt,
 		arg.ResumeRequestID,
+		arg.SupersededBy,
 		arg.ID,
 		arg.FromStatuses,
 	)
@@ -250,7 +290,7 @@ func (q *Queries) RunsInterruptUnfinished(ctx context.Context, db DBTX, arg Runs
 }
 
 const runsListUnfinished = `-- name: RunsListUnfinished :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 ORDER BY started_at
 `
@@ -283,6 +323,8 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 			&i.Recoveries,
 			&i.DismissedAt,
 			&i.ResumeRequestID,
+			&i.RetryOf,
+			&i.SupersededBy,
 		); err != nil {
 			return nil, err
 		}

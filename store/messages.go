@@ -114,6 +114,7 @@ func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before 
 	msgs := make([]chat.Message, len(rows))
 	for i, r := range rows { // rows are newest first
 		msgs[len(rows)-1-i] = messageFromRow(r.Message, r.RequestID)
+		msgs[len(rows)-1-i].Superseded = r.Superseded && r.Message.Role != string(chat.RoleUser)
 	}
 	return msgs, hasMore, nil
 }
@@ -127,6 +128,7 @@ func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Mess
 	msgs := make([]chat.Message, len(rows))
 	for i, r := range rows {
 		msgs[i] = messageFromRow(r.Message, r.RequestID)
+		msgs[i].Superseded = r.Superseded && r.Message.Role != string(chat.RoleUser)
 	}
 	return msgs, nil
 }

@@ -83,6 +83,7 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 		Recoveries:      int32(run.Recoveries),
 		DismissedAt:     timestampPtr(run.DismissedAt),
 		ResumeRequestID: nilIfEmpty(run.ResumeRequestID),
+		SupersededBy:    run.SupersededBy,
 		FromStatuses:    statusStrings(from),
 	})
 	if err != nil {
@@ -162,7 +163,30 @@ func runFromRow(r queries.Run) chat.Run {
 		Recoveries:      int(r.Recoveries),
 		DismissedAt:     utcPtr(r.DismissedAt),
 		ResumeRequestID: deref(r.ResumeRequestID),
+		RetryOf:         r.RetryOf,
+		SupersededBy:    r.SupersededBy,
 	}
+}
+
+// RunStartRetry stores run, which retries run.RetryOf: it answers that run's user
+// message and has none of its own. It returns ErrConflict when the session already has a
+// run with the same RequestID.
+func (s *Store) RunStartRetry(ctx context.Context, run chat.Run) error {
+	if run.RetryOf == nil {
+		return fmt.Errorf("start retry %s: no run to retry", run.RequestID)
+	}
+	err := s.q.RunInsertRetry(ctx, s.db, queries.RunInsertRetryParams{
+		RunID:     run.ID,
+		SessionID: run.SessionID,
+		RequestID: run.RequestID,
+		StartedAt: chat.Timestamp(run.StartedAt),
+		Model:     run.Model,
+		RetryOf:   run.RetryOf,
+	})
+	if err != nil {
+		return fmt.Errorf("start retry %s: %w", run.RequestID, mapErr(err))
+	}
+	return nil
 }
 
 // RunLatest returns the session's newest run, or ErrNotFound when it has none.

@@ -90,16 +90,11 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume needs the runId of the run to resume")
 			return
 		}
-		switch f.Mode {
-		case "", "continue":
-		case "retry":
-			c.replyError(f.RequestID, conversation.CodeBadRequest, `mode "retry" is not supported by this server yet; use "continue"`)
-			return
-		default:
+		if f.Mode != "" && f.Mode != "continue" && f.Mode != "retry" {
 			c.replyError(f.RequestID, conversation.CodeBadRequest, `mode must be "continue" or "retry"`)
 			return
 		}
-		res, err := c.actor.Continue(c.ctx, conversation.ContinueRequest{RunID: runID, RequestID: *f.RequestID})
+		res, err := c.actor.Continue(c.ctx, conversation.ContinueRequest{RunID: runID, RequestID: *f.RequestID, Retry: f.Mode == "retry"})
 		if err != nil {
 			c.replyErr(f.RequestID, err)
 			return

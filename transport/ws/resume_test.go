@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/transport/wstest"
 )
 
 // chat.resume and chat.dismiss over real connections: a cancelled run is resumable in
@@ -53,4 +54,36 @@ func TestResumeAndDismissOverTheWire(t *testing.T) {
 	require.Equal(t, "conflict", b.ReadReply("d1").Code)
 	a.Send(map[string]any{"type": "chat.resume", "requestId": "res3", "runId": ack.RunID})
 	require.Equal(t, "conflict", a.ReadReply("res3").Code)
+}
+
+// chat.resume with mode retry over the wire: a new run answers the same user message,
+// every tab sees it start with the original userMessage, and a later snapshot marks the
+// old answer superseded.
+func TestRetryOverTheWire(t *testing.T) {
+	t.Parallel()
+	gate := script.NewGate()
+	e := newEnv(t, envOptions{agent: script.New(script.Text("answer"), gate.Wait())})
+	a := e.session()
+	first := a.Chat("r1", "go")
+	a.ReadType("chat.delta")
+	a.Send(map[string]any{"type": "chat.cancel", "requestId": "c1"})
+	require.Equal(t, "chat.cancelled", a.ReadTerminal().Type)
+	user := a.State.Sorted()[0]
+
+	a.Send(map[string]any{"type": "chat.resume", "requestId": "again", "runId": first.RunID, "mode": "retry"})
+	ack := a.ReadReply("again")
+	require.Equal(t, "ack", ack.Type, "%s", ack.Raw)
+	require.NotEqual(t, first.RunID, ack.RunID)
+	started := a.Await(func(f wstest.Frame) bool { return f.Type == "chat.started" && f.RunID == ack.RunID })
+	require.Equal(t, ack.RunID, started.RunID)
+	require.Equal(t, user.ID, started.UserMessage.ID, "the same user message")
+	require.NoError(t, gate.Pass(t.Context()))
+	require.Equal(t, "chat.done", a.ReadTerminal().Type)
+
+	b := e.join(a.State.SessionID)
+	msgs := b.State.Sorted()
+	require.Len(t, msgs, 3)
+	require.True(t, msgs[1].Superseded)
+	require.False(t, msgs[2].Superseded)
+	require.Equal(t, "answer", msgs[2].Content)
 }

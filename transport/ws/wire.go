@@ -75,6 +75,8 @@ type wireMessage struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	Error     *wireError `json:"error,omitempty"`
 	Tool      *wireTool  `json:"tool,omitempty"`
+	// Superseded: the answer of a run a retry replaced (kept, out of the model's context).
+	Superseded bool `json:"superseded,omitempty"`
 }
 
 type wireUsage struct {
@@ -182,6 +184,8 @@ func toWireMessage(m chat.Message) wireMessage {
 		RequestID: m.RequestID,
 		CreatedAt: m.CreatedAt,
 		Error:     toWireError(m.Error),
+
+		Superseded: m.Superseded,
 	}
 	if m.Tool != nil {
 		w.Tool = &wireTool{

@@ -53,6 +53,8 @@ type Message struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	Error     *ErrorInfo `json:"error,omitempty"`
 	Tool      *Tool      `json:"tool,omitempty"`
+	// Superseded marks the answer of a run a retry replaced.
+	Superseded bool `json:"superseded,omitempty"`
 }
 
 // PendingApproval is the call a run waits on.
