@@ -12,7 +12,11 @@ import (
 // conversation. Each step of an earlier run was stored as reasoning, text, then its tool
 // calls, segment by segment; it becomes one assistant message followed by one tool
 // message per call, each call paired with its result. Partial and cancelled text is kept
-// as it was; calls that never finished get an error result, so every call has one.
+// as it was; a text segment that follows another of the same step is the continuation
+// of one cut off (a continued run streams it as a new segment), so the two are joined
+// as they are. Calls that never finished get an error result, so every call has one;
+// an interrupted call's says it was cut off and its effects are unknown
+// (InterruptedResult).
 func Transcript(history []chat.Message) []Message {
 	var out []Message
 	var cur *Message // the assistant message of the current step
@@ -47,11 +51,7 @@ func Transcript(history []chat.Message) []Message {
 			if cur != nil && len(cur.ToolCalls) > 0 {
 				flush() // text after tool calls is the next step
 			}
-			s := step()
-			if s.Text != "" {
-				s.Text += "\n"
-			}
-			s.Text += m.Content
+			step().Text += m.Content
 		case m.Role == chat.RoleTool && m.Tool != nil:
 			s := step()
 			s.ToolCalls = append(s.ToolCalls, ToolCall{ID: m.Tool.CallID, Name: m.Tool.Name, Input: m.Tool.Input})
@@ -90,10 +90,30 @@ func toolResult(m chat.Message) Message {
 		if m.Error != nil && m.Error.Message != "" && !strings.Contains(out, m.Error.Message) {
 			res.Result = strings.TrimSpace(out + "\n[error: " + m.Error.Message + "]")
 		}
+	case chat.ToolInterrupted:
+		if m.Error != nil && out == m.Error.Message {
+			out = "" // the actor's note for the user, not output of the tool
+		}
+		res.Result, res.IsError = interruptedResult(out), true
 	default: // cancelled, or left running by a run that ended
 		res.Result, res.IsError = "The tool call did not finish: its run was stopped.", true
 	}
 	return res
+}
+
+// InterruptedResult is what the model is told of a tool call that was running when the
+// server stopped (tool status interrupted): it did not finish, it was not run again,
+// and it may or may not have done what it was asked to. Output it streamed before is
+// added after it.
+const InterruptedResult = "The tool call was cut off: the server stopped while it was running. " +
+	"It did not finish and was not run again; whether it had any effect is unknown."
+
+// interruptedResult is InterruptedResult with the output the call streamed before.
+func interruptedResult(output string) string {
+	if strings.TrimSpace(output) == "" {
+		return InterruptedResult
+	}
+	return InterruptedResult + "\nIts output until then:\n" + output
 }
 
 // reasoningData is what EndReasoning keeps for a block.

@@ -201,3 +201,35 @@ func TestSecondRunSeesTheFirst(t *testing.T) {
 	require.Equal(t, "reasoning", msgs[1].Kind)
 	require.Equal(t, "hmm", msgs[1].Content)
 }
+
+// A continued run's text: the segment that was cut off and the one that continues it
+// are one text, joined as they are. An interrupted call tells the model it was cut off
+// and its effects are unknown, with the output it streamed (not the actor's note for
+// the user, which is not output).
+func TestTranscriptOfAContinuedRun(t *testing.T) {
+	t.Parallel()
+	note := "the call was running when the server stopped; whether it had any effect is unknown"
+	cut := called("i1", "shell", `{}`, "line 1\n", chat.ToolInterrupted)
+	cut.Error = &chat.ErrorInfo{Code: "interrupted", Message: note}
+	silent := called("i2", "shell", `{}`, note, chat.ToolInterrupted)
+	silent.Error = &chat.ErrorInfo{Code: "interrupted", Message: note}
+	got := agent.Transcript([]chat.Message{
+		user("go"),
+		said("Running it ", chat.MessageInterrupted),
+		said("now.", chat.MessageComplete),
+		cut,
+		silent,
+		said("Hello wor", chat.MessageInterrupted),
+		said("ld", chat.MessageInterrupted),
+		said("!", chat.MessageComplete),
+	})
+	require.Equal(t, []agent.Message{
+		{Role: agent.RoleUser, Text: "go"},
+		{Role: agent.RoleAssistant, Text: "Running it now.", ToolCalls: []agent.ToolCall{
+			{ID: "i1", Name: "shell", Input: json.RawMessage(`{}`)}, {ID: "i2", Name: "shell", Input: json.RawMessage(`{}`)},
+		}},
+		{Role: agent.RoleTool, ToolCallID: "i1", ToolName: "shell", Result: agent.InterruptedResult + "\nIts output until then:\nline 1\n", IsError: true},
+		{Role: agent.RoleTool, ToolCallID: "i2", ToolName: "shell", Result: agent.InterruptedResult, IsError: true},
+		{Role: agent.RoleAssistant, Text: "Hello world!"},
+	}, got)
+}

@@ -17,6 +17,17 @@
 //	agent/synth          the benchmarks' Model: numbered, time-stamped tokens at a set rate
 //	agent/tools          the built-in tools: current_time, and shell (sandboxed, approved)
 //
+// A run can be continued, by any process, from what it stored (Request.Checkpoint),
+// after a crash, a restart or a deploy. The loop then rebuilds the model's view of the
+// run from the checkpoint and never redoes what it holds: settled tool calls are
+// results (an interrupted one is reported as cut off, effects unknown), a call still
+// awaiting approval waits for its decision again, a call still running is run again
+// when its tool is Idempotent and ended interrupted otherwise, and an answer cut off
+// mid-text is continued from where it stopped (ModelRequest.Continue: Anthropic prefills
+// it, OpenAI-compatible servers are asked to go on or, with ContinueFinalMessage,
+// continue it themselves; the demo model picks up its deterministic reply). resume.go
+// has the details.
+//
 // What agents may import of chatd: conversation, for the Agent and Emitter contract they
 // implement and call, and chat, for the domain types (messages, runs, tool calls, usage,
 // their statuses). Nothing of store, queries, hub or transport: an agent never sees the

@@ -143,25 +143,32 @@ func New(cfg Config) (*Loop, error) {
 	return &Loop{cfg: cfg, log: cfg.Logger.With().Str("component", "agent").Logger()}, nil
 }
 
-// Run answers one user message.
+// Run answers one user message, or goes on answering it from req.Checkpoint (see
+// resume).
 func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
 	r := &run{l: l, req: req, out: &lockedEmitter{out: out}, ids: map[string]bool{}}
 	msgs := append(Transcript(req.History), Message{Role: RoleUser, Text: req.Content})
-	for _, m := range msgs {
-		for _, c := range m.ToolCalls {
-			r.ids[c.ID] = true // ids of earlier runs stay unique in what the model sees
-		}
+	done, cont, err := r.resume(ctx, &msgs)
+	if err != nil {
+		return err
 	}
-	for step := 1; ; step++ {
-		reply, err := r.callModel(ctx, msgs)
+	for step := done + 1; ; step++ {
+		reply, err := r.callModel(ctx, msgs, cont)
 		if err != nil {
 			return err
 		}
-		msgs = append(msgs, reply)
+		if last := &msgs[len(msgs)-1]; cont != "" && len(reply.Reasoning) == 0 {
+			// The rest of the cut-off text: one step, as Transcript will see it.
+			last.Text += reply.Text
+			last.ToolCalls = reply.ToolCalls
+		} else {
+			msgs = append(msgs, reply)
+		}
+		cont = ""
 		if len(reply.ToolCalls) == 0 {
 			return nil
 		}
-		if step == l.cfg.MaxSteps {
+		if step >= l.cfg.MaxSteps {
 			// Results the model would never see: do not run (or ask approval for) them.
 			return &conversation.Error{
 				Code:    CodeStepLimit,
@@ -198,10 +205,21 @@ func (r *run) uniqueID(id string) string {
 	return unique
 }
 
+// reserveIDs keeps the call ids of msgs (earlier runs, the checkpoint) from new calls,
+// so that ids stay unique in what the model sees.
+func (r *run) reserveIDs(msgs []Message) {
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			r.ids[c.ID] = true
+		}
+	}
+}
+
 // callModel makes one model call, retrying transient errors while nothing has streamed.
-func (r *run) callModel(ctx context.Context, msgs []Message) (Message, error) {
+// cont is the cut-off text the answer continues, "" for none (ModelRequest.Continue).
+func (r *run) callModel(ctx context.Context, msgs []Message, cont string) (Message, error) {
 	cfg := r.l.cfg
-	req := ModelRequest{System: cfg.System, Tools: cfg.Tools.Specs()}
+	req := ModelRequest{System: cfg.System, Tools: cfg.Tools.Specs(), Continue: cont}
 	req.Messages = Trim(msgs, MessageBudget(cfg.ContextTokens, req.System, req.Tools, cfg.MaxOutputTokens))
 	backoff := cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
@@ -359,6 +377,7 @@ type call struct {
 	badInput bool
 	decision <-chan conversation.Decision // set for calls waiting for approval
 	approved bool
+	settled  bool // result is final: the call does not run (an interrupted one)
 	result   Message
 }
 
@@ -397,6 +416,12 @@ func (r *run) runTools(ctx context.Context, calls []ToolCall) ([]Message, error)
 			return nil, err
 		}
 	}
+	return r.settle(ctx, cs)
+}
+
+// settle waits for the decisions the calls wait for, then runs the calls that may run,
+// several at once, and returns every call's result in call order.
+func (r *run) settle(ctx context.Context, cs []*call) ([]Message, error) {
 	if err := r.awaitDecisions(ctx, cs); err != nil {
 		return nil, err
 	}
@@ -404,6 +429,9 @@ func (r *run) runTools(ctx context.Context, calls []ToolCall) ([]Message, error)
 	sem := make(chan struct{}, r.l.cfg.MaxParallelTools)
 	var wg sync.WaitGroup
 	for _, c := range cs {
+		if c.settled {
+			continue
+		}
 		if c.decision != nil && !c.approved {
 			c.result = Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name, Result: conversation.DeclinedOutput, IsError: true}
 			continue // the actor ended the call as denied

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Role says who a model message is from.
@@ -55,6 +58,57 @@ type ModelRequest struct {
 	System   string
 	Messages []Message
 	Tools    []ToolSpec
+	// Continue is set when the model is to continue an answer that was cut off rather
+	// than answer anew: a run continued from its checkpoint whose last assistant text
+	// did not complete. It is the answer's text so far, and the Text of the last of
+	// Messages, an assistant message without tool calls. The events carry only what
+	// follows it: the rest of the text, then whatever the model does next (reasoning,
+	// tool calls). A provider that cannot continue text answers the Messages as they
+	// are (see ContinueInstruction).
+	Continue string
+}
+
+// ContinueInstruction is the user message that follows the cut-off answer when a
+// provider cannot have the model continue its own message (OpenAI-compatible servers,
+// Anthropic with extended thinking): the model then writes a new message that is meant
+// to be the rest of the old one.
+const ContinueInstruction = "Your previous message was cut off. Continue it exactly where it stopped, " +
+	"without repeating anything it already says; if it stopped in the middle of a word, finish that word."
+
+// SkipRepeatedSpace wraps emit for the answer to a request with Continue (cont) whose
+// prompt ends without cont's trailing white space: Anthropic refuses a prefill that ends
+// in white space, chat templates strip it, and a model told to continue often opens
+// with a space of its own. The user already has that space, in the stored text that was
+// cut off; so the white space the answer opens with is dropped as far as it repeats
+// cont's, across deltas. The rest passes as it comes: text that opens otherwise (the
+// model went on without a space, or with a line break where a space was) is the
+// model's and is kept, and nothing of cont is lost, since cont is never re-emitted.
+func SkipRepeatedSpace(cont string, emit func(ModelEvent) error) func(ModelEvent) error {
+	pending := cont[len(strings.TrimRightFunc(cont, unicode.IsSpace)):]
+	if pending == "" {
+		return emit
+	}
+	return func(ev ModelEvent) error {
+		if ev.Kind != EventText || pending == "" {
+			return emit(ev)
+		}
+		text := ev.Text
+		for pending != "" && text != "" {
+			p, np := utf8.DecodeRuneInString(pending)
+			t, nt := utf8.DecodeRuneInString(text)
+			if p != t {
+				pending = ""
+				break
+			}
+			pending, text = pending[np:], text[nt:]
+		}
+		if text == "" {
+			return nil // all of it repeated the space; the next delta may repeat more
+		}
+		pending = ""
+		ev.Text = text
+		return emit(ev)
+	}
 }
 
 // EventKind says what a ModelEvent carries.

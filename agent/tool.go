@@ -22,6 +22,11 @@ type ToolSpec struct {
 	InputSchema json.RawMessage
 	// NeedsApproval makes every call wait for a person's decision before it runs.
 	NeedsApproval bool
+	// Idempotent declares that running a call twice does what running it once does
+	// (reading the time, a lookup). A call that was running when its process died is
+	// then run again, on the same call id, when its run is continued; any other such
+	// call is ended as interrupted, its effects unknown, and the model is told so.
+	Idempotent bool
 }
 
 // Tool is something the model can call.

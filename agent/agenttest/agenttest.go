@@ -208,13 +208,51 @@ func (s *Server) Body(i int) map[string]any {
 
 // Recorder is a conversation.Emitter that keeps a log of what an agent emits, one line
 // per call ("text: Hello", "reasoning.end: {…}", "tool.start: id name {…}", "tool.end:
-// id ok|error output", "usage: in out ctx window", …). Approvals are decided by Decide,
-// approve all when nil.
+// id ok|error|interrupted output", "tool.await: id", "usage: in out ctx window", …).
+// Approvals are decided by Decide, approve all when nil; or held back, with Hold.
 type Recorder struct {
 	Decide func(conversation.ToolCall) conversation.Decision
+	// Hold, when set, holds decisions back: AwaitApproval and AwaitDecision send the
+	// call's id on Hold (so make it buffered, or receive promptly) and the decision
+	// comes when the test calls Give.
+	Hold chan string
 
-	mu  sync.Mutex
-	log []string
+	mu   sync.Mutex
+	log  []string
+	held map[string]chan conversation.Decision
+}
+
+// Give decides a call whose decision Hold held back.
+func (r *Recorder) Give(id string, d conversation.Decision) {
+	r.mu.Lock()
+	ch := r.held[id]
+	delete(r.held, id)
+	r.mu.Unlock()
+	if ch == nil {
+		panic("agenttest: no decision is held for " + id)
+	}
+	ch <- d
+}
+
+// decision is the channel an approval's decision comes on.
+func (r *Recorder) decision(c conversation.ToolCall) <-chan conversation.Decision {
+	ch := make(chan conversation.Decision, 1)
+	if r.Hold != nil {
+		r.mu.Lock()
+		if r.held == nil {
+			r.held = map[string]chan conversation.Decision{}
+		}
+		r.held[c.ID] = ch
+		r.mu.Unlock()
+		r.Hold <- c.ID
+		return ch
+	}
+	d := conversation.Decision{Approved: true}
+	if r.Decide != nil {
+		d = r.Decide(c)
+	}
+	ch <- d
+	return ch
 }
 
 var _ conversation.Emitter = (*Recorder)(nil)
@@ -264,26 +302,14 @@ func (r *Recorder) ToolEnd(id string, res conversation.ToolResult) error {
 }
 func (r *Recorder) AwaitApproval(c conversation.ToolCall) (<-chan conversation.Decision, error) {
 	_ = r.add("tool.approval: %s %s %s", c.ID, c.Name, c.Input)
-	d := conversation.Decision{Approved: true}
-	if r.Decide != nil {
-		d = r.Decide(c)
-	}
-	ch := make(chan conversation.Decision, 1)
-	ch <- d
-	return ch, nil
+	return r.decision(c), nil
 }
 
 // AwaitDecision records the wait and decides like AwaitApproval (Decide sees a call
 // with only its id).
 func (r *Recorder) AwaitDecision(id string) (<-chan conversation.Decision, error) {
 	_ = r.add("tool.await: %s", id)
-	d := conversation.Decision{Approved: true}
-	if r.Decide != nil {
-		d = r.Decide(conversation.ToolCall{ID: id})
-	}
-	ch := make(chan conversation.Decision, 1)
-	ch <- d
-	return ch, nil
+	return r.decision(conversation.ToolCall{ID: id}), nil
 }
 func (r *Recorder) Paused() error  { return r.add("paused") }
 func (r *Recorder) Resumed() error { return r.add("resumed") }

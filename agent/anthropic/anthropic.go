@@ -7,6 +7,14 @@
 // results as it requires. The SDK's own retries are off: the agent loop retries, and only
 // while nothing has streamed. Errors, including error events mid-stream and overload,
 // are classified for it.
+//
+// An answer that was cut off (agent.ModelRequest.Continue) is continued with a prefill:
+// the request ends with the assistant message holding the text so far, and the model
+// writes on from its last character. The API refuses a prefill that ends in white
+// space, so that is trimmed off, and the answer's opening white space is dropped as far
+// as it repeats it (agent.SkipRepeatedSpace): the user has it already. Extended
+// thinking does not allow prefills; with a ThinkingBudget the cut-off message is sent
+// whole and followed by a user message, agent.ContinueInstruction.
 package anthropic
 
 import (
@@ -15,6 +23,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"unicode"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
@@ -84,6 +93,9 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	params, err := m.params(req)
 	if err != nil {
 		return &agent.ModelError{Code: agent.CodeModelRejected, Message: err.Error()}
+	}
+	if req.Continue != "" {
+		emit = agent.SkipRepeatedSpace(req.Continue, emit)
 	}
 	// Whatever arrives counts for the loop's idle timeout, though a tool call's input
 	// or a ping makes no event. A keep-alive's error is the run's end, which the next
@@ -225,15 +237,24 @@ func (m *Model) params(req agent.ModelRequest) (anthropic.MessageNewParams, erro
 			results = nil
 		}
 	}
-	for _, msg := range req.Messages {
-		switch msg.Role {
-		case agent.RoleUser:
+	for i, msg := range req.Messages {
+		switch {
+		case msg.Role == agent.RoleUser:
 			flush()
 			if strings.TrimSpace(msg.Text) == "" {
 				continue // the API refuses empty text blocks
 			}
 			p.Messages = append(p.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(msg.Text)))
-		case agent.RoleAssistant:
+		case msg.Role == agent.RoleAssistant && req.Continue != "" && i == len(req.Messages)-1 && m.cfg.ThinkingBudget == 0:
+			flush()
+			// The prefill: only the text (a thinking block there would be refused), and
+			// none of its trailing white space. Nothing at all for white space alone:
+			// the model then answers afresh, and SkipRepeatedSpace keeps it from
+			// repeating that white space.
+			if prefill := strings.TrimRightFunc(msg.Text, unicode.IsSpace); prefill != "" {
+				p.Messages = append(p.Messages, anthropic.NewAssistantMessage(anthropic.NewTextBlock(prefill)))
+			}
+		case msg.Role == agent.RoleAssistant:
 			flush()
 			var blocks []anthropic.ContentBlockParamUnion
 			for _, r := range msg.Reasoning {
@@ -256,7 +277,11 @@ func (m *Model) params(req agent.ModelRequest) (anthropic.MessageNewParams, erro
 				continue
 			}
 			p.Messages = append(p.Messages, anthropic.NewAssistantMessage(blocks...))
-		case agent.RoleTool:
+			if req.Continue != "" && i == len(req.Messages)-1 {
+				// Thinking allows no prefill: ask for the rest instead.
+				p.Messages = append(p.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(agent.ContinueInstruction)))
+			}
+		case msg.Role == agent.RoleTool:
 			block := anthropic.NewToolResultBlock(msg.ToolCallID, msg.Result, msg.IsError)
 			if strings.TrimSpace(msg.Result) == "" {
 				// A tool that printed nothing: the API refuses empty text blocks, and

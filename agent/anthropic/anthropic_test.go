@@ -16,6 +16,8 @@ import (
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/anthropic"
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
 )
 
 func TestMain(m *testing.M) {
@@ -943,4 +945,114 @@ func TestBadRequestIsNotRetried(t *testing.T) {
 	require.Equal(t, agent.CodeModelRejected, ce.Code)
 	require.Equal(t, "the model provider rejected the request (HTTP 400): messages.0.content: Field required", ce.Message)
 	require.Len(t, srv.Requests(), 1)
+}
+
+// --- Continuing a cut-off answer ---------------------------------------------------------
+
+// cutOff is a request to continue "what is it?"'s answer, cut off after text.
+func cutOff(text string) agent.ModelRequest {
+	return agent.ModelRequest{Continue: text, Messages: []agent.Message{
+		{Role: agent.RoleUser, Text: "what is it?"},
+		{Role: agent.RoleAssistant, Text: text, Reasoning: []agent.Reasoning{{Text: "unsigned"}}},
+	}}
+}
+
+// A cut-off answer is continued with a prefill: the request ends with an assistant
+// message of the text so far, without the trailing white space the API refuses; the
+// answer's opening white space that repeats it is dropped, since the user has it
+// already, and the rest streams as it comes.
+func TestContinueIsAPrefill(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cont, prefill string
+		deltas        []string
+		want          []agent.ModelEvent
+	}{
+		{"The answer is fo", "The answer is fo", []string{"rty-", "two."}, []agent.ModelEvent{text("rty-"), text("two.")}},
+		{"The answer is ", "The answer is", []string{" forty-two."}, []agent.ModelEvent{text("forty-two.")}},
+		{"The answer is ", "The answer is", []string{"forty-two."}, []agent.ModelEvent{text("forty-two.")}},
+		{"Done.\n\n", "Done.", []string{"\n", "\nNext."}, []agent.ModelEvent{text("Next.")}},
+		{"Done.\n\n", "Done.", []string{" Next."}, []agent.ModelEvent{text(" Next.")}},
+	} {
+		srv := agenttest.NewServer(t, answer("end_turn", textBlock(0, c.deltas...)))
+		evs, err := agenttest.Collect(t, newModel(t, srv), cutOff(c.cont))
+		require.NoError(t, err)
+		require.Equal(t, append(c.want, usage()), evs, "%q then %q", c.cont, c.deltas)
+		require.JSONEq(t, `[
+			{"role":"user","content":[{"type":"text","text":"what is it?"}]},
+			{"role":"assistant","content":[{"type":"text","text":`+jsonString(c.prefill)+`}]}
+		]`, field(t, srv.Body(0), "messages"), "%q", c.cont)
+	}
+}
+
+// Cut off after white space alone: nothing is prefilled (the API refuses an empty text
+// block as it refuses white space), and the answer does not repeat that white space.
+func TestContinueAfterWhiteSpaceAlone(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("end_turn", textBlock(0, "\nIt is 42.")))
+	evs, err := agenttest.Collect(t, newModel(t, srv), cutOff("\n"))
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{text("It is 42."), usage()}, evs)
+	require.JSONEq(t, `[{"role":"user","content":[{"type":"text","text":"what is it?"}]}]`, field(t, srv.Body(0), "messages"))
+}
+
+// Extended thinking allows no prefill: the cut-off message goes as it is, with its
+// signed thinking, and a user message asks the model to continue it.
+func TestContinueWithThinkingAsksToGoOn(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("end_turn", thinkingBlock(0, "sig2", "Go on."), textBlock(1, " forty-two.")))
+	m, err := anthropic.New(anthropic.Config{BaseURL: srv.URL, APIKey: "test-key", Model: "claude-test", MaxTokens: 16000, ThinkingBudget: 2048})
+	require.NoError(t, err)
+	req := cutOff("The answer is ")
+	req.Messages[1].Reasoning = []agent.Reasoning{{Text: "Think.", Signature: "sig1"}}
+	evs, err := agenttest.Collect(t, m, req)
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{
+		thought("Go on."), {Kind: agent.EventReasoningEnd, Reasoning: agent.Reasoning{Signature: "sig2"}},
+		text("forty-two."), usage(),
+	}, evs)
+	require.JSONEq(t, `[
+		{"role":"user","content":[{"type":"text","text":"what is it?"}]},
+		{"role":"assistant","content":[
+			{"type":"thinking","thinking":"Think.","signature":"sig1"},
+			{"type":"text","text":"The answer is "}
+		]},
+		{"role":"user","content":[{"type":"text","text":`+jsonString(agent.ContinueInstruction)+`}]}
+	]`, field(t, srv.Body(0), "messages"))
+}
+
+// A run continued from a checkpoint that ends in cut-off text: the request prefills it,
+// and only the rest streams.
+func TestContinuedRunThroughTheLoop(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("end_turn", textBlock(0, " and ", "sunny.")))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv), agenttest.Weather{})
+	rec := &agenttest.Recorder{}
+	out := "15°C, sunny in Paris"
+	checkpoint := []chat.Message{
+		{Role: chat.RoleTool, Kind: chat.KindText, Status: chat.MessageComplete, Tool: &chat.ToolCall{
+			CallID: "toolu_W", Name: "get_weather", Input: json.RawMessage(`{"location":"Paris"}`), Output: &out, Status: chat.ToolOK}},
+		{Role: chat.RoleAssistant, Kind: chat.KindText, Content: "It is 15°C ", Status: chat.MessageStreaming},
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Run(t.Context(), conversation.Request{Content: "Paris?", Checkpoint: checkpoint}, rec)
+	}()
+	require.NoError(t, agenttest.Wait(t, done, "the run"))
+	require.Equal(t, []string{"text: and ", "text: sunny.", usageLine}, rec.Log())
+	require.JSONEq(t, `[
+		{"role":"user","content":[{"type":"text","text":"Paris?"}]},
+		{"role":"assistant","content":[
+			{"type":"tool_use","id":"toolu_W","name":"get_weather","input":{"location":"Paris"}}
+		]},
+		{"role":"user","content":[
+			{"type":"tool_result","tool_use_id":"toolu_W","content":[{"type":"text","text":"15°C, sunny in Paris"}],"is_error":false}
+		]},
+		{"role":"assistant","content":[{"type":"text","text":"It is 15°C"}]}
+	]`, field(t, srv.Body(0), "messages"))
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -4,7 +4,8 @@
 // word "tool" makes it call current_time half way through; one with "approve" makes it
 // call demo_sandbox, a tool that needs approval and runs a fixed, harmless command in the
 // session's sandbox, so the approval prompt, the pause after the approval timeout and the
-// resume are visible too.
+// resume are visible too. A run continued after a restart picks its reply up where it
+// was cut off, mid-word if need be, and ends with the text an uninterrupted run has.
 package demo
 
 import (
@@ -107,26 +108,47 @@ func hasWord(content, word string) bool {
 
 // Stream answers: the first half of the reply and a tool call when the user's message
 // asks for one, then the rest once the tool's result is back; otherwise the whole reply.
+//
+// The reply depends on the user's message alone, so a run continued from its checkpoint
+// (see agent.ModelRequest.Continue) ends as an uninterrupted one would: the assistant
+// text the request already holds for the current step (the text after the user's
+// message, or after the tool's result) is the start of what the demo would say there,
+// and it streams only the rest, starting mid-word when the text was cut mid-word. A call
+// whose result the request holds is not made again: the demo is past it.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) error {
 	if len(req.Messages) == 0 {
 		return &agent.ModelError{Code: "bad_request", Message: "the demo model needs a message"}
 	}
-	var user string
+	turn := 0 // the user's message
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		if req.Messages[i].Role == agent.RoleUser {
-			user = req.Messages[i].Text
+			turn = i
 			break
 		}
 	}
+	user := req.Messages[turn].Text
 	words := Reply(user, m.cfg.Words)
 	half := len(words) / 2
-	last := req.Messages[len(req.Messages)-1]
+
+	// The step: before the tool call, or after its result (the first after the user's
+	// message). said is what the request already holds of the step's text.
+	var result *agent.Message
+	var said strings.Builder
+	for i := turn + 1; i < len(req.Messages); i++ {
+		switch msg := req.Messages[i]; {
+		case msg.Role == agent.RoleTool && result == nil:
+			result = &req.Messages[i]
+			said.Reset()
+		case msg.Role == agent.RoleAssistant:
+			said.WriteString(msg.Text)
+		}
+	}
 
 	var stream []string
 	var call *agent.ToolCall
 	switch {
-	case last.Role == agent.RoleTool:
-		stream = append([]string{toolSentence(last)}, words[half:]...)
+	case result != nil:
+		stream = append([]string{toolSentence(*result)}, words[half:]...)
 	case MentionsApprove(user) && half > 0:
 		stream = words[:half]
 		input, _ := json.Marshal(map[string]string{"reason": quote(user)})
@@ -137,14 +159,20 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	default:
 		stream = words
 	}
+	pieces := make([]string, len(stream))
 	for i, w := range stream {
+		if i > 0 || result != nil {
+			w = " " + w
+		}
+		pieces[i] = w
+	}
+	pieces = rest(pieces, said.String())
+
+	for _, p := range pieces {
 		if err := m.pause(ctx); err != nil {
 			return err
 		}
-		if i > 0 || last.Role == agent.RoleTool {
-			w = " " + w
-		}
-		if err := emit(agent.ModelEvent{Kind: agent.EventText, Text: w}); err != nil {
+		if err := emit(agent.ModelEvent{Kind: agent.EventText, Text: p}); err != nil {
 			return err
 		}
 	}
@@ -155,8 +183,25 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	}
 	return emit(agent.ModelEvent{Kind: agent.EventUsage, Usage: agent.Usage{
 		InputTokens:  int64(countWords(req.Messages)),
-		OutputTokens: int64(len(stream)),
+		OutputTokens: int64(len(pieces)),
 	}})
+}
+
+// rest returns the pieces that follow said, when said is how they begin: the piece
+// said ends in is cut where it stopped. Text that is not their beginning (the demo was
+// configured otherwise when it was said) does not stop the demo: it says the step
+// whole.
+func rest(pieces []string, said string) []string {
+	if said == "" || !strings.HasPrefix(strings.Join(pieces, ""), said) {
+		return pieces
+	}
+	for i, p := range pieces {
+		if len(said) < len(p) {
+			return append([]string{p[len(said):]}, pieces[i+1:]...)
+		}
+		said = said[len(p):]
+	}
+	return nil
 }
 
 // toolSentence opens the answer after a tool call with what the tool said.

@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/tools"
@@ -175,4 +177,117 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// sandboxStub is demo_sandbox without a sandbox: the same spec, a fixed answer.
+type sandboxStub struct{}
+
+func (sandboxStub) Spec() agent.ToolSpec { return demo.SandboxTool{}.Spec() }
+func (sandboxStub) Run(context.Context, json.RawMessage, agent.Env) (string, error) {
+	return "hello from your sandbox\n", nil
+}
+
+// demoRun is what one run of the demo emitted, read from a recorder's log.
+type demoRun struct {
+	before, after []string // text deltas before the tool call and after its result
+	call          []string // the call's id, name and input ("" when none)
+	output        string   // the call's result
+	log           []string
+}
+
+func readRun(log []string) demoRun {
+	r := demoRun{log: log}
+	for _, l := range log {
+		kind, rest, _ := strings.Cut(l, ": ")
+		switch kind {
+		case "text":
+			if r.call == nil {
+				r.before = append(r.before, rest)
+			} else {
+				r.after = append(r.after, rest)
+			}
+		case "tool.start", "tool.approval":
+			r.call = strings.SplitN(rest, " ", 3)
+		case "tool.end":
+			f := strings.SplitN(rest, " ", 3)
+			r.output = f[2]
+		}
+	}
+	return r
+}
+
+// made reports whether the run made a call (or asked approval for one) of the tool.
+func (r demoRun) made(name string) bool {
+	for _, l := range r.log {
+		for _, kind := range []string{"tool.start: ", "tool.approval: "} {
+			if rest, ok := strings.CutPrefix(l, kind); ok && strings.SplitN(rest, " ", 3)[1] == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cuts returns every way text pieces can be cut off: after each piece, and inside each
+// at every character boundary, from nothing to all of it.
+func cuts(pieces []string) []string {
+	var out []string
+	done := ""
+	for _, p := range pieces {
+		for i := range p { // the index of each character
+			out = append(out, done+p[:i])
+		}
+		done += p
+	}
+	return append(out, done)
+}
+
+// A demo run continued from any point of its checkpoint (its text cut after any word or
+// inside one, before or after its tool call) ends with exactly the text an
+// uninterrupted run has, and makes its tool call once in all: not again when the
+// checkpoint holds it.
+func TestContinuedRunEndsAsAnUninterruptedOne(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 20, 22, 30, 0, 0, time.UTC))
+	reg, err := agent.NewRegistry(tools.CurrentTime{Clock: clock}, sandboxStub{})
+	require.NoError(t, err)
+	loop, err := agent.New(agent.Config{Model: demo.NewModel(demo.Config{Words: 12}), Tools: reg, Clock: clock, ModelIdleTimeout: -1})
+	require.NoError(t, err)
+	run := func(req conversation.Request) demoRun {
+		rec := &agenttest.Recorder{}
+		require.NoError(t, loop.Run(t.Context(), req, rec))
+		return readRun(rec.Log())
+	}
+
+	for _, content := range []string{"what is chatd?", "is it naïve to use a tool?", "please approve this"} {
+		whole := run(conversation.Request{Content: content})
+		text := strings.Join(whole.before, "") + strings.Join(whole.after, "")
+		require.Equal(t, whole.call != nil, demo.MentionsTool(content) || demo.MentionsApprove(content), content)
+
+		// Cut off before the call was made (or in a reply without one).
+		for _, said := range cuts(whole.before) {
+			cont := run(conversation.Request{Content: content, Checkpoint: []chat.Message{
+				{Role: chat.RoleAssistant, Kind: chat.KindText, Content: said, Status: chat.MessageStreaming},
+			}})
+			require.Equal(t, text, said+strings.Join(cont.before, "")+strings.Join(cont.after, ""), "%q cut at %q", content, said)
+			require.Equal(t, whole.call, cont.call, "%q cut at %q: the call is made", content, said)
+		}
+		if whole.call == nil {
+			continue
+		}
+		// Cut off after the call's result.
+		first := strings.Join(whole.before, "")
+		output := whole.output
+		for _, said := range cuts(whole.after) {
+			checkpoint := []chat.Message{
+				{Role: chat.RoleAssistant, Kind: chat.KindText, Content: first, Status: chat.MessageComplete},
+				{Role: chat.RoleTool, Kind: chat.KindText, Status: chat.MessageComplete, Tool: &chat.ToolCall{
+					CallID: whole.call[0], Name: whole.call[1], Input: json.RawMessage(whole.call[2]), Output: &output, Status: chat.ToolOK}},
+				{Role: chat.RoleAssistant, Kind: chat.KindText, Content: said, Status: chat.MessageStreaming},
+			}
+			cont := run(conversation.Request{Content: content, Checkpoint: checkpoint})
+			require.Equal(t, text, first+said+strings.Join(cont.before, ""), "%q cut at %q after the call", content, said)
+			require.False(t, cont.made(whole.call[1]), "%q cut at %q after the call: it is not made again: %q", content, said, cont.log)
+		}
+	}
 }

@@ -8,6 +8,14 @@
 // assistant messages that called tools, as DeepSeek's thinking mode requires; elsewhere
 // it stays out. The SDK's own retries are off: the agent loop retries, and only while
 // nothing has streamed. Errors are classified for it.
+//
+// An answer that was cut off (agent.ModelRequest.Continue) goes back as the assistant
+// message it is, followed by a user message, agent.ContinueInstruction, that asks the
+// model to write the rest without repeating anything: Chat Completions has no way to
+// make a model continue its own message. Servers that do (vLLM, llama.cpp's server)
+// can with Config.ContinueFinalMessage. Either way the answer's opening white space is
+// dropped as far as it repeats the cut-off text's trailing white space
+// (agent.SkipRepeatedSpace).
 package openai
 
 import (
@@ -39,6 +47,13 @@ type Config struct {
 	MaxTokens int64
 	// HTTPClient, for tests and proxies.
 	HTTPClient *http.Client
+	// ContinueFinalMessage continues a cut-off answer (agent.ModelRequest.Continue) the
+	// way vLLM and llama.cpp's server can: the request ends with the cut-off assistant
+	// message and carries "continue_final_message": true and "add_generation_prompt":
+	// false, so the model writes on from its last token. Leave it off for servers that
+	// do not know these fields (OpenAI's among them): the cut-off message is then
+	// followed by agent.ContinueInstruction.
+	ContinueFinalMessage bool
 }
 
 // Model is the OpenAI-compatible provider.
@@ -80,6 +95,9 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	params, err := m.params(req)
 	if err != nil {
 		return &agent.ModelError{Code: agent.CodeModelRejected, Message: err.Error()}
+	}
+	if req.Continue != "" {
+		emit = agent.SkipRepeatedSpace(req.Continue, emit)
 	}
 	// Whatever arrives counts for the loop's idle timeout, though a tool call's input
 	// or a ping makes no event. A keep-alive's error is the run's end, which the next
@@ -258,6 +276,15 @@ func (m *Model) params(req agent.ModelRequest) (openai.ChatCompletionNewParams, 
 			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
 		case agent.RoleTool:
 			p.Messages = append(p.Messages, openai.ToolMessage(msg.Result, msg.ToolCallID))
+		}
+	}
+	if n := len(req.Messages); req.Continue != "" && n > 0 && req.Messages[n-1].Role == agent.RoleAssistant {
+		if m.cfg.ContinueFinalMessage {
+			// The two go together: vLLM and llama.cpp refuse continue_final_message
+			// with a generation prompt, which would open a new message.
+			p.SetExtraFields(map[string]any{"continue_final_message": true, "add_generation_prompt": false})
+		} else {
+			p.Messages = append(p.Messages, openai.UserMessage(agent.ContinueInstruction))
 		}
 	}
 	for _, t := range req.Tools {

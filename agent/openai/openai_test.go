@@ -15,6 +15,8 @@ import (
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/openai"
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
 )
 
 func TestMain(m *testing.M) {
@@ -648,4 +650,96 @@ func TestUnauthorizedIsNotRetried(t *testing.T) {
 	require.Equal(t, agent.CodeModelAuth, ce.Code)
 	require.Equal(t, "the model provider refused the credentials: check the API key: Incorrect API key provided: sk-xx***", ce.Message)
 	require.Len(t, srv.Requests(), 1)
+}
+
+// --- Continuing a cut-off answer ---------------------------------------------------------
+
+// cutOff is a request to continue "what is it?"'s answer, cut off after text.
+func cutOff(text string) agent.ModelRequest {
+	return agent.ModelRequest{Continue: text, Messages: []agent.Message{
+		{Role: agent.RoleUser, Text: "what is it?"},
+		{Role: agent.RoleAssistant, Text: text, Reasoning: []agent.Reasoning{{Text: "thought"}}},
+	}}
+}
+
+func messages(t *testing.T, srv *agenttest.Server, i int) string {
+	t.Helper()
+	b, err := json.Marshal(srv.Body(i)["messages"])
+	require.NoError(t, err)
+	return string(b)
+}
+
+// Chat Completions cannot make a model continue its own message: the cut-off answer goes
+// back as the assistant's message, and a user message asks for the rest, without
+// repeating anything. The answer's opening space that repeats the cut-off text's
+// trailing one is dropped; the rest streams as it comes. No server-specific field is
+// sent.
+func TestContinueAsksTheModelToGoOn(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("stop", content(" forty"), content("-two.")))
+	evs, err := agenttest.Collect(t, newModel(t, srv), cutOff("The answer is "))
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{text("forty"), text("-two."), usageEvent(12, 5)}, evs)
+	require.JSONEq(t, `[
+		{"role":"user","content":"what is it?"},
+		{"role":"assistant","content":"The answer is "},
+		{"role":"user","content":"Your previous message was cut off. Continue it exactly where it stopped, without repeating anything it already says; if it stopped in the middle of a word, finish that word."}
+	]`, messages(t, srv, 0))
+	body := srv.Body(0)
+	require.NotContains(t, body, "continue_final_message")
+	require.NotContains(t, body, "add_generation_prompt")
+}
+
+// With ContinueFinalMessage (vLLM, llama.cpp's server) the request ends with the cut-off
+// message, asks the server to continue it, and opens no new one.
+func TestContinueFinalMessage(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("stop", content("rty-two.")))
+	m, err := openai.New(openai.Config{BaseURL: srv.URL + "/v1", APIKey: "test-key", Model: "gpt-test", ContinueFinalMessage: true})
+	require.NoError(t, err)
+	evs, err := agenttest.Collect(t, m, cutOff("The answer is fo"))
+	require.NoError(t, err)
+	require.Equal(t, []agent.ModelEvent{text("rty-two."), usageEvent(12, 5)}, evs)
+	require.JSONEq(t, `[
+		{"role":"user","content":"what is it?"},
+		{"role":"assistant","content":"The answer is fo"}
+	]`, messages(t, srv, 0))
+	body := srv.Body(0)
+	require.Equal(t, true, body["continue_final_message"])
+	require.Equal(t, false, body["add_generation_prompt"])
+
+	// A request that continues nothing carries neither field.
+	srv2 := agenttest.NewServer(t, answer("stop", content("ok")))
+	m2, err := openai.New(openai.Config{BaseURL: srv2.URL + "/v1", APIKey: "test-key", Model: "gpt-test", ContinueFinalMessage: true})
+	require.NoError(t, err)
+	_, err = agenttest.Collect(t, m2, hi())
+	require.NoError(t, err)
+	require.NotContains(t, srv2.Body(0), "continue_final_message")
+	require.NotContains(t, srv2.Body(0), "add_generation_prompt")
+}
+
+// A run continued from a checkpoint that ends in cut-off text: the request carries it
+// and the instruction, and only the rest streams.
+func TestContinuedRunThroughTheLoop(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, answer("stop", content("ny.")))
+	l, _ := agenttest.NewLoop(t, newModel(t, srv))
+	rec := &agenttest.Recorder{}
+	checkpoint := []chat.Message{{Role: chat.RoleAssistant, Kind: chat.KindText, Content: "It is sun", Status: chat.MessageStreaming}}
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Run(t.Context(), conversation.Request{Content: "weather?", Checkpoint: checkpoint}, rec)
+	}()
+	require.NoError(t, agenttest.Wait(t, done, "the run"))
+	require.Equal(t, []string{"text: ny.", "usage: 12 5 17 64000"}, rec.Log())
+	require.JSONEq(t, `[
+		{"role":"user","content":"weather?"},
+		{"role":"assistant","content":"It is sun"},
+		{"role":"user","content":`+jsonString(agent.ContinueInstruction)+`}
+	]`, messages(t, srv, 0))
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

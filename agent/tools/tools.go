@@ -29,6 +29,8 @@ func (CurrentTime) Spec() agent.ToolSpec {
 		Name:        "current_time",
 		Description: "Returns the current date and time, in UTC or in an IANA time zone such as Europe/Paris.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"timezone":{"type":"string","description":"IANA time zone name; UTC when omitted"}},"additionalProperties":false}`),
+		// Reading the clock changes nothing: a call cut off by a restart is read again.
+		Idempotent: true,
 	}
 }
 

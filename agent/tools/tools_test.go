@@ -50,6 +50,7 @@ func input(v any) json.RawMessage {
 func TestShell(t *testing.T) {
 	s := tools.Shell{}
 	require.True(t, s.Spec().NeedsApproval, "every shell call needs approval")
+	require.False(t, s.Spec().Idempotent, "a command cut off by a restart is not run again")
 
 	e := newEnv(t)
 	out, err := s.Run(context.Background(), input(map[string]string{"command": "echo hi; echo there >&2"}), e)
@@ -83,6 +84,7 @@ func TestCurrentTime(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 20, 22, 30, 0, 0, time.UTC))
 	ct := tools.CurrentTime{Clock: clock}
 	require.False(t, ct.Spec().NeedsApproval)
+	require.True(t, ct.Spec().Idempotent, "a call cut off by a restart reads the clock again")
 	out, err := ct.Run(context.Background(), json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "Friday, 2026-11-20T22:30:00Z", out)
