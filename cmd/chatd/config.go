@@ -177,7 +177,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
-	fs.StringVar(&c.Recover, "recover", env.str("CHATD_RECOVER", RecoverInterrupt), "what start-up does with runs a dead process left unfinished: continue or interrupt (CHATD_RECOVER)")
+	fs.StringVar(&c.Recover, "recover", env.str("CHATD_RECOVER", RecoverContinue), "what start-up does with runs a dead process left unfinished: continue or interrupt (CHATD_RECOVER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)

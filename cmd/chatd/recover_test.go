@@ -1,0 +1,95 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store/storetest"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// replyText is the assistant's text of a run, its segments concatenated in order.
+func replyText(msgs []chat.Message, runID string) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		if m.Role == chat.RoleAssistant && m.Kind == chat.KindText && m.RunID != nil && m.RunID.String() == runID {
+			b.WriteString(m.Content)
+		}
+	}
+	return b.String()
+}
+
+// kill -9 mid-reply, then a new chatd on the same database continues the run by itself
+// (CHATD_RECOVER=continue): the same run ends done, its text is exactly what an
+// uninterrupted run of the same message says, the tool call ran once, and a client
+// that reconnects across the restart ends equal to the database.
+func TestCrashedRunContinuesAfterRestart(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	env := map[string]string{
+		"DATABASE_URL":     dbURL,
+		"CHATD_DEMO_DELAY": "20ms",
+		"CHATD_DEMO_WORDS": "200",
+		"CHATD_RECOVER":    "continue",
+	}
+	first := startChild(t, "chatd (to be killed)", env)
+	c := wstest.Dial(t, first.wsURL(), nil)
+	sessionID := c.Hello("").SessionID
+	const content = "please call the tool for me"
+	ack := c.Chat("req-crash", content)
+	require.Equal(t, "ack", ack.Type, "%s", ack.Raw)
+
+	// Kill it while the second segment (after the tool) streams.
+	toolEnded := false
+	c.Await(func(f wstest.Frame) bool {
+		require.False(t, f.Terminal(), "the run ended before the crash")
+		if f.Type == "tool.end" {
+			toolEnded = true
+		}
+		return toolEnded && f.Type == "chat.delta"
+	})
+	first.signal(syscall.SIGKILL)
+	first.wait(15 * time.Second)
+	require.Equal(t, chat.RunRunning, getRun(t, st, ack.RunID).Status)
+
+	second := startChild(t, "chatd (restarted)", env)
+	again := wstest.Dial(t, second.wsURL(), nil)
+	again.State = c.State // the old tab reconnects with what it had
+	catchUp := again.Hello(sessionID)
+	require.Equal(t, "snapshot", catchUp.Type, "a new process is a new epoch")
+	end := again.ReadTerminal()
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+	require.Equal(t, ack.RunID, end.RunID, "the same run")
+	require.Equal(t, 1, end.Run.Recoveries)
+
+	run := getRun(t, st, ack.RunID)
+	require.Equal(t, chat.RunDone, run.Status)
+	require.Equal(t, 1, run.Recoveries)
+	stored := sessionMessages(t, st, sessionID)
+	require.Empty(t, wstest.Diff(toWire(t, stored), again.State.Sorted()), "the reconnected tab equals the database")
+	tools := 0
+	for _, m := range stored {
+		if m.Tool != nil {
+			tools++
+			require.Equal(t, chat.ToolOK, m.Tool.Status)
+		}
+	}
+	require.Equal(t, 1, tools, "the tool call ran once")
+
+	// The same message, uninterrupted, in another session of the restarted chatd.
+	u := wstest.Dial(t, second.wsURL(), nil)
+	otherSession := u.Hello("").SessionID
+	plain := u.Chat("req-plain", content)
+	require.Equal(t, "chat.done", u.ReadTerminal().Type)
+	want := replyText(sessionMessages(t, st, otherSession), plain.RunID)
+	require.NotEmpty(t, want)
+	// The demo quotes the tool's result, the time, which differs between the two runs.
+	clock := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	require.Equal(t, clock.ReplaceAllString(want, "TIME"), clock.ReplaceAllString(replyText(stored, ack.RunID), "TIME"), "nothing regenerated, nothing lost")
+}
