@@ -162,7 +162,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		require.Zero(t, s.value(t, "chatd_db_statement_errors_total", "statement", stmt), stmt)
 	}
 	// Migrations and the start-up check for unfinished runs ran on the pool too.
-	require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", "RunsInterruptUnfinished"))
+	require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", "RunsListUnfinished"))
 	require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", "other"))
 	for name := range s {
 		if name != "chatd_db_statement_duration_seconds" && name != "chatd_db_statement_errors_total" {
