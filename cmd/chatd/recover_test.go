@@ -1,7 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,4 +97,84 @@ func TestCrashedRunContinuesAfterRestart(t *testing.T) {
 	// The demo quotes the tool's result, the time, which differs between the two runs.
 	clock := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
 	require.Equal(t, clock.ReplaceAllString(want, "TIME"), clock.ReplaceAllString(replyText(stored, ack.RunID), "TIME"), "nothing regenerated, nothing lost")
+}
+
+// The crash-anywhere property: a chain of chatd processes on one database, each killed
+// with SIGKILL at a random moment of a demo run with a tool call (the seed picks when),
+// the next one continuing it. Every run ends done as the same run; its text is exactly
+// an uninterrupted run's; its tool call ran once; the tab that followed it, reconnecting
+// across every restart, ends equal to the database. CHATD_CRASH_SEEDS runs more seeds.
+func TestCrashAnywhereProperty(t *testing.T) {
+	seeds := 6
+	if v := os.Getenv("CHATD_CRASH_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		seeds = n
+	}
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	env := map[string]string{
+		"DATABASE_URL":     dbURL,
+		"CHATD_DEMO_DELAY": "10ms",
+		"CHATD_DEMO_WORDS": "40",
+		"CHATD_RECOVER":    "continue",
+	}
+	clock := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	const content = "use the tool, please"
+
+	proc := startChild(t, "chatd 0", env)
+	// The text of an uninterrupted run, to compare every continued one with.
+	u := wstest.Dial(t, proc.wsURL(), nil)
+	plainSession := u.Hello("").SessionID
+	plain := u.Chat("plain", content)
+	require.Equal(t, "chat.done", u.ReadTerminal().Type)
+	want := clock.ReplaceAllString(replyText(sessionMessages(t, st, plainSession), plain.RunID), "TIME")
+	u.WS.CloseNow()
+
+	for seed := 1; seed <= seeds; seed++ {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0))
+		c := wstest.Dial(t, proc.wsURL(), nil)
+		session := c.Hello("").SessionID
+		ack := c.Chat(fmt.Sprintf("crash-%d", seed), content)
+		require.Equal(t, "ack", ack.Type)
+		// 40 words at 10 ms and a tool call take about 0.5 s: kill anywhere in it, or
+		// just after it ended.
+		kill := time.Duration(rng.IntN(600)) * time.Millisecond
+		time.AfterFunc(kill, func() { proc.signal(syscall.SIGKILL) })
+		for {
+			if _, err := c.TryRead(); err != nil {
+				var pe *wstest.ProtocolError
+				require.False(t, errors.As(err, &pe), "seed %d: %v", seed, err)
+				break // the process died
+			}
+		}
+		proc.wait(15 * time.Second)
+
+		proc = startChild(t, fmt.Sprintf("chatd %d", seed), env)
+		back := wstest.Dial(t, proc.wsURL(), nil)
+		back.State = c.State
+		back.Hello(session)
+		run := getRun(t, st, ack.RunID)
+		if run.Status.Active() || back.State.ActiveRun != nil {
+			end := back.ReadTerminal()
+			require.Equal(t, "chat.done", end.Type, "seed %d (killed at %s): %s", seed, kill, end.Raw)
+			require.Equal(t, ack.RunID, end.RunID)
+		}
+		run = getRun(t, st, ack.RunID)
+		require.Equal(t, chat.RunDone, run.Status, "seed %d (killed at %s)", seed, kill)
+		stored := sessionMessages(t, st, session)
+		require.Equal(t, want, clock.ReplaceAllString(replyText(stored, ack.RunID), "TIME"), "seed %d (killed at %s): the text", seed, kill)
+		calls := 0
+		for _, m := range stored {
+			if m.Tool != nil {
+				calls++
+				require.Equal(t, chat.ToolOK, m.Tool.Status, "seed %d: current_time is idempotent: a call cut off is run again", seed)
+			}
+		}
+		require.Equal(t, 1, calls, "seed %d (killed at %s): the tool call ran once", seed, kill)
+		require.Empty(t, wstest.Diff(toWire(t, stored), back.State.Sorted()), "seed %d (killed at %s): the tab equals the database", seed, kill)
+		t.Logf("seed %d: killed at %s, recoveries %d", seed, kill, run.Recoveries)
+		back.WS.CloseNow()
+		c.WS.CloseNow()
+	}
 }
