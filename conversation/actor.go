@@ -258,7 +258,10 @@ func (a *Actor) storageError(op string, err error) *Error {
 }
 
 func (a *Actor) stop() {
-	if a.run != nil {
+	switch {
+	case a.run != nil && a.cfg.SuspendOnStop:
+		a.suspend(a.run)
+	case a.run != nil:
 		a.finish(a.run, chat.RunInterrupted, &chat.ErrorInfo{
 			Code:    CodeInterrupted,
 			Message: "the server shut down during this run",

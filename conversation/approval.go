@@ -186,16 +186,7 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 // setStatus stores and publishes a non-terminal status change of the active run, with its
 // pending approval: the oldest call still waiting for a decision.
 func (a *Actor) setStatus(run *runState, status chat.RunStatus) {
-	var pending *chat.PendingApproval
-	waiting := make([]*liveMessage, 0, len(run.approvals))
-	for id := range run.approvals {
-		waiting = append(waiting, run.tools[id])
-	}
-	if len(waiting) > 0 {
-		oldest := slices.MinFunc(waiting, func(x, y *liveMessage) int { return int(x.msg.Position - y.msg.Position) })
-		t := oldest.msg.Tool
-		pending = &chat.PendingApproval{ToolCallID: t.CallID, Name: t.Name, Input: t.Input}
-	}
+	pending := pendingOf(run)
 	if status == run.info.Status && samePending(pending, run.info.PendingApproval) {
 		return
 	}
@@ -207,6 +198,21 @@ func (a *Actor) setStatus(run *runState, status chat.RunStatus) {
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
 	}
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
+}
+
+// pendingOf returns the run's pending approval: the oldest call still waiting for a
+// decision, nil for none.
+func pendingOf(run *runState) *chat.PendingApproval {
+	waiting := make([]*liveMessage, 0, len(run.approvals))
+	for id := range run.approvals {
+		waiting = append(waiting, run.tools[id])
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	oldest := slices.MinFunc(waiting, func(x, y *liveMessage) int { return int(x.msg.Position - y.msg.Position) })
+	t := oldest.msg.Tool
+	return &chat.PendingApproval{ToolCallID: t.CallID, Name: t.Name, Input: t.Input}
 }
 
 func samePending(x, y *chat.PendingApproval) bool {

@@ -84,6 +84,12 @@ type Config struct {
 	InboxSize int
 	// HistoryMessages is how many of a session's newest messages a run's agent gets.
 	HistoryMessages int
+	// SuspendOnStop makes Stop (a server shutdown) leave the active run unfinished for
+	// the next process to continue (a rolling restart): its open segment is stored,
+	// interrupted, with its text, and the run keeps its status with cancel reason
+	// shutdown, which its recovery does not count. Without it Stop ends the run
+	// interrupted.
+	SuspendOnStop bool
 	// MaxRecoveries is how often a run whose process died is continued; the next time it
 	// ends interrupted, so a run that crashes its process cannot burn tokens forever.
 	MaxRecoveries int

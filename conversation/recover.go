@@ -134,13 +134,20 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 
 	now := a.now()
 	info := run
-	if req.Recovery && run.Status == chat.RunRunning {
+	if req.Recovery && run.Status == chat.RunRunning && run.CancelReason != chat.CancelShutdown {
+		// Its process died while it streamed (a clean shutdown suspends it instead).
 		info.Recoveries++
 		if info.Recoveries > a.cfg.MaxRecoveries {
 			return a.giveUp(info, from)
 		}
 	}
 	info.Status = chat.RunRunning
+	for _, m := range checkpoint {
+		if m.Tool != nil && m.Tool.Status == chat.ToolAwaitingApproval {
+			// It still waits for a person: it waits on, from this process.
+			info.Status = chat.RunAwaitingApproval
+		}
+	}
 	info.Error, info.EndedAt, info.CancelReason, info.PendingApproval = nil, nil, "", nil
 	info.LastActivityAt = now
 	if req.RequestID != "" {
@@ -168,7 +175,12 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 			// Running or waiting for a decision: the agent ends it, or waits for it.
 			state.tools[m.Tool.CallID] = &liveMessage{msg: m}
 		}
+		if m.Tool.Status == chat.ToolAwaitingApproval {
+			// A decision can come before the agent asks for it (AwaitDecision).
+			state.approvals[m.Tool.CallID] = make(chan Decision, 1)
+		}
 	}
+	state.info.PendingApproval = pendingOf(state)
 	a.logger().Info().Str("run_id", run.ID.String()).Bool("recovery", req.Recovery).Int("recoveries", info.Recoveries).Int("checkpoint", len(checkpoint)).Msg("continuing a run from its checkpoint")
 	a.run = state
 	a.countActive(state)
@@ -338,6 +350,30 @@ func (a *Actor) agentHistory(before int64) ([]chat.Message, error) {
 		return nil, err
 	}
 	return slices.DeleteFunc(msgs, func(m chat.Message) bool { return m.Superseded }), nil
+}
+
+// suspend leaves run unfinished for the next process, at a clean shutdown: the text of
+// its open segment is stored (interrupted, like any segment a run leaves open), the run
+// keeps its status and is marked suspended by a shutdown, and the agent is stopped.
+// Tool calls still running stay so: their outcome is unknown, and the continuation
+// decides. Subscribers see the segment end; the run stays active for them.
+func (a *Actor) suspend(run *runState) {
+	run.cancel()
+	clear(run.approvals)
+	if err := a.closeSegment(run, chat.MessageInterrupted, nil); err != nil {
+		a.logger().Error().Err(err).Msg("store the open segment at shutdown")
+	}
+	a.run = nil
+	run.info.CancelReason = chat.CancelShutdown
+	run.info.LastActivityAt = a.now()
+	status := run.info.Status
+	run.info.Status = "" // no longer counted as active in this process
+	a.countActive(run)
+	run.info.Status = status
+	if err := a.journal.updateRun(run.info); err != nil {
+		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a suspended run")
+	}
+	a.logger().Info().Str("run_id", run.info.ID.String()).Str("status", string(status)).Msg("suspended a run for the next process to continue")
 }
 
 // giveUp ends a run that crashed its process too often as interrupted, with what its

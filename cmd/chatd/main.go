@@ -170,9 +170,11 @@ func (m *Main) build() error {
 		IdleTimeout:     m.cfg.IdleEvict,
 		MaxContentBytes: m.cfg.MaxContentBytes,
 		MaxRecoveries:   conversation.DefaultMaxRecoveries,
-		ModelName:       m.modelName(),
-		Metrics:         conversation.NewMetrics(m.registry),
-		CoalesceDeltas:  m.cfg.CoalesceDeltas,
+		// A rolling restart continues every run where it stopped.
+		SuspendOnStop:  m.cfg.Recover == RecoverContinue,
+		ModelName:      m.modelName(),
+		Metrics:        conversation.NewMetrics(m.registry),
+		CoalesceDeltas: m.cfg.CoalesceDeltas,
 	}, m.log, hub.WithMetrics(hub.NewMetrics(m.registry)))
 	if err != nil {
 		return err

@@ -863,6 +863,7 @@ func TestShutdownInterruptsRunsAndClosesWith1001(t *testing.T) {
 		"CHATD_DEMO_DELAY":       "20ms",
 		"CHATD_DEMO_WORDS":       "500",
 		"CHATD_SHUTDOWN_TIMEOUT": shutdownTimeout.String(),
+		"CHATD_RECOVER":          "interrupt", // continue suspends runs instead (recover_test.go)
 	})
 
 	c1 := wstest.Dial(t, srv.wsURL(), nil)
