@@ -41,6 +41,8 @@ const killedMarker = ".killed"
 // Provider manages local sandboxes under a directory.
 type Provider struct {
 	dir string
+	// launcher forks every command, from a thread that outlives it.
+	launcher launcher
 
 	// mu guards boxes and each box's users; it is taken before a box's own mu.
 	mu    sync.Mutex
@@ -292,7 +294,9 @@ type handle struct {
 
 func (h *handle) ID() string { return h.id }
 
-// Exec runs command with sh -c in the workspace, in a process group of its own.
+// Exec runs command with sh -c in the workspace, in a process group of its own. The
+// command (sh) gets SIGKILL when chatd dies; what it leaves in the background does not
+// inherit that.
 func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -312,7 +316,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	cmd := exec.Command("/bin/sh", "-c", req.Command)
 	cmd.Dir = h.p.Workspace(h.id)
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = commandEnv(cmd.Dir)
 	// A background child still holding the output pipe must not keep Exec waiting.
 	cmd.WaitDelay = 2 * time.Second
@@ -326,7 +330,8 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		bx.mu.Unlock()
 		return sandbox.ExecResult{}, sandbox.ErrPaused
 	}
-	if err := cmd.Start(); err != nil {
+	launched, err := h.p.launcher.start(cmd)
+	if err != nil {
 		bx.mu.Unlock()
 		return sandbox.ExecResult{}, fmt.Errorf("start command: %w", err)
 	}
@@ -351,7 +356,9 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			bx.groups[pgid] = left
 		}
 		bx.mu.Unlock()
-		waited <- cmd.Wait()
+		err := cmd.Wait()
+		launched()
+		waited <- err
 	}()
 	killedByCtx := false
 	select {
