@@ -43,6 +43,12 @@ type Provider struct {
 	dir string
 	// launcher forks every command, from a thread that outlives it.
 	launcher launcher
+	// self is this chatd process, boot the kernel's boot, and nonce tells this provider's
+	// record files from those of others in the same process: they go into records and
+	// commands' environments (record.go).
+	self  owner
+	boot  string
+	nonce string
 
 	// mu guards boxes and each box's users; it is taken before a box's own mu.
 	mu    sync.Mutex
@@ -60,7 +66,15 @@ func New(dir string) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{dir: abs, boxes: make(map[string]*box)}, nil
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	return &Provider{
+		dir:   abs,
+		boxes: make(map[string]*box),
+		self:  owner{PID: os.Getpid(), Start: startTime(os.Getpid())},
+		boot:  bootID(),
+		nonce: hex.EncodeToString(nonce[:]),
+	}, nil
 }
 
 type state int
@@ -85,6 +99,24 @@ type box struct {
 	// groups are the process groups of the sandbox's commands and of what they left in
 	// the background, by group id, with the members known to be ours.
 	groups map[int]members
+	// rec keeps groups on disk, for a later process should this one die.
+	rec recordFile
+}
+
+// save writes the box's groups to its record. A killed sandbox has none worth keeping:
+// everything in them was sent SIGKILL. bx.mu is held.
+func (bx *box) save() error {
+	if bx.state == killed {
+		return bx.rec.save(nil)
+	}
+	return bx.rec.save(bx.groups)
+}
+
+// saveUpdate saves after a change that is not the start of a command. It is best effort:
+// a record that lags still names members that were ours, which is what the sweep checks
+// before it kills, and every process still carries its environment's marker.
+func (bx *box) saveUpdate() {
+	_ = bx.save()
 }
 
 // forgettable reports whether the directory says all the box knows: a running sandbox
@@ -137,7 +169,11 @@ func (p *Provider) acquire(id string) (*box, error) {
 		if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
 			return nil, sandbox.ErrGone
 		}
-		bx = &box{id: id, root: root, groups: make(map[int]members)}
+		bx = &box{id: id, root: root, groups: make(map[int]members), rec: recordFile{
+			path:  filepath.Join(root, recordPrefix+p.nonce+recordSuffix),
+			boot:  p.boot,
+			owner: p.self,
+		}}
 		if _, err := os.Stat(filepath.Join(root, killedMarker)); err == nil {
 			bx.state, bx.marked = killed, true
 		}
@@ -236,6 +272,7 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 	if bx.state != killed {
 		bx.signal(syscall.SIGKILL)
 		bx.state = killed
+		bx.saveUpdate()
 	}
 	if !bx.marked {
 		if err := os.WriteFile(filepath.Join(bx.root, killedMarker), nil, 0o644); err != nil {
@@ -263,6 +300,7 @@ func (bx *box) signal(sig syscall.Signal) {
 			_ = syscall.Kill(-pgid, syscall.SIGCONT)
 		}
 	}
+	bx.saveUpdate()
 }
 
 // prune forgets the groups with no known member left. bx.mu is held.
@@ -270,6 +308,7 @@ func (bx *box) prune() {
 	for pgid := range bx.groups {
 		bx.refresh(pgid)
 	}
+	bx.saveUpdate()
 }
 
 // refresh updates the members of group pgid, or forgets the group when none of its known
@@ -317,7 +356,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	cmd.Dir = h.p.Workspace(h.id)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = commandEnv(cmd.Dir)
+	cmd.Env = commandEnv(bx.root, h.p.self)
 	// A background child still holding the output pipe must not keep Exec waiting.
 	cmd.WaitDelay = 2 * time.Second
 
@@ -337,6 +376,15 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	}
 	pgid := cmd.Process.Pid
 	bx.groups[pgid] = members{pgid: startTime(pgid)}
+	if err := bx.save(); err != nil {
+		// Unrecorded, the command could be missed if chatd died: it does not run.
+		delete(bx.groups, pgid)
+		bx.mu.Unlock()
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		launched()
+		return sandbox.ExecResult{}, fmt.Errorf("record command: %w", err)
+	}
 	bx.mu.Unlock()
 
 	waited := make(chan error, 1)
@@ -355,6 +403,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		} else {
 			bx.groups[pgid] = left
 		}
+		bx.saveUpdate()
 		bx.mu.Unlock()
 		err := cmd.Wait()
 		launched()
@@ -407,48 +456,59 @@ func groupMembers(pgid int) members {
 		if err != nil {
 			continue
 		}
-		if g, start, ok := procStat(pid); ok && g == pgid {
-			out[pid] = start
+		if st, ok := procStat(pid); ok && st.pgid == pgid {
+			out[pid] = st.start
 		}
 	}
 	return out
 }
 
 func startTime(pid int) uint64 {
-	_, start, _ := procStat(pid)
-	return start
+	st, _ := procStat(pid)
+	return st.start
 }
 
-// procStat reads a process's group id and start time (in clock ticks since boot) from
-// /proc/PID/stat.
-func procStat(pid int) (pgid int, start uint64, ok bool) {
+// stat is what chatd reads of a process in /proc/PID/stat.
+type stat struct {
+	state byte // R, S, D, T, Z, …
+	pgid  int
+	start uint64 // clock ticks since boot
+}
+
+// ended reports whether the process has ended (a zombie waits to be reaped).
+func (st stat) ended() bool { return st.state == 'Z' || st.state == 'X' }
+
+// procStat reads a process's state, group id and start time from /proc/PID/stat.
+func procStat(pid int) (stat, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return stat{}, false
 	}
 	// The command name, in parentheses, may hold spaces: fields start after its end.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0, false
+		return stat{}, false
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state): pgid is field 5, starttime field 22.
-	if len(f) < 20 {
-		return 0, 0, false
+	if len(f) < 20 || len(f[0]) != 1 {
+		return stat{}, false
 	}
 	pgid, err1 := strconv.Atoi(f[2])
 	start, err2 := strconv.ParseUint(f[19], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, 0, false
+		return stat{}, false
 	}
-	return pgid, start, true
+	return stat{state: f[0][0], pgid: pgid, start: start}, true
 }
 
-// commandEnv is the whole environment of a sandboxed command. chatd's own environment is
-// never passed on: it holds the database URL and model API keys, and the command is
-// whatever the model asked for.
-func commandEnv(workspace string) []string {
+// commandEnv is the whole environment of a sandboxed command in the sandbox directory
+// root, started by chatd process self. chatd's own environment is never passed on: it
+// holds the database URL and model API keys, and the command is whatever the model asked
+// for. The marker (envSandbox, envOwner) is for the start-up sweep of a later process.
+func commandEnv(root string, self owner) []string {
+	workspace := filepath.Join(root, "workspace")
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = "/usr/local/bin:/usr/bin:/bin"
@@ -457,7 +517,10 @@ func commandEnv(workspace string) []string {
 	if lang == "" {
 		lang = "C.UTF-8"
 	}
-	return []string{"PATH=" + path, "HOME=" + workspace, "LANG=" + lang, "TERM=dumb", "TMPDIR=" + workspace}
+	return []string{
+		"PATH=" + path, "HOME=" + workspace, "LANG=" + lang, "TERM=dumb", "TMPDIR=" + workspace,
+		envSandbox + "=" + root, envOwner + "=" + self.String(),
+	}
 }
 
 // lockedWriter serializes stdout and stderr, which exec copies from two goroutines.
@@ -486,6 +549,7 @@ func (p *Provider) Close() {
 		}
 		if bx.users == 0 {
 			clear(bx.groups) // each was sent SIGKILL: nothing of them runs again
+			bx.saveUpdate()
 			if bx.forgettable() {
 				delete(p.boxes, id)
 			}

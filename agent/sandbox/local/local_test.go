@@ -390,6 +390,9 @@ func TestCommandsDoNotSeeChatdsEnvironment(t *testing.T) {
 	require.NotContains(t, env, "DATABASE_URL")
 	require.Contains(t, env, "HOME="+p.Workspace(sb.ID())+"\n")
 	require.Contains(t, env, "PATH=")
+	// The marker for the start-up sweep: the sandbox's directory, and chatd.
+	require.Contains(t, env, "CHATD_SANDBOX="+filepath.Dir(p.Workspace(sb.ID()))+"\n")
+	require.Regexp(t, "(?m)^CHATD_SANDBOX_OWNER="+strconv.Itoa(os.Getpid())+":[0-9]+$", env)
 }
 
 // A background process that ended leaves nothing to signal: the sandbox forgets its group
