@@ -254,3 +254,53 @@ func TestUnrecordedCommandsDoNotRun(t *testing.T) {
 	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
 	require.NoError(t, err)
 }
+
+// The sweep kills nothing it has not shown to be a sandbox's. A stranger (a process this
+// test started, unrelated to any sandbox) is named by three records: one of a dead chatd
+// whose recorded process had the stranger's pid but another start time (the pid was
+// reused), one of a live chatd, and one from an earlier boot. It survives all three; the
+// dead chatd's records are removed, the live one's kept.
+func TestSweepSparesStrangers(t *testing.T) {
+	t.Parallel()
+	stranger := exec.Command("sleep", "1000")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, stranger.Start())
+	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
+	pid := stranger.Process.Pid
+	start := startTime(pid)
+	require.Positive(t, start)
+
+	// A chatd that has died: a process this test started and ended.
+	died := exec.Command("sleep", "1000")
+	require.NoError(t, died.Start())
+	dead := owner{PID: died.Process.Pid, Start: startTime(died.Process.Pid)}
+	require.NoError(t, died.Process.Kill())
+	require.Error(t, died.Wait())
+
+	p, err := New(t.TempDir())
+	require.NoError(t, err)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	root := filepath.Join(p.dir, sb.ID())
+	write := func(name string, r record) string {
+		path := filepath.Join(root, recordPrefix+name+recordSuffix)
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		return path
+	}
+	reused := write("reused", record{Boot: bootID(), Owner: dead, Groups: map[int]members{pid: {pid: start + 1}}})
+	live := write("live", record{Boot: bootID(), Owner: p.self, Groups: map[int]members{pid: {pid: start}}})
+	earlier := write("earlier", record{Boot: "an-earlier-boot", Owner: dead, Groups: map[int]members{pid: {pid: start}}})
+
+	swept, err := p.Sweep(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, swept)
+	st, ok := procStat(pid)
+	require.True(t, ok)
+	require.Equal(t, start, st.start)
+	require.False(t, st.ended(), "the stranger runs")
+	require.NoFileExists(t, reused)
+	require.NoFileExists(t, earlier)
+	require.FileExists(t, live)
+}

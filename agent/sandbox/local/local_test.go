@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(chatdEnv); dir != "" {
+		os.Exit(fakeChatd(dir))
+	}
 	goleak.VerifyTestMain(m)
 }
 
