@@ -5,10 +5,38 @@
 // process also sees it is gone).
 //
 // The directory is the sandbox's record; memory holds only what the directory cannot say:
-// that a sandbox is paused, and which of its processes are still running. A sandbox with
+// that a sandbox is paused, and which of its processes are still running (written down
+// too, but only for a later process: see below). A sandbox with
 // neither (and no call in progress) is forgotten, and read back from its directory when
 // it is next asked for, so the provider's memory follows the sandboxes in use, not every
 // sandbox it ever saw.
+//
+// Sandbox processes never outlive chatd. At shutdown, Close kills them. When chatd dies
+// without closing (SIGKILL, a crash, the OOM killer), every command dies with it: it is
+// started with a parent-death signal (SIGKILL), forked from an OS thread kept for that
+// (Linux sends the signal when the forking thread ends, not the process; see launch.go).
+// What a command left in the background does not inherit that signal; the next chatd on
+// the directory kills it with Sweep, at start-up and before it serves. Sweep finds it
+// without the dead process's memory, two ways (record.go, sweep.go):
+//
+//   - each sandbox's directory holds a record of the process groups its commands run in,
+//     with their members by pid and start time, so that a pid the kernel gave to another
+//     process since is never taken for ours; a group is killed while a member it names is
+//     still in it;
+//   - every command's environment carries CHATD_SANDBOX (its sandbox's directory) and
+//     CHATD_SANDBOX_OWNER (the chatd process that started it), which what it starts
+//     inherits, also when it leaves the group with setsid; such a process is killed with
+//     its group.
+//
+// Processes of a live chatd (another one sharing the directory) are left alone, and so
+// is every process neither way shows to be a sandbox's.
+//
+// The limits: between chatd's death and the next start on the directory, what commands
+// left in the background runs on (and for good if none comes). Sweep sees only its own
+// PID namespace. A process that clears its environment escapes it when nothing else
+// shows its group to be a sandbox's: when it left the group too (setsid env -i …), or
+// when no process the record names and none with the marker is left in it. Linux drops
+// the parent-death signal of a command that executes a set-user-ID program.
 //
 // It isolates nothing beyond the working directory: commands run as chatd's user. It is
 // for development and for deployments where that is acceptable; use a hosted provider
