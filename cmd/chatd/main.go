@@ -124,7 +124,8 @@ func NewMain(cfg Config, log zerolog.Logger) *Main {
 func (m *Main) Addr() string { return m.http.Addr().String() }
 
 // Run builds chatd and starts its services: it connects to the database, applies
-// migrations, marks runs a dead process left behind as interrupted, and starts serving.
+// migrations, marks runs a dead process left behind as interrupted, kills what its
+// sandboxes left running, and starts serving.
 // It returns once the server listens; when it fails, nothing it started is left running.
 // Run is called once.
 func (m *Main) Run(ctx context.Context) error {
@@ -207,7 +208,7 @@ func (m *Main) build() error {
 	// one the hub's writes rely on (lease renewal) goes before it.
 	m.services.Add("database", m.db)
 	m.services.Add("startup-sweep", service.Func(m.interruptUnfinished, nil))
-	m.services.Add("sandboxes", service.Func(nil, m.closeSandboxes))
+	m.services.Add("sandboxes", service.Func(m.sweepSandboxes, m.closeSandboxes))
 	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
 	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
 	m.services.Add("recovery", service.Func(m.recoverUnfinished, nil))
@@ -259,6 +260,20 @@ func (m *Main) recoverUnfinished(ctx context.Context) error {
 	}
 	if len(runs) > 0 {
 		m.log.Warn().Int("runs", len(runs)).Msg("continued runs left unfinished by a previous process")
+	}
+	return nil
+}
+
+// sweepSandboxes kills what the sandboxes of a chatd process that died left running (its
+// commands died with it; what they started in the background did not).
+func (m *Main) sweepSandboxes(ctx context.Context) error {
+	swept, err := m.sandboxes.Sweep(ctx)
+	if err != nil {
+		return err
+	}
+	if swept.Processes > 0 {
+		m.log.Warn().Int("processes", swept.Processes).Int("groups", swept.Groups).Int("sandboxes", swept.Sandboxes).
+			Msg("killed processes that sandboxes of a previous process left running")
 	}
 	return nil
 }

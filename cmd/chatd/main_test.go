@@ -976,6 +976,64 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	}, serviceLog(t, logBuf.String()))
 }
 
+// A chatd that died (SIGKILL, a crash) leaves running what its sandboxes' commands
+// started in the background; the next one kills it before it serves, and says so.
+func TestRunSweepsWhatADeadChatdsSandboxesLeft(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "local-0123456789abcdef")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "workspace"), 0o755))
+
+	// The chatd that died: a process this test started and killed.
+	died := exec.Command("sleep", "1000")
+	require.NoError(t, died.Start())
+	owner := fmt.Sprintf("%d:%s", died.Process.Pid, procStart(t, died.Process.Pid))
+	require.NoError(t, died.Process.Kill())
+	require.Error(t, died.Wait())
+
+	// What its sandbox left: the environment every sandbox command carries.
+	left := exec.Command("sleep", "1000")
+	left.Env = []string{"CHATD_SANDBOX=" + root, "CHATD_SANDBOX_OWNER=" + owner}
+	left.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, left.Start())
+	exited := make(chan struct{})
+	go func() { _ = left.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = left.Process.Kill(); <-exited })
+
+	_, logBuf := startInProcess(t, map[string]string{"CHATD_SANDBOX_DIR": dir})
+	// Run returned: the sweep had waited for the process to end (a zombie until reaped).
+	select {
+	case <-exited:
+	default:
+		require.Equal(t, "Z", procState(t, left.Process.Pid), "killed before chatd served")
+	}
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(logBuf.String()), "\n") {
+		var entry struct {
+			Message                      string
+			Processes, Groups, Sandboxes int
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+		if strings.HasPrefix(entry.Message, "killed processes that sandboxes") {
+			found = true
+			require.Equal(t, [3]int{1, 1, 1}, [3]int{entry.Processes, entry.Groups, entry.Sandboxes})
+		}
+	}
+	require.True(t, found, "the sweep is logged with its counts")
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name (state first).
+func procStat(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+func procState(t *testing.T, pid int) string { return procStat(t, pid)[0] }
+
+func procStart(t *testing.T, pid int) string { return procStat(t, pid)[19] }
+
 // ---------------------------------------------------------------------------------------
 // Start-up failures
 

@@ -5,10 +5,38 @@
 // process also sees it is gone).
 //
 // The directory is the sandbox's record; memory holds only what the directory cannot say:
-// that a sandbox is paused, and which of its processes are still running. A sandbox with
+// that a sandbox is paused, and which of its processes are still running (written down
+// too, but only for a later process: see below). A sandbox with
 // neither (and no call in progress) is forgotten, and read back from its directory when
 // it is next asked for, so the provider's memory follows the sandboxes in use, not every
 // sandbox it ever saw.
+//
+// Sandbox processes never outlive chatd. At shutdown, Close kills them. When chatd dies
+// without closing (SIGKILL, a crash, the OOM killer), every command dies with it: it is
+// started with a parent-death signal (SIGKILL), forked from an OS thread kept for that
+// (Linux sends the signal when the forking thread ends, not the process; see launch.go).
+// What a command left in the background does not inherit that signal; the next chatd on
+// the directory kills it with Sweep, at start-up and before it serves. Sweep finds it
+// without the dead process's memory, two ways (record.go, sweep.go):
+//
+//   - each sandbox's directory holds a record of the process groups its commands run in,
+//     with their members by pid and start time, so that a pid the kernel gave to another
+//     process since is never taken for ours; a group is killed while a member it names is
+//     still in it;
+//   - every command's environment carries CHATD_SANDBOX (its sandbox's directory) and
+//     CHATD_SANDBOX_OWNER (the chatd process that started it), which what it starts
+//     inherits, also when it leaves the group with setsid; such a process is killed with
+//     its group.
+//
+// Processes of a live chatd (another one sharing the directory) are left alone, and so
+// is every process neither way shows to be a sandbox's.
+//
+// The limits: between chatd's death and the next start on the directory, what commands
+// left in the background runs on (and for good if none comes). Sweep sees only its own
+// PID namespace. A process that clears its environment escapes it when nothing else
+// shows its group to be a sandbox's: when it left the group too (setsid env -i …), or
+// when no process the record names and none with the marker is left in it. Linux drops
+// the parent-death signal of a command that executes a set-user-ID program.
 //
 // It isolates nothing beyond the working directory: commands run as chatd's user. It is
 // for development and for deployments where that is acceptable; use a hosted provider
@@ -41,6 +69,14 @@ const killedMarker = ".killed"
 // Provider manages local sandboxes under a directory.
 type Provider struct {
 	dir string
+	// launcher forks every command, from a thread that outlives it.
+	launcher launcher
+	// self is this chatd process, boot the kernel's boot, and nonce tells this provider's
+	// record files from those of others in the same process: they go into records and
+	// commands' environments (record.go).
+	self  owner
+	boot  string
+	nonce string
 
 	// mu guards boxes and each box's users; it is taken before a box's own mu.
 	mu    sync.Mutex
@@ -58,7 +94,15 @@ func New(dir string) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{dir: abs, boxes: make(map[string]*box)}, nil
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	return &Provider{
+		dir:   abs,
+		boxes: make(map[string]*box),
+		self:  owner{PID: os.Getpid(), Start: startTime(os.Getpid())},
+		boot:  bootID(),
+		nonce: hex.EncodeToString(nonce[:]),
+	}, nil
 }
 
 type state int
@@ -83,6 +127,24 @@ type box struct {
 	// groups are the process groups of the sandbox's commands and of what they left in
 	// the background, by group id, with the members known to be ours.
 	groups map[int]members
+	// rec keeps groups on disk, for a later process should this one die.
+	rec recordFile
+}
+
+// save writes the box's groups to its record. A killed sandbox has none worth keeping:
+// everything in them was sent SIGKILL. bx.mu is held.
+func (bx *box) save() error {
+	if bx.state == killed {
+		return bx.rec.save(nil)
+	}
+	return bx.rec.save(bx.groups)
+}
+
+// saveUpdate saves after a change that is not the start of a command. It is best effort:
+// a record that lags still names members that were ours, which is what the sweep checks
+// before it kills, and every process still carries its environment's marker.
+func (bx *box) saveUpdate() {
+	_ = bx.save()
 }
 
 // forgettable reports whether the directory says all the box knows: a running sandbox
@@ -135,7 +197,11 @@ func (p *Provider) acquire(id string) (*box, error) {
 		if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
 			return nil, sandbox.ErrGone
 		}
-		bx = &box{id: id, root: root, groups: make(map[int]members)}
+		bx = &box{id: id, root: root, groups: make(map[int]members), rec: recordFile{
+			path:  filepath.Join(root, recordPrefix+p.nonce+recordSuffix),
+			boot:  p.boot,
+			owner: p.self,
+		}}
 		if _, err := os.Stat(filepath.Join(root, killedMarker)); err == nil {
 			bx.state, bx.marked = killed, true
 		}
@@ -234,6 +300,7 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 	if bx.state != killed {
 		bx.signal(syscall.SIGKILL)
 		bx.state = killed
+		bx.saveUpdate()
 	}
 	if !bx.marked {
 		if err := os.WriteFile(filepath.Join(bx.root, killedMarker), nil, 0o644); err != nil {
@@ -261,6 +328,7 @@ func (bx *box) signal(sig syscall.Signal) {
 			_ = syscall.Kill(-pgid, syscall.SIGCONT)
 		}
 	}
+	bx.saveUpdate()
 }
 
 // prune forgets the groups with no known member left. bx.mu is held.
@@ -268,6 +336,7 @@ func (bx *box) prune() {
 	for pgid := range bx.groups {
 		bx.refresh(pgid)
 	}
+	bx.saveUpdate()
 }
 
 // refresh updates the members of group pgid, or forgets the group when none of its known
@@ -292,7 +361,9 @@ type handle struct {
 
 func (h *handle) ID() string { return h.id }
 
-// Exec runs command with sh -c in the workspace, in a process group of its own.
+// Exec runs command with sh -c in the workspace, in a process group of its own. The
+// command (sh) gets SIGKILL when chatd dies; what it leaves in the background does not
+// inherit that.
 func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -312,8 +383,8 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	cmd := exec.Command("/bin/sh", "-c", req.Command)
 	cmd.Dir = h.p.Workspace(h.id)
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = commandEnv(cmd.Dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = commandEnv(bx.root, h.p.self)
 	// A background child still holding the output pipe must not keep Exec waiting.
 	cmd.WaitDelay = 2 * time.Second
 
@@ -326,12 +397,22 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		bx.mu.Unlock()
 		return sandbox.ExecResult{}, sandbox.ErrPaused
 	}
-	if err := cmd.Start(); err != nil {
+	launched, err := h.p.launcher.start(cmd)
+	if err != nil {
 		bx.mu.Unlock()
 		return sandbox.ExecResult{}, fmt.Errorf("start command: %w", err)
 	}
 	pgid := cmd.Process.Pid
 	bx.groups[pgid] = members{pgid: startTime(pgid)}
+	if err := bx.save(); err != nil {
+		// Unrecorded, the command could be missed if chatd died: it does not run.
+		delete(bx.groups, pgid)
+		bx.mu.Unlock()
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		launched()
+		return sandbox.ExecResult{}, fmt.Errorf("record command: %w", err)
+	}
 	bx.mu.Unlock()
 
 	waited := make(chan error, 1)
@@ -350,8 +431,11 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		} else {
 			bx.groups[pgid] = left
 		}
+		bx.saveUpdate()
 		bx.mu.Unlock()
-		waited <- cmd.Wait()
+		err := cmd.Wait()
+		launched()
+		waited <- err
 	}()
 	killedByCtx := false
 	select {
@@ -400,48 +484,59 @@ func groupMembers(pgid int) members {
 		if err != nil {
 			continue
 		}
-		if g, start, ok := procStat(pid); ok && g == pgid {
-			out[pid] = start
+		if st, ok := procStat(pid); ok && st.pgid == pgid {
+			out[pid] = st.start
 		}
 	}
 	return out
 }
 
 func startTime(pid int) uint64 {
-	_, start, _ := procStat(pid)
-	return start
+	st, _ := procStat(pid)
+	return st.start
 }
 
-// procStat reads a process's group id and start time (in clock ticks since boot) from
-// /proc/PID/stat.
-func procStat(pid int) (pgid int, start uint64, ok bool) {
+// stat is what chatd reads of a process in /proc/PID/stat.
+type stat struct {
+	state byte // R, S, D, T, Z, …
+	pgid  int
+	start uint64 // clock ticks since boot
+}
+
+// ended reports whether the process has ended (a zombie waits to be reaped).
+func (st stat) ended() bool { return st.state == 'Z' || st.state == 'X' }
+
+// procStat reads a process's state, group id and start time from /proc/PID/stat.
+func procStat(pid int) (stat, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return stat{}, false
 	}
 	// The command name, in parentheses, may hold spaces: fields start after its end.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0, false
+		return stat{}, false
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state): pgid is field 5, starttime field 22.
-	if len(f) < 20 {
-		return 0, 0, false
+	if len(f) < 20 || len(f[0]) != 1 {
+		return stat{}, false
 	}
 	pgid, err1 := strconv.Atoi(f[2])
 	start, err2 := strconv.ParseUint(f[19], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, 0, false
+		return stat{}, false
 	}
-	return pgid, start, true
+	return stat{state: f[0][0], pgid: pgid, start: start}, true
 }
 
-// commandEnv is the whole environment of a sandboxed command. chatd's own environment is
-// never passed on: it holds the database URL and model API keys, and the command is
-// whatever the model asked for.
-func commandEnv(workspace string) []string {
+// commandEnv is the whole environment of a sandboxed command in the sandbox directory
+// root, started by chatd process self. chatd's own environment is never passed on: it
+// holds the database URL and model API keys, and the command is whatever the model asked
+// for. The marker (envSandbox, envOwner) is for the start-up sweep of a later process.
+func commandEnv(root string, self owner) []string {
+	workspace := filepath.Join(root, "workspace")
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = "/usr/local/bin:/usr/bin:/bin"
@@ -450,7 +545,10 @@ func commandEnv(workspace string) []string {
 	if lang == "" {
 		lang = "C.UTF-8"
 	}
-	return []string{"PATH=" + path, "HOME=" + workspace, "LANG=" + lang, "TERM=dumb", "TMPDIR=" + workspace}
+	return []string{
+		"PATH=" + path, "HOME=" + workspace, "LANG=" + lang, "TERM=dumb", "TMPDIR=" + workspace,
+		envSandbox + "=" + root, envOwner + "=" + self.String(),
+	}
 }
 
 // lockedWriter serializes stdout and stderr, which exec copies from two goroutines.
@@ -479,6 +577,7 @@ func (p *Provider) Close() {
 		}
 		if bx.users == 0 {
 			clear(bx.groups) // each was sent SIGKILL: nothing of them runs again
+			bx.saveUpdate()
 			if bx.forgettable() {
 				delete(p.boxes, id)
 			}

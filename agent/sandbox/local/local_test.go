@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,12 +15,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/agent/sandbox/local"
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(chatdEnv); dir != "" {
+		os.Exit(fakeChatd(dir))
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -73,6 +78,26 @@ func groupPIDs(t *testing.T, pgid int) []int {
 		}
 	}
 	return pids
+}
+
+// killPending reports whether pid has a SIGKILL waiting to be delivered: the signal is
+// pending from the moment it is sent, before the process is scheduled to die of it.
+func killPending(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		name, mask, ok := strings.Cut(line, ":")
+		if !ok || (name != "SigPnd" && name != "ShdPnd") {
+			continue
+		}
+		bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+		require.NoError(t, err)
+		if bits&(1<<(syscall.SIGKILL-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func readInt(t *testing.T, path string) int {
@@ -142,6 +167,64 @@ func TestExecCancelKillsTheProcess(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	waitFor(t, "the process to be gone", func() bool { s := procState(pid); return s == "" || s == "Z" })
+}
+
+// A command's parent-death signal fires when the thread that forked it ends, and threads
+// end while chatd runs: the Go runtime ends the thread of any goroutine that returns while
+// locked to it. Many threads ending that way, while commands run, kill none of them.
+func TestCommandsOutliveChatdsThreads(t *testing.T) {
+	p := newProvider(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const commands = 8
+	done := make(chan error, commands)
+	var pidFiles []string
+	for range commands {
+		sb, err := p.Create(ctx)
+		require.NoError(t, err)
+		pidFiles = append(pidFiles, filepath.Join(p.Workspace(sb.ID()), "pid"))
+		go func() {
+			_, err := sb.Exec(ctx, sandbox.ExecRequest{Command: "echo $$ > pid; sleep 1000"})
+			done <- err
+		}()
+	}
+	var pids []int
+	for _, f := range pidFiles {
+		waitFor(t, "a command to start", func() bool { return readInt(t, f) > 0 })
+		pids = append(pids, readInt(t, f))
+	}
+
+	// More threads than the runtime keeps idle: any that forked a command, had it been an
+	// ordinary one, is among them.
+	const n = 64
+	tids := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			tids <- unix.Gettid()
+		})
+	}
+	wg.Wait()
+	close(tids)
+	for tid := range tids {
+		if tid == os.Getpid() {
+			continue // the main thread is parked for good instead of ending
+		}
+		waitFor(t, "a locked thread to end", func() bool {
+			_, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid))
+			return os.IsNotExist(err)
+		})
+	}
+	for _, pid := range pids {
+		require.Equal(t, "S", procState(pid), "the command still runs")
+		require.False(t, killPending(t, pid), "and is not about to die")
+	}
+
+	cancel()
+	for range commands {
+		require.ErrorIs(t, <-done, context.Canceled)
+	}
 }
 
 // Pause really stops the processes (the kernel reports them stopped and their counter does
@@ -310,6 +393,9 @@ func TestCommandsDoNotSeeChatdsEnvironment(t *testing.T) {
 	require.NotContains(t, env, "DATABASE_URL")
 	require.Contains(t, env, "HOME="+p.Workspace(sb.ID())+"\n")
 	require.Contains(t, env, "PATH=")
+	// The marker for the start-up sweep: the sandbox's directory, and chatd.
+	require.Contains(t, env, "CHATD_SANDBOX="+filepath.Dir(p.Workspace(sb.ID()))+"\n")
+	require.Regexp(t, "(?m)^CHATD_SANDBOX_OWNER="+strconv.Itoa(os.Getpid())+":[0-9]+$", env)
 }
 
 // A background process that ended leaves nothing to signal: the sandbox forgets its group
