@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport/wstest"
@@ -176,5 +177,72 @@ func TestCrashAnywhereProperty(t *testing.T) {
 		t.Logf("seed %d: killed at %s, recoveries %d", seed, kill, run.Recoveries)
 		back.WS.CloseNow()
 		c.WS.CloseNow()
+	}
+}
+
+// An approval outlives the process: a run waits for a decision, chatd is stopped
+// (SIGTERM: a clean shutdown suspends the run; SIGKILL: nothing runs at all), another
+// chatd starts on the database, a new tab finds the pending approval in its snapshot,
+// approves, and the run completes with the tool's result.
+func TestApprovalSurvivesARestart(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dbURL := storetest.NewURL(t)
+			st := openStore(t, dbURL)
+			env := map[string]string{
+				"DATABASE_URL":        dbURL,
+				"CHATD_DEMO_DELAY":    "5ms",
+				"CHATD_DEMO_WORDS":    "20",
+				"CHATD_SANDBOX_DIR":   t.TempDir(),
+				"CHATD_LOG_LEVEL":     "debug",
+				"CHATD_RECOVER":       "continue",
+				"CHATD_IDLE_EVICT":    "1h",
+				"CHATD_ABANDON_AFTER": "1h",
+			}
+			const content = "may I approve a sandbox call"
+			require.True(t, demo.MentionsApprove(content))
+			first := startChild(t, "chatd (stopped)", env)
+			c := wstest.Dial(t, first.wsURL(), nil)
+			session := c.Hello("").SessionID
+			ack := c.Chat("r1", content)
+			require.Equal(t, "ack", ack.Type)
+			waiting := c.Await(func(f wstest.Frame) bool {
+				return f.Type == "run.status" && f.Run.Status == "awaiting_approval"
+			})
+			callID := waiting.Run.PendingApproval.ToolCallID
+
+			first.signal(sig)
+			first.wait(15 * time.Second)
+			run := getRun(t, st, ack.RunID)
+			require.Equal(t, chat.RunAwaitingApproval, run.Status, "the run still waits, not interrupted")
+
+			second := startChild(t, "chatd (restarted)", env)
+			tab := wstest.Dial(t, second.wsURL(), nil)
+			snap := tab.Hello(session)
+			require.Equal(t, "snapshot", snap.Type)
+			require.NotNil(t, snap.ActiveRun, "%s", snap.Raw)
+			require.Equal(t, "awaiting_approval", snap.ActiveRun.Status)
+			require.Equal(t, callID, snap.ActiveRun.PendingApproval.ToolCallID)
+
+			tab.Send(map[string]any{"type": "tool.decide", "requestId": "d1", "runId": ack.RunID, "toolCallId": callID, "decision": "approve"})
+			reply := tab.ReadReply("d1")
+			require.Equal(t, "ack", reply.Type, "%s", reply.Raw)
+			end := tab.ReadTerminal()
+			require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+			require.Equal(t, ack.RunID, end.RunID)
+
+			stored := sessionMessages(t, st, session)
+			var calls []chat.Message
+			for _, m := range stored {
+				if m.Tool != nil {
+					calls = append(calls, m)
+				}
+			}
+			require.Len(t, calls, 1, "one call, decided once")
+			require.Equal(t, chat.ToolOK, calls[0].Tool.Status)
+			require.Contains(t, *calls[0].Tool.Output, "hello from your sandbox")
+			require.Empty(t, wstest.Diff(toWire(t, stored), tab.State.Sorted()))
+			require.Zero(t, getRun(t, st, ack.RunID).Recoveries, "waiting is not a crash loop")
+		})
 	}
 }
