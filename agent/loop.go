@@ -376,6 +376,11 @@ type call struct {
 	known    bool
 	badInput bool
 	decision <-chan conversation.Decision // set for calls waiting for approval
+	// asked is when the call began to wait for its decision: now for a new call, when it
+	// was stored for one of a checkpoint, so the approval timeout and the sandbox kill
+	// limit count from the first wait across restarts and evictions (the deadlines are
+	// the stored call's created_at plus those durations).
+	asked    time.Time
 	approved bool
 	settled  bool // result is final: the call does not run (an interrupted one)
 	result   Message
@@ -487,7 +492,16 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 	}
 
 	clock := r.l.cfg.Clock
-	pauseAt := clock.NewTimer(r.l.cfg.ApprovalTimeout)
+	// The oldest wait decides: a call of the checkpoint may have waited in an earlier
+	// process already.
+	asked := clock.Now()
+	for _, c := range cs {
+		if c.decision != nil && !c.asked.IsZero() && c.asked.Before(asked) {
+			asked = c.asked
+		}
+	}
+	waited := clock.Now().Sub(asked)
+	pauseAt := clock.NewTimer(max(r.l.cfg.ApprovalTimeout-waited, 0))
 	defer pauseAt.Stop()
 	var killAt clockwork.Timer
 	var killC <-chan time.Time
@@ -520,6 +534,7 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 				}
 			}
 			if pending > 0 {
+				asked = clock.Now()
 				pauseAt.Reset(r.l.cfg.ApprovalTimeout)
 			}
 		case <-pauseAt.Chan():
@@ -530,7 +545,8 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 			if err := r.out.Paused(); err != nil {
 				return err
 			}
-			killAt = clock.NewTimer(r.l.cfg.SandboxKillAfter)
+			// Paused since asked + ApprovalTimeout, which may be long past.
+			killAt = clock.NewTimer(max(r.l.cfg.SandboxKillAfter-max(clock.Now().Sub(asked)-r.l.cfg.ApprovalTimeout, 0), 0))
 			killC = killAt.Chan()
 		case <-killC:
 			killAt, killC = nil, nil

@@ -85,6 +85,7 @@ func (r *run) reopen(m chat.Message) (*call, error) {
 	if m.Tool.Status == chat.ToolAwaitingApproval {
 		var err error
 		c.decision, err = r.out.AwaitDecision(c.ID)
+		c.asked = m.CreatedAt
 		return c, err
 	}
 	if c.known && c.spec.Idempotent {

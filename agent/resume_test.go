@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -241,6 +242,49 @@ func TestCheckpointAwaitingCallPausesAfterTheApprovalTimeout(t *testing.T) {
 	require.NoError(t, agenttest.Wait(t, done, "the run"))
 	require.Equal(t, []string{"tool.await: s1", "paused", "resumed", "tool.end: s1 ok deployed", "text: Done."}, rec.Log())
 	require.EqualValues(t, 1, runs.Load())
+}
+
+// The approval timeout counts from when the call began to wait (its stored created_at),
+// not from when this process took it up: a call that waited 4 of 5 minutes before a
+// restart pauses one minute after it, and one whose deadline passed while no process ran
+// pauses at once.
+func TestCheckpointApprovalDeadlineIsStored(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		waited time.Duration
+		left   time.Duration
+	}{
+		{"four minutes waited", 4 * time.Minute, time.Minute},
+		{"deadline passed meanwhile", time.Hour, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			deploy := counted(agent.ToolSpec{Name: "deploy", NeedsApproval: true}, &runs, func(json.RawMessage, agent.Env) string { return "deployed" })
+			l, clock := agenttest.NewLoop(t, modeltest.New(modeltest.Say("Done.")), deploy)
+			rec := &agenttest.Recorder{Hold: make(chan string, 1)}
+			waiting := called("s1", "deploy", `{}`, "", chat.ToolAwaitingApproval)
+			waiting.CreatedAt = clock.Now().Add(-tc.waited)
+			done := continueRun(t, l, rec, conversation.Request{Content: "deploy", Checkpoint: []chat.Message{waiting}})
+			agenttest.Wait(t, rec.Hold, "the wait")
+
+			ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+			defer cancel()
+			if tc.left > 0 {
+				require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the approval timeout
+				clock.Advance(tc.left - time.Nanosecond)
+				require.Equal(t, []string{"tool.await: s1"}, rec.Log(), "not before the stored deadline")
+				clock.Advance(time.Nanosecond)
+			}
+			require.NoError(t, clock.BlockUntilContext(ctx, 1)) // paused: the kill timer runs
+			require.Equal(t, []string{"tool.await: s1", "paused"}, rec.Log())
+
+			rec.Give("s1", conversation.Decision{Approved: true})
+			require.NoError(t, agenttest.Wait(t, done, "the run"))
+			require.EqualValues(t, 1, runs.Load())
+		})
+	}
 }
 
 // A checkpoint that ends in assistant text that did not complete is continued: the
