@@ -48,6 +48,8 @@ type Actor struct {
 	retryT    actorTimer
 	coalesceT actorTimer // ends the window of held text, armed while there is some
 	held      heldDelta
+	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
+	checkedSuspended bool
 }
 
 // Start launches the actor of session id with a new epoch. cfg must be valid (see
@@ -145,6 +147,9 @@ func (a *Actor) onTimer(f timerFire) {
 	switch f.kind {
 	case timerIdle:
 		if a.idleT.fired(f) && a.idle() {
+			if a.run != nil {
+				a.suspend(a.run) // it waits for a decision: on, from the database
+			}
 			a.logger().Debug().Msg("evicting idle conversation")
 			a.evicted = true
 			a.stopped = true
@@ -247,7 +252,17 @@ func (a *Actor) handle(it intent) {
 // idle reports whether the actor holds nothing that needs it: no subscriber, no run, and
 // no write still to be retried.
 func (a *Actor) idle() bool {
-	return a.run == nil && len(a.subs) == 0 && !a.journal.pending()
+	return (a.run == nil || a.parkable()) && len(a.subs) == 0 && !a.journal.pending()
+}
+
+// parkable reports whether the active run only waits for a person's decision, so it
+// needs no goroutine and no actor: with nobody watching, the actor may be evicted, the
+// run stored as it is (suspended), and continued from its checkpoint by the actor the
+// next hello or decision starts. Only when runs are continued (SuspendOnStop).
+func (a *Actor) parkable() bool {
+	r := a.run
+	return a.cfg.SuspendOnStop && r != nil && len(r.approvals) > 0 &&
+		(r.info.Status == chat.RunAwaitingApproval || r.info.Status == chat.RunPaused)
 }
 
 func (a *Actor) now() time.Time { return chat.Timestamp(a.cfg.Clock.Now()) }

@@ -84,6 +84,9 @@ func (a *Actor) onAwaitDecision(run *runState, callID string) (<-chan Decision, 
 	if !a.isCurrent(run) {
 		return nil, ErrRunEnded
 	}
+	if ch, ok := run.decided[callID]; ok {
+		return ch, nil // decided before the agent asked
+	}
 	tool := run.tools[callID]
 	if tool == nil || tool.msg.Tool.Status != chat.ToolAwaitingApproval {
 		return nil, errorf(CodeNotFound, "tool call %q is not waiting for a decision", callID)
@@ -139,6 +142,9 @@ func (a *Actor) onUsage(run *runState, u chat.Usage) {
 }
 
 func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideResult, error) {
+	if err := a.takeUpLoaded(); err != nil {
+		return DecideResult{}, err
+	}
 	run := a.run
 	if runID != uuid.Nil && (run == nil || run.info.ID != runID) {
 		return DecideResult{}, errorf(CodeConflict, "run %s is not waiting for a decision", runID)
@@ -174,6 +180,7 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		a.logger().Error().Err(err).Msg("store a denial")
 	}
 	ch <- Decision{Approved: approved}
+	run.decided[callID] = ch
 
 	status := chat.RunRunning
 	if len(run.approvals) > 0 {

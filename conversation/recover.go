@@ -201,6 +201,48 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	return SendResult{RunID: run.ID, Status: chat.RunRunning}, nil
 }
 
+// takeUpSuspended continues, once per actor, the session's latest run when it is
+// unfinished and no actor drives it: one a person's decision waits on, suspended when
+// its actor was evicted (or by a shutdown whose start-up recovery has not reached it),
+// so a hello shows its pending approval and a decision continues it. Not counted as a
+// recovery when it was suspended cleanly.
+func (a *Actor) takeUpSuspended() error {
+	if a.checkedSuspended || a.run != nil || !a.cfg.SuspendOnStop {
+		return nil
+	}
+	r, err := a.journal.runLatest()
+	if errors.Is(err, store.ErrNotFound) {
+		a.checkedSuspended = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	a.checkedSuspended = true
+	if !r.Status.Active() {
+		return nil
+	}
+	_, err = a.continueRun(ContinueRequest{RunID: r.ID, Recovery: true})
+	return err
+}
+
+// takeUpLoaded is takeUpSuspended for commands that do not otherwise read the session.
+func (a *Actor) takeUpLoaded() error {
+	if a.checkedSuspended || a.run != nil || !a.cfg.SuspendOnStop {
+		return nil
+	}
+	if err := a.load(); err != nil {
+		return a.storageError("load the session", err)
+	}
+	if a.session == nil {
+		return nil
+	}
+	if err := a.takeUpSuspended(); err != nil {
+		return a.storageError("continue the session's run", err)
+	}
+	return nil
+}
+
 // checkResumable refuses a resume of a run that is not the session's latest ended,
 // undismissed, interrupted, failed or cancelled run.
 func (a *Actor) checkResumable(run chat.Run) error {

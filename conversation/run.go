@@ -24,6 +24,9 @@ type runState struct {
 	tools     map[string]*liveMessage  // running tool calls by call id
 	calls     map[string]bool          // every call id the run has used
 	approvals map[string]chan Decision // calls waiting for a decision, by call id
+	// decided holds the channels of decisions made, so a continued run's agent that asks
+	// for one (AwaitDecision) after it was made still gets it.
+	decided map[string]chan Decision
 
 	// counted is the status the run is counted under in chatd_runs_active, "" for none.
 	counted chat.RunStatus
@@ -38,6 +41,7 @@ func newRunState(info chat.Run) *runState {
 		tools:     make(map[string]*liveMessage),
 		calls:     make(map[string]bool),
 		approvals: make(map[string]chan Decision),
+		decided:   make(map[string]chan Decision),
 	}
 }
 
@@ -52,6 +56,9 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	}
 	if a.session == nil {
 		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	}
+	if err := a.takeUpSuspended(); err != nil {
+		return SendResult{}, a.storageError("continue the session's run", err)
 	}
 	if a.run != nil {
 		if a.run.info.RequestID == req.RequestID {
@@ -150,6 +157,9 @@ func validateSend(req SendRequest, maxContent int) error {
 }
 
 func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {
+	if err := a.takeUpLoaded(); err != nil {
+		return CancelResult{}, err
+	}
 	run := a.run
 	if run == nil {
 		return CancelResult{}, errorf(CodeNoRun, "no run is active in this session")

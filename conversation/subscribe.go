@@ -22,6 +22,9 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	if a.session.Owner != req.Owner {
 		return HelloResult{}, ErrNotYours
 	}
+	if err := a.takeUpSuspended(); err != nil {
+		return HelloResult{}, a.storageError("continue the session's run", err)
+	}
 
 	// Held text goes out first: the newcomer starts with all of it, and its snapshot or
 	// replay ends at the seq that carried it.

@@ -747,3 +747,77 @@ func TestCancelledHelloCanBeUndone(t *testing.T) {
 	e.clock.Advance(idleTimeout)
 	waitDone(ctx, t, a)
 }
+
+// approvalAgent asks for approval of call c1 (or, continued, waits for the decision its
+// checkpoint holds) and then runs it, as chatd's agent loop does.
+type approvalAgent struct{}
+
+func (approvalAgent) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+	var ch <-chan conversation.Decision
+	var err error
+	if len(req.Checkpoint) > 0 {
+		ch, err = out.AwaitDecision("c1")
+	} else {
+		ch, err = out.AwaitApproval(conversation.ToolCall{ID: "c1", Name: "deploy", Input: []byte(`{}`)})
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case d := <-ch:
+		if d.Approved {
+			if err := out.ToolEnd("c1", conversation.ToolResult{Output: "deployed"}); err != nil {
+				return err
+			}
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return out.Text("done")
+}
+
+// A run that waits for a person needs no actor: with nobody watching, its actor is
+// evicted like any idle one (chatd_actors_live drops to 0) and the run waits in the
+// database; a later tab sees the pending approval, and its decision completes the run.
+func TestApprovalWaitLetsTheActorGo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, approvalAgent{}, func(c *conversation.Config) { c.SuspendOnStop = true })
+	h := e.hub
+	ctx := testCtx(t)
+	id := uuid.New()
+	s1 := newSub()
+	a1, _, err := h.Hello(ctx, id, hello(s1))
+	require.NoError(t, err)
+	sent, err := a1.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "deploy it"})
+	require.NoError(t, err)
+	s1.awaitType(ctx, t, "run.status")
+
+	a1.Unsubscribe(ctx, s1)
+	require.NoError(t, e.clock.BlockUntilContext(ctx, 1)) // the idle deadline, though a run waits
+	e.clock.Advance(idleTimeout)
+	waitDone(ctx, t, a1)
+	require.Equal(t, 0, h.Len(), "no actor: chatd_actors_live is the hub's size")
+	run, err := e.st.RunGet(ctx, sent.RunID)
+	require.NoError(t, err)
+	require.Equal(t, chat.RunAwaitingApproval, run.Status, "it still waits, in the database")
+
+	s2 := newSub()
+	a2, res, err := h.Hello(ctx, id, hello(s2))
+	require.NoError(t, err)
+	require.False(t, res.Resumed)
+	snap := s2.awaitType(ctx, t, "snapshot")[0]
+	require.NotNil(t, snap.ActiveRun)
+	require.Equal(t, "awaiting_approval", snap.ActiveRun.Status)
+	require.Equal(t, "c1", snap.ActiveRun.PendingApproval.ToolCallID)
+
+	dec, err := a2.Decide(ctx, sent.RunID, "c1", true)
+	require.NoError(t, err)
+	require.Equal(t, sent.RunID, dec.RunID)
+	s2.awaitType(ctx, t, "chat.done")
+	msgs, _, err := e.st.MessagesBefore(ctx, id, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3, "user, the call, the answer")
+	require.Equal(t, chat.ToolOK, msgs[1].Tool.Status)
+	require.Equal(t, "deployed", *msgs[1].Tool.Output)
+	require.Equal(t, "done", msgs[2].Content)
+}
