@@ -246,3 +246,52 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 		})
 	}
 }
+
+// A run whose process dies every time it runs (a model that crashes chatd, say) is
+// continued 3 times, then ended interrupted: it cannot burn tokens forever. Here each
+// chatd is killed as soon as the run streams again.
+func TestCrashLoopEndsInterruptedAfterThreeRecoveries(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	env := map[string]string{
+		"DATABASE_URL":     dbURL,
+		"CHATD_DEMO_DELAY": "20ms",
+		"CHATD_DEMO_WORDS": "500",
+		"CHATD_RECOVER":    "continue",
+	}
+	proc := startChild(t, "chatd 0", env)
+	c := wstest.Dial(t, proc.wsURL(), nil)
+	session := c.Hello("").SessionID
+	ack := c.Chat("r1", "tell me a long story")
+	require.Equal(t, "ack", ack.Type)
+	streams := func(c *wstest.Client) {
+		c.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.RunID == ack.RunID })
+	}
+	streams(c)
+	for i := 1; i <= 3; i++ {
+		proc.signal(syscall.SIGKILL)
+		proc.wait(15 * time.Second)
+		proc = startChild(t, fmt.Sprintf("chatd %d", i), env)
+		require.Equal(t, i, getRun(t, st, ack.RunID).Recoveries)
+		c = wstest.Dial(t, proc.wsURL(), nil)
+		c.Hello(session)
+		streams(c) // continued again
+	}
+	proc.signal(syscall.SIGKILL)
+	proc.wait(15 * time.Second)
+
+	proc = startChild(t, "chatd 4", env)
+	run := getRun(t, st, ack.RunID)
+	require.Equal(t, chat.RunInterrupted, run.Status)
+	require.Equal(t, 4, run.Recoveries)
+	require.Contains(t, run.Error.Message, "4 times")
+	c = wstest.Dial(t, proc.wsURL(), nil)
+	snap := c.Hello(session)
+	require.Nil(t, snap.ActiveRun)
+	require.NotNil(t, snap.LastRun)
+	require.Equal(t, "interrupted", snap.LastRun.Status)
+	require.True(t, snap.LastRun.Resumable, "a person may still continue it")
+	for _, m := range sessionMessages(t, st, session) {
+		require.NotEqual(t, chat.MessageStreaming, m.Status, "nothing is left streaming")
+	}
+}
