@@ -100,22 +100,17 @@ func (e *emitter) ToolEnd(callID string, result ToolResult) error {
 
 func (e *emitter) AwaitApproval(call ToolCall) (<-chan Decision, error) {
 	reply := make(chan result[<-chan Decision], 1)
-	if err := e.post(&approvalIntent{e.run, call, reply}); err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-reply:
-		return r.val, r.err
-	case <-e.run.ctx.Done():
-		return nil, ErrRunEnded
-	case <-e.a.done:
-		return nil, ErrStopped
-	}
+	return e.decision(&approvalIntent{e.run, call, reply}, reply)
 }
 
 func (e *emitter) AwaitDecision(callID string) (<-chan Decision, error) {
 	reply := make(chan result[<-chan Decision], 1)
-	if err := e.post(&awaitDecisionIntent{e.run, callID, reply}); err != nil {
+	return e.decision(&awaitDecisionIntent{e.run, callID, reply}, reply)
+}
+
+// decision posts an intent that answers with the channel a decision will come on.
+func (e *emitter) decision(it intent, reply chan result[<-chan Decision]) (<-chan Decision, error) {
+	if err := e.post(it); err != nil {
 		return nil, err
 	}
 	select {

@@ -82,12 +82,8 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(nil, conversation.CodeBadRequest, "chat.resume needs a requestId")
 			return
 		}
-		runID, ok := c.runID(f)
+		runID, ok := c.requiredRunID(f)
 		if !ok {
-			return
-		}
-		if runID == uuid.Nil {
-			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.resume needs the runId of the run to resume")
 			return
 		}
 		if f.Mode != "" && f.Mode != "continue" && f.Mode != "retry" {
@@ -102,12 +98,8 @@ func (c *conn) command(f clientFrame) {
 		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
 
 	case typeChatDismiss:
-		runID, ok := c.runID(f)
+		runID, ok := c.requiredRunID(f)
 		if !ok {
-			return
-		}
-		if runID == uuid.Nil {
-			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.dismiss needs the runId of the run to dismiss")
 			return
 		}
 		res, err := c.actor.Dismiss(c.ctx, runID)
@@ -117,6 +109,16 @@ func (c *conn) command(f clientFrame) {
 		}
 		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
 	}
+}
+
+// requiredRunID reads a frame's runId where it is required (chat.resume, chat.dismiss).
+func (c *conn) requiredRunID(f clientFrame) (uuid.UUID, bool) {
+	id, ok := c.runID(f)
+	if ok && id == uuid.Nil {
+		c.replyError(f.RequestID, conversation.CodeBadRequest, f.Type+" needs the runId of the run")
+		return uuid.Nil, false
+	}
+	return id, ok
 }
 
 // runID reads a frame's optional runId: uuid.Nil when it is absent. A malformed one is
