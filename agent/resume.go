@@ -40,6 +40,15 @@ func (r *run) resume(ctx context.Context, msgs *[]Message) (steps int, cont stri
 		cont = cp[n-1].Text
 	}
 
+	// Only the last step can hold unsettled calls, and a step's calls run only once every
+	// decision of the step is in: while one still waits, a call stored running was
+	// approved and has not run yet (it is not cut off).
+	stepWaits := false
+	for _, m := range r.req.Checkpoint {
+		if m.Role == chat.RoleTool && m.Tool != nil && m.Tool.Status == chat.ToolAwaitingApproval {
+			stepWaits = true
+		}
+	}
 	var open []*call
 	for _, m := range r.req.Checkpoint {
 		if m.Role != chat.RoleTool || m.Tool == nil {
@@ -48,7 +57,7 @@ func (r *run) resume(ctx context.Context, msgs *[]Message) (steps int, cont stri
 		if s := m.Tool.Status; s != chat.ToolRunning && s != chat.ToolAwaitingApproval {
 			continue
 		}
-		c, err := r.reopen(m)
+		c, err := r.reopen(m, stepWaits)
 		if err != nil {
 			return 0, "", err
 		}
@@ -76,7 +85,10 @@ func (r *run) resume(ctx context.Context, msgs *[]Message) (steps int, cont stri
 // reopen takes up a call the checkpoint holds unsettled (m): one awaiting approval waits
 // for its decision again; one running is set to run again when its tool is idempotent,
 // and is ended interrupted otherwise.
-func (r *run) reopen(m chat.Message) (*call, error) {
+//
+// With notRunYet (another call of the step still waits for its decision), a running call
+// was approved and never ran: it runs with the step.
+func (r *run) reopen(m chat.Message, notRunYet bool) (*call, error) {
 	c := &call{ToolCall: ToolCall{ID: m.Tool.CallID, Name: m.Tool.Name, Input: m.Tool.Input}}
 	c.tool, c.spec, c.known = r.l.cfg.Tools.Lookup(c.Name)
 	if len(c.Input) == 0 {
@@ -88,7 +100,7 @@ func (r *run) reopen(m chat.Message) (*call, error) {
 		c.asked = m.CreatedAt
 		return c, err
 	}
-	if c.known && c.spec.Idempotent {
+	if notRunYet || (c.known && c.spec.Idempotent) {
 		return c, nil // settle runs it, like any call that may run
 	}
 	var partial string
