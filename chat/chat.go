@@ -145,8 +145,8 @@ type Run struct {
 	Recoveries int
 	// DismissedAt is when a person chose to keep the ended run as it is.
 	DismissedAt *time.Time
-	// ResumeRequestID is the requestId of the chat.resume that last continued the run.
-	ResumeRequestID string
+	// ResumeRequestIDs are the requestIds of the chat.resumes that continued the run.
+	ResumeRequestIDs []string
 	// RetryOf is the run this one retries (chat.resume's retry): it answers that run's
 	// user message and has none of its own. SupersededBy is the run that retried this
 	// one: its answer stays in the transcript but not in the model's context.

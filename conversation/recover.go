@@ -98,7 +98,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	}
 	if a.run != nil {
 		info := a.run.info
-		if info.ID == req.RunID && (req.Recovery || (req.RequestID != "" && info.ResumeRequestID == req.RequestID)) {
+		if info.ID == req.RunID && (req.Recovery || (req.RequestID != "" && slices.Contains(info.ResumeRequestIDs, req.RequestID))) {
 			return SendResult{RunID: info.ID, Duplicate: true, Status: info.Status}, nil
 		}
 		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", info.ID)
@@ -110,7 +110,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, a.storageError("read the run", err)
 	}
-	if req.RequestID != "" && run.ResumeRequestID == req.RequestID {
+	if req.RequestID != "" && slices.Contains(run.ResumeRequestIDs, req.RequestID) {
 		return SendResult{RunID: run.ID, Duplicate: true, Status: run.Status}, nil
 	}
 	from := resumableStatuses
@@ -151,7 +151,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	info.Error, info.EndedAt, info.CancelReason, info.PendingApproval = nil, nil, "", nil
 	info.LastActivityAt = now
 	if req.RequestID != "" {
-		info.ResumeRequestID = req.RequestID
+		info.ResumeRequestIDs = append(slices.Clip(info.ResumeRequestIDs), req.RequestID)
 	}
 	if err := a.journal.moveRun(info, from...); err != nil {
 		if errors.Is(err, store.ErrStale) {

@@ -410,3 +410,34 @@ func TestRetryAnswersAgainAsANewRun(t *testing.T) {
 	}
 	require.Equal(t, []string{"go", "second answer"}, seen)
 }
+
+// Every chat.resume's requestId stays its idempotency key: a late retransmit of the
+// first resume, after a second one, continues nothing.
+func TestEveryResumeRequestIDIsRemembered(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ag := &checkpointAgent{steps: func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		if err := out.Text("x"); err != nil {
+			return err
+		}
+		return &conversation.Error{Code: "model_error", Message: "boom"}
+	}}
+	a := startOn(t, st, ag, uuid.New())
+	ctx := testCtx(t)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	require.NoError(t, err)
+	sent, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+	for _, id := range []string{"res1", "res2"} {
+		res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: sent.RunID, RequestID: id})
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		s.Await(t, convtest.Terminal)
+	}
+	res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: sent.RunID, RequestID: "res1"}) // a late retransmit
+	require.NoError(t, err)
+	require.True(t, res.Duplicate, "res1 already continued the run once")
+	require.Len(t, ag.requests(), 3)
+}

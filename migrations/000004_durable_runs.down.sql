@@ -1,6 +1,6 @@
 ALTER TABLE runs DROP COLUMN superseded_by;
 ALTER TABLE runs DROP COLUMN retry_of;
-ALTER TABLE runs DROP COLUMN resume_request_id;
+ALTER TABLE runs DROP COLUMN resume_request_ids;
 ALTER TABLE runs DROP COLUMN dismissed_at;
 ALTER TABLE runs DROP COLUMN recoveries;
 UPDATE messages SET tool_status = 'cancelled' WHERE tool_status = 'interrupted';

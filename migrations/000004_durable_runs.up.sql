@@ -9,8 +9,8 @@ ALTER TABLE messages ADD CONSTRAINT messages_tool_status_check CHECK (tool_statu
 ALTER TABLE runs ADD COLUMN recoveries integer NOT NULL DEFAULT 0;
 -- When a person chose to keep an interrupted, failed or cancelled run as it is.
 ALTER TABLE runs ADD COLUMN dismissed_at timestamptz;
--- The requestId of the chat.resume that last continued the run: its idempotency key.
-ALTER TABLE runs ADD COLUMN resume_request_id text;
+-- The requestIds of the chat.resumes that continued the run: their idempotency keys.
+ALTER TABLE runs ADD COLUMN resume_request_ids text[] NOT NULL DEFAULT '{}';
 
 -- chat.resume's retry: a new run answers the user message of the run it retries, whose
 -- answer stays in the transcript but is left out of the model's context.

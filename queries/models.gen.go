@@ -33,26 +33,26 @@ type Message struct {
 }
 
 type Run struct {
-	ID              uuid.UUID
-	SessionID       uuid.UUID
-	RequestID       string
-	Status          string
-	ErrorCode       *string
-	ErrorMessage    *string
-	StartedAt       time.Time
-	EndedAt         *time.Time
-	LastActivityAt  time.Time
-	InputTokens     int64
-	OutputTokens    int64
-	Model           string
-	CancelReason    *string
-	ContextTokens   int64
-	ContextWindow   int64
-	Recoveries      int32
-	DismissedAt     *time.Time
-	ResumeRequestID *string
-	RetryOf         *uuid.UUID
-	SupersededBy    *uuid.UUID
+	ID               uuid.UUID
+	SessionID        uuid.UUID
+	RequestID        string
+	Status           string
+	ErrorCode        *string
+	ErrorMessage     *string
+	StartedAt        time.Time
+	EndedAt          *time.Time
+	LastActivityAt   time.Time
+	InputTokens      int64
+	OutputTokens     int64
+	Model            string
+	CancelReason     *string
+	ContextTokens    int64
+	ContextWindow    int64
+	Recoveries       int32
+	DismissedAt      *time.Time
+	ResumeRequestIds []string
+	RetryOf          *uuid.UUID
+	SupersededBy     *uuid.UUID
 }
 
 type Session struct {

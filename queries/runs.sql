@@ -32,7 +32,7 @@ SET status = @status,
     cancel_reason = @cancel_reason,
     recoveries = @recoveries,
     dismissed_at = @dismissed_at,
-    resume_request_id = @resume_request_id,
+    resume_request_ids = @resume_request_ids::text[],
     superseded_by = @superseded_by
 WHERE id = @id AND status = ANY(@from_statuses::text[]);
 

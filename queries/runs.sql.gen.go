@@ -13,7 +13,7 @@ import (
 )
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -37,7 +37,7 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.ContextWindow,
 		&i.Recoveries,
 		&i.DismissedAt,
-		&i.ResumeRequestID,
+		&i.ResumeRequestIds,
 		&i.RetryOf,
 		&i.SupersededBy,
 	)
@@ -45,7 +45,7 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -74,7 +74,7 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.ContextWindow,
 		&i.Recoveries,
 		&i.DismissedAt,
-		&i.ResumeRequestID,
+		&i.ResumeRequestIds,
 		&i.RetryOf,
 		&i.SupersededBy,
 	)
@@ -113,7 +113,7 @@ func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetr
 }
 
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -138,7 +138,7 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.ContextWindow,
 		&i.Recoveries,
 		&i.DismissedAt,
-		&i.ResumeRequestID,
+		&i.ResumeRequestIds,
 		&i.RetryOf,
 		&i.SupersededBy,
 	)
@@ -199,28 +199,28 @@ SET status = $1,
     cancel_reason = $10,
     recoveries = $11,
     dismissed_at = $12,
-    resume_request_id = $13,
+    resume_request_ids = $13::text[],
     superseded_by = $14
 WHERE id = $15 AND status = ANY($16::text[])
 `
 
 type RunUpdateParams struct {
-	Status          string
-	ErrorCode       *string
-	ErrorMessage    *string
-	EndedAt         *time.Time
-	LastActivityAt  time.Time
-	InputTokens     int64
-	OutputTokens    int64
-	ContextTokens   int64
-	ContextWindow   int64
-	CancelReason    *string
-	Recoveries      int32
-	DismissedAt     *time.Time
-	ResumeRequestID *string
-	SupersededBy    *uuid.UUID
-	ID              uuid.UUID
-	FromStatuses    []string
+	Status           string
+	ErrorCode        *string
+	ErrorMessage     *string
+	EndedAt          *time.Time
+	LastActivityAt   time.Time
+	InputTokens      int64
+	OutputTokens     int64
+	ContextTokens    int64
+	ContextWindow    int64
+	CancelReason     *string
+	Recoveries       int32
+	DismissedAt      *time.Time
+	ResumeRequestIds []string
+	SupersededBy     *uuid.UUID
+	ID               uuid.UUID
+	FromStatuses     []string
 }
 
 // Writes a run only while it is in one of the statuses the writer expects, so a late
@@ -239,7 +239,7 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.CancelReason,
 		arg.Recoveries,
 		arg.DismissedAt,
-		arg.ResumeRequestID,
+		arg.ResumeRequestIds,
 		arg.SupersededBy,
 		arg.ID,
 		arg.FromStatuses,
@@ -290,7 +290,7 @@ func (q *Queries) RunsInterruptUnfinished(ctx context.Context, db DBTX, arg Runs
 }
 
 const runsListUnfinished = `-- name: RunsListUnfinished :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_id, retry_of, superseded_by FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 ORDER BY started_at
 `
@@ -322,7 +322,7 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 			&i.ContextWindow,
 			&i.Recoveries,
 			&i.DismissedAt,
-			&i.ResumeRequestID,
+			&i.ResumeRequestIds,
 			&i.RetryOf,
 			&i.SupersededBy,
 		); err != nil {

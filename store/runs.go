@@ -69,22 +69,22 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 	code, msg := errorColumns(run.Error)
 	ended := timestampPtr(run.EndedAt)
 	n, err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
-		ID:              run.ID,
-		Status:          string(run.Status),
-		ErrorCode:       code,
-		ErrorMessage:    msg,
-		EndedAt:         ended,
-		LastActivityAt:  chat.Timestamp(run.LastActivityAt),
-		InputTokens:     run.Usage.InputTokens,
-		OutputTokens:    run.Usage.OutputTokens,
-		ContextTokens:   run.Usage.ContextTokens,
-		ContextWindow:   run.Usage.ContextWindow,
-		CancelReason:    nilIfEmpty(string(run.CancelReason)),
-		Recoveries:      int32(run.Recoveries),
-		DismissedAt:     timestampPtr(run.DismissedAt),
-		ResumeRequestID: nilIfEmpty(run.ResumeRequestID),
-		SupersededBy:    run.SupersededBy,
-		FromStatuses:    statusStrings(from),
+		ID:               run.ID,
+		Status:           string(run.Status),
+		ErrorCode:        code,
+		ErrorMessage:     msg,
+		EndedAt:          ended,
+		LastActivityAt:   chat.Timestamp(run.LastActivityAt),
+		InputTokens:      run.Usage.InputTokens,
+		OutputTokens:     run.Usage.OutputTokens,
+		ContextTokens:    run.Usage.ContextTokens,
+		ContextWindow:    run.Usage.ContextWindow,
+		CancelReason:     nilIfEmpty(string(run.CancelReason)),
+		Recoveries:       int32(run.Recoveries),
+		DismissedAt:      timestampPtr(run.DismissedAt),
+		ResumeRequestIds: emptyIfNil(run.ResumeRequestIDs),
+		SupersededBy:     run.SupersededBy,
+		FromStatuses:     statusStrings(from),
 	})
 	if err != nil {
 		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
@@ -158,13 +158,13 @@ func runFromRow(r queries.Run) chat.Run {
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
 			ContextTokens: r.ContextTokens, ContextWindow: r.ContextWindow,
 		},
-		Model:           r.Model,
-		CancelReason:    chat.CancelReason(deref(r.CancelReason)),
-		Recoveries:      int(r.Recoveries),
-		DismissedAt:     utcPtr(r.DismissedAt),
-		ResumeRequestID: deref(r.ResumeRequestID),
-		RetryOf:         r.RetryOf,
-		SupersededBy:    r.SupersededBy,
+		Model:            r.Model,
+		CancelReason:     chat.CancelReason(deref(r.CancelReason)),
+		Recoveries:       int(r.Recoveries),
+		DismissedAt:      utcPtr(r.DismissedAt),
+		ResumeRequestIDs: r.ResumeRequestIds,
+		RetryOf:          r.RetryOf,
+		SupersededBy:     r.SupersededBy,
 	}
 }
 
@@ -196,6 +196,13 @@ func (s *Store) RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, e
 		return chat.Run{}, fmt.Errorf("latest run of session %s: %w", sessionID, mapErr(err))
 	}
 	return runFromRow(row), nil
+}
+
+func emptyIfNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func timestampPtr(t *time.Time) *time.Time {
