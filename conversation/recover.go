@@ -218,12 +218,15 @@ func (a *Actor) takeUpSuspended() error {
 	if err != nil {
 		return err
 	}
-	a.checkedSuspended = true
 	if !r.Status.Active() {
+		a.checkedSuspended = true
 		return nil
 	}
-	_, err = a.continueRun(ContinueRequest{RunID: r.ID, Recovery: true})
-	return err
+	if _, err := a.continueRun(ContinueRequest{RunID: r.ID, Recovery: true}); err != nil {
+		return err // tried again by the next command
+	}
+	a.checkedSuspended = true
+	return nil
 }
 
 // takeUpLoaded is takeUpSuspended for commands that do not otherwise read the session.

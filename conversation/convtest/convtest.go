@@ -136,6 +136,14 @@ func (r *Recorder) applyLocked(ev *conversation.Event) {
 		m := clone(*ev.Message)
 		s.Messages[m.ID.String()] = &m
 		s.ActiveRun = cloneRun(ev.Run)
+		if r := ev.Run.RetryOf; r != nil {
+			// A retry: the answer of the run it retries is superseded.
+			for _, old := range s.Messages {
+				if old.RunID != nil && *old.RunID == *r && old.Role != chat.RoleUser {
+					old.Superseded = true
+				}
+			}
+		}
 	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd:
 		m := clone(*ev.Message)
 		s.Messages[m.ID.String()] = &m

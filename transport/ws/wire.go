@@ -106,6 +106,7 @@ type wireRun struct {
 	Usage           *wireUsage           `json:"usage,omitempty"`
 	Resumable       bool                 `json:"resumable,omitempty"`
 	Recoveries      int                  `json:"recoveries,omitempty"`
+	RetryOf         *uuid.UUID           `json:"retryOf,omitempty"`
 }
 
 // wireEvent is every sequenced event; omitempty keeps each type to its own fields.
@@ -230,6 +231,7 @@ func toWireRun(r *chat.Run) *wireRun {
 		Model:          r.Model,
 		Resumable:      r.Resumable,
 		Recoveries:     r.Recoveries,
+		RetryOf:        r.RetryOf,
 	}
 	if p := r.PendingApproval; p != nil {
 		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}

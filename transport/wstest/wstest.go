@@ -78,6 +78,7 @@ type Run struct {
 	Model           string           `json:"model,omitempty"`
 	Resumable       bool             `json:"resumable,omitempty"`
 	Recoveries      int              `json:"recoveries,omitempty"`
+	RetryOf         string           `json:"retryOf,omitempty"`
 	Usage           *struct {
 		InputTokens   int64 `json:"inputTokens"`
 		OutputTokens  int64 `json:"outputTokens"`
@@ -211,6 +212,15 @@ func (s *State) Apply(f Frame) error {
 		m := *f.UserMessage
 		s.Messages[m.ID] = &m
 		s.ActiveRun = f.Run
+		s.LastRun = nil
+		if f.Run.RetryOf != "" {
+			// A retry: the answer of the run it retries is superseded.
+			for _, old := range s.Messages {
+				if old.RunID == f.Run.RetryOf && old.Role != "user" {
+					old.Superseded = true
+				}
+			}
+		}
 	case "assistant.segment.started", "tool.start", "tool.update", "tool.end":
 		m := *f.Message
 		s.Messages[m.ID] = &m
@@ -241,14 +251,17 @@ func (s *State) Apply(f Frame) error {
 		if ended(f.Run.Status) {
 			// A dismissed run: it stays ended.
 			s.Ended[f.Run.RunID] = f.Run
+			s.LastRun = f.Run
 			if s.ActiveRun != nil && s.ActiveRun.RunID == f.Run.RunID {
 				s.ActiveRun = nil
 			}
 			break
 		}
 		s.ActiveRun = f.Run
+		s.LastRun = nil // a continued run is active again
 	case "chat.done", "chat.error", "chat.cancelled":
 		s.ActiveRun = nil
+		s.LastRun = f.Run
 		s.Ended[f.Run.RunID] = f.Run
 	default:
 		return fmt.Errorf("unknown event type %q", f.Type)
