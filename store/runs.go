@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -162,7 +163,7 @@ func runFromRow(r queries.Run) chat.Run {
 		CancelReason:     chat.CancelReason(deref(r.CancelReason)),
 		Recoveries:       int(r.Recoveries),
 		DismissedAt:      utcPtr(r.DismissedAt),
-		ResumeRequestIDs: r.ResumeRequestIds,
+		ResumeRequestIDs: slices.Clip(nilIfNone(r.ResumeRequestIds)),
 		RetryOf:          r.RetryOf,
 		SupersededBy:     r.SupersededBy,
 	}
@@ -196,6 +197,14 @@ func (s *Store) RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, e
 		return chat.Run{}, fmt.Errorf("latest run of session %s: %w", sessionID, mapErr(err))
 	}
 	return runFromRow(row), nil
+}
+
+// nilIfNone keeps a run read back equal to the one written with no resume ids.
+func nilIfNone(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 func emptyIfNil(s []string) []string {
