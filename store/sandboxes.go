@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
 )
 
@@ -87,36 +88,30 @@ func (s *Store) SessionSandboxKilled(ctx context.Context, id uuid.UUID, sandboxI
 	return n == 1, nil
 }
 
-// SessionSandbox names a session's sandbox.
-type SessionSandbox struct {
-	SessionID uuid.UUID
-	SandboxID string
-}
-
 // SessionSandboxesIdle returns up to limit sessions whose sandbox runs and was last used
 // no later than before, the longest idle first.
-func (s *Store) SessionSandboxesIdle(ctx context.Context, before time.Time, limit int) ([]SessionSandbox, error) {
+func (s *Store) SessionSandboxesIdle(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
 	rows, err := s.q.SessionSandboxesIdle(ctx, s.db, queries.SessionSandboxesIdleParams{IdleBefore: &before, Max: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list idle sandboxes: %w", mapErr(err))
 	}
-	out := make([]SessionSandbox, len(rows))
+	out := make([]chat.SessionSandbox, len(rows))
 	for i, r := range rows {
-		out[i] = SessionSandbox{SessionID: r.ID, SandboxID: r.SandboxID}
+		out[i] = chat.SessionSandbox{SessionID: r.ID, SandboxID: r.SandboxID}
 	}
 	return out, nil
 }
 
 // SessionSandboxesPaused returns up to limit sessions whose sandbox has been paused since
 // no later than before, the longest paused first.
-func (s *Store) SessionSandboxesPaused(ctx context.Context, before time.Time, limit int) ([]SessionSandbox, error) {
+func (s *Store) SessionSandboxesPaused(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
 	rows, err := s.q.SessionSandboxesPaused(ctx, s.db, queries.SessionSandboxesPausedParams{PausedBefore: &before, Max: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list paused sandboxes: %w", mapErr(err))
 	}
-	out := make([]SessionSandbox, len(rows))
+	out := make([]chat.SessionSandbox, len(rows))
 	for i, r := range rows {
-		out[i] = SessionSandbox{SessionID: r.ID, SandboxID: r.SandboxID}
+		out[i] = chat.SessionSandbox{SessionID: r.ID, SandboxID: r.SandboxID}
 	}
 	return out, nil
 }

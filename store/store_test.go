@@ -571,7 +571,7 @@ func TestSessionSandboxDeadlines(t *testing.T) {
 	require.Empty(t, idle, "used after the cut-off")
 	idle, err = s.SessionSandboxesIdle(b.ctx, t0, 10)
 	require.NoError(t, err)
-	require.Equal(t, []store.SessionSandbox{{SessionID: b.session.ID, SandboxID: "sb1"}}, idle)
+	require.Equal(t, []chat.SessionSandbox{{SessionID: b.session.ID, SandboxID: "sb1"}}, idle)
 
 	// Used again: no longer idle by the old cut-off, and the idle pause is refused.
 	require.NoError(t, s.SessionSandboxUsed(b.ctx, b.session.ID, t0.Add(time.Minute)))

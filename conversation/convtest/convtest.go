@@ -136,7 +136,7 @@ func (r *Recorder) applyLocked(ev *conversation.Event) {
 		m := clone(*ev.Message)
 		s.Messages[m.ID.String()] = &m
 		s.ActiveRun = cloneRun(ev.Run)
-	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd:
+	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd, conversation.EventMessageAdded:
 		m := clone(*ev.Message)
 		s.Messages[m.ID.String()] = &m
 	case conversation.EventDelta:

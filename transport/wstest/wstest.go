@@ -211,7 +211,7 @@ func (s *State) Apply(f Frame) error {
 		m := *f.UserMessage
 		s.Messages[m.ID] = &m
 		s.ActiveRun = f.Run
-	case "assistant.segment.started", "tool.start", "tool.update", "tool.end":
+	case "assistant.segment.started", "tool.start", "tool.update", "tool.end", "message.added":
 		m := *f.Message
 		s.Messages[m.ID] = &m
 	case "chat.delta":
