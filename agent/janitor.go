@@ -167,7 +167,7 @@ func (j *SandboxJanitor) pass(ctx context.Context) {
 	case total.Paused+total.Killed > 0:
 		j.log.Info().Int("paused", total.Paused).Int("killed", total.Killed).Int("skipped", total.Skipped).Msg("sandbox janitor paused idle and killed long-paused sandboxes")
 	}
-	if j.cfg.Swept != nil {
+	if j.cfg.Swept != nil && ctx.Err() == nil {
 		j.cfg.Swept(total, err)
 	}
 }
