@@ -975,9 +975,9 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx))
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
-		"database started", "startup-sweep started", "sandboxes started",
+		"database started", "startup-sweep started", "sandboxes started", "sandbox-janitor started",
 		"transport started", "hub started", "recovery started", "eviction started", "abandonment started", "http started",
-		"http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped",
+		"http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
 		"sandboxes stopped", "startup-sweep stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }
