@@ -30,9 +30,12 @@ func sandboxHarness(t *testing.T, model agent.Model, edit ...func(*agent.Config)
 	t.Helper()
 	p, err := local.New(t.TempDir())
 	require.NoError(t, err)
+	var sbs *agent.Sandboxes
 	h := newHarnessWithStore(t, model, func(st *store.Store, c *agent.Config) {
-		c.Sandboxes = agent.NewSandboxes(p, st)
+		sbs = agent.NewSandboxes(p, st, c.Clock)
+		c.Sandboxes = sbs
 	}, append([]func(*agent.Config){withTools(tools.Shell{})}, edit...)...)
+	h.sbs = sbs
 	t.Cleanup(func() {
 		// Nothing may outlive the test: kill whatever sandbox the session has.
 		if id, err := h.st.SessionSandbox(context.Background(), h.actor.SessionID()); err == nil && id != "" {
@@ -217,8 +220,9 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 	require.Equal(t, "The ticker is running.", msgs[3].Content)
 }
 
-// A sandbox paused for longer than its limit is killed; the run still waits, and the
-// approval that finally comes gets a new sandbox.
+// A sandbox paused for longer than its limit is killed by the janitor, counting from the
+// pause the approval timeout stored; the run still waits, and the approval that finally
+// comes gets a new sandbox, which the transcript announces.
 func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 	t.Parallel()
 	model := modeltest.New(
@@ -227,6 +231,8 @@ func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 		modeltest.Say("Listed."),
 	)
 	h, p := sandboxHarness(t, model)
+	j, err := agent.NewJanitor(agent.JanitorConfig{Sandboxes: h.sbs, Store: h.st, Clock: h.clock})
+	require.NoError(t, err)
 	h.send("go")
 	h.awaitStatus("awaiting_approval")
 	h.decide("s1", true)
@@ -238,12 +244,25 @@ func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 	h.waitTimers(1)
 	h.clock.Advance(agent.DefaultApprovalTimeout)
 	h.awaitStatus("paused")
-	h.waitTimers(1) // the kill timer
-	h.clock.Advance(agent.DefaultSandboxKillAfter)
+	// Not yet: the kill limit counts from the pause, not from the wait.
+	h.clock.Advance(agent.DefaultSandboxKillAfter - time.Second)
+	pass, err := j.Sweep(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, agent.JanitorPass{}, pass)
+	require.Equal(t, first, h.sandboxID())
+	h.clock.Advance(time.Second)
+	pass, err = j.Sweep(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, agent.JanitorPass{Killed: 1}, pass)
 	poll(t, "the killed sandbox's ticker to be gone", func() bool { s := procState(bg); return s == "" || s == "Z" })
+	require.Empty(t, h.sandboxID(), "the session forgot the killed sandbox")
 	require.Equal(t, chat.RunPaused, h.runStatus(), "the run waits on, however long")
 
 	h.decide("s2", true)
+	notice := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "message.added" })
+	require.Equal(t, "system", notice.Message.Role)
+	require.Equal(t, "complete", notice.Message.Status)
+	require.Contains(t, notice.Message.Content, "stopped after it sat idle")
 	end := h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
 	require.Equal(t, "ok", end.Message.Tool.Status)
 	require.NotContains(t, *end.Message.Tool.Output, "marker", "a new sandbox starts empty")
@@ -251,7 +270,14 @@ func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 	second := h.sandboxID()
 	require.NotEqual(t, first, second)
 	require.FileExists(t, filepath.Join(p.Workspace(first), "marker"), "a killed sandbox keeps its directory")
-	h.stored()
+	msgs := h.stored()
+	var system []string
+	for _, m := range msgs {
+		if m.Role == "system" {
+			system = append(system, m.Content)
+		}
+	}
+	require.Equal(t, []string{agent.ReplacedIdle.Notice()}, system, "the transcript says the sandbox is new, once")
 }
 
 // Denied: the call ends denied, the model is told, and it carries on.
@@ -457,7 +483,7 @@ func TestDecisionRacingThePause(t *testing.T) {
 	)
 	h := newHarnessWithStore(t, model, func(st *store.Store, c *agent.Config) {
 		bs = &blockingStore{Store: st, entered: make(chan struct{})}
-		c.Sandboxes = agent.NewSandboxes(p, bs)
+		c.Sandboxes = agent.NewSandboxes(p, bs, c.Clock)
 	}, withTools(tools.Shell{}))
 	h.send("two")
 	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.start" && f.Message.Tool.CallID == "b" })

@@ -25,7 +25,6 @@ const (
 	DefaultMaxParallelTools = 4
 	DefaultMaxToolOutput    = 64 << 10
 	DefaultApprovalTimeout  = 5 * time.Minute
-	DefaultSandboxKillAfter = 24 * time.Hour
 	DefaultMaxRetries       = 2
 	DefaultRetryBackoff     = time.Second
 	DefaultContextTokens    = 64000
@@ -67,10 +66,9 @@ type Config struct {
 	// MaxToolOutput caps each tool result (and its streamed output), in bytes.
 	MaxToolOutput int
 	// ApprovalTimeout is how long a run waits for a decision before it pauses the
-	// session's sandbox; SandboxKillAfter how long a paused sandbox lives before it is
-	// killed. The run itself waits for the decision indefinitely.
-	ApprovalTimeout  time.Duration
-	SandboxKillAfter time.Duration
+	// session's sandbox. The run itself waits for the decision indefinitely; the
+	// SandboxJanitor kills a sandbox paused for longer than its KillAfter.
+	ApprovalTimeout time.Duration
 	// MaxRetries is how often a transient model error is retried, backing off from
 	// RetryBackoff (doubling), or the provider's retry-after when longer (up to a
 	// minute). Negative means never.
@@ -115,7 +113,6 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxRetries, DefaultMaxRetries)
 	def(&c.ContextTokens, DefaultContextTokens)
 	defDur(&c.ApprovalTimeout, DefaultApprovalTimeout)
-	defDur(&c.SandboxKillAfter, DefaultSandboxKillAfter)
 	defDur(&c.RetryBackoff, DefaultRetryBackoff)
 	defDur(&c.ModelIdleTimeout, DefaultModelIdleTimeout)
 	return c
@@ -377,9 +374,9 @@ type call struct {
 	badInput bool
 	decision <-chan conversation.Decision // set for calls waiting for approval
 	// asked is when the call began to wait for its decision: now for a new call, when it
-	// was stored for one of a checkpoint, so the approval timeout and the sandbox kill
-	// limit count from the first wait across restarts and evictions (the deadlines are
-	// the stored call's created_at plus those durations).
+	// was stored for one of a checkpoint, so the approval timeout counts from the first
+	// wait across restarts and evictions (the deadline is the stored call's created_at
+	// plus ApprovalTimeout).
 	asked    time.Time
 	approved bool
 	settled  bool // result is final: the call does not run (an interrupted one)
@@ -459,9 +456,13 @@ func (r *run) settle(ctx context.Context, cs []*call) ([]Message, error) {
 }
 
 // awaitDecisions waits for every approval of the step. It waits indefinitely, but after
-// ApprovalTimeout it pauses the session's sandbox (and tells the run), and a sandbox
-// paused for SandboxKillAfter is killed. A decision resumes a paused sandbox; a killed one
-// is replaced when a tool next needs it.
+// ApprovalTimeout it pauses the session's sandbox (and tells the run); Sandboxes records
+// when, and the SandboxJanitor kills a sandbox paused for SandboxKillAfter, from the
+// stored time, whether or not this wait (or any process) is still there. A decision
+// resumes a paused sandbox; a killed one is replaced when a tool next needs it. A wait
+// that ends without a decision (cancelled, shut down, parked) resumes the sandbox, so
+// its background work goes on; the janitor pauses it again once it has sat idle for its
+// IdlePause, and kills it KillAfter after that.
 func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 	type decided struct {
 		c *call
@@ -503,12 +504,10 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 	waited := clock.Now().Sub(asked)
 	pauseAt := clock.NewTimer(max(r.l.cfg.ApprovalTimeout-waited, 0))
 	defer pauseAt.Stop()
-	var killAt clockwork.Timer
-	var killC <-chan time.Time
 	paused := false
 	defer func() {
 		// The wait ended without a decision (cancelled, failed, shut down): the
-		// sandbox must not stay frozen with nothing left to resume it.
+		// sandbox must not stay frozen for a run that is gone.
 		if paused {
 			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
 				r.l.log.Warn().Err(err).Msg("resume the session's sandbox")
@@ -520,10 +519,6 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 		case d := <-ch:
 			pending--
 			d.c.approved = d.d.Approved
-			if killAt != nil {
-				killAt.Stop()
-				killAt, killC = nil, nil
-			}
 			if paused {
 				paused = false
 				if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
@@ -534,7 +529,6 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 				}
 			}
 			if pending > 0 {
-				asked = clock.Now()
 				pauseAt.Reset(r.l.cfg.ApprovalTimeout)
 			}
 		case <-pauseAt.Chan():
@@ -545,18 +539,7 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 			if err := r.out.Paused(); err != nil {
 				return err
 			}
-			// Paused since asked + ApprovalTimeout, which may be long past.
-			killAt = clock.NewTimer(max(r.l.cfg.SandboxKillAfter-max(clock.Now().Sub(asked)-r.l.cfg.ApprovalTimeout, 0), 0))
-			killC = killAt.Chan()
-		case <-killC:
-			killAt, killC = nil, nil
-			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Kill(ctx, id) }); err != nil {
-				r.l.log.Warn().Err(err).Msg("kill the session's sandbox")
-			}
 		case <-ctx.Done():
-			if killAt != nil {
-				killAt.Stop()
-			}
 			return ctx.Err()
 		}
 	}
@@ -576,6 +559,16 @@ func (r *run) sandboxes(do func(*Sandboxes, context.Context, uuid.UUID) error) e
 // execute runs one call and ends it. Tool errors and panics are results the model sees.
 func (r *run) execute(ctx context.Context, c *call) Message {
 	msg := Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name}
+	if sbs := r.l.cfg.Sandboxes; sbs != nil {
+		// The janitor leaves the session's sandbox alone while the call runs, and its
+		// idle time counts from the call's end.
+		end := sbs.Begin(r.req.SessionID)
+		defer func() {
+			if err := r.sandboxes(func(_ *Sandboxes, ctx context.Context, _ uuid.UUID) error { return end(ctx) }); err != nil {
+				r.l.log.Warn().Err(err).Msg("mark the session's sandbox used")
+			}
+		}()
+	}
 	streamed := &outputWriter{
 		emit:  func(s string) error { return r.out.ToolOutput(c.ID, s) },
 		limit: r.l.cfg.MaxToolOutput,
@@ -639,11 +632,23 @@ type toolEnv struct {
 
 func (e *toolEnv) Output() io.Writer { return e.out }
 
+// Sandbox returns the session's sandbox. When it is a new one replacing one the session
+// had, the transcript says so first: the model and the user must not expect the old
+// files.
 func (e *toolEnv) Sandbox(ctx context.Context) (sandbox.Sandbox, error) {
 	if e.r.l.cfg.Sandboxes == nil {
 		return nil, errors.New("no sandbox is configured")
 	}
-	return e.r.l.cfg.Sandboxes.Get(ctx, e.r.req.SessionID)
+	sb, replaced, err := e.r.l.cfg.Sandboxes.Get(ctx, e.r.req.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if replaced != NotReplaced {
+		if err := e.r.out.Notice(replaced.Notice()); err != nil {
+			return nil, err
+		}
+	}
+	return sb, nil
 }
 
 // lockedEmitter lets the step's tool goroutines share the run's emitter, whose methods
@@ -711,6 +716,12 @@ func (e *lockedEmitter) Resumed() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.out.Resumed()
+}
+
+func (e *lockedEmitter) Notice(text string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Notice(text)
 }
 
 func (e *lockedEmitter) Usage(u conversation.Usage) error {

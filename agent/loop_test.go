@@ -34,6 +34,7 @@ type harness struct {
 	clock *clockwork.FakeClock
 	actor *conversation.Actor
 	sub   *wstest.Sub
+	sbs   *agent.Sandboxes // set by sandboxHarness
 }
 
 func newHarness(t *testing.T, model agent.Model, edit ...func(*agent.Config)) *harness {

@@ -235,7 +235,8 @@ func TestCheckpointAwaitingCallPausesAfterTheApprovalTimeout(t *testing.T) {
 	defer cancel()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the approval timeout
 	clock.Advance(agent.DefaultApprovalTimeout)
-	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // paused: the kill timer runs
+	// Paused: no timer marks it any more (the janitor kills a paused sandbox).
+	poll(t, "the pause", func() bool { return len(rec.Log()) == 2 })
 	require.Equal(t, []string{"tool.await: s1", "paused"}, rec.Log())
 
 	rec.Give("s1", conversation.Decision{Approved: true})
@@ -277,7 +278,7 @@ func TestCheckpointApprovalDeadlineIsStored(t *testing.T) {
 				require.Equal(t, []string{"tool.await: s1"}, rec.Log(), "not before the stored deadline")
 				clock.Advance(time.Nanosecond)
 			}
-			require.NoError(t, clock.BlockUntilContext(ctx, 1)) // paused: the kill timer runs
+			poll(t, "the pause", func() bool { return len(rec.Log()) == 2 })
 			require.Equal(t, []string{"tool.await: s1", "paused"}, rec.Log())
 
 			rec.Give("s1", conversation.Decision{Approved: true})

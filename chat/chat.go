@@ -99,6 +99,12 @@ type Session struct {
 	UpdatedAt time.Time
 }
 
+// SessionSandbox names a session's sandbox: what the sandbox janitor acts on.
+type SessionSandbox struct {
+	SessionID uuid.UUID
+	SandboxID string
+}
+
 // CancelReason says why a run was cancelled or interrupted.
 type CancelReason string
 

@@ -242,6 +242,8 @@ func (a *Actor) handle(it intent) {
 		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:
 		a.onUsage(it.run, it.usage)
+	case *noticeIntent:
+		it.reply <- a.onNotice(it.run, it.text)
 	case *reasoningIntent:
 		a.onReasoning(it.run, it)
 	default:

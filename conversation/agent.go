@@ -81,6 +81,11 @@ type Emitter interface {
 	// Resumed records that the agent resumed the session's sandbox: a paused run waits
 	// again (awaiting_approval) or runs.
 	Resumed() error
+	// Notice adds a system message to the run's transcript, complete, with text: what
+	// the user (and the model, next time) should know of the run's circumstances, such
+	// as a sandbox that was replaced. It closes the open assistant segment and returns
+	// once the message is stored; it is published as message.added.
+	Notice(text string) error
 	// Usage adds the input and output tokens of a model call to the run's usage and
 	// records its ContextTokens and ContextWindow as the latest.
 	Usage(u Usage) error

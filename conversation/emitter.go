@@ -49,6 +49,11 @@ type (
 		run *runState
 		err error
 	}
+	noticeIntent struct {
+		run   *runState
+		text  string
+		reply chan error
+	}
 	reasoningIntent struct {
 		run          *runState
 		text         string
@@ -131,6 +136,11 @@ func (e *emitter) Paused() error {
 func (e *emitter) Resumed() error {
 	reply := make(chan error, 1)
 	return e.call(&pausedIntent{e.run, true, reply}, reply)
+}
+
+func (e *emitter) Notice(text string) error {
+	reply := make(chan error, 1)
+	return e.call(&noticeIntent{e.run, text, reply}, reply)
 }
 
 func (e *emitter) Usage(u Usage) error {

@@ -20,6 +20,7 @@ const (
 	EventToolOutput     EventType = "tool.output"
 	EventToolUpdate     EventType = "tool.update"
 	EventToolEnd        EventType = "tool.end"
+	EventMessageAdded   EventType = "message.added"
 	EventRunStatus      EventType = "run.status"
 	EventChatDone       EventType = "chat.done"
 	EventChatError      EventType = "chat.error"
@@ -33,6 +34,7 @@ const (
 //	chat.delta                 MessageID, Text
 //	assistant.segment.ended    MessageID, Status, Error (when the segment failed)
 //	tool.start, tool.update, tool.end  Message
+//	message.added              Message (a complete message, such as a system notice)
 //	tool.output                MessageID, Text
 //	run.status, chat.done, chat.error, chat.cancelled  Run
 type Event struct {

@@ -120,3 +120,27 @@ func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus chat.Message
 	a.publish(a.runEvent(run, Event{Type: EventToolEnd, Message: &m}))
 	return err
 }
+
+// onNotice stores a complete system message of the run, after the open segment, and
+// publishes it.
+func (a *Actor) onNotice(run *runState, text string) error {
+	if !a.isCurrent(run) {
+		return ErrRunEnded
+	}
+	text = chat.CleanText(text)
+	if text == "" {
+		return errorf(CodeBadRequest, "a notice needs text")
+	}
+	if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
+		a.failStorage(run, "store the reply", err)
+		return ErrRunEnded
+	}
+	m := a.newRunMessage(run.info, chat.RoleSystem, chat.MessageComplete)
+	m.Content = text
+	if err := a.journal.insert(run.info.ID, m); err != nil {
+		a.failStorage(run, "store a notice", err)
+		return ErrRunEnded
+	}
+	a.publish(a.runEvent(run, Event{Type: EventMessageAdded, Message: &m}))
+	return nil
+}

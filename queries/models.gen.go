@@ -56,10 +56,13 @@ type Run struct {
 }
 
 type Session struct {
-	ID        uuid.UUID
-	Owner     string
-	Title     string
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	SandboxID *string
+	ID              uuid.UUID
+	Owner           string
+	Title           string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	SandboxID       *string
+	SandboxUsedAt   *time.Time
+	SandboxPausedAt *time.Time
+	SandboxKilledAt *time.Time
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at, sandbox_id FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -26,6 +26,9 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SandboxID,
+		&i.SandboxUsedAt,
+		&i.SandboxPausedAt,
+		&i.SandboxKilledAt,
 	)
 	return i, err
 }
@@ -34,7 +37,7 @@ const sessionInsert = `-- name: SessionInsert :one
 INSERT INTO sessions (id, owner, title, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $4)
 ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING id, owner, title, created_at, updated_at, sandbox_id
+RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at
 `
 
 type SessionInsertParams struct {
@@ -63,21 +66,214 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SandboxID,
+		&i.SandboxUsedAt,
+		&i.SandboxPausedAt,
+		&i.SandboxKilledAt,
 	)
 	return i, err
 }
 
+const sessionSandboxKill = `-- name: SessionSandboxKill :execrows
+UPDATE sessions SET sandbox_id = NULL, sandbox_paused_at = NULL, sandbox_used_at = NULL,
+    sandbox_killed_at = $1
+WHERE id = $2 AND sandbox_id = $3 AND sandbox_paused_at <= $4
+`
+
+type SessionSandboxKillParams struct {
+	KilledAt   *time.Time
+	ID         uuid.UUID
+	SandboxID  *string
+	KillBefore *time.Time
+}
+
+// The janitor's kill: the sandbox, paused since before kill_before, is forgotten, so
+// the session's next tool call creates a new one.
+func (q *Queries) SessionSandboxKill(ctx context.Context, db DBTX, arg SessionSandboxKillParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionSandboxKill,
+		arg.KilledAt,
+		arg.ID,
+		arg.SandboxID,
+		arg.KillBefore,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sessionSandboxKilledAt = `-- name: SessionSandboxKilledAt :one
+SELECT sandbox_killed_at FROM sessions WHERE id = $1
+`
+
+// When the janitor last killed the session's sandbox; NULL when it did not, or when the
+// session has a sandbox again.
+func (q *Queries) SessionSandboxKilledAt(ctx context.Context, db DBTX, id uuid.UUID) (*time.Time, error) {
+	row := db.QueryRow(ctx, sessionSandboxKilledAt, id)
+	var sandbox_killed_at *time.Time
+	err := row.Scan(&sandbox_killed_at)
+	return sandbox_killed_at, err
+}
+
+const sessionSandboxPause = `-- name: SessionSandboxPause :execrows
+UPDATE sessions SET sandbox_paused_at = $1
+WHERE id = $2 AND sandbox_id = $3 AND sandbox_paused_at IS NULL
+`
+
+type SessionSandboxPauseParams struct {
+	PausedAt  *time.Time
+	ID        uuid.UUID
+	SandboxID *string
+}
+
+// Records that sandbox_id was paused at paused_at, unless it already was (a pause
+// earlier than this one counts).
+func (q *Queries) SessionSandboxPause(ctx context.Context, db DBTX, arg SessionSandboxPauseParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionSandboxPause, arg.PausedAt, arg.ID, arg.SandboxID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sessionSandboxPauseIdle = `-- name: SessionSandboxPauseIdle :execrows
+UPDATE sessions SET sandbox_paused_at = $1
+WHERE id = $2 AND sandbox_id = $3 AND sandbox_paused_at IS NULL
+    AND sandbox_used_at <= $4
+`
+
+type SessionSandboxPauseIdleParams struct {
+	PausedAt   *time.Time
+	ID         uuid.UUID
+	SandboxID  *string
+	IdleBefore *time.Time
+}
+
+// The janitor's pause: only when the sandbox is still the same, running and unused
+// since idle_before (a tool call that came in between keeps it running).
+func (q *Queries) SessionSandboxPauseIdle(ctx context.Context, db DBTX, arg SessionSandboxPauseIdleParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionSandboxPauseIdle,
+		arg.PausedAt,
+		arg.ID,
+		arg.SandboxID,
+		arg.IdleBefore,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sessionSandboxUsed = `-- name: SessionSandboxUsed :execrows
+UPDATE sessions SET sandbox_used_at = $1, sandbox_paused_at = NULL
+WHERE id = $2 AND sandbox_id IS NOT NULL
+`
+
+type SessionSandboxUsedParams struct {
+	UsedAt *time.Time
+	ID     uuid.UUID
+}
+
+// The session's sandbox was used (a tool call started or ended on it, or it was
+// resumed): it runs, and its idle time counts from now.
+func (q *Queries) SessionSandboxUsed(ctx context.Context, db DBTX, arg SessionSandboxUsedParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionSandboxUsed, arg.UsedAt, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sessionSandboxesIdle = `-- name: SessionSandboxesIdle :many
+SELECT id, sandbox_id::text AS sandbox_id FROM sessions
+WHERE sandbox_id IS NOT NULL AND sandbox_paused_at IS NULL AND sandbox_used_at <= $1
+ORDER BY sandbox_used_at
+LIMIT $2
+`
+
+type SessionSandboxesIdleParams struct {
+	IdleBefore *time.Time
+	Max        int32
+}
+
+type SessionSandboxesIdleRow struct {
+	ID        uuid.UUID
+	SandboxID string
+}
+
+// Running sandboxes unused since idle_before, the longest idle first.
+func (q *Queries) SessionSandboxesIdle(ctx context.Context, db DBTX, arg SessionSandboxesIdleParams) ([]SessionSandboxesIdleRow, error) {
+	rows, err := db.Query(ctx, sessionSandboxesIdle, arg.IdleBefore, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionSandboxesIdleRow{}
+	for rows.Next() {
+		var i SessionSandboxesIdleRow
+		if err := rows.Scan(&i.ID, &i.SandboxID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sessionSandboxesPaused = `-- name: SessionSandboxesPaused :many
+SELECT id, sandbox_id::text AS sandbox_id FROM sessions
+WHERE sandbox_id IS NOT NULL AND sandbox_paused_at IS NOT NULL AND sandbox_paused_at <= $1
+ORDER BY sandbox_paused_at
+LIMIT $2
+`
+
+type SessionSandboxesPausedParams struct {
+	PausedBefore *time.Time
+	Max          int32
+}
+
+type SessionSandboxesPausedRow struct {
+	ID        uuid.UUID
+	SandboxID string
+}
+
+// Sandboxes paused since before paused_before, the longest paused first.
+func (q *Queries) SessionSandboxesPaused(ctx context.Context, db DBTX, arg SessionSandboxesPausedParams) ([]SessionSandboxesPausedRow, error) {
+	rows, err := db.Query(ctx, sessionSandboxesPaused, arg.PausedBefore, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionSandboxesPausedRow{}
+	for rows.Next() {
+		var i SessionSandboxesPausedRow
+		if err := rows.Scan(&i.ID, &i.SandboxID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionSetSandbox = `-- name: SessionSetSandbox :execrows
-UPDATE sessions SET sandbox_id = $1 WHERE id = $2
+UPDATE sessions SET sandbox_id = $1, sandbox_used_at = $2,
+    sandbox_paused_at = NULL, sandbox_killed_at = NULL
+WHERE id = $3
 `
 
 type SessionSetSandboxParams struct {
 	SandboxID *string
+	UsedAt    *time.Time
 	ID        uuid.UUID
 }
 
+// A new sandbox (or none): used now, running.
 func (q *Queries) SessionSetSandbox(ctx context.Context, db DBTX, arg SessionSetSandboxParams) (int64, error) {
-	result, err := db.Exec(ctx, sessionSetSandbox, arg.SandboxID, arg.ID)
+	result, err := db.Exec(ctx, sessionSetSandbox, arg.SandboxID, arg.UsedAt, arg.ID)
 	if err != nil {
 		return 0, err
 	}

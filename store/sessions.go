@@ -44,23 +44,6 @@ func (s *Store) SessionSandbox(ctx context.Context, id uuid.UUID) (string, error
 	return sess.SandboxID, nil
 }
 
-// SessionSetSandbox records the session's sandbox ("" for none). It returns ErrNotFound
-// for an unknown session.
-func (s *Store) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID string) error {
-	var sb *string
-	if sandboxID != "" {
-		sb = &sandboxID
-	}
-	n, err := s.q.SessionSetSandbox(ctx, s.db, queries.SessionSetSandboxParams{ID: id, SandboxID: sb})
-	if err != nil {
-		return fmt.Errorf("set sandbox of session %s: %w", id, mapErr(err))
-	}
-	if n == 0 {
-		return fmt.Errorf("set sandbox of session %s: %w", id, ErrNotFound)
-	}
-	return nil
-}
-
 func sessionFromRow(r queries.Session) chat.Session {
 	return chat.Session{
 		ID:        r.ID,

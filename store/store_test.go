@@ -293,15 +293,15 @@ func TestInTxRollsBack(t *testing.T) {
 func TestSessionSandboxAndCancelReason(t *testing.T) {
 	s, b := setup(t)
 	require.Empty(t, b.session.SandboxID)
-	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "local-123"))
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "local-123", time.Now()))
 	got, err := s.SessionGet(b.ctx, b.session.ID)
 	require.NoError(t, err)
 	require.Equal(t, "local-123", got.SandboxID)
-	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, ""))
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "", time.Now()))
 	got, err = s.SessionGet(b.ctx, b.session.ID)
 	require.NoError(t, err)
 	require.Empty(t, got.SandboxID)
-	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, uuid.New(), "x"), store.ErrNotFound)
+	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, uuid.New(), "x", time.Now()), store.ErrNotFound)
 
 	run, _ := startRun(t, s, b, "r1", 1)
 	run.Status = chat.RunCancelled
@@ -558,4 +558,60 @@ func TestRunUpdateRaceHasOneWinner(t *testing.T) {
 	got, err := s.RunGet(b.ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, chat.RunDone, got.Status)
+}
+
+// The janitor's deadlines: a sandbox is listed idle once unused since the cut-off, and
+// paused once paused since it; the conditional writes refuse a sandbox that changed.
+func TestSessionSandboxDeadlines(t *testing.T) {
+	s, b := setup(t)
+	t0 := b.now
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb1", t0))
+	idle, err := s.SessionSandboxesIdle(b.ctx, t0.Add(-time.Second), 10)
+	require.NoError(t, err)
+	require.Empty(t, idle, "used after the cut-off")
+	idle, err = s.SessionSandboxesIdle(b.ctx, t0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []chat.SessionSandbox{{SessionID: b.session.ID, SandboxID: "sb1"}}, idle)
+
+	// Used again: no longer idle by the old cut-off, and the idle pause is refused.
+	require.NoError(t, s.SessionSandboxUsed(b.ctx, b.session.ID, t0.Add(time.Minute)))
+	ok, err := s.SessionSandboxPauseIdle(b.ctx, b.session.ID, "sb1", t0, t0.Add(time.Minute))
+	require.NoError(t, err)
+	require.False(t, ok)
+	ok, err = s.SessionSandboxPauseIdle(b.ctx, b.session.ID, "other", t0.Add(time.Minute), t0.Add(time.Minute))
+	require.NoError(t, err)
+	require.False(t, ok, "not the session's sandbox")
+	ok, err = s.SessionSandboxPauseIdle(b.ctx, b.session.ID, "sb1", t0.Add(time.Minute), t0.Add(2*time.Minute))
+	require.NoError(t, err)
+	require.True(t, ok)
+	idle, err = s.SessionSandboxesIdle(b.ctx, t0.Add(time.Hour), 10)
+	require.NoError(t, err)
+	require.Empty(t, idle, "a paused sandbox is not idle")
+	// A later pause does not move the stored one.
+	require.NoError(t, s.SessionSandboxPaused(b.ctx, b.session.ID, "sb1", t0.Add(time.Hour)))
+	paused, err := s.SessionSandboxesPaused(b.ctx, t0.Add(2*time.Minute), 10)
+	require.NoError(t, err)
+	require.Len(t, paused, 1)
+
+	ok, err = s.SessionSandboxKilled(b.ctx, b.session.ID, "sb1", t0.Add(time.Minute), t0.Add(3*time.Minute))
+	require.NoError(t, err)
+	require.False(t, ok, "paused after the cut-off")
+	ok, err = s.SessionSandboxKilled(b.ctx, b.session.ID, "sb1", t0.Add(2*time.Minute), t0.Add(3*time.Minute))
+	require.NoError(t, err)
+	require.True(t, ok)
+	id, err := s.SessionSandbox(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.Empty(t, id)
+	killed, err := s.SessionSandboxKilledAt(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(3*time.Minute), *killed)
+	paused, err = s.SessionSandboxesPaused(b.ctx, t0.Add(time.Hour), 10)
+	require.NoError(t, err)
+	require.Empty(t, paused)
+
+	// A new sandbox forgets the kill.
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb2", t0.Add(4*time.Minute)))
+	killed, err = s.SessionSandboxKilledAt(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.Nil(t, killed)
 }

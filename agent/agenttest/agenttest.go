@@ -311,8 +311,9 @@ func (r *Recorder) AwaitDecision(id string) (<-chan conversation.Decision, error
 	_ = r.add("tool.await: %s", id)
 	return r.decision(conversation.ToolCall{ID: id}), nil
 }
-func (r *Recorder) Paused() error  { return r.add("paused") }
-func (r *Recorder) Resumed() error { return r.add("resumed") }
+func (r *Recorder) Paused() error            { return r.add("paused") }
+func (r *Recorder) Resumed() error           { return r.add("resumed") }
+func (r *Recorder) Notice(text string) error { return r.add("notice: %s", text) }
 func (r *Recorder) Usage(u conversation.Usage) error {
 	return r.add("usage: %d %d %d %d", u.InputTokens, u.OutputTokens, u.ContextTokens, u.ContextWindow)
 }

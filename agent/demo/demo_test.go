@@ -122,7 +122,7 @@ func TestApproveFlow(t *testing.T) {
 	loop, err := agent.New(agent.Config{
 		Model:     demo.NewModel(demo.Config{Words: 8}),
 		Tools:     reg,
-		Sandboxes: agent.NewSandboxes(p, st),
+		Sandboxes: agent.NewSandboxes(p, st, clock),
 		Clock:     clock,
 		Logger:    log,
 	})

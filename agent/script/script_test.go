@@ -83,6 +83,7 @@ func (r *recorder) AwaitDecision(string) (<-chan conversation.Decision, error) {
 }
 func (r *recorder) Paused() error          { return nil }
 func (r *recorder) Resumed() error         { return nil }
+func (r *recorder) Notice(string) error    { return nil }
 func (r *recorder) Reasoning(string) error { return nil }
 func (r *recorder) EndReasoning(json.RawMessage) error {
 	return nil

@@ -72,9 +72,13 @@ type Config struct {
 	DemoDelay time.Duration
 
 	// ApprovalTimeout is how long a run waits for a decision before the session's
-	// sandbox is paused (CHATD_APPROVAL_TIMEOUT); SandboxKillAfter how long a paused
-	// sandbox lives (CHATD_SANDBOX_KILL_AFTER). Runs wait for decisions indefinitely.
+	// sandbox is paused (CHATD_APPROVAL_TIMEOUT); SandboxIdlePause how long a sandbox
+	// runs without a tool call before it is paused (CHATD_SANDBOX_IDLE_PAUSE);
+	// SandboxKillAfter how long a paused sandbox lives (CHATD_SANDBOX_KILL_AFTER). The
+	// last two are enforced by the sandbox janitor from times stored with each session.
+	// Runs wait for decisions indefinitely.
 	ApprovalTimeout  time.Duration
+	SandboxIdlePause time.Duration
 	SandboxKillAfter time.Duration
 	// AbandonAfter cancels a streaming run nobody has watched for this long
 	// (CHATD_ABANDON_AFTER).
@@ -176,6 +180,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
+	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
 	fs.StringVar(&c.Recover, "recover", env.str("CHATD_RECOVER", RecoverContinue), "what start-up does with runs a dead process left unfinished: continue or interrupt (CHATD_RECOVER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
@@ -250,6 +255,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_DEMO_DELAY (-demo-delay) is %s; it must not be negative", c.DemoDelay)
 	case c.ApprovalTimeout <= 0:
 		return fmt.Errorf("CHATD_APPROVAL_TIMEOUT (-approval-timeout) is %s; it must be positive", c.ApprovalTimeout)
+	case c.SandboxIdlePause <= 0:
+		return fmt.Errorf("CHATD_SANDBOX_IDLE_PAUSE (-sandbox-idle-pause) is %s; it must be positive", c.SandboxIdlePause)
 	case c.SandboxKillAfter <= 0:
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
 	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:

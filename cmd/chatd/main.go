@@ -108,6 +108,7 @@ type Main struct {
 	registry  *prometheus.Registry // what /metrics serves
 	db        *database
 	sandboxes *local.Provider
+	janitor   *agent.SandboxJanitor
 	hub       *hub.Hub
 	srv       *transport.Server
 	http      *listener
@@ -150,11 +151,11 @@ func (m *Main) build() error {
 		return err
 	}
 	st := m.db.Store()
-	loop, err := m.newAgent(st)
+	clock := clockwork.NewRealClock()
+	loop, err := m.newAgent(st, clock)
 	if err != nil {
 		return err
 	}
-	clock := clockwork.NewRealClock()
 	evictions := conversation.NewDeadlines("eviction", clock)
 	abandonments := conversation.NewDeadlines("abandonment", clock)
 	m.hub, err = hub.New(conversation.Config{
@@ -209,6 +210,7 @@ func (m *Main) build() error {
 	m.services.Add("database", m.db)
 	m.services.Add("startup-sweep", service.Func(m.interruptUnfinished, nil))
 	m.services.Add("sandboxes", service.Func(m.sweepSandboxes, m.closeSandboxes))
+	m.services.Add("sandbox-janitor", m.janitor)
 	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
 	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
 	m.services.Add("recovery", service.Func(m.recoverUnfinished, nil))
@@ -320,7 +322,7 @@ func (m *Main) logListening() {
 
 // newAgent builds the agent loop: the configured model (the demo one by default), the
 // built-in tools, and local sandboxes.
-func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
+func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, error) {
 	model, err := m.newModel()
 	if err != nil {
 		return nil, err
@@ -340,17 +342,29 @@ func (m *Main) newAgent(st *store.Store) (*agent.Loop, error) {
 	if err != nil {
 		return nil, err
 	}
+	sandboxes := agent.NewSandboxes(m.sandboxes, st, clock)
+	m.janitor, err = agent.NewJanitor(agent.JanitorConfig{
+		Sandboxes: sandboxes,
+		Store:     st,
+		IdlePause: m.cfg.SandboxIdlePause,
+		KillAfter: m.cfg.SandboxKillAfter,
+		Clock:     clock,
+		Logger:    m.log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return agent.New(agent.Config{
 		Model:            model,
 		Tools:            registry,
-		Sandboxes:        agent.NewSandboxes(m.sandboxes, st),
+		Sandboxes:        sandboxes,
 		System:           m.cfg.SystemPrompt,
 		ContextTokens:    m.cfg.ContextTokens,
 		MaxOutputTokens:  m.cfg.MaxTokens,
 		MaxSteps:         m.cfg.MaxSteps,
 		ApprovalTimeout:  m.cfg.ApprovalTimeout,
-		SandboxKillAfter: m.cfg.SandboxKillAfter,
 		ModelIdleTimeout: m.cfg.ModelTimeout,
+		Clock:            clock,
 		Logger:           m.log,
 		Metrics:          agent.NewMetrics(m.registry),
 	})

@@ -75,6 +75,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		MaxQueuedCommands: 16,
 
 		ApprovalTimeout:  5 * time.Minute,
+		SandboxIdlePause: 15 * time.Minute,
 		SandboxKillAfter: 24 * time.Hour,
 		AbandonAfter:     30 * time.Minute,
 		Recover:          RecoverContinue,
@@ -114,6 +115,7 @@ func TestParseConfigValues(t *testing.T) {
 
 		"CHATD_APPROVAL_TIMEOUT":   "10s",
 		"CHATD_SANDBOX_KILL_AFTER": "1h",
+		"CHATD_SANDBOX_IDLE_PAUSE": "20m",
 		"CHATD_ABANDON_AFTER":      "2m",
 		"CHATD_MAX_STEPS":          "5",
 		"CHATD_SHELL_TOOL":         "on",
@@ -154,6 +156,7 @@ func TestParseConfigValues(t *testing.T) {
 		MaxQueuedCommands: 4,
 
 		ApprovalTimeout:  10 * time.Second,
+		SandboxIdlePause: 20 * time.Minute,
 		SandboxKillAfter: time.Hour,
 		AbandonAfter:     2 * time.Minute,
 		Recover:          RecoverContinue,
@@ -206,6 +209,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-demo-delay", "5ms",
 				"-approval-timeout", "1m",
 				"-sandbox-kill-after", "2h",
+				"-sandbox-idle-pause", "30m",
 				"-abandon-after", "3m",
 				"-max-steps", "4",
 				"-shell-tool=off",
@@ -244,6 +248,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxQueuedCommands: 32,
 
 					ApprovalTimeout:  time.Minute,
+					SandboxIdlePause: 30 * time.Minute,
 					SandboxKillAfter: 2 * time.Hour,
 					AbandonAfter:     3 * time.Minute,
 					Recover:          RecoverContinue,
@@ -281,7 +286,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
-					ApprovalTimeout: 5 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, Recover: RecoverContinue,
+					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, Recover: RecoverContinue,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 				}
@@ -377,6 +382,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "demo words zero", env: map[string]string{"CHATD_DEMO_WORDS": "0"}, mention: []string{"CHATD_DEMO_WORDS"}},
 		{name: "demo delay negative", env: map[string]string{"CHATD_DEMO_DELAY": "-1ms"}, mention: []string{"CHATD_DEMO_DELAY"}},
 		{name: "approval timeout zero", env: map[string]string{"CHATD_APPROVAL_TIMEOUT": "0s"}, mention: []string{"CHATD_APPROVAL_TIMEOUT"}},
+		{name: "sandbox idle pause zero", env: map[string]string{"CHATD_SANDBOX_IDLE_PAUSE": "0s"}, mention: []string{"CHATD_SANDBOX_IDLE_PAUSE"}},
 		{name: "sandbox kill after bad", env: map[string]string{"CHATD_SANDBOX_KILL_AFTER": "soon"}, mention: []string{"CHATD_SANDBOX_KILL_AFTER"}},
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},
 		{name: "max steps zero", env: map[string]string{"CHATD_MAX_STEPS": "0"}, mention: []string{"CHATD_MAX_STEPS"}},
@@ -969,9 +975,9 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx))
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
-		"database started", "startup-sweep started", "sandboxes started",
+		"database started", "startup-sweep started", "sandboxes started", "sandbox-janitor started",
 		"transport started", "hub started", "recovery started", "eviction started", "abandonment started", "http started",
-		"http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped",
+		"http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
 		"sandboxes stopped", "startup-sweep stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }

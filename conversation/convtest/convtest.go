@@ -144,7 +144,7 @@ func (r *Recorder) applyLocked(ev *conversation.Event) {
 				}
 			}
 		}
-	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd:
+	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd, conversation.EventMessageAdded:
 		m := clone(*ev.Message)
 		s.Messages[m.ID.String()] = &m
 	case conversation.EventDelta:

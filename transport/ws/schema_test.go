@@ -173,7 +173,7 @@ func TestSchemaFrameTypesMatchGo(t *testing.T) {
 		id, ok := typ.(*ast.Ident)
 		return ok && id.Name == "EventType"
 	})
-	require.Len(t, eventsGo, 12, "conversation's event types")
+	require.Len(t, eventsGo, 13, "conversation's event types")
 	serverGo := append([]string{"snapshot", "resumed", "ack", "error", "history"}, eventsGo...)
 
 	clientSchema, err := wstest.FrameTypes("ClientFrame")
@@ -388,6 +388,12 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 			event("tool.end, "+string(m.Status)+" "+string(m.Tool.Status)+" "+strconv.FormatInt(m.Position, 10), e)
 		}
 	}
+	notice := ev(conversation.EventMessageAdded, 8)
+	notice.Message = &chat.Message{
+		ID: f.msg, SessionID: f.session, RunID: &f.run, RequestID: "r1", Position: 9, Role: chat.RoleSystem,
+		Kind: chat.KindText, Status: chat.MessageComplete, Content: "The previous sandbox was stopped.", CreatedAt: f.now, UpdatedAt: f.now,
+	}
+	event("message.added", notice)
 	for _, status := range []chat.RunStatus{chat.RunRunning, chat.RunAwaitingApproval, chat.RunPaused} {
 		e := ev(conversation.EventRunStatus, 9)
 		e.Run = f.runAt(status)

@@ -221,7 +221,7 @@ func (s *State) Apply(f Frame) error {
 				}
 			}
 		}
-	case "assistant.segment.started", "tool.start", "tool.update", "tool.end":
+	case "assistant.segment.started", "tool.start", "tool.update", "tool.end", "message.added":
 		m := *f.Message
 		s.Messages[m.ID] = &m
 	case "chat.delta":

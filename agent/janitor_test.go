@@ -1,0 +1,207 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/local"
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+)
+
+const (
+	idlePause = 15 * time.Minute
+	killAfter = 24 * time.Hour
+)
+
+// janitorBundle is one chatd process's sandboxes and janitor on a shared database.
+type janitorBundle struct {
+	st      *store.Store
+	clock   *clockwork.FakeClock
+	dir     string
+	p       *local.Provider
+	sbs     *agent.Sandboxes
+	janitor *agent.SandboxJanitor
+	session uuid.UUID
+}
+
+func setupJanitor(t *testing.T) *janitorBundle {
+	t.Helper()
+	t.Parallel()
+	b := &janitorBundle{st: storetest.New(t), clock: clockwork.NewFakeClock(), dir: t.TempDir()}
+	sess, err := b.st.SessionCreate(context.Background(), chat.Session{ID: uuid.New(), CreatedAt: chat.Timestamp(b.clock.Now())})
+	require.NoError(t, err)
+	b.session = sess.ID
+	b.restart(t)
+	return b
+}
+
+// restart stands for a new chatd process: a new provider on the same sandbox directory,
+// new Sandboxes and a new janitor, on the same database, with nothing in memory.
+func (b *janitorBundle) restart(t *testing.T) {
+	t.Helper()
+	p, err := local.New(b.dir)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	b.p = p
+	b.sbs = agent.NewSandboxes(p, b.st, b.clock)
+	b.janitor, err = agent.NewJanitor(agent.JanitorConfig{
+		Sandboxes: b.sbs, Store: b.st, IdlePause: idlePause, KillAfter: killAfter, Clock: b.clock,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	})
+	require.NoError(t, err)
+}
+
+func (b *janitorBundle) sweep(t *testing.T) agent.JanitorPass {
+	t.Helper()
+	p, err := b.janitor.Sweep(context.Background())
+	require.NoError(t, err)
+	return p
+}
+
+func (b *janitorBundle) get(t *testing.T) (sandbox.Sandbox, agent.Replacement) {
+	t.Helper()
+	sb, r, err := b.sbs.Get(context.Background(), b.session)
+	require.NoError(t, err)
+	return sb, r
+}
+
+func exec(sb sandbox.Sandbox) error {
+	_, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "true"})
+	return err
+}
+
+// An idle sandbox is paused once it sat idle for IdlePause, not before, and the next
+// call resumes it: the same sandbox, not a replacement.
+func TestJanitorPausesAnIdleSandboxAndTheNextCallResumesIt(t *testing.T) {
+	b := setupJanitor(t)
+	sb, r := b.get(t)
+	require.Equal(t, agent.NotReplaced, r)
+	require.NoError(t, exec(sb))
+
+	b.clock.Advance(idlePause - time.Second)
+	require.Equal(t, agent.JanitorPass{}, b.sweep(t))
+	require.NoError(t, exec(sb), "not paused before its time")
+	b.clock.Advance(time.Second)
+	require.Equal(t, agent.JanitorPass{Paused: 1}, b.sweep(t))
+	require.ErrorIs(t, exec(sb), sandbox.ErrPaused)
+	require.Equal(t, agent.JanitorPass{}, b.sweep(t), "a paused sandbox is paused once")
+
+	again, r := b.get(t)
+	require.Equal(t, agent.NotReplaced, r)
+	require.Equal(t, sb.ID(), again.ID())
+	require.NoError(t, exec(again))
+	// Resumed, its idle time starts again.
+	b.clock.Advance(idlePause - time.Second)
+	require.Equal(t, agent.JanitorPass{}, b.sweep(t))
+}
+
+// A paused sandbox is killed KillAfter after its pause, counted from the stored time by a
+// janitor of a later process that never saw it paused, with no run or actor around;
+// the next use gets a new sandbox and says why.
+func TestJanitorKillsAPausedSandboxAfterARestart(t *testing.T) {
+	b := setupJanitor(t)
+	sb, _ := b.get(t)
+	// Paused as the approval timeout does, an hour in.
+	b.clock.Advance(time.Hour)
+	require.NoError(t, b.sbs.Pause(context.Background(), b.session))
+	b.clock.Advance(killAfter - time.Second)
+	require.Equal(t, agent.JanitorPass{}, b.sweep(t))
+
+	b.restart(t)
+	b.clock.Advance(time.Second)
+	require.Equal(t, agent.JanitorPass{Killed: 1}, b.sweep(t))
+	_, err := b.p.Connect(context.Background(), sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	id, err := b.st.SessionSandbox(context.Background(), b.session)
+	require.NoError(t, err)
+	require.Empty(t, id)
+	require.Equal(t, agent.JanitorPass{}, b.sweep(t), "nothing left to do")
+
+	fresh, r := b.get(t)
+	require.Equal(t, agent.ReplacedIdle, r)
+	require.NotEqual(t, sb.ID(), fresh.ID())
+	require.NoError(t, exec(fresh))
+	_, r = b.get(t)
+	require.Equal(t, agent.NotReplaced, r, "the replacement is announced once")
+}
+
+// A sandbox lost behind the janitor's back (killed by something else) is replaced, and
+// the replacement says it was lost.
+func TestALostSandboxIsReplaced(t *testing.T) {
+	b := setupJanitor(t)
+	sb, _ := b.get(t)
+	require.NoError(t, b.p.Kill(context.Background(), sb.ID()))
+	fresh, r := b.get(t)
+	require.Equal(t, agent.ReplacedLost, r)
+	require.NotEqual(t, sb.ID(), fresh.ID())
+}
+
+// A sandbox with a tool call running is never paused, however long the call runs; its
+// idle time counts from the call's end.
+func TestJanitorNeverPausesASandboxWithAToolRunning(t *testing.T) {
+	b := setupJanitor(t)
+	end := b.sbs.Begin(b.session)
+	sb, _ := b.get(t)
+	b.clock.Advance(3 * idlePause)
+	require.Equal(t, agent.JanitorPass{Skipped: 1}, b.sweep(t))
+	require.NoError(t, exec(sb))
+
+	require.NoError(t, end(context.Background()))
+	require.Equal(t, agent.JanitorPass{}, b.sweep(t), "used just now")
+	b.clock.Advance(idlePause)
+	require.Equal(t, agent.JanitorPass{Paused: 1}, b.sweep(t))
+}
+
+// The service: a pass at start, then one per Interval on the clock, until Stop.
+func TestJanitorServicePassesOnItsClock(t *testing.T) {
+	b := setupJanitor(t)
+	type result struct {
+		p   agent.JanitorPass
+		err error
+	}
+	passes := make(chan result, 100)
+	j, err := agent.NewJanitor(agent.JanitorConfig{
+		Sandboxes: b.sbs, Store: b.st, IdlePause: idlePause, KillAfter: killAfter, Clock: b.clock,
+		Interval: time.Minute,
+		Swept:    func(p agent.JanitorPass, err error) { passes <- result{p, err} },
+	})
+	// next is the next pass that did something (a long Advance may fire the ticker more
+	// than once, and the later passes find nothing due).
+	next := func() agent.JanitorPass {
+		for {
+			r := <-passes
+			require.NoError(t, r.err)
+			if r.p != (agent.JanitorPass{}) {
+				return r.p
+			}
+		}
+	}
+	require.NoError(t, err)
+	sb, _ := b.get(t)
+	require.NoError(t, j.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, j.Stop(context.Background())) })
+	first := <-passes
+	require.NoError(t, first.err)
+	require.Equal(t, agent.JanitorPass{}, first.p, "the pass at start")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1)) // the ticker
+	b.clock.Advance(idlePause)
+	require.Equal(t, agent.JanitorPass{Paused: 1}, next())
+	require.ErrorIs(t, exec(sb), sandbox.ErrPaused)
+	b.clock.Advance(killAfter)
+	require.Equal(t, agent.JanitorPass{Killed: 1}, next())
+	_, err = b.p.Connect(context.Background(), sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+}
