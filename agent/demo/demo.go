@@ -1,7 +1,8 @@
 // Package demo is chatd's embedded default: a model that needs no network, driven by the
 // real agent loop. It streams a deterministic reply word by word at a set pace, so a
 // newcomer can watch a run stream, disconnect, reconnect and catch up. A message with the
-// word "tool" makes it call current_time half way through; one with "approve" makes it
+// word "tool" makes it call current_time half way through ("tools": twice, at a third and
+// two thirds); one with "approve" makes it
 // call demo_sandbox, a tool that needs approval and runs a fixed, harmless command in the
 // session's sandbox, so the approval prompt, the pause after the approval timeout and the
 // resume are visible too. A run continued after a restart picks its reply up where it
@@ -93,6 +94,10 @@ func quote(content string) string {
 // MentionsTool reports whether a message asks for a tool call: it has the word "tool".
 func MentionsTool(content string) bool { return hasWord(content, "tool") }
 
+// MentionsTools reports whether a message asks for two tool calls: it has the word
+// "tools".
+func MentionsTools(content string) bool { return hasWord(content, "tools") }
+
 // MentionsApprove reports whether a message asks for an approval: it has the word
 // "approve".
 func MentionsApprove(content string) bool { return hasWord(content, "approve") }
@@ -106,8 +111,9 @@ func hasWord(content, word string) bool {
 	return false
 }
 
-// Stream answers: the first half of the reply and a tool call when the user's message
-// asks for one, then the rest once the tool's result is back; otherwise the whole reply.
+// Stream answers: the reply cut in as many steps as the user's message asks for tool
+// calls (one, or two for "tools"), each step but the last ending in a call and each after
+// the first opening with what the previous call said; otherwise the whole reply.
 //
 // The reply depends on the user's message alone, so a run continued from its checkpoint
 // (see agent.ModelRequest.Continue) ends as an uninterrupted one would: the assistant
@@ -128,36 +134,50 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	}
 	user := req.Messages[turn].Text
 	words := Reply(user, m.cfg.Words)
-	half := len(words) / 2
 
-	// The step: before the tool call, or after its result (the first after the user's
-	// message). said is what the request already holds of the step's text.
+	// The calls the message asks for, made at even cuts of the reply.
+	var calls []agent.ToolCall
+	switch {
+	case MentionsApprove(user):
+		input, _ := json.Marshal(map[string]string{"reason": quote(user)})
+		calls = []agent.ToolCall{{ID: "demo-approval", Name: ApprovalToolName, Input: input}}
+	case MentionsTools(user):
+		calls = []agent.ToolCall{
+			{ID: "demo-time-1", Name: ToolName, Input: json.RawMessage(`{}`)},
+			{ID: "demo-time-2", Name: ToolName, Input: json.RawMessage(`{}`)},
+		}
+	case MentionsTool(user):
+		calls = []agent.ToolCall{{ID: "demo-time", Name: ToolName, Input: json.RawMessage(`{}`)}}
+	}
+	if len(words) <= len(calls) {
+		calls = nil // too short a reply to cut
+	}
+	cut := func(step int) int { return step * len(words) / (len(calls) + 1) }
+
+	// The step: how many of its calls' results the request holds. said is what it
+	// already holds of the step's text (after the user's message, or the last result).
 	var result *agent.Message
+	step := 0
 	var said strings.Builder
 	for i := turn + 1; i < len(req.Messages); i++ {
 		switch msg := req.Messages[i]; {
-		case msg.Role == agent.RoleTool && result == nil:
+		case msg.Role == agent.RoleTool:
 			result = &req.Messages[i]
+			step++
 			said.Reset()
 		case msg.Role == agent.RoleAssistant:
 			said.WriteString(msg.Text)
 		}
 	}
+	step = min(step, len(calls))
 
-	var stream []string
+	stream := words[cut(step):cut(step+1)]
+	if result != nil {
+		stream = append([]string{toolSentence(*result)}, stream...)
+	}
 	var call *agent.ToolCall
-	switch {
-	case result != nil:
-		stream = append([]string{toolSentence(*result)}, words[half:]...)
-	case MentionsApprove(user) && half > 0:
-		stream = words[:half]
-		input, _ := json.Marshal(map[string]string{"reason": quote(user)})
-		call = &agent.ToolCall{ID: "demo-approval", Name: ApprovalToolName, Input: input}
-	case MentionsTool(user) && half > 0:
-		stream = words[:half]
-		call = &agent.ToolCall{ID: "demo-time", Name: ToolName, Input: json.RawMessage(`{}`)}
-	default:
-		stream = words
+	if step < len(calls) {
+		call = &calls[step]
 	}
 	pieces := make([]string, len(stream))
 	for i, w := range stream {

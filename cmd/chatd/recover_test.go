@@ -101,10 +101,12 @@ func TestCrashedRunContinuesAfterRestart(t *testing.T) {
 }
 
 // The crash-anywhere property: a chain of chatd processes on one database, each killed
-// with SIGKILL at a random moment of a demo run with a tool call (the seed picks when),
-// the next one continuing it. Every run ends done as the same run; its text is exactly
-// an uninterrupted run's; its tool call ran once; the tab that followed it, reconnecting
-// across every restart, ends equal to the database. CHATD_CRASH_SEEDS runs more seeds.
+// with SIGKILL at a random moment of a demo run with two tool calls (the seed picks
+// when), the next one continuing it. Every run ends done as the same run; its text is
+// exactly an uninterrupted run's; each tool call ran once (current_time is idempotent, so
+// one cut off while running is run again, never left interrupted); the tab that followed
+// it, reconnecting across every restart, ends equal to the database. CHATD_CRASH_SEEDS
+// runs more seeds.
 func TestCrashAnywhereProperty(t *testing.T) {
 	seeds := 6
 	if v := os.Getenv("CHATD_CRASH_SEEDS"); v != "" {
@@ -121,7 +123,7 @@ func TestCrashAnywhereProperty(t *testing.T) {
 		"CHATD_RECOVER":    "continue",
 	}
 	clock := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
-	const content = "use the tool, please"
+	const content = "use the tools, please"
 
 	proc := startChild(t, "chatd 0", env)
 	// The text of an uninterrupted run, to compare every continued one with.
@@ -138,9 +140,9 @@ func TestCrashAnywhereProperty(t *testing.T) {
 		session := c.Hello("").SessionID
 		ack := c.Chat(fmt.Sprintf("crash-%d", seed), content)
 		require.Equal(t, "ack", ack.Type)
-		// 40 words at 10 ms and a tool call take about 0.5 s: kill anywhere in it, or
+		// 40 words at 10 ms and two tool calls take about 0.5 s: kill anywhere in it, or
 		// just after it ended.
-		kill := time.Duration(rng.IntN(600)) * time.Millisecond
+		kill := time.Duration(rng.IntN(700)) * time.Millisecond
 		time.AfterFunc(kill, func() { proc.signal(syscall.SIGKILL) })
 		for {
 			if _, err := c.TryRead(); err != nil {
@@ -172,7 +174,7 @@ func TestCrashAnywhereProperty(t *testing.T) {
 				require.Equal(t, chat.ToolOK, m.Tool.Status, "seed %d: current_time is idempotent: a call cut off is run again", seed)
 			}
 		}
-		require.Equal(t, 1, calls, "seed %d (killed at %s): the tool call ran once", seed, kill)
+		require.Equal(t, 2, calls, "seed %d (killed at %s): each tool call ran once", seed, kill)
 		require.Empty(t, wstest.Diff(toWire(t, stored), back.State.Sorted()), "seed %d (killed at %s): the tab equals the database", seed, kill)
 		t.Logf("seed %d: killed at %s, recoveries %d", seed, kill, run.Recoveries)
 		back.WS.CloseNow()
