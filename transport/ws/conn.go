@@ -45,7 +45,10 @@ type conn struct {
 	pingMu      sync.Mutex
 	pingTimer   clockwork.Timer
 	pingStopped bool
-	pings       sync.WaitGroup
+	// pongs counts the pongs the reader took in (websocket.AcceptOptions.OnPongReceived):
+	// a ping whose timeout fired just as its pong arrived was still answered.
+	pongs *atomic.Int64
+	pings sync.WaitGroup
 
 	// The hello deadline (hello.go). A hello that arrived in time is never cut off by the
 	// deadline while it waits for the worker or is being answered; one that then fails
@@ -67,7 +70,7 @@ var _ transport.Writer = (*conn)(nil)
 
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &conn{s: s, ws: ws, req: r, ctx: ctx, stop: stop}
+	c := &conn{s: s, ws: ws, req: r, ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
 	c.out = transport.NewOutbox(&s.out, c, r.RemoteAddr)
 	return c
 }

@@ -27,10 +27,15 @@ func (c *conn) ping() {
 	defer c.pings.Done()
 
 	ctx, cancel := context.WithCancel(c.ctx)
+	pongs := c.pongs.Load()
 	timeout := c.s.clock.AfterFunc(c.s.cfg.PingTimeout, cancel)
 	err := c.ws.Ping(ctx)
 	timeout.Stop()
 	cancel()
+	if err != nil && c.pongs.Load() > pongs {
+		// The pong came in time and the timeout fired before Ping saw it: answered.
+		err = nil
+	}
 	if err != nil {
 		if c.ctx.Err() == nil {
 			c.logEvent(c.s.log.Info()).Msg("closing a connection that did not answer a ping")

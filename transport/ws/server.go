@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -169,9 +170,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Origins are checked after the upgrade so a refused browser sees close code 1008
 	// (the protocol's policy code) instead of a failed handshake it cannot inspect. No
 	// frame is read from a refused connection.
+	pongs := new(atomic.Int64)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{Subprotocol},
 		InsecureSkipVerify: true,
+		OnPongReceived:     func(context.Context, []byte) { pongs.Add(1) },
 	})
 	if err != nil {
 		return // Accept has answered the request
@@ -186,6 +189,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(s.cfg.ReadLimit)
 
 	c := newConn(s, ws, r)
+	c.pongs = pongs
 	if !s.track(c) {
 		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
 		return
