@@ -28,13 +28,19 @@ import (
 // sandboxHarness is a harness whose loop has the shell tool and local session sandboxes.
 func sandboxHarness(t *testing.T, model agent.Model, edit ...func(*agent.Config)) (*harness, *local.Provider) {
 	t.Helper()
+	return sandboxHarnessConv(t, model, nil, edit...)
+}
+
+// sandboxHarnessConv is sandboxHarness with a hook on the actor's config.
+func sandboxHarnessConv(t *testing.T, model agent.Model, convEdit func(*conversation.Config), edit ...func(*agent.Config)) (*harness, *local.Provider) {
+	t.Helper()
 	p, err := local.New(t.TempDir())
 	require.NoError(t, err)
 	var sbs *agent.Sandboxes
-	h := newHarnessWithStore(t, model, func(st *store.Store, c *agent.Config) {
+	h := newHarnessConv(t, model, func(st *store.Store, c *agent.Config) {
 		sbs = agent.NewSandboxes(p, st, c.Clock)
 		c.Sandboxes = sbs
-	}, append([]func(*agent.Config){withTools(tools.Shell{})}, edit...)...)
+	}, convEdit, append([]func(*agent.Config){withTools(tools.Shell{})}, edit...)...)
 	h.sbs = sbs
 	t.Cleanup(func() {
 		// Nothing may outlive the test: kill whatever sandbox the session has.
@@ -453,6 +459,41 @@ func TestCancelWhilePausedResumesTheSandbox(t *testing.T) {
 		now, _ := os.ReadFile(filepath.Join(ws, "tick"))
 		return string(now) != string(frozen)
 	})
+}
+
+// A run suspended while its sandbox is paused for the approval timeout (a shutdown, or
+// its actor let go) still waits: its sandbox stays paused for the janitor, not resumed
+// as for a run that ended.
+func TestSuspendWhilePausedKeepsTheSandboxPaused(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New(
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s1", ticker)}},
+		modeltest.Turn{Events: []agent.ModelEvent{shellCall("s2", "true")}},
+	)
+	h, p := sandboxHarnessConv(t, model, func(c *conversation.Config) { c.SuspendOnStop = true })
+	h.send("go")
+	h.awaitStatus("awaiting_approval")
+	h.decide("s1", true)
+	h.sub.Await(t, func(f wstest.Frame) bool { return f.Type == "tool.end" })
+	ws := p.Workspace(h.sandboxID())
+	bg := readPID(t, filepath.Join(ws, "bgpid"))
+	poll(t, "the first tick", func() bool { _, err := os.Stat(filepath.Join(ws, "tick")); return err == nil })
+	h.awaitStatus("awaiting_approval")
+	h.waitTimers(1)
+	h.clock.Advance(agent.DefaultApprovalTimeout)
+	h.awaitStatus("paused")
+	poll(t, "the ticker to be stopped", func() bool { s := procState(bg); return s == "T" || s == "D" })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, h.actor.Stop(ctx)) // suspends the run
+	require.NoError(t, h.actor.Wait(ctx)) // and its agent has returned
+	s := procState(bg)
+	require.True(t, s == "T" || s == "D", "still frozen (state %s): the run waits", s)
+	runs, err := h.st.RunsUnfinished(ctx)
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "the run is unfinished, for the next process")
+	require.Equal(t, chat.RunPaused, runs[0].Status)
 }
 
 // blockingStore lets a test hold the loop inside a sandbox operation.

@@ -506,9 +506,10 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 	defer pauseAt.Stop()
 	paused := false
 	defer func() {
-		// The wait ended without a decision (cancelled, failed, shut down): the
-		// sandbox must not stay frozen for a run that is gone.
-		if paused {
+		// The wait ended without a decision (cancelled, failed): the sandbox must not
+		// stay frozen for a run that is gone. A suspended run still waits: its sandbox
+		// stays paused, and the janitor kills it from the stored pause.
+		if paused && !errors.Is(context.Cause(ctx), conversation.ErrSuspended) {
 			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
 				r.l.log.Warn().Err(err).Msg("resume the session's sandbox")
 			}

@@ -46,6 +46,12 @@ func newHarness(t *testing.T, model agent.Model, edit ...func(*agent.Config)) *h
 // loop is built (to give the loop session sandboxes kept in that store).
 func newHarnessWithStore(t *testing.T, model agent.Model, withStore func(*store.Store, *agent.Config), edit ...func(*agent.Config)) *harness {
 	t.Helper()
+	return newHarnessConv(t, model, withStore, nil, edit...)
+}
+
+// newHarnessConv is newHarnessWithStore with a hook on the actor's config too.
+func newHarnessConv(t *testing.T, model agent.Model, withStore func(*store.Store, *agent.Config), convEdit func(*conversation.Config), edit ...func(*agent.Config)) *harness {
+	t.Helper()
 	st := storetest.New(t)
 	clock := clockwork.NewFakeClock()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
@@ -58,12 +64,16 @@ func newHarnessWithStore(t *testing.T, model agent.Model, withStore func(*store.
 	}
 	loop, err := agent.New(cfg)
 	require.NoError(t, err)
-	a := conversation.Start(conversation.Config{
+	convCfg := conversation.Config{
 		Store:  st,
 		Agent:  loop,
 		Clock:  clockwork.NewFakeClock(), // the actor's own timers stay still
 		Logger: log,
-	}, uuid.New(), nil)
+	}
+	if convEdit != nil {
+		convEdit(&convCfg)
+	}
+	a := conversation.Start(convCfg, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -45,6 +45,11 @@ var (
 	ErrStopped = errors.New("conversation actor stopped")
 	// ErrNotYours is returned by Hello for a session that belongs to another user.
 	ErrNotYours = errors.New("session belongs to another user")
+	// ErrSuspended is the cause (context.Cause) of a run's cancelled context when the run
+	// was suspended, not ended: it waits in the database to be continued (a shutdown, or
+	// its actor let go while the run waits for a decision). An agent leaves what it holds
+	// for the run as it is (a sandbox paused for an approval stays paused).
+	ErrSuspended = errors.New("run suspended")
 	// ErrRunEnded is returned by Emitter methods once the run has ended (cancelled,
 	// failed, or the server is shutting down). The agent should return.
 	ErrRunEnded = errors.New("run ended")

@@ -403,7 +403,7 @@ func (a *Actor) agentHistory(before int64) ([]chat.Message, error) {
 // Tool calls still running stay so: their outcome is unknown, and the continuation
 // decides. Subscribers see the segment end; the run stays active for them.
 func (a *Actor) suspend(run *runState) {
-	run.cancel()
+	run.suspend()
 	clear(run.approvals)
 	if err := a.closeSegment(run, chat.MessageInterrupted, nil); err != nil {
 		a.logger().Error().Err(err).Msg("store the open segment at shutdown")

@@ -19,6 +19,8 @@ type runState struct {
 	info   chat.Run
 	ctx    context.Context
 	cancel context.CancelFunc
+	// suspend cancels ctx with ErrSuspended as its cause (suspend).
+	suspend func()
 
 	seg       *liveMessage             // the open assistant segment (text or reasoning)
 	tools     map[string]*liveMessage  // running tool calls by call id
@@ -33,11 +35,13 @@ type runState struct {
 }
 
 func newRunState(info chat.Run) *runState {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(nil) }
 	return &runState{
 		info:      info,
 		ctx:       ctx,
 		cancel:    cancel,
+		suspend:   func() { cancelCause(ErrSuspended) },
 		tools:     make(map[string]*liveMessage),
 		calls:     make(map[string]bool),
 		approvals: make(map[string]chan Decision),
