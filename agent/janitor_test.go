@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,4 +205,35 @@ func TestJanitorServicePassesOnItsClock(t *testing.T) {
 	require.Equal(t, agent.JanitorPass{Killed: 1}, next())
 	_, err = b.p.Connect(context.Background(), sb.ID())
 	require.ErrorIs(t, err, sandbox.ErrGone)
+}
+
+// usedCounter counts the statements that record a sandbox as used.
+type usedCounter struct {
+	*store.Store
+	used atomic.Int32
+}
+
+func (u *usedCounter) SessionSandboxUsed(ctx context.Context, id uuid.UUID, now time.Time) error {
+	u.used.Add(1)
+	return u.Store.SessionSandboxUsed(ctx, id, now)
+}
+
+// A tool call that never asks for the sandbox (current_time) costs no statement: the
+// storage rule's bound per tool call holds. One that used it records its end.
+func TestACallWithoutTheSandboxRecordsNothing(t *testing.T) {
+	b := setupJanitor(t)
+	counter := &usedCounter{Store: b.st}
+	sbs := agent.NewSandboxes(b.p, counter, b.clock)
+	ctx := context.Background()
+
+	require.NoError(t, sbs.Begin(b.session)(ctx))
+	require.Zero(t, counter.used.Load(), "the call did not use the sandbox")
+
+	end := sbs.Begin(b.session)
+	sb, _, err := sbs.Get(ctx, b.session)
+	require.NoError(t, err)
+	require.NoError(t, exec(sb))
+	before := counter.used.Load()
+	require.NoError(t, end(ctx))
+	require.Equal(t, before+1, counter.used.Load(), "its end is recorded")
 }

@@ -48,6 +48,10 @@ type Sandboxes struct {
 	mu      sync.Mutex
 	locks   map[uuid.UUID]*sessionLock
 	running map[uuid.UUID]int // tool calls running, per session
+	// gets counts Get calls per session while calls run, so a call's end records use
+	// only when the call used the sandbox: a tool that needs none (current_time) costs
+	// no statement.
+	gets map[uuid.UUID]uint64
 }
 
 // sessionLock serializes the sandbox operations of one session: two tool calls of one
@@ -86,7 +90,7 @@ func NewSandboxes(provider sandbox.Provider, store SandboxStore, clock clockwork
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Sandboxes{provider: provider, store: store, clock: clock, running: map[uuid.UUID]int{}}
+	return &Sandboxes{provider: provider, store: store, clock: clock, running: map[uuid.UUID]int{}, gets: map[uuid.UUID]uint64{}}
 }
 
 // Replacement says why Get made a new sandbox where the session had one.
@@ -117,6 +121,11 @@ func (r Replacement) Notice() string {
 // as using the sandbox: its idle time starts again.
 func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandbox, Replacement, error) {
 	defer s.lock(sessionID)()
+	s.mu.Lock()
+	if s.running[sessionID] > 0 {
+		s.gets[sessionID]++
+	}
+	s.mu.Unlock()
 	id, err := s.store.SessionSandbox(ctx, sessionID)
 	if err != nil {
 		return nil, NotReplaced, fmt.Errorf("look up the session's sandbox: %w", err)
@@ -156,21 +165,26 @@ func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandb
 
 // Begin counts a tool call running for the session until the returned end is called:
 // the janitor never pauses a sandbox with a call running. end records the sandbox as
-// used then, so its idle time counts from the end of the call.
+// used then, when the call used it, so its idle time counts from the end of the call.
 func (s *Sandboxes) Begin(sessionID uuid.UUID) (end func(context.Context) error) {
 	s.mu.Lock()
 	s.running[sessionID]++
+	start := s.gets[sessionID]
 	s.mu.Unlock()
 	var once sync.Once
 	return func(ctx context.Context) error {
 		var err error
 		once.Do(func() {
 			s.mu.Lock()
+			used := s.gets[sessionID] != start
 			if s.running[sessionID]--; s.running[sessionID] <= 0 {
 				delete(s.running, sessionID)
+				delete(s.gets, sessionID)
 			}
 			s.mu.Unlock()
-			err = s.store.SessionSandboxUsed(ctx, sessionID, s.clock.Now())
+			if used {
+				err = s.store.SessionSandboxUsed(ctx, sessionID, s.clock.Now())
+			}
 		})
 		return err
 	}
