@@ -91,7 +91,12 @@ var discardMetrics = sync.OnceValue(func() *Metrics { return NewMetrics(nil) })
 // countActive moves run in chatd_runs_active from the status it was counted under to its
 // current one (none once it has ended). Call it after every change of run.info.Status.
 func (a *Actor) countActive(run *runState) {
-	now := run.info.Status
+	a.countAs(run, run.info.Status)
+}
+
+// countAs counts run in chatd_runs_active under status (none unless it is active): a
+// suspended run keeps its stored status but is no longer this process's.
+func (a *Actor) countAs(run *runState, now chat.RunStatus) {
 	if !now.Active() {
 		now = ""
 	}

@@ -411,14 +411,11 @@ func (a *Actor) suspend(run *runState) {
 	a.run = nil
 	run.info.CancelReason = chat.CancelShutdown
 	run.info.LastActivityAt = a.now()
-	status := run.info.Status
-	run.info.Status = "" // no longer counted as active in this process
-	a.countActive(run)
-	run.info.Status = status
+	a.countAs(run, "") // no longer active in this process
 	if err := a.journal.updateRun(run.info); err != nil {
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a suspended run")
 	}
-	a.logger().Info().Str("run_id", run.info.ID.String()).Str("status", string(status)).Msg("suspended a run for the next process to continue")
+	a.logger().Info().Str("run_id", run.info.ID.String()).Str("status", string(run.info.Status)).Msg("suspended a run for the next process to continue")
 }
 
 // giveUp ends a run that crashed its process too often as interrupted, with what its
