@@ -4,7 +4,7 @@
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
 
-.PHONY: run test vet generate check-generated db-url db-stop db-status build bench
+.PHONY: run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js
 
 # Built, then run directly (not with go run, which exits 1 when interrupted).
 run: build
@@ -20,8 +20,27 @@ bench: build
 	go build -o bin/chatd-bench ./cmd/chatd-bench
 	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd $(BENCH_FLAGS)
 
-test: vet check-generated
+test: vet check-generated check-web test-go test-js
+
+test-go:
 	$(DEVDB) exec go test -race -count=1 ./...
+
+# The client library's tests and the browser tests, against bin/chatd on the private
+# PostgreSQL, in Debian's Chromium (scripts/chromium.sh installs it when missing).
+test-js: build web/node_modules/.installed
+	CHATD_CHROMIUM=$$(scripts/chromium.sh) $(DEVDB) exec sh -c 'cd web && npm test'
+
+# Rebuilds the committed web assets (web/dist, web/client/dist) from their sources.
+web: web/node_modules/.installed
+	cd web && node build.mjs
+
+# Fails when web/dist or web/client/dist no longer match their sources.
+check-web: web/node_modules/.installed
+	cd web && node build.mjs --check
+
+web/node_modules/.installed: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 # Fails when queries/*.gen.go no longer match queries/*.sql and the migrations.
 check-generated:
