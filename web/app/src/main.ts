@@ -289,8 +289,9 @@ class App {
     const active = s.activeRun;
     const last = active ? null : s.lastRun;
     const pa = active?.pendingApproval;
+    const away = s.connection === 'offline' || s.closed !== null;
     const key = JSON.stringify([
-      active?.runId, active?.status, pa?.toolCallId,
+      away, active?.runId, active?.status, pa?.toolCallId,
       last?.runId, last?.status, last?.resumable, last?.error?.message, last?.cancelReason,
       [...this.pending].sort(),
     ]);
@@ -307,6 +308,8 @@ class App {
           { class: 'run-status', 'data-testid': 'run-status', 'data-status': active.status, role: 'status' },
           waiting ? null : h('span', { class: 'spinner', 'aria-hidden': 'true' }),
           waiting ? (active.status === 'paused' ? 'Paused, waiting for your approval' : 'Waiting for your approval') : 'Replying…',
+          // The run is the server's: it goes on, and this tab catches up when it is back.
+          away ? ' The server goes on; this tab catches up when it reconnects.' : null,
         ),
       );
     }
