@@ -110,6 +110,7 @@ class App {
         if (id === this.sessionId) this.open(null, 'replace');
       },
       error: (msg) => this.toast(msg),
+      changed: () => this.schedule(),
     });
     this.wire();
   }

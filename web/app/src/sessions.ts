@@ -20,6 +20,8 @@ export interface SessionListOptions {
   deleted(id: string): void;
   /** error shows a failure to the user. */
   error(message: string): void;
+  /** changed is told the items changed (a title the page shows may be new). */
+  changed(): void;
 }
 
 export class SessionList {
@@ -94,6 +96,7 @@ export class SessionList {
     if (this.editing) return; // a rename is being typed; the next render picks it up
     const current = this.o.current();
     this.o.list.replaceChildren(...this.items.map((s) => this.row(s, s.id === current)));
+    this.o.changed();
     this.o.more.hidden = !this.next;
     if (this.loaded && this.items.length === 0 && !this.o.status.textContent) {
       this.o.status.textContent = 'No conversations yet.';

@@ -57,6 +57,9 @@ function base(m: Message, cls: string): HTMLLIElement {
 
 function common(el: HTMLElement, m: Message): void {
   setAttr(el, 'data-status', m.status);
+  // The transcript is a live region: a message being written is busy, so a screen
+  // reader reads it once it is complete rather than at every delta.
+  setAttr(el, 'aria-busy', m.status === 'streaming' ? 'true' : null);
   setAttr(el, 'data-superseded', m.superseded ? '' : null);
 }
 
