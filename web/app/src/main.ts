@@ -120,6 +120,12 @@ class App {
     this.open(sessionFromURL(), 'none');
     void this.sessions.refresh();
     if ('serviceWorker' in navigator) {
+      // A new build's worker takes over at once (skipWaiting), but this page still runs
+      // the old script: say so, unless this is the first worker (the page had none).
+      const hadWorker = navigator.serviceWorker.controller !== null;
+      navigator.serviceWorker.addEventListener('controllerchange', () => {
+        if (hadWorker) this.toast('chatd was updated: reload the page for the new version.');
+      });
       navigator.serviceWorker.register('/sw.js').catch((err) => console.warn('service worker not registered:', err));
     }
   }
