@@ -74,6 +74,7 @@ class App {
     loadOlder: byId<HTMLButtonElement>('load-older'),
     empty: byId('empty'),
     panels: byId('panels'),
+    pending: byId<HTMLOListElement>('pending'),
     composer: byId<HTMLFormElement>('composer'),
     input: byId<HTMLTextAreaElement>('input'),
     send: byId<HTMLButtonElement>('send'),
@@ -207,6 +208,7 @@ class App {
     if (how === 'replace' || (how === 'push' && location.pathname === url)) history.replaceState(null, '', url);
 
     this.transcript.clear();
+    this.els.pending.replaceChildren();
     this.usage = this.sessions.find(id)?.usage ?? null;
     this.runKey = null;
     this.panelKey = '';
@@ -245,7 +247,7 @@ class App {
     else if (firstBefore && firstAfter !== firstBefore) sc.scrollTop = sc.scrollHeight - fromBottom;
 
     const known = this.fresh || s.epoch !== null; // the server has answered, or nothing to ask
-    els.empty.hidden = !known || s.messages.length > 0 || s.hasMore;
+    els.empty.hidden = !known || s.messages.length > 0 || s.hasMore || els.pending.childElementCount > 0;
     els.loadOlder.hidden = !s.hasMore;
     els.loadOlder.disabled = this.loadingOlder;
 
@@ -402,6 +404,16 @@ class App {
       history.replaceState(null, '', `/c/${this.sessionId}`);
       this.sessions.render();
     }
+    // Shown until the server has it: offline, the client keeps the message and sends
+    // it when it reconnects.
+    const pending = h(
+      'li',
+      { class: 'msg msg-user', 'data-testid': 'message-pending' },
+      h('div', { class: 'bubble' }, content),
+      h('p', { class: 'msg-status' }, 'Sending…'),
+    );
+    this.els.pending.append(pending);
+    this.schedule();
     try {
       await client.send(content);
     } catch (err) {
@@ -411,6 +423,8 @@ class App {
         this.autosize();
       }
       this.toast(`Not sent: ${message(err)}`);
+    } finally {
+      pending.remove();
     }
   }
 
