@@ -76,3 +76,26 @@ test('the app opens offline from the service worker, with the conversation it ha
   assertNoPageErrors(page);
   await context.close();
 });
+
+test('a message sent offline waits, then is sent once when the tab is back', async () => {
+  const context = await env.browser.newContext();
+  const page = await openApp(context, env.srv);
+  const sessionId = await page.getAttribute('#app', 'data-session-id');
+  await context.setOffline(true);
+  await page.waitForSelector('[data-testid=connection][data-state=offline]', { timeout: WAIT });
+  await page.fill('[data-testid=composer-input]', 'sent from a tunnel');
+  await page.press('[data-testid=composer-input]', 'Enter');
+  await page.waitForSelector('[data-testid=message-pending] >> text=sent from a tunnel', { timeout: WAIT });
+  assert.equal(await page.$$eval('[data-testid=message-user]', (els) => els.length), 0);
+
+  await context.setOffline(false);
+  await page.waitForSelector('[data-testid=message-user] >> text=sent from a tunnel', { timeout: WAIT });
+  await page.waitForSelector('[data-testid=message-pending]', { state: 'detached', timeout: WAIT });
+  await waitRunEnded(page);
+  assert.equal(new URL(page.url()).pathname, `/c/${sessionId}`);
+  await assertMatchesDatabase(page, env.srv, sessionId);
+  const runs = await env.srv.query(`SELECT status FROM runs WHERE session_id = '${sessionId}'`);
+  assert.deepEqual(runs, [{ status: 'done' }], 'one run');
+  assertNoPageErrors(page);
+  await context.close();
+});

@@ -77,10 +77,21 @@ export async function waitLive(page) {
   await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: WAIT });
 }
 
-/** send types content into the composer and presses Enter; returns the session id. */
+/**
+ * send types content into the composer and presses Enter, and waits until the server
+ * started the run (the message is in the transcript; the run is active in the same
+ * state, so waitRunEnded cannot mistake "not started yet" for "ended"). It returns the
+ * session id.
+ */
 export async function send(page, content) {
+  const users = await page.$$eval('[data-testid=message-user]', (els) => els.length);
   await page.fill('[data-testid=composer-input]', content);
   await page.press('[data-testid=composer-input]', 'Enter');
+  await page.waitForFunction(
+    (n) => document.querySelectorAll('[data-testid=message-user]').length > n,
+    users,
+    { timeout: WAIT },
+  );
   await page.waitForURL(/\/c\/[0-9a-f-]{36}$/, { timeout: WAIT });
   const id = await page.getAttribute('#app', 'data-session-id');
   assert.equal(new URL(page.url()).pathname, `/c/${id}`);
