@@ -18,8 +18,9 @@ import {
 
 let env;
 before(async () => {
-  // 120 words at 15 ms: about two seconds of streaming, long enough to watch and reload.
-  env = await setup({ CHATD_DEMO_WORDS: '120', CHATD_DEMO_DELAY: '15ms' });
+  // 250 words at 15 ms: nearly four seconds of streaming, time to watch and reload even on
+  // a busy machine.
+  env = await setup({ CHATD_DEMO_WORDS: '250', CHATD_DEMO_DELAY: '15ms' });
 });
 after(() => env?.teardown());
 

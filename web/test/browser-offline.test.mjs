@@ -20,7 +20,8 @@ import {
 
 let env;
 before(async () => {
-  env = await setup({ CHATD_DEMO_WORDS: '150', CHATD_DEMO_DELAY: '15ms' });
+  // 250 words at 15 ms: nearly four seconds, time to go offline mid-reply.
+  env = await setup({ CHATD_DEMO_WORDS: '250', CHATD_DEMO_DELAY: '15ms' });
 });
 after(() => env?.teardown());
 
