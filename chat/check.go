@@ -106,7 +106,7 @@ const (
 func SessionTitle(content string) string {
 	t, cut := cutChars(strings.Join(strings.Fields(CleanText(content)), " "), autoTitleLen)
 	if cut {
-		t += "…"
+		t = strings.TrimSuffix(t, " ") + "…"
 	}
 	return t
 }
@@ -115,7 +115,7 @@ func SessionTitle(content string) string {
 // collapsed, at most n characters.
 func Preview(content string, n int) string {
 	t, _ := cutChars(strings.Join(strings.Fields(content), " "), n)
-	return t
+	return strings.TrimSuffix(t, " ")
 }
 
 // cutChars returns the first n characters of s, and whether s was longer.

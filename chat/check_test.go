@@ -63,6 +63,8 @@ func TestPreview(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "a b", chat.Preview("a\n\nb", 120))
 	require.Equal(t, "ab", chat.Preview("abc", 2))
+	require.Equal(t, "a", chat.Preview("a b", 2), "no space where it was cut")
+	require.Equal(t, strings.Repeat("x", 80)+"…", chat.SessionTitle(strings.Repeat("x", 80)+" more"))
 	require.Equal(t, "", chat.Preview("", 2))
 }
 

@@ -101,8 +101,8 @@ func TestSessionsListPages(t *testing.T) {
 		require.NoError(t, err)
 		for _, sum := range page {
 			got = append(got, sum.ID)
-			require.Len(t, []rune(sum.Preview), chat.PreviewLen)
-			require.True(t, strings.HasSuffix(sum.Title, "…"))
+			require.Equal(t, strings.Repeat("word ", 23)+"word", sum.Preview, "cut to 120 characters, without the space at the cut")
+			require.Equal(t, strings.Repeat("word ", 15)+"word…", sum.Title)
 		}
 		if len(page) < 2 {
 			break
