@@ -161,6 +161,9 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 		if errors.Is(err, store.ErrStale) {
 			return SendResult{}, errorf(CodeConflict, "run %s was changed meanwhile; reconnect to see it", run.ID)
 		}
+		if errors.Is(err, store.ErrNotFound) {
+			return SendResult{}, a.gone("store the run", err) // it was just read: deleted since
+		}
 		return SendResult{}, a.storageError("store the run", err)
 	}
 	a.journal.reload() // the seam may have removed a row: read the next position again
