@@ -23,14 +23,17 @@ type Endpoint interface {
 type Config struct {
 	// WebSocket serves GET /v1/ws (a *ws.Server). Required.
 	WebSocket Endpoint
+	// API serves the HTTP JSON API, everything under /v1/sessions (an *httpapi.API).
+	// Optional.
+	API http.Handler
 	// Ready reports whether the server can serve (the database answers); /readyz calls it.
 	Ready func(context.Context) error
 	// Logger is the parent logger.
 	Logger zerolog.Logger
 }
 
-// Server serves chatd's HTTP surface: /v1/ws (the WebSocket endpoint it is given),
-// /healthz and /readyz.
+// Server serves chatd's HTTP surface: /v1/ws (the WebSocket endpoint it is given), the
+// JSON API under /v1/sessions (the API it is given), /healthz and /readyz.
 type Server struct {
 	cfg Config
 	log zerolog.Logger
@@ -54,6 +57,10 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/ws", s.cfg.WebSocket)
+	if s.cfg.API != nil {
+		mux.Handle("/v1/sessions", s.cfg.API)
+		mux.Handle("/v1/sessions/", s.cfg.API)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
