@@ -97,6 +97,36 @@ type Session struct {
 	SandboxID string // the session's sandbox, reused by its runs; "" for none yet
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// DeletedAt is set on a deleted session's tombstone: its runs and messages are gone,
+	// and its id can never be used again.
+	DeletedAt *time.Time
+}
+
+// SessionSummary is a session as the conversation list shows it.
+type SessionSummary struct {
+	ID        uuid.UUID
+	Title     string
+	CreatedAt time.Time
+	// ActiveAt is when the session's latest run started (or was continued by a person):
+	// the list's order. CreatedAt for a session with no run yet.
+	ActiveAt time.Time
+	// Preview is the start of the newest user or assistant text message, "" when none.
+	Preview string
+	// ActiveRunID and ActiveRunStatus name the session's active run; uuid.Nil and ""
+	// when none is active.
+	ActiveRunID     uuid.UUID
+	ActiveRunStatus RunStatus
+	// ContextTokens and ContextWindow are the context usage of the session's latest run,
+	// both 0 when none was reported.
+	ContextTokens int64
+	ContextWindow int64
+}
+
+// SessionCursor is where a page of the conversation list ends: the next page starts with
+// the session after it in the list's order (ActiveAt, then ID, both descending).
+type SessionCursor struct {
+	ActiveAt time.Time
+	ID       uuid.UUID
 }
 
 // SessionSandbox names a session's sandbox: what the sandbox janitor acts on.

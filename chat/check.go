@@ -3,6 +3,7 @@ package chat
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -86,4 +87,62 @@ func CleanText(s string) string {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	return s
+}
+
+// Title lengths, in characters.
+const (
+	// MaxTitleLen is the longest title a person may give a session.
+	MaxTitleLen = 200
+	// autoTitleLen is how much of the first user message becomes the session's title.
+	autoTitleLen = 80
+	// PreviewLen is how much of its newest message the conversation list shows of a
+	// session.
+	PreviewLen = 120
+)
+
+// SessionTitle is the title a session takes from its first user message: the message
+// with its runs of white space collapsed to one space, cut after autoTitleLen
+// characters (never inside one) with "…" added when it was cut.
+func SessionTitle(content string) string {
+	t, cut := cutChars(strings.Join(strings.Fields(CleanText(content)), " "), autoTitleLen)
+	if cut {
+		t = strings.TrimSuffix(t, " ") + "…"
+	}
+	return t
+}
+
+// Preview is the start of a message as the conversation list shows it: white space
+// collapsed, at most n characters.
+func Preview(content string, n int) string {
+	t, _ := cutChars(strings.Join(strings.Fields(content), " "), n)
+	return strings.TrimSuffix(t, " ")
+}
+
+// cutChars returns the first n characters of s, and whether s was longer.
+func cutChars(s string, n int) (string, bool) {
+	for i := range s {
+		if n == 0 {
+			return s[:i], true
+		}
+		n--
+	}
+	return s, false
+}
+
+// CheckTitle checks a title a person gives a session, trimmed of surrounding white
+// space: 1 to MaxTitleLen characters of valid UTF-8 without NUL. It returns the trimmed
+// title, or an error saying what is wrong.
+func CheckTitle(title string) (string, error) {
+	t := strings.TrimSpace(title)
+	switch {
+	case !utf8.ValidString(t):
+		return "", errors.New("title is not valid UTF-8")
+	case t == "":
+		return "", errors.New("title is empty")
+	case utf8.RuneCountInString(t) > MaxTitleLen:
+		return "", fmt.Errorf("title is longer than %d characters", MaxTitleLen)
+	case strings.IndexByte(t, 0) >= 0:
+		return "", errors.New("title contains a NUL character")
+	}
+	return t, nil
 }

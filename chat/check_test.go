@@ -3,6 +3,7 @@ package chat_test
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -45,4 +46,42 @@ func TestCleanTextMakesTextStorable(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "a\uFFFDb\uFFFD", chat.CleanText("a\x00b\xff"))
 	require.Equal(t, "déjà vu", chat.CleanText("déjà vu"))
+}
+
+func TestSessionTitle(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "hello world", chat.SessionTitle("  hello \n\t world  "))
+	exact := strings.Repeat("é", 80)
+	require.Equal(t, exact, chat.SessionTitle(exact), "80 characters are not cut")
+	long := strings.Repeat("日本", 50) // 100 characters, 300 bytes
+	got := chat.SessionTitle(long)
+	require.Equal(t, strings.Repeat("日本", 40)+"…", got, "cut after 80 characters, not bytes")
+	require.True(t, utf8.ValidString(got))
+}
+
+func TestPreview(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "a b", chat.Preview("a\n\nb", 120))
+	require.Equal(t, "ab", chat.Preview("abc", 2))
+	require.Equal(t, "a", chat.Preview("a b", 2), "no space where it was cut")
+	require.Equal(t, strings.Repeat("x", 80)+"…", chat.SessionTitle(strings.Repeat("x", 80)+" more"))
+	require.Equal(t, "", chat.Preview("", 2))
+}
+
+func TestCheckTitle(t *testing.T) {
+	t.Parallel()
+	got, err := chat.CheckTitle("  My trip  ")
+	require.NoError(t, err)
+	require.Equal(t, "My trip", got)
+	_, err = chat.CheckTitle(strings.Repeat("x", chat.MaxTitleLen))
+	require.NoError(t, err)
+	for title, want := range map[string]string{
+		"   ":                                   "empty",
+		strings.Repeat("x", chat.MaxTitleLen+1): "longer than 200",
+		"a\x00b":                                "NUL",
+		"a\xffb":                                "UTF-8",
+	} {
+		_, err := chat.CheckTitle(title)
+		require.ErrorContains(t, err, want)
+	}
 }

@@ -213,6 +213,9 @@ func (a *Actor) handle(it intent) {
 	case *stopIntent:
 		a.stop()
 		it.reply <- result[struct{}]{}
+	case *deleteIntent:
+		a.deleted()
+		it.reply <- result[struct{}]{}
 	case *textIntent:
 		a.onText(it.run, it.text)
 	case *toolStartIntent:
@@ -294,6 +297,47 @@ func (a *Actor) stop() {
 		a.logger().Error().Msg("stopping with writes the database did not take")
 	}
 	a.stopped = true
+}
+
+// deleted ends the actor of a deleted session: the active run is cancelled, every
+// subscriber is let go with DropDeleted (its connection closes for good), and the actor
+// stops and leaves its hub. Writes still to be retried are dropped: their rows are being
+// deleted.
+func (a *Actor) deleted() {
+	if a.run != nil {
+		a.finish(a.run, chat.RunCancelled, nil, chat.CancelUser)
+	}
+	for sub := range a.subs {
+		delete(a.subs, sub)
+		sub.Dropped(DropDeleted)
+	}
+	a.journal.discard()
+	if a.session != nil && a.session.DeletedAt == nil {
+		now := a.now()
+		a.session.DeletedAt = &now
+	}
+	a.evicted = true // the hub forgets it, as it does an idle one
+	a.stopped = true
+}
+
+// live returns the error of a command on a session that does not exist or was deleted.
+func (a *Actor) live() error {
+	switch {
+	case a.session == nil:
+		return errorf(CodeNotFound, "the session does not exist")
+	case a.session.DeletedAt != nil:
+		return ErrDeleted
+	}
+	return nil
+}
+
+// gone answers a write the database refused because the session is no longer there:
+// deleted, by another process or while this one still held it. The actor ends as
+// deleted and the command gets ErrDeleted.
+func (a *Actor) gone(op string, err error) error {
+	a.logger().Warn().Err(err).Str("op", op).Msg("the session was deleted")
+	a.deleted()
+	return ErrDeleted
 }
 
 // load reads the session when the actor does not know it yet. It is retried on the next

@@ -112,6 +112,19 @@ func (a *Actor) Stop(ctx context.Context) error {
 	return err
 }
 
+// Delete ends the actor of a session that is being deleted: the active run is cancelled
+// (its end stored and published), every subscriber is let go with DropDeleted, and the
+// actor stops taking intents; Wait then waits for the run goroutine. It writes nothing
+// else: deleting the rows is the caller's part (store.SessionDelete), after Wait, so no
+// run goroutine can write behind it. A stopped actor returns nil.
+func (a *Actor) Delete(ctx context.Context) error {
+	_, err := call(ctx, a, func(r chan result[struct{}]) intent { return &deleteIntent{r} })
+	if errors.Is(err, ErrStopped) {
+		return nil
+	}
+	return err
+}
+
 type intent any
 
 type result[T any] struct {
@@ -139,6 +152,7 @@ type (
 	}
 	unsubscribeIntent struct{ sub Subscriber }
 	stopIntent        struct{ reply chan result[struct{}] }
+	deleteIntent      struct{ reply chan result[struct{}] }
 )
 
 // call sends an intent built around a reply channel and waits for the answer. The reply

@@ -49,6 +49,7 @@ type Store interface {
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
 	MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
+	RunContinue(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
 }
 
 var _ Store = (*store.Store)(nil)

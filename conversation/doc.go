@@ -11,7 +11,8 @@
 // Files, by responsibility:
 //
 //	actor.go      the actor: its state, loop, timers, stop
-//	api.go        the methods other goroutines call (Hello, Send, Cancel, History, Stop)
+//	api.go        the methods other goroutines call (Hello, Send, Cancel, History, Stop,
+//	              Delete)
 //	subscribe.go  hello, snapshot, history and publishing events to subscribers
 //	run.go        a run's life: send, begin, cancel, finish
 //	emitter.go    the run goroutine and the Emitter it gives the agent

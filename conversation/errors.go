@@ -45,6 +45,10 @@ var (
 	ErrStopped = errors.New("conversation actor stopped")
 	// ErrNotYours is returned by Hello for a session that belongs to another user.
 	ErrNotYours = errors.New("session belongs to another user")
+	// ErrDeleted is returned for a session that was deleted: by Hello for its tombstone,
+	// and by commands that find it deleted (the actor then lets its subscribers go with
+	// DropDeleted and stops). It is an *Error with CodeNotFound.
+	ErrDeleted error = &Error{Code: CodeNotFound, Message: "the session was deleted"}
 	// ErrSuspended is the cause (context.Cause) of a run's cancelled context when the run
 	// was suspended, not ended: it waits in the database to be continued (a shutdown, or
 	// its actor let go while the run waits for a decision). An agent leaves what it holds

@@ -195,6 +195,9 @@ const (
 	DropSlow DropReason = iota + 1
 	// DropShutdown: the server is stopping. Queued frames should still be sent.
 	DropShutdown
+	// DropDeleted: the session was deleted. Queued frames should still be sent; the
+	// client must not reconnect to it.
+	DropDeleted
 )
 
 // Subscriber receives a session's events. The actor calls its methods from its own

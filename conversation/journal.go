@@ -396,6 +396,20 @@ func (j *journal) settle(runID uuid.UUID, status chat.MessageStatus, now time.Ti
 	return j.write(pendingWrite{settle: &settleWrite{runID, status, now}})
 }
 
+// discard forgets the writes kept for a retry: their session was deleted.
+func (j *journal) discard() {
+	j.unsaved = nil
+	j.retryDelay = 0
+}
+
+// continueRun stores a run a person continued (see moveRun), marking its session active
+// in the same statement.
+func (j *journal) continueRun(r chat.Run, from ...chat.RunStatus) error {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.RunContinue(ctx, r, from...)
+}
+
 // scheduleRetry arms the retry of kept writes, backing off while they keep failing.
 func (j *journal) scheduleRetry() {
 	next := min(max(2*j.retryDelay, retryMin), retryMax)

@@ -93,8 +93,8 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
-	if a.session == nil {
-		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	if err := a.live(); err != nil {
+		return SendResult{}, err
 	}
 	if a.run != nil {
 		info := a.run.info
@@ -153,9 +153,16 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	if req.RequestID != "" {
 		info.ResumeRequestIDs = append(slices.Clip(info.ResumeRequestIDs), req.RequestID)
 	}
-	if err := a.journal.moveRun(info, from...); err != nil {
+	move := a.journal.moveRun
+	if req.RequestID != "" {
+		move = a.journal.continueRun // a person's resume: the session is active again
+	}
+	if err := move(info, from...); err != nil {
 		if errors.Is(err, store.ErrStale) {
 			return SendResult{}, errorf(CodeConflict, "run %s was changed meanwhile; reconnect to see it", run.ID)
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return SendResult{}, a.gone("store the run", err) // it was just read: deleted since
 		}
 		return SendResult{}, a.storageError("store the run", err)
 	}
@@ -334,8 +341,8 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
-	if a.session == nil {
-		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	if err := a.live(); err != nil {
+		return SendResult{}, err
 	}
 	if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
 		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
@@ -373,6 +380,9 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 		if prev, e := a.journal.runByRequest(req.RequestID); e == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return SendResult{}, a.gone("store the run", err)
 	}
 	if err != nil {
 		return SendResult{}, a.storageError("store the run", err)
@@ -446,8 +456,8 @@ func (a *Actor) dismiss(runID uuid.UUID) (SendResult, error) {
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
-	if a.session == nil {
-		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	if err := a.live(); err != nil {
+		return SendResult{}, err
 	}
 	if a.run != nil && a.run.info.ID == runID {
 		return SendResult{}, errorf(CodeConflict, "run %s is active: cancel it first", runID)

@@ -58,8 +58,8 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	if err := a.load(); err != nil {
 		return SendResult{}, a.storageError("load the session", err)
 	}
-	if a.session == nil {
-		return SendResult{}, errorf(CodeNotFound, "the session does not exist")
+	if err := a.live(); err != nil {
+		return SendResult{}, err
 	}
 	if err := a.takeUpSuspended(); err != nil {
 		return SendResult{}, a.storageError("continue the session's run", err)
@@ -99,6 +99,9 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 			}
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return SendResult{}, a.gone("store the message", err)
 	}
 	if err != nil {
 		return SendResult{}, a.storageError("store the message", err)

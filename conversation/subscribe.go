@@ -22,6 +22,9 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	if a.session.Owner != req.Owner {
 		return HelloResult{}, ErrNotYours
 	}
+	if a.session.DeletedAt != nil {
+		return HelloResult{}, ErrDeleted
+	}
 	if err := a.takeUpSuspended(); err != nil {
 		return HelloResult{}, a.storageError("continue the session's run", err)
 	}

@@ -7,4 +7,8 @@
 // and a hello that reaches an actor that has just stopped is retried on a new one, so
 // eviction can neither lose a subscriber nor leave two actors for one session. The hub
 // holds no session state of its own.
+//
+// Sessions (sessions.go) is a user's conversation list over the store and the hub:
+// list, rename, and delete, which ends the session's actor, kills its sandbox and leaves
+// a tombstone; while a session is being deleted no actor is started for it.
 package hub

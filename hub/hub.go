@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
@@ -27,7 +28,10 @@ type Hub struct {
 
 	mu     sync.Mutex
 	actors map[uuid.UUID]*conversation.Actor
-	closed bool
+	// deleting holds the sessions being deleted (Sessions.Delete); each channel is closed
+	// when its deletion is over. No actor is started for them meanwhile.
+	deleting map[uuid.UUID]chan struct{}
+	closed   bool
 }
 
 // New returns a hub whose actors share cfg.
@@ -36,9 +40,10 @@ func New(cfg conversation.Config, log zerolog.Logger, opts ...Option) (*Hub, err
 		return nil, err
 	}
 	h := &Hub{
-		cfg:    cfg,
-		log:    log.With().Str("component", "hub").Logger(),
-		actors: make(map[uuid.UUID]*conversation.Actor),
+		cfg:      cfg,
+		log:      log.With().Str("component", "hub").Logger(),
+		actors:   make(map[uuid.UUID]*conversation.Actor),
+		deleting: make(map[uuid.UUID]chan struct{}),
 	}
 	for _, o := range opts {
 		o(h)
@@ -55,7 +60,7 @@ func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloReq
 	// An actor can stop between get and Hello (idle eviction); its replacement is a new
 	// incarnation, so the retry cannot meet the same stopped actor again.
 	for attempt := 0; ; attempt++ {
-		a, err := h.get(id)
+		a, err := h.get(ctx, id)
 		if err != nil {
 			return nil, conversation.HelloResult{}, err
 		}
@@ -72,7 +77,7 @@ func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloReq
 // ErrClosed.
 func (h *Hub) Continue(ctx context.Context, id uuid.UUID, req conversation.ContinueRequest) (conversation.SendResult, error) {
 	for attempt := 0; ; attempt++ {
-		a, err := h.get(id)
+		a, err := h.get(ctx, id)
 		if err != nil {
 			return conversation.SendResult{}, err
 		}
@@ -84,20 +89,68 @@ func (h *Hub) Continue(ctx context.Context, id uuid.UUID, req conversation.Conti
 	}
 }
 
-func (h *Hub) get(id uuid.UUID) (*conversation.Actor, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, ErrClosed
-	}
-	if a, ok := h.actors[id]; ok {
+// get returns the actor of session id, starting one if needed. While the session is
+// being deleted it waits for the deletion to end: an actor started meanwhile could load
+// the session before its rows are gone and serve it afterwards. The actor started after
+// a deletion loads the tombstone and refuses every hello.
+func (h *Hub) get(ctx context.Context, id uuid.UUID) (*conversation.Actor, error) {
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if done, ok := h.deleting[id]; ok {
+			h.mu.Unlock()
+			select {
+			case <-done:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		a, ok := h.actors[id]
+		if !ok {
+			a = conversation.Start(h.cfg, id, h.forget)
+			h.actors[id] = a
+			h.countActors()
+			h.log.Debug().Str("session_id", id.String()).Str("epoch", a.Epoch()).Msg("started conversation")
+		}
+		h.mu.Unlock()
 		return a, nil
 	}
-	a := conversation.Start(h.cfg, id, h.forget)
-	h.actors[id] = a
-	h.countActors()
-	h.log.Debug().Str("session_id", id.String()).Str("epoch", a.Epoch()).Msg("started conversation")
-	return a, nil
+}
+
+// beginDelete marks session id as being deleted, once any other deletion of it is over,
+// and returns its live actor (nil if none) and the function that ends the mark. The
+// actor stays in the hub until it stops: it leaves as an evicted one does.
+func (h *Hub) beginDelete(ctx context.Context, id uuid.UUID) (*conversation.Actor, func(), error) {
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, nil, ErrClosed
+		}
+		if done, ok := h.deleting[id]; ok {
+			h.mu.Unlock()
+			select {
+			case <-done:
+				continue
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		h.deleting[id] = done
+		a := h.actors[id]
+		h.mu.Unlock()
+		return a, func() {
+			h.mu.Lock()
+			delete(h.deleting, id)
+			h.mu.Unlock()
+			close(done)
+		}, nil
+	}
 }
 
 // forget is called by an actor that is evicting itself, from its own goroutine. Removing
@@ -111,6 +164,13 @@ func (h *Hub) forget(a *conversation.Actor, stop func()) {
 		h.countActors()
 	}
 	stop()
+}
+
+func (h *Hub) now() time.Time {
+	if h.cfg.Clock != nil {
+		return h.cfg.Clock.Now()
+	}
+	return time.Now()
 }
 
 // Len returns the number of live actors.

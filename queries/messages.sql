@@ -63,3 +63,6 @@ WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming'
 -- name: MessageDeleteEmpty :execrows
 -- Removes a segment a process opened and died in before any of its text was stored.
 DELETE FROM messages WHERE id = @id AND status = 'streaming' AND content = '' AND tool_call_id IS NULL;
+
+-- name: MessagesDeleteBySession :exec
+DELETE FROM messages WHERE session_id = @session_id;

@@ -170,6 +170,15 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 	return result.RowsAffected(), nil
 }
 
+const messagesDeleteBySession = `-- name: MessagesDeleteBySession :exec
+DELETE FROM messages WHERE session_id = $1
+`
+
+func (q *Queries) MessagesDeleteBySession(ctx context.Context, db DBTX, sessionID uuid.UUID) error {
+	_, err := db.Exec(ctx, messagesDeleteBySession, sessionID)
+	return err
+}
+
 const messagesListBefore = `-- name: MessagesListBefore :many
 SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m

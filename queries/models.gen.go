@@ -65,4 +65,6 @@ type Session struct {
 	SandboxUsedAt   *time.Time
 	SandboxPausedAt *time.Time
 	SandboxKilledAt *time.Time
+	ActiveAt        *time.Time
+	DeletedAt       *time.Time
 }

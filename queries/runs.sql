@@ -1,14 +1,23 @@
--- name: RunStart :exec
--- Stores a run, its user message and the session's new updated_at in one statement, so
--- a run never exists without its user message (and the storage rule costs one round trip).
+-- name: RunStart :execrows
+-- Stores a run and its user message, and marks the session active (and titles it from
+-- its first message, unless a person named it), in one statement: a run never exists
+-- without its user message, and the storage rule costs one round trip. A deleted session
+-- takes neither (no row, 0 counted): a process that still holds it cannot bring it back.
 WITH touched AS (
-    UPDATE sessions SET updated_at = @started_at WHERE sessions.id = @session_id
+    UPDATE sessions
+    SET updated_at = @started_at, active_at = @started_at,
+        title = CASE WHEN sessions.title = '' THEN @title::text ELSE sessions.title END
+    WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
+    RETURNING sessions.id
 ), new_run AS (
     INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model)
-    VALUES (@run_id, @session_id, @request_id, 'running', @started_at, @started_at, @model)
+    SELECT @run_id::uuid, touched.id, @request_id::text, 'running', @started_at, @started_at, @model::text
+    FROM touched
 )
 INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-VALUES (@message_id, @session_id, @run_id::uuid, @position, 'user', @content, 'complete', @message_created_at, @message_created_at);
+SELECT @message_id::uuid, touched.id, @run_id::uuid, @position::bigint, 'user', @content::text, 'complete',
+    @message_created_at::timestamptz, @message_created_at::timestamptz
+FROM touched;
 
 -- name: RunGetByRequest :one
 SELECT * FROM runs WHERE session_id = @session_id AND request_id = @request_id;
@@ -57,11 +66,50 @@ RETURNING id;
 -- The session's newest run.
 SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;
 
--- name: RunInsertRetry :exec
+-- name: RunInsertRetry :execrows
 -- Stores a run that answers the user message of the run it retries (it has none of its
--- own), and the session's new updated_at, in one statement.
+-- own), and marks the session active, in one statement; nothing for a deleted session.
 WITH touched AS (
-    UPDATE sessions SET updated_at = @started_at WHERE sessions.id = @session_id
+    UPDATE sessions SET updated_at = @started_at, active_at = @started_at
+    WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
+    RETURNING sessions.id
 )
 INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model, retry_of)
-VALUES (@run_id, @session_id, @request_id, 'running', @started_at, @started_at, @model, @retry_of);
+SELECT @run_id::uuid, touched.id, @request_id::text, 'running', @started_at, @started_at, @model::text,
+    sqlc.narg(retry_of)::uuid
+FROM touched;
+
+-- name: RunContinue :execrows
+-- RunUpdate for a run a person continued (chat.resume): the session is marked active in
+-- the same statement, so the conversation list shows it first at no extra round trip.
+-- Counts the sessions marked, which is the runs moved (0: stale or gone).
+WITH moved AS (
+    UPDATE runs
+    SET status = @status,
+        error_code = @error_code,
+        error_message = @error_message,
+        ended_at = @ended_at,
+        last_activity_at = @last_activity_at,
+        input_tokens = @input_tokens,
+        output_tokens = @output_tokens,
+        context_tokens = @context_tokens,
+        context_window = @context_window,
+        cancel_reason = @cancel_reason,
+        recoveries = @recoveries,
+        dismissed_at = @dismissed_at,
+        resume_request_ids = @resume_request_ids::text[],
+        superseded_by = @superseded_by
+    WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
+    RETURNING runs.session_id, runs.last_activity_at
+)
+UPDATE sessions SET active_at = moved.last_activity_at
+FROM moved WHERE sessions.id = moved.session_id;
+
+-- name: RunsLockBySession :exec
+-- Deleting a session locks its runs first: a message a process inserts for one of them
+-- meanwhile either committed before (and is deleted with the rest) or waits and then
+-- finds its run gone.
+SELECT id FROM runs WHERE session_id = @session_id FOR UPDATE;
+
+-- name: RunsDeleteBySession :exec
+DELETE FROM runs WHERE session_id = @session_id;

@@ -12,6 +12,77 @@ import (
 	"github.com/google/uuid"
 )
 
+const runContinue = `-- name: RunContinue :execrows
+WITH moved AS (
+    UPDATE runs
+    SET status = $1,
+        error_code = $2,
+        error_message = $3,
+        ended_at = $4,
+        last_activity_at = $5,
+        input_tokens = $6,
+        output_tokens = $7,
+        context_tokens = $8,
+        context_window = $9,
+        cancel_reason = $10,
+        recoveries = $11,
+        dismissed_at = $12,
+        resume_request_ids = $13::text[],
+        superseded_by = $14
+    WHERE runs.id = $15 AND runs.status = ANY($16::text[])
+    RETURNING runs.session_id, runs.last_activity_at
+)
+UPDATE sessions SET active_at = moved.last_activity_at
+FROM moved WHERE sessions.id = moved.session_id
+`
+
+type RunContinueParams struct {
+	Status           string
+	ErrorCode        *string
+	ErrorMessage     *string
+	EndedAt          *time.Time
+	LastActivityAt   time.Time
+	InputTokens      int64
+	OutputTokens     int64
+	ContextTokens    int64
+	ContextWindow    int64
+	CancelReason     *string
+	Recoveries       int32
+	DismissedAt      *time.Time
+	ResumeRequestIds []string
+	SupersededBy     *uuid.UUID
+	ID               uuid.UUID
+	FromStatuses     []string
+}
+
+// RunUpdate for a run a person continued (chat.resume): the session is marked active in
+// the same statement, so the conversation list shows it first at no extra round trip.
+// Counts the sessions marked, which is the runs moved (0: stale or gone).
+func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParams) (int64, error) {
+	result, err := db.Exec(ctx, runContinue,
+		arg.Status,
+		arg.ErrorCode,
+		arg.ErrorMessage,
+		arg.EndedAt,
+		arg.LastActivityAt,
+		arg.InputTokens,
+		arg.OutputTokens,
+		arg.ContextTokens,
+		arg.ContextWindow,
+		arg.CancelReason,
+		arg.Recoveries,
+		arg.DismissedAt,
+		arg.ResumeRequestIds,
+		arg.SupersededBy,
+		arg.ID,
+		arg.FromStatuses,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const runGet = `-- name: RunGet :one
 SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE id = $1
 `
@@ -81,35 +152,42 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 	return i, err
 }
 
-const runInsertRetry = `-- name: RunInsertRetry :exec
+const runInsertRetry = `-- name: RunInsertRetry :execrows
 WITH touched AS (
-    UPDATE sessions SET updated_at = $4 WHERE sessions.id = $2
+    UPDATE sessions SET updated_at = $3, active_at = $3
+    WHERE sessions.id = $6 AND sessions.deleted_at IS NULL
+    RETURNING sessions.id
 )
 INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model, retry_of)
-VALUES ($1, $2, $3, 'running', $4, $4, $5, $6)
+SELECT $1::uuid, touched.id, $2::text, 'running', $3, $3, $4::text,
+    $5::uuid
+FROM touched
 `
 
 type RunInsertRetryParams struct {
 	RunID     uuid.UUID
-	SessionID uuid.UUID
 	RequestID string
 	StartedAt time.Time
 	Model     string
 	RetryOf   *uuid.UUID
+	SessionID uuid.UUID
 }
 
 // Stores a run that answers the user message of the run it retries (it has none of its
-// own), and the session's new updated_at, in one statement.
-func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetryParams) error {
-	_, err := db.Exec(ctx, runInsertRetry,
+// own), and marks the session active, in one statement; nothing for a deleted session.
+func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetryParams) (int64, error) {
+	result, err := db.Exec(ctx, runInsertRetry,
 		arg.RunID,
-		arg.SessionID,
 		arg.RequestID,
 		arg.StartedAt,
 		arg.Model,
 		arg.RetryOf,
+		arg.SessionID,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const runLatest = `-- name: RunLatest :one
@@ -145,44 +223,58 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 	return i, err
 }
 
-const runStart = `-- name: RunStart :exec
+const runStart = `-- name: RunStart :execrows
 WITH touched AS (
-    UPDATE sessions SET updated_at = $7 WHERE sessions.id = $2
+    UPDATE sessions
+    SET updated_at = $6, active_at = $6,
+        title = CASE WHEN sessions.title = '' THEN $7::text ELSE sessions.title END
+    WHERE sessions.id = $8 AND sessions.deleted_at IS NULL
+    RETURNING sessions.id
 ), new_run AS (
     INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model)
-    VALUES ($3, $2, $8, 'running', $7, $7, $9)
+    SELECT $2::uuid, touched.id, $9::text, 'running', $6, $6, $10::text
+    FROM touched
 )
 INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-VALUES ($1, $2, $3::uuid, $4, 'user', $5, 'complete', $6, $6)
+SELECT $1::uuid, touched.id, $2::uuid, $3::bigint, 'user', $4::text, 'complete',
+    $5::timestamptz, $5::timestamptz
+FROM touched
 `
 
 type RunStartParams struct {
 	MessageID        uuid.UUID
-	SessionID        uuid.UUID
 	RunID            uuid.UUID
 	Position         int64
 	Content          string
 	MessageCreatedAt time.Time
 	StartedAt        time.Time
+	Title            string
+	SessionID        uuid.UUID
 	RequestID        string
 	Model            string
 }
 
-// Stores a run, its user message and the session's new updated_at in one statement, so
-// a run never exists without its user message (and the storage rule costs one round trip).
-func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) error {
-	_, err := db.Exec(ctx, runStart,
+// Stores a run and its user message, and marks the session active (and titles it from
+// its first message, unless a person named it), in one statement: a run never exists
+// without its user message, and the storage rule costs one round trip. A deleted session
+// takes neither (no row, 0 counted): a process that still holds it cannot bring it back.
+func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) (int64, error) {
+	result, err := db.Exec(ctx, runStart,
 		arg.MessageID,
-		arg.SessionID,
 		arg.RunID,
 		arg.Position,
 		arg.Content,
 		arg.MessageCreatedAt,
 		arg.StartedAt,
+		arg.Title,
+		arg.SessionID,
 		arg.RequestID,
 		arg.Model,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const runUpdate = `-- name: RunUpdate :execrows
@@ -248,6 +340,15 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const runsDeleteBySession = `-- name: RunsDeleteBySession :exec
+DELETE FROM runs WHERE session_id = $1
+`
+
+func (q *Queries) RunsDeleteBySession(ctx context.Context, db DBTX, sessionID uuid.UUID) error {
+	_, err := db.Exec(ctx, runsDeleteBySession, sessionID)
+	return err
 }
 
 const runsInterruptUnfinished = `-- name: RunsInterruptUnfinished :many
@@ -334,4 +435,16 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 		return nil, err
 	}
 	return items, nil
+}
+
+const runsLockBySession = `-- name: RunsLockBySession :exec
+SELECT id FROM runs WHERE session_id = $1 FOR UPDATE
+`
+
+// Deleting a session locks its runs first: a message a process inserts for one of them
+// meanwhile either committed before (and is deleted with the rest) or waits and then
+// finds its run gone.
+func (q *Queries) RunsLockBySession(ctx context.Context, db DBTX, sessionID uuid.UUID) error {
+	_, err := db.Exec(ctx, runsLockBySession, sessionID)
+	return err
 }

@@ -2,10 +2,11 @@
 SELECT * FROM sessions WHERE id = @id;
 
 -- name: SessionSetSandbox :execrows
--- A new sandbox (or none): used now, running.
+-- A new sandbox (or none): used now, running. A deleted session takes none: its
+-- sandbox would outlive it.
 UPDATE sessions SET sandbox_id = @sandbox_id, sandbox_used_at = @used_at,
     sandbox_paused_at = NULL, sandbox_killed_at = NULL
-WHERE id = @id;
+WHERE id = @id AND deleted_at IS NULL;
 
 -- name: SessionSandboxKilledAt :one
 -- When the janitor last killed the session's sandbox; NULL when it did not, or when the
@@ -61,3 +62,74 @@ INSERT INTO sessions (id, owner, title, created_at, updated_at)
 VALUES (@id, @owner, @title, @created_at, @created_at)
 ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
 RETURNING *;
+
+-- name: SessionsList :many
+-- A page of owner's conversation list: their live sessions that have a run, most
+-- recently active first, after the cursor (after_at, after_id; NULL for the first page).
+-- It reads sessions_list_idx from the cursor on and never touches another user's rows;
+-- each session's preview and latest run are looked up by that session's own indexes
+-- (messages by position, runs_session_started_idx). The latest run is the active one
+-- when any is: a session has one active run at most, and it is its newest (a continued
+-- run was the newest; a retry is a new one). The preview is cut to 4× its length
+-- here so that Go can collapse its white space and cut it by characters.
+SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timestamptz AS active_at,
+    COALESCE(p.content, '')::text AS preview,
+    COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
+    COALESCE(l.status, '')::text AS latest_run_status,
+    COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
+    COALESCE(l.context_window, 0)::bigint AS context_window
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT left(m.content, 4 * @preview_chars::int) AS content FROM messages m
+    WHERE m.session_id = s.id AND m.role IN ('user', 'assistant') AND m.kind = 'text' AND m.content <> ''
+    ORDER BY m.position DESC
+    LIMIT 1
+) p ON true
+LEFT JOIN LATERAL (
+    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    WHERE r.session_id = s.id
+    ORDER BY r.started_at DESC, r.id DESC
+    LIMIT 1
+) l ON true
+WHERE s.owner = @owner AND s.deleted_at IS NULL AND s.active_at IS NOT NULL
+    AND (s.active_at, s.id) < (COALESCE(sqlc.narg(after_at)::timestamptz, 'infinity'),
+                               COALESCE(sqlc.narg(after_id)::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+ORDER BY s.active_at DESC, s.id DESC
+LIMIT @max_rows;
+
+-- name: SessionSummaryGet :one
+-- One of owner's live sessions as SessionsList shows it (also one with no run yet).
+SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timestamptz AS active_at,
+    COALESCE(p.content, '')::text AS preview,
+    COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
+    COALESCE(l.status, '')::text AS latest_run_status,
+    COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
+    COALESCE(l.context_window, 0)::bigint AS context_window
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT left(m.content, 4 * @preview_chars::int) AS content FROM messages m
+    WHERE m.session_id = s.id AND m.role IN ('user', 'assistant') AND m.kind = 'text' AND m.content <> ''
+    ORDER BY m.position DESC
+    LIMIT 1
+) p ON true
+LEFT JOIN LATERAL (
+    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    WHERE r.session_id = s.id
+    ORDER BY r.started_at DESC, r.id DESC
+    LIMIT 1
+) l ON true
+WHERE s.id = @id AND s.owner = @owner AND s.deleted_at IS NULL;
+
+-- name: SessionRename :execrows
+-- A person's title for one of their live sessions. It does not make the session active:
+-- the list keeps its place.
+UPDATE sessions SET title = @title WHERE id = @id AND owner = @owner AND deleted_at IS NULL;
+
+-- name: SessionTombstone :execrows
+-- The first step of deleting a session: it becomes a tombstone, which keeps its id from
+-- being used again and what it held (title, sandbox) forgotten. Its row lock, held until
+-- the deletion commits, makes a concurrent RunStart wait and then find it deleted.
+UPDATE sessions
+SET deleted_at = @deleted_at, title = '', sandbox_id = NULL, sandbox_used_at = NULL,
+    sandbox_paused_at = NULL, sandbox_killed_at = NULL
+WHERE id = @id AND owner = @owner AND deleted_at IS NULL;

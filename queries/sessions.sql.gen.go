@@ -13,7 +13,7 @@ import (
 )
 
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -29,6 +29,8 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.SandboxUsedAt,
 		&i.SandboxPausedAt,
 		&i.SandboxKilledAt,
+		&i.ActiveAt,
+		&i.DeletedAt,
 	)
 	return i, err
 }
@@ -37,7 +39,7 @@ const sessionInsert = `-- name: SessionInsert :one
 INSERT INTO sessions (id, owner, title, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $4)
 ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at
+RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at
 `
 
 type SessionInsertParams struct {
@@ -69,8 +71,30 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.SandboxUsedAt,
 		&i.SandboxPausedAt,
 		&i.SandboxKilledAt,
+		&i.ActiveAt,
+		&i.DeletedAt,
 	)
 	return i, err
+}
+
+const sessionRename = `-- name: SessionRename :execrows
+UPDATE sessions SET title = $1 WHERE id = $2 AND owner = $3 AND deleted_at IS NULL
+`
+
+type SessionRenameParams struct {
+	Title string
+	ID    uuid.UUID
+	Owner string
+}
+
+// A person's title for one of their live sessions. It does not make the session active:
+// the list keeps its place.
+func (q *Queries) SessionRename(ctx context.Context, db DBTX, arg SessionRenameParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionRename, arg.Title, arg.ID, arg.Owner)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const sessionSandboxKill = `-- name: SessionSandboxKill :execrows
@@ -262,7 +286,7 @@ func (q *Queries) SessionSandboxesPaused(ctx context.Context, db DBTX, arg Sessi
 const sessionSetSandbox = `-- name: SessionSetSandbox :execrows
 UPDATE sessions SET sandbox_id = $1, sandbox_used_at = $2,
     sandbox_paused_at = NULL, sandbox_killed_at = NULL
-WHERE id = $3
+WHERE id = $3 AND deleted_at IS NULL
 `
 
 type SessionSetSandboxParams struct {
@@ -271,11 +295,186 @@ type SessionSetSandboxParams struct {
 	ID        uuid.UUID
 }
 
-// A new sandbox (or none): used now, running.
+// A new sandbox (or none): used now, running. A deleted session takes none: its
+// sandbox would outlive it.
 func (q *Queries) SessionSetSandbox(ctx context.Context, db DBTX, arg SessionSetSandboxParams) (int64, error) {
 	result, err := db.Exec(ctx, sessionSetSandbox, arg.SandboxID, arg.UsedAt, arg.ID)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const sessionSummaryGet = `-- name: SessionSummaryGet :one
+SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timestamptz AS active_at,
+    COALESCE(p.content, '')::text AS preview,
+    COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
+    COALESCE(l.status, '')::text AS latest_run_status,
+    COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
+    COALESCE(l.context_window, 0)::bigint AS context_window
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT left(m.content, 4 * $1::int) AS content FROM messages m
+    WHERE m.session_id = s.id AND m.role IN ('user', 'assistant') AND m.kind = 'text' AND m.content <> ''
+    ORDER BY m.position DESC
+    LIMIT 1
+) p ON true
+LEFT JOIN LATERAL (
+    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    WHERE r.session_id = s.id
+    ORDER BY r.started_at DESC, r.id DESC
+    LIMIT 1
+) l ON true
+WHERE s.id = $2 AND s.owner = $3 AND s.deleted_at IS NULL
+`
+
+type SessionSummaryGetParams struct {
+	PreviewChars int32
+	ID           uuid.UUID
+	Owner        string
+}
+
+type SessionSummaryGetRow struct {
+	ID              uuid.UUID
+	Title           string
+	CreatedAt       time.Time
+	ActiveAt        time.Time
+	Preview         string
+	LatestRunID     uuid.UUID
+	LatestRunStatus string
+	ContextTokens   int64
+	ContextWindow   int64
+}
+
+// One of owner's live sessions as SessionsList shows it (also one with no run yet).
+func (q *Queries) SessionSummaryGet(ctx context.Context, db DBTX, arg SessionSummaryGetParams) (SessionSummaryGetRow, error) {
+	row := db.QueryRow(ctx, sessionSummaryGet, arg.PreviewChars, arg.ID, arg.Owner)
+	var i SessionSummaryGetRow
+	err := row.Scan(
+		&i.ID,
+		&i.Title,
+		&i.CreatedAt,
+		&i.ActiveAt,
+		&i.Preview,
+		&i.LatestRunID,
+		&i.LatestRunStatus,
+		&i.ContextTokens,
+		&i.ContextWindow,
+	)
+	return i, err
+}
+
+const sessionTombstone = `-- name: SessionTombstone :execrows
+UPDATE sessions
+SET deleted_at = $1, title = '', sandbox_id = NULL, sandbox_used_at = NULL,
+    sandbox_paused_at = NULL, sandbox_killed_at = NULL
+WHERE id = $2 AND owner = $3 AND deleted_at IS NULL
+`
+
+type SessionTombstoneParams struct {
+	DeletedAt *time.Time
+	ID        uuid.UUID
+	Owner     string
+}
+
+// The first step of deleting a session: it becomes a tombstone, which keeps its id from
+// being used again and what it held (title, sandbox) forgotten. Its row lock, held until
+// the deletion commits, makes a concurrent RunStart wait and then find it deleted.
+func (q *Queries) SessionTombstone(ctx context.Context, db DBTX, arg SessionTombstoneParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionTombstone, arg.DeletedAt, arg.ID, arg.Owner)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sessionsList = `-- name: SessionsList :many
+SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timestamptz AS active_at,
+    COALESCE(p.content, '')::text AS preview,
+    COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
+    COALESCE(l.status, '')::text AS latest_run_status,
+    COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
+    COALESCE(l.context_window, 0)::bigint AS context_window
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT left(m.content, 4 * $1::int) AS content FROM messages m
+    WHERE m.session_id = s.id AND m.role IN ('user', 'assistant') AND m.kind = 'text' AND m.content <> ''
+    ORDER BY m.position DESC
+    LIMIT 1
+) p ON true
+LEFT JOIN LATERAL (
+    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    WHERE r.session_id = s.id
+    ORDER BY r.started_at DESC, r.id DESC
+    LIMIT 1
+) l ON true
+WHERE s.owner = $2 AND s.deleted_at IS NULL AND s.active_at IS NOT NULL
+    AND (s.active_at, s.id) < (COALESCE($3::timestamptz, 'infinity'),
+                               COALESCE($4::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+ORDER BY s.active_at DESC, s.id DESC
+LIMIT $5
+`
+
+type SessionsListParams struct {
+	PreviewChars int32
+	Owner        string
+	AfterAt      *time.Time
+	AfterID      *uuid.UUID
+	MaxRows      int32
+}
+
+type SessionsListRow struct {
+	ID              uuid.UUID
+	Title           string
+	CreatedAt       time.Time
+	ActiveAt        time.Time
+	Preview         string
+	LatestRunID     uuid.UUID
+	LatestRunStatus string
+	ContextTokens   int64
+	ContextWindow   int64
+}
+
+// A page of owner's conversation list: their live sessions that have a run, most
+// recently active first, after the cursor (after_at, after_id; NULL for the first page).
+// It reads sessions_list_idx from the cursor on and never touches another user's rows;
+// each session's preview and latest run are looked up by that session's own indexes
+// (messages by position, runs_session_started_idx). The latest run is the active one
+// when any is: a session has one active run at most, and it is its newest (a continued
+// run was the newest; a retry is a new one). The preview is cut to 4× its length
+// here so that Go can collapse its white space and cut it by characters.
+func (q *Queries) SessionsList(ctx context.Context, db DBTX, arg SessionsListParams) ([]SessionsListRow, error) {
+	rows, err := db.Query(ctx, sessionsList,
+		arg.PreviewChars,
+		arg.Owner,
+		arg.AfterAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionsListRow{}
+	for rows.Next() {
+		var i SessionsListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Title,
+			&i.CreatedAt,
+			&i.ActiveAt,
+			&i.Preview,
+			&i.LatestRunID,
+			&i.LatestRunStatus,
+			&i.ContextTokens,
+			&i.ContextWindow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -1,4 +1,6 @@
-// Package store is chatd's PostgreSQL layer: sessions, runs and messages.
+// Package store is chatd's PostgreSQL layer: sessions, runs and messages, and the
+// conversation list (one user's sessions by keyset; a deleted session's tombstone, which
+// every run start refuses).
 //
 // It is the only package that imports queries (the sqlc-generated code). It converts rows
 // to the domain types of package chat (chat.Session, chat.Run, chat.Message), maps

@@ -12,11 +12,13 @@ import (
 	"github.com/chatd/chatd/queries"
 )
 
-// RunStart stores a new run together with its user message, in one statement. It returns
-// ErrConflict when the session already has a run with the same RequestID (or, which the
-// caller should never cause, a message at the same position).
+// RunStart stores a new run together with its user message, in one statement that also
+// marks the session active and, when it has no title yet, titles it from the message
+// (chat.SessionTitle). It returns ErrConflict when the session already has a run with
+// the same RequestID (or, which the caller should never cause, a message at the same
+// position), and ErrNotFound when the session does not exist or was deleted.
 func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message) error {
-	err := s.q.RunStart(ctx, s.db, queries.RunStartParams{
+	n, err := s.q.RunStart(ctx, s.db, queries.RunStartParams{
 		MessageID: user.ID,
 		SessionID: run.SessionID,
 		RunID:     run.ID,
@@ -27,9 +29,13 @@ func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message) e
 		MessageCreatedAt: chat.Timestamp(user.CreatedAt),
 		RequestID:        run.RequestID,
 		Model:            run.Model,
+		Title:            chat.SessionTitle(user.Content),
 	})
 	if err != nil {
 		return fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("start run %s: session %s: %w", run.RequestID, run.SessionID, ErrNotFound)
 	}
 	return nil
 }
@@ -67,14 +73,29 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 	if len(from) == 0 {
 		return fmt.Errorf("update run %s: no expected status given", run.ID)
 	}
+	n, err := s.q.RunUpdate(ctx, s.db, runUpdateParams(run, from))
+	return s.checkRunUpdate(ctx, run.ID, from, n, err)
+}
+
+// RunContinue is RunUpdate for a run a person continued (chat.resume): the same
+// statement marks its session active, so the conversation list shows it first. Errors
+// are those of RunUpdate.
+func (s *Store) RunContinue(ctx context.Context, run chat.Run, from ...chat.RunStatus) error {
+	if len(from) == 0 {
+		return fmt.Errorf("continue run %s: no expected status given", run.ID)
+	}
+	n, err := s.q.RunContinue(ctx, s.db, queries.RunContinueParams(runUpdateParams(run, from)))
+	return s.checkRunUpdate(ctx, run.ID, from, n, err)
+}
+
+func runUpdateParams(run chat.Run, from []chat.RunStatus) queries.RunUpdateParams {
 	code, msg := errorColumns(run.Error)
-	ended := timestampPtr(run.EndedAt)
-	n, err := s.q.RunUpdate(ctx, s.db, queries.RunUpdateParams{
+	return queries.RunUpdateParams{
 		ID:               run.ID,
 		Status:           string(run.Status),
 		ErrorCode:        code,
 		ErrorMessage:     msg,
-		EndedAt:          ended,
+		EndedAt:          timestampPtr(run.EndedAt),
 		LastActivityAt:   chat.Timestamp(run.LastActivityAt),
 		InputTokens:      run.Usage.InputTokens,
 		OutputTokens:     run.Usage.OutputTokens,
@@ -86,19 +107,23 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 		ResumeRequestIds: emptyIfNil(run.ResumeRequestIDs),
 		SupersededBy:     run.SupersededBy,
 		FromStatuses:     statusStrings(from),
-	})
+	}
+}
+
+// checkRunUpdate maps the outcome of a guarded run update: n rows written, or err.
+func (s *Store) checkRunUpdate(ctx context.Context, id uuid.UUID, from []chat.RunStatus, n int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
+		return fmt.Errorf("update run %s: %w", id, mapErr(err))
 	}
 	if n > 0 {
 		return nil
 	}
 	// Rare, so the read that tells a missing run from a stale write is paid only here.
-	cur, err := s.q.RunGet(ctx, s.db, run.ID)
+	cur, err := s.q.RunGet(ctx, s.db, id)
 	if err != nil {
-		return fmt.Errorf("update run %s: %w", run.ID, mapErr(err))
+		return fmt.Errorf("update run %s: %w", id, mapErr(err))
 	}
-	return fmt.Errorf("update run %s: %w: status is %s, not %s", run.ID, ErrStale, cur.Status, orList(from))
+	return fmt.Errorf("update run %s: %w: status is %s, not %s", id, ErrStale, cur.Status, orList(from))
 }
 
 // RunsUnfinished lists the runs that are not in a terminal status, oldest first.
@@ -171,12 +196,13 @@ func runFromRow(r queries.Run) chat.Run {
 
 // RunStartRetry stores run, which retries run.RetryOf: it answers that run's user
 // message and has none of its own. It returns ErrConflict when the session already has a
-// run with the same RequestID.
+// run with the same RequestID, and ErrNotFound when the session does not exist or was
+// deleted.
 func (s *Store) RunStartRetry(ctx context.Context, run chat.Run) error {
 	if run.RetryOf == nil {
 		return fmt.Errorf("start retry %s: no run to retry", run.RequestID)
 	}
-	err := s.q.RunInsertRetry(ctx, s.db, queries.RunInsertRetryParams{
+	n, err := s.q.RunInsertRetry(ctx, s.db, queries.RunInsertRetryParams{
 		RunID:     run.ID,
 		SessionID: run.SessionID,
 		RequestID: run.RequestID,
@@ -186,6 +212,9 @@ func (s *Store) RunStartRetry(ctx context.Context, run chat.Run) error {
 	})
 	if err != nil {
 		return fmt.Errorf("start retry %s: %w", run.RequestID, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("start retry %s: session %s: %w", run.RequestID, run.SessionID, ErrNotFound)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -10,7 +11,8 @@ import (
 	"github.com/chatd/chatd/queries"
 )
 
-// SessionGet returns the session with id, or ErrNotFound.
+// SessionGet returns the session with id, or ErrNotFound. A deleted session's tombstone
+// is returned with DeletedAt set.
 func (s *Store) SessionGet(ctx context.Context, id uuid.UUID) (chat.Session, error) {
 	row, err := s.q.SessionGet(ctx, s.db, id)
 	if err != nil {
@@ -52,5 +54,98 @@ func sessionFromRow(r queries.Session) chat.Session {
 		SandboxID: deref(r.SandboxID),
 		CreatedAt: r.CreatedAt.UTC(),
 		UpdatedAt: r.UpdatedAt.UTC(),
+		DeletedAt: utcPtr(r.DeletedAt),
 	}
+}
+
+// SessionsList returns up to limit of owner's sessions that have a run and are not
+// deleted, most recently active first, starting after the cursor (nil: from the first).
+// It reads one user's rows only, by an index on (owner, active_at, id).
+func (s *Store) SessionsList(ctx context.Context, owner string, after *chat.SessionCursor, limit int) ([]chat.SessionSummary, error) {
+	p := queries.SessionsListParams{PreviewChars: chat.PreviewLen, Owner: owner, MaxRows: int32(limit)}
+	if after != nil {
+		p.AfterAt, p.AfterID = ptr(chat.Timestamp(after.ActiveAt)), &after.ID
+	}
+	rows, err := s.q.SessionsList(ctx, s.db, p)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", mapErr(err))
+	}
+	out := make([]chat.SessionSummary, len(rows))
+	for i, r := range rows {
+		out[i] = summaryFromRow(queries.SessionSummaryGetRow(r))
+	}
+	return out, nil
+}
+
+// SessionSummary returns owner's session id as the conversation list shows it, also
+// when it has no run yet. It returns ErrNotFound when the session does not exist, is
+// another user's, or was deleted.
+func (s *Store) SessionSummary(ctx context.Context, owner string, id uuid.UUID) (chat.SessionSummary, error) {
+	row, err := s.q.SessionSummaryGet(ctx, s.db, queries.SessionSummaryGetParams{PreviewChars: chat.PreviewLen, ID: id, Owner: owner})
+	if err != nil {
+		return chat.SessionSummary{}, fmt.Errorf("get session %s: %w", id, mapErr(err))
+	}
+	return summaryFromRow(row), nil
+}
+
+// SessionRename sets the title of owner's session id. Its place in the list does not
+// change. It returns ErrNotFound when the session does not exist, is another user's, or
+// was deleted.
+func (s *Store) SessionRename(ctx context.Context, owner string, id uuid.UUID, title string) error {
+	n, err := s.q.SessionRename(ctx, s.db, queries.SessionRenameParams{ID: id, Owner: owner, Title: title})
+	if err != nil {
+		return fmt.Errorf("rename session %s: %w", id, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("rename session %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SessionDelete deletes owner's session id in one transaction: its runs and messages
+// are deleted, and the session row stays as a tombstone (deleted at now, title and
+// sandbox forgotten) so its id is never used again. Kill its sandbox first: the
+// tombstone no longer names it. A process still holding the session can write nothing
+// to it afterwards: run starts find it deleted, message inserts find their run gone.
+// It returns ErrNotFound when the session does not exist, is another user's, or was
+// deleted already.
+func (s *Store) SessionDelete(ctx context.Context, owner string, id uuid.UUID, now time.Time) error {
+	err := s.InTx(ctx, func(tx *Store) error {
+		n, err := tx.q.SessionTombstone(ctx, tx.db, queries.SessionTombstoneParams{ID: id, Owner: owner, DeletedAt: ptr(chat.Timestamp(now))})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		if err := tx.q.RunsLockBySession(ctx, tx.db, id); err != nil {
+			return err
+		}
+		// Messages first: deleting the runs first would have each message's run_id set
+		// to NULL just before the message goes.
+		if err := tx.q.MessagesDeleteBySession(ctx, tx.db, id); err != nil {
+			return err
+		}
+		return tx.q.RunsDeleteBySession(ctx, tx.db, id)
+	})
+	if err != nil {
+		return fmt.Errorf("delete session %s: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+func summaryFromRow(r queries.SessionSummaryGetRow) chat.SessionSummary {
+	sum := chat.SessionSummary{
+		ID:            r.ID,
+		Title:         r.Title,
+		CreatedAt:     r.CreatedAt.UTC(),
+		ActiveAt:      r.ActiveAt.UTC(),
+		Preview:       chat.Preview(r.Preview, chat.PreviewLen),
+		ContextTokens: r.ContextTokens,
+		ContextWindow: r.ContextWindow,
+	}
+	if st := chat.RunStatus(r.LatestRunStatus); st.Active() {
+		sum.ActiveRunID, sum.ActiveRunStatus = r.LatestRunID, st
+	}
+	return sum
 }

@@ -19,4 +19,7 @@ var (
 	// DisconnectSlow: more was waiting for the client than its budget allows. It
 	// reconnects and resumes from the ring.
 	DisconnectSlow = Disconnect{Code: 4008, Reason: "too slow: outbound queue full"}
+	// DisconnectDeleted: the session was deleted. The client stops: the session is gone
+	// for good, and a hello with its id is refused with the same code.
+	DisconnectDeleted = Disconnect{Code: 4004, Reason: "session deleted"}
 )

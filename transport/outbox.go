@@ -122,13 +122,16 @@ func (q *Outbox) CatchUp(cu conversation.CatchUp) bool {
 }
 
 // Dropped is called by the actor when it lets go of this connection: closed as too slow
-// at once, or after what is queued when the server shuts down.
+// at once, or after what is queued when the session was deleted or the server shuts
+// down.
 func (q *Outbox) Dropped(reason conversation.DropReason) {
 	switch reason {
 	case conversation.DropSlow:
 		if q.Close(DisconnectSlow, false) {
 			q.opts.Logger.Info().Str("remote", q.remote).Int("queue_bytes", q.opts.Budget).Msg("closing a connection whose send queue overflowed (4008)")
 		}
+	case conversation.DropDeleted:
+		q.Close(DisconnectDeleted, true)
 	default:
 		q.Close(DisconnectShutdown, true)
 	}

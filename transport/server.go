@@ -24,6 +24,9 @@ type Endpoint interface {
 type Config struct {
 	// WebSocket serves GET /v1/ws (a *ws.Server). Required.
 	WebSocket Endpoint
+	// API serves the HTTP JSON API, everything under /v1/sessions (an *httpapi.API).
+	// Optional.
+	API http.Handler
 	// Ready reports whether the server can serve (the database answers); /readyz calls it.
 	Ready func(context.Context) error
 	// App, when set, serves every path that is not the server's own (the browser app,
@@ -34,8 +37,9 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Server serves chatd's HTTP surface: /v1/ws (the WebSocket endpoint it is given),
-// /healthz, /readyz, and the app at / when it is given one.
+// Server serves chatd's HTTP surface: /v1/ws (the WebSocket endpoint it is given), the
+// JSON API under /v1/sessions (the API it is given), /healthz, /readyz, and the app at
+// every other path when it is given one.
 type Server struct {
 	cfg Config
 	log zerolog.Logger
@@ -59,6 +63,10 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/ws", s.cfg.WebSocket)
+	if s.cfg.API != nil {
+		mux.Handle("/v1/sessions", s.cfg.API)
+		mux.Handle("/v1/sessions/", s.cfg.API)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

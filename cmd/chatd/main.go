@@ -37,6 +37,7 @@ import (
 	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/httpapi"
 	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/web"
 )
@@ -109,10 +110,12 @@ type Main struct {
 	registry  *prometheus.Registry // what /metrics serves
 	db        *database
 	sandboxes *local.Provider
-	janitor   *agent.SandboxJanitor
-	hub       *hub.Hub
-	srv       *transport.Server
-	http      *listener
+	// sessionSandboxes gives each session its sandbox; a deleted session's is killed.
+	sessionSandboxes *agent.Sandboxes
+	janitor          *agent.SandboxJanitor
+	hub              *hub.Hub
+	srv              *transport.Server
+	http             *listener
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
 }
@@ -182,8 +185,11 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
+	// The WebSocket and the HTTP API know users the same way.
+	var auth transport.Authenticator = transport.Anonymous{}
 	wsSrv, err := ws.New(ws.Config{
 		Hub:               m.hub,
+		Auth:              auth,
 		Logger:            m.log,
 		AllowedOrigins:    m.cfg.AllowedOrigins,
 		ReadLimit:         int64(m.cfg.ReadLimit),
@@ -196,7 +202,15 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
-	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, Ready: st.Ping, App: web.Handler(), Logger: m.log})
+	api, err := httpapi.New(httpapi.Config{
+		Sessions: hub.NewSessions(m.hub, st, m.sessionSandboxes),
+		Auth:     auth,
+		Logger:   m.log,
+	})
+	if err != nil {
+		return err
+	}
+	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, Ready: st.Ping, App: web.Handler(), Logger: m.log})
 	if err != nil {
 		return err
 	}
@@ -343,9 +357,9 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	if err != nil {
 		return nil, err
 	}
-	sandboxes := agent.NewSandboxes(m.sandboxes, st, clock)
+	m.sessionSandboxes = agent.NewSandboxes(m.sandboxes, st, clock)
 	m.janitor, err = agent.NewJanitor(agent.JanitorConfig{
-		Sandboxes: sandboxes,
+		Sandboxes: m.sessionSandboxes,
 		Store:     st,
 		IdlePause: m.cfg.SandboxIdlePause,
 		KillAfter: m.cfg.SandboxKillAfter,
@@ -358,7 +372,7 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	return agent.New(agent.Config{
 		Model:            model,
 		Tools:            registry,
-		Sandboxes:        sandboxes,
+		Sandboxes:        m.sessionSandboxes,
 		System:           m.cfg.SystemPrompt,
 		ContextTokens:    m.cfg.ContextTokens,
 		MaxOutputTokens:  m.cfg.MaxTokens,

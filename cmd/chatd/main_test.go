@@ -18,12 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
@@ -1194,4 +1196,43 @@ func TestCoalesceDeltasOption(t *testing.T) {
 	stored := sessionMessages(t, openStore(t, dbURL), sessionID)
 	require.Equal(t, strings.Join(demo.Reply("hello", words), " "), stored[1].Content)
 	require.Empty(t, wstest.Diff(toWire(t, stored), c.State.Sorted()))
+}
+
+// The wiring of the HTTP sessions API: the list shows a demo conversation, and deleting
+// it kills the sandbox its approved demo_sandbox call ran in (the real local provider).
+func TestSessionsAPIDeletesTheSandbox(t *testing.T) {
+	m, _ := startInProcess(t, map[string]string{
+		"CHATD_DEMO_DELAY":  "0s",
+		"CHATD_SANDBOX_DIR": t.TempDir(),
+	})
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	id := c.Hello("").SessionID
+	require.Equal(t, "ack", c.Chat("r1", "please approve a sandbox call").Type)
+	wait := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.PendingApproval != nil })
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "d1", "toolCallId": wait.Run.PendingApproval.ToolCallID, "decision": "approve"})
+	require.Equal(t, "chat.done", c.ReadTerminal().Type)
+	sandboxID, err := m.db.Store().SessionSandbox(dbCtx(t), uuid.MustParse(id))
+	require.NoError(t, err)
+	require.NotEmpty(t, sandboxID, "the approved call ran in a sandbox")
+
+	status, body := httpGet(t, m, "/v1/sessions")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"id":"`+id+`"`)
+	require.Contains(t, body, `"title":"please approve a sandbox call"`)
+
+	ctx := dbCtx(t)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+m.Addr()+"/v1/sessions/"+id, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	http.DefaultClient.CloseIdleConnections()
+
+	require.Equal(t, websocket.StatusCode(4004), c.ExpectClose())
+	_, err = m.sandboxes.Connect(ctx, sandboxID)
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	status, body = httpGet(t, m, "/v1/sessions")
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"sessions":[],"nextCursor":null}`, body)
 }

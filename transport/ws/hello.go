@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
 )
 
 // armHelloDeadline closes the connection with 4000 when no hello has been answered by
@@ -90,6 +91,12 @@ func (c *conn) hello(f clientFrame) {
 	if errors.Is(err, conversation.ErrNotYours) {
 		c.replyError(f.RequestID, conversation.CodeNotFound, "session not found")
 		c.out.Close(disconnectNotFound, true)
+		return
+	}
+	if errors.Is(err, conversation.ErrDeleted) {
+		// Its owner learns why; anyone else got ErrNotYours above.
+		c.replyError(f.RequestID, conversation.CodeNotFound, "session deleted")
+		c.out.Close(transport.DisconnectDeleted, true)
 		return
 	}
 	if err != nil {

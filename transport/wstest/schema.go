@@ -21,6 +21,10 @@ type frameSchemas struct {
 	client, server *jsonschema.Schema
 	clientTypes    map[string]*jsonschema.Schema
 	serverTypes    map[string]*jsonschema.Schema
+
+	mu   sync.Mutex // guards c and defs
+	c    *jsonschema.Compiler
+	defs map[string]*jsonschema.Schema
 }
 
 var loadSchemas = sync.OnceValues(func() (*frameSchemas, error) {
@@ -33,7 +37,7 @@ var loadSchemas = sync.OnceValues(func() (*frameSchemas, error) {
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, fmt.Errorf("load protocol.schema.json: %w", err)
 	}
-	s := &frameSchemas{}
+	s := &frameSchemas{c: c, defs: make(map[string]*jsonschema.Schema)}
 	if s.client, s.clientTypes, err = compileUnion(c, "ClientFrame"); err != nil {
 		return nil, err
 	}
@@ -102,6 +106,35 @@ func FrameTypes(union string) (map[string]string, error) {
 		out[*typ] = name
 	}
 	return out, nil
+}
+
+// ValidateDefinition checks b against one definition of the schema, such as the HTTP
+// API's "Session" or "HttpError".
+func ValidateDefinition(name string, b []byte) error {
+	s, err := loadSchemas()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	def, ok := s.defs[name]
+	if !ok {
+		def, err = s.c.Compile(schemaURL + "#/$defs/" + name)
+		if err == nil {
+			s.defs[name] = def
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", name, err)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("%s is not JSON: %w: %s", name, err, b)
+	}
+	if err := def.Validate(v); err != nil {
+		return fmt.Errorf("not a %s of docs/protocol.schema.json: %w: %s", name, err, b)
+	}
+	return nil
 }
 
 // ValidateServerFrame checks b against the schema's ServerFrame: a frame the server may

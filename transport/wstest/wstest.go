@@ -346,6 +346,8 @@ type Client struct {
 	t     testing.TB
 	WS    *websocket.Conn
 	State *State
+	// Token, when set, is sent with every hello.
+	Token string
 	// Seen holds every sequenced frame this client received, in order.
 	Seen []Frame
 	// awaited is how far Await has looked through Seen.
@@ -515,6 +517,9 @@ func (c *Client) Hello(sessionID string) Frame {
 	h := map[string]any{"type": "hello"}
 	if sessionID != "" {
 		h["sessionId"] = sessionID
+	}
+	if c.Token != "" {
+		h["token"] = c.Token
 	}
 	if c.State.Epoch != "" {
 		h["epoch"] = c.State.Epoch

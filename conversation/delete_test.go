@@ -1,0 +1,73 @@
+package conversation_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
+	"github.com/chatd/chatd/store/storetest"
+)
+
+// Delete cancels the active run (its end reaches the subscribers), lets every subscriber
+// go with DropDeleted and stops the actor once its run goroutine has returned.
+func TestDeleteCancelsTheRunAndLetsSubscribersGo(t *testing.T) {
+	t.Parallel()
+	gate := script.NewGate()
+	a := startActor(t, storetest.New(t), script.New(script.Text("partial"), gate.Wait(), script.Text(" never")))
+	ctx := testCtx(t)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Type(conversation.EventDelta))
+
+	require.NoError(t, a.Delete(ctx))
+	end := s.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.cancelled", end.Type)
+	require.Equal(t, []conversation.DropReason{conversation.DropDeleted}, s.DropReasons())
+	require.NoError(t, a.Wait(ctx), "the run goroutine returned")
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: convtest.New()})
+	require.ErrorIs(t, err, conversation.ErrStopped)
+	require.NoError(t, a.Delete(ctx), "deleting a stopped actor is a no-op")
+}
+
+// A session deleted behind its actor's back (another process deleted it) cannot be
+// written to again: the next run start finds the tombstone, the command gets ErrDeleted,
+// the subscribers are let go with DropDeleted and the actor stops. A new actor refuses
+// every hello on the tombstone.
+func TestSessionDeletedElsewhere(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	a := startActor(t, st, script.New(script.Text("hi")))
+	ctx := testCtx(t)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: s})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+
+	require.NoError(t, st.SessionDelete(ctx, "alice", a.SessionID(), time.Now()))
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "again"})
+	require.ErrorIs(t, err, conversation.ErrDeleted)
+	require.Equal(t, []conversation.DropReason{conversation.DropDeleted}, s.DropReasons())
+	select {
+	case <-a.Done():
+	case <-ctx.Done():
+		t.Fatal("the actor of a deleted session did not stop")
+	}
+	var runs int
+	require.NoError(t, st.Pool().QueryRow(ctx, "SELECT count(*) FROM runs WHERE session_id = $1", a.SessionID()).Scan(&runs))
+	require.Zero(t, runs, "nothing was written after the deletion")
+
+	b := startOn(t, st, script.New(), a.SessionID())
+	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
+	require.ErrorIs(t, err, conversation.ErrDeleted)
+	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "mallory", Subscriber: convtest.New()})
+	require.ErrorIs(t, err, conversation.ErrNotYours, "another user does not learn that it was deleted")
+}

@@ -1,0 +1,102 @@
+package hub_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/hub"
+)
+
+// killer stands for the sessions' sandboxes: Kill waits for the test's go-ahead, so the
+// test can act while a deletion is half done (its actor stopped, its rows still there).
+type killer struct {
+	entered chan struct{}
+	release chan struct{}
+	fail    error
+}
+
+func (k *killer) Kill(ctx context.Context, _ uuid.UUID) error {
+	close(k.entered)
+	select {
+	case <-k.release:
+		return k.fail
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newKiller() *killer {
+	return &killer{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+// A hello that comes while a session is being deleted waits for the deletion, then finds
+// the tombstone: no actor loads the session in between and serves it afterwards.
+func TestHelloDuringADeletionFindsTheTombstone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, script.New(script.Text("ok")))
+	ctx := testCtx(t)
+	id := uuid.New()
+	first := newSub()
+	_, _, err := e.hub.Hello(ctx, id, hello(first))
+	require.NoError(t, err)
+
+	k := newKiller()
+	sessions := hub.NewSessions(e.hub, e.st, k)
+	deleted := make(chan error, 1)
+	go func() { deleted <- sessions.Delete(ctx, owner, id) }()
+	<-k.entered
+	_, live := e.hub.Lookup(id)
+	require.False(t, live, "the session's actor stopped before its sandbox is killed")
+
+	started, helloed := make(chan struct{}), make(chan error, 1)
+	go func() {
+		close(started)
+		_, _, err := e.hub.Hello(ctx, id, hello(newSub()))
+		helloed <- err
+	}()
+	<-started
+	// Without the wait, the hello would start an actor at once (and load the session
+	// before its rows are gone): give it the chance, then let the deletion go on.
+	for range 1000 {
+		if _, live := e.hub.Lookup(id); live {
+			require.NoError(t, <-helloed)
+			t.Fatal("a hello started an actor for a session being deleted")
+		}
+		runtime.Gosched()
+	}
+	close(k.release)
+	require.NoError(t, <-deleted)
+	require.ErrorIs(t, <-helloed, conversation.ErrDeleted)
+	require.ErrorIs(t, sessions.Delete(ctx, owner, id), hub.ErrNotFound)
+}
+
+// A deletion that fails (the sandbox could not be killed) keeps the session: it can be
+// used and deleted again.
+func TestFailedDeletionKeepsTheSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, script.New(script.Text("ok")))
+	ctx := testCtx(t)
+	id := uuid.New()
+	_, _, err := e.hub.Hello(ctx, id, hello(newSub()))
+	require.NoError(t, err)
+
+	k := newKiller()
+	k.fail = errors.New("the sandbox provider is down")
+	close(k.release)
+	err = hub.NewSessions(e.hub, e.st, k).Delete(ctx, owner, id)
+	var ce *conversation.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, conversation.CodeInternal, ce.Code)
+
+	_, _, err = e.hub.Hello(ctx, id, hello(newSub()))
+	require.NoError(t, err, "the session is still there")
+	require.ErrorIs(t, hub.NewSessions(e.hub, e.st, nil).Delete(ctx, "mallory", id), hub.ErrNotFound)
+	require.NoError(t, hub.NewSessions(e.hub, e.st, nil).Delete(ctx, owner, id))
+}

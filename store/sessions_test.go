@@ -1,0 +1,176 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store"
+)
+
+// startRunAt starts a run of session id at time at with the user message content.
+func startRunAt(t *testing.T, s *store.Store, b bundle, id uuid.UUID, requestID, content string, pos int64, at time.Time) chat.Run {
+	t.Helper()
+	run := chat.Run{ID: uuid.New(), SessionID: id, RequestID: requestID, Status: chat.RunRunning, StartedAt: at, LastActivityAt: at}
+	user := chat.Message{ID: uuid.New(), SessionID: id, RunID: &run.ID, Position: pos, Role: chat.RoleUser, Content: content, Status: chat.MessageComplete, CreatedAt: at}
+	require.NoError(t, s.RunStart(b.ctx, run, user))
+	return run
+}
+
+func newSession(t *testing.T, s *store.Store, b bundle, owner string) uuid.UUID {
+	t.Helper()
+	sess, err := s.SessionCreate(b.ctx, chat.Session{ID: uuid.New(), Owner: owner, CreatedAt: b.now})
+	require.NoError(t, err)
+	return sess.ID
+}
+
+// The run's statement titles the session from its first message and marks it active;
+// later runs move it up the list but keep the title, and so does a person's title.
+func TestRunStartTitlesAndActivatesTheSession(t *testing.T) {
+	s, b := setup(t)
+	sum, err := s.SessionSummary(b.ctx, "alice", b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, "", sum.Title)
+	require.Equal(t, b.now, sum.ActiveAt, "a session with no run counts as active since it was created")
+
+	startRunAt(t, s, b, b.session.ID, "r1", "  plan   a\ntrip  ", 1, b.now.Add(time.Second))
+	sum, err = s.SessionSummary(b.ctx, "alice", b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, "plan a trip", sum.Title)
+	require.Equal(t, b.now.Add(time.Second), sum.ActiveAt)
+	require.Equal(t, "plan a trip", sum.Preview)
+	require.Equal(t, chat.RunRunning, sum.ActiveRunStatus)
+
+	startRunAt(t, s, b, b.session.ID, "r2", "something else", 2, b.now.Add(2*time.Second))
+	sum, err = s.SessionSummary(b.ctx, "alice", b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, "plan a trip", sum.Title, "only the first message titles the session")
+	require.Equal(t, b.now.Add(2*time.Second), sum.ActiveAt)
+
+	require.NoError(t, s.SessionRename(b.ctx, "alice", b.session.ID, "Trip"))
+	sum, err = s.SessionSummary(b.ctx, "alice", b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, "Trip", sum.Title)
+	require.Equal(t, b.now.Add(2*time.Second), sum.ActiveAt, "a rename is not activity")
+
+	// A person's title is kept by later first-message titling too: a session renamed
+	// before its first run keeps its name.
+	named := newSession(t, s, b, "alice")
+	require.NoError(t, s.SessionRename(b.ctx, "alice", named, "Named"))
+	startRunAt(t, s, b, named, "r1", "hello", 1, b.now.Add(3*time.Second))
+	sum, err = s.SessionSummary(b.ctx, "alice", named)
+	require.NoError(t, err)
+	require.Equal(t, "Named", sum.Title)
+
+	require.ErrorIs(t, s.SessionRename(b.ctx, "bob", named, "Mine"), store.ErrNotFound)
+	_, err = s.SessionSummary(b.ctx, "bob", named)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// The list pages by keyset over one user's active sessions, newest activity first, and
+// leaves out sessions with no run, deleted ones and other users'.
+func TestSessionsListPages(t *testing.T) {
+	s, b := setup(t)
+	var want []uuid.UUID // newest first
+	for i := range 5 {
+		id := newSession(t, s, b, "alice")
+		// Two sessions share an activity time: the id breaks the tie.
+		at := b.now.Add(time.Duration(min(i, 3)) * time.Minute)
+		startRunAt(t, s, b, id, "r1", strings.Repeat("word ", 40), 1, at)
+		want = append([]uuid.UUID{id}, want...)
+	}
+	if want[0].String() < want[1].String() { // same time: the greater id comes first
+		want[0], want[1] = want[1], want[0]
+	}
+	newSession(t, s, b, "alice") // never sent to
+	bobs := newSession(t, s, b, "bob")
+	startRunAt(t, s, b, bobs, "r1", "bob's", 1, b.now.Add(time.Hour))
+	deleted := newSession(t, s, b, "alice")
+	startRunAt(t, s, b, deleted, "r1", "gone", 1, b.now.Add(time.Hour))
+	require.NoError(t, s.SessionDelete(b.ctx, "alice", deleted, b.now))
+
+	var got []uuid.UUID
+	var after *chat.SessionCursor
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5, "paging does not end")
+		page, err := s.SessionsList(b.ctx, "alice", after, 2)
+		require.NoError(t, err)
+		for _, sum := range page {
+			got = append(got, sum.ID)
+			require.Equal(t, strings.Repeat("word ", 23)+"word", sum.Preview, "cut to 120 characters, without the space at the cut")
+			require.Equal(t, strings.Repeat("word ", 15)+"word…", sum.Title)
+		}
+		if len(page) < 2 {
+			break
+		}
+		last := page[len(page)-1]
+		after = &chat.SessionCursor{ActiveAt: last.ActiveAt, ID: last.ID}
+	}
+	require.Equal(t, want, got)
+	require.NotContains(t, got, bobs)
+}
+
+// A deletion leaves a tombstone: runs and messages are gone, the id cannot start a run or
+// take a sandbox again, and deleting again is not found.
+func TestSessionDeleteLeavesATombstone(t *testing.T) {
+	s, b := setup(t)
+	run := startRunAt(t, s, b, b.session.ID, "r1", "hello", 1, b.now)
+	retry := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r2", Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now, RetryOf: &run.ID}
+	run.Status, run.EndedAt = chat.RunError, &b.now
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
+	require.NoError(t, s.RunStartRetry(b.ctx, retry))
+	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb-1", b.now))
+
+	require.ErrorIs(t, s.SessionDelete(b.ctx, "bob", b.session.ID, b.now), store.ErrNotFound, "not bob's to delete")
+	require.NoError(t, s.SessionDelete(b.ctx, "alice", b.session.ID, b.now))
+	require.ErrorIs(t, s.SessionDelete(b.ctx, "alice", b.session.ID, b.now), store.ErrNotFound)
+
+	sess, err := s.SessionGet(b.ctx, b.session.ID)
+	require.NoError(t, err)
+	require.NotNil(t, sess.DeletedAt)
+	require.Equal(t, "", sess.Title)
+	require.Equal(t, "", sess.SandboxID)
+	var runs, msgs int
+	require.NoError(t, s.Pool().QueryRow(b.ctx, "SELECT count(*) FROM runs WHERE session_id = $1", b.session.ID).Scan(&runs))
+	require.NoError(t, s.Pool().QueryRow(b.ctx, "SELECT count(*) FROM messages WHERE session_id = $1", b.session.ID).Scan(&msgs))
+	require.Zero(t, runs)
+	require.Zero(t, msgs)
+
+	// A process that still holds the session writes nothing.
+	late := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r3", Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now}
+	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &late.ID, Position: 2, Role: chat.RoleUser, Content: "again", Status: chat.MessageComplete, CreatedAt: b.now}
+	require.ErrorIs(t, s.RunStart(b.ctx, late, user), store.ErrNotFound)
+	late.RetryOf = &run.ID
+	require.ErrorIs(t, s.RunStartRetry(b.ctx, late), store.ErrNotFound)
+	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb-2", b.now), store.ErrNotFound)
+	require.ErrorIs(t, s.RunUpdate(b.ctx, run, chat.RunError), store.ErrNotFound)
+	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 3, Role: chat.RoleAssistant, Kind: chat.KindText, Status: chat.MessageStreaming, CreatedAt: b.now}
+	require.Error(t, s.MessageInsert(b.ctx, seg), "its run is gone")
+	require.ErrorIs(t, s.SessionRename(b.ctx, "alice", b.session.ID, "back"), store.ErrNotFound)
+
+	// Creating it again (a hello) returns the tombstone, not a new session.
+	again, err := s.SessionCreate(b.ctx, chat.Session{ID: b.session.ID, Owner: "alice", CreatedAt: b.now})
+	require.NoError(t, err)
+	require.NotNil(t, again.DeletedAt)
+}
+
+// A person's resume marks the session active in the run's own statement.
+func TestRunContinueMarksTheSessionActive(t *testing.T) {
+	s, b := setup(t)
+	run := startRunAt(t, s, b, b.session.ID, "r1", "hello", 1, b.now)
+	run.Status, run.EndedAt = chat.RunInterrupted, &b.now
+	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
+
+	later := b.now.Add(time.Hour)
+	run.Status, run.EndedAt, run.LastActivityAt = chat.RunRunning, nil, later
+	require.ErrorIs(t, s.RunContinue(b.ctx, run, chat.RunDone), store.ErrStale)
+	require.NoError(t, s.RunContinue(b.ctx, run, chat.RunInterrupted))
+	sum, err := s.SessionSummary(b.ctx, "alice", b.session.ID)
+	require.NoError(t, err)
+	require.Equal(t, later, sum.ActiveAt)
+	require.Equal(t, run.ID, sum.ActiveRunID)
+}

@@ -1,0 +1,170 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
+)
+
+// MaxBodyBytes bounds a request body; a larger one is refused with bad_request.
+const MaxBodyBytes = 16 << 10
+
+// Sessions is a user's conversation list (hub.Sessions). Errors are *conversation.Error
+// (CodeNotFound for a session that does not exist, is another user's or was deleted;
+// CodeStorage; CodeInternal), or the context's error.
+type Sessions interface {
+	// List returns up to limit of owner's sessions, most recently active first, after
+	// the cursor (nil: from the first).
+	List(ctx context.Context, owner string, after *chat.SessionCursor, limit int) ([]chat.SessionSummary, error)
+	// Rename sets the title of owner's session id and returns the session.
+	Rename(ctx context.Context, owner string, id uuid.UUID, title string) (chat.SessionSummary, error)
+	// Delete deletes owner's session id: its run cancelled, its sandbox killed, its
+	// connections closed with 4004, its rows gone and its id never used again.
+	Delete(ctx context.Context, owner string, id uuid.UUID) error
+}
+
+// Config configures the API.
+type Config struct {
+	// Sessions is the conversation list. Required.
+	Sessions Sessions
+	// Auth maps the bearer token to a user; use the WebSocket's. Defaults to
+	// transport.Anonymous.
+	Auth transport.Authenticator
+	// Logger is the parent logger.
+	Logger zerolog.Logger
+}
+
+// API serves the HTTP JSON API.
+type API struct {
+	cfg Config
+	log zerolog.Logger
+	mux *http.ServeMux
+}
+
+// New returns the API.
+func New(cfg Config) (*API, error) {
+	if cfg.Sessions == nil {
+		return nil, errors.New("httpapi config: Sessions is required")
+	}
+	if cfg.Auth == nil {
+		cfg.Auth = transport.Anonymous{}
+	}
+	a := &API{cfg: cfg, log: cfg.Logger.With().Str("component", "httpapi").Logger(), mux: http.NewServeMux()}
+	a.mux.HandleFunc("GET /v1/sessions", a.authed(a.list))
+	a.mux.HandleFunc("PATCH /v1/sessions/{id}", a.authed(a.rename))
+	a.mux.HandleFunc("DELETE /v1/sessions/{id}", a.authed(a.delete))
+	// What the routes above do not match is answered in JSON too.
+	a.mux.HandleFunc("/v1/sessions", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions/{id}", methodNotAllowed("PATCH, DELETE"))
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.writeError(w, r, &conversation.Error{Code: conversation.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
+	})
+	return a, nil
+}
+
+// ServeHTTP serves the API's routes.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// authed authenticates the request's bearer token and passes the user on.
+func (a *API) authed(h func(w http.ResponseWriter, r *http.Request, owner string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// Per user and changing: never from a cache (the PWA's service worker included).
+		w.Header().Set("Cache-Control", "no-store")
+		token, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			a.writeError(w, r, &conversation.Error{Code: conversation.CodeUnauthorized, Message: `the Authorization header must be "Bearer <token>"`})
+			return
+		}
+		owner, err := a.cfg.Auth.Authenticate(r.Context(), r, token)
+		if err != nil {
+			a.writeError(w, r, &conversation.Error{Code: conversation.CodeUnauthorized, Message: "unauthorized"})
+			return
+		}
+		h(w, r, owner)
+	}
+}
+
+// bearer returns the token of an Authorization header ("" when there is none), and
+// false for a header of another scheme.
+func bearer(header string) (string, bool) {
+	if header == "" {
+		return "", true
+	}
+	scheme, token, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// statuses maps the protocol's error codes to HTTP statuses; a code not listed is a
+// server fault (500).
+var statuses = map[string]int{
+	conversation.CodeBadRequest:   http.StatusBadRequest,
+	conversation.CodeUnauthorized: http.StatusUnauthorized,
+	conversation.CodeNotFound:     http.StatusNotFound,
+	conversation.CodeConflict:     http.StatusConflict,
+	conversation.CodeStorage:      http.StatusServiceUnavailable,
+	conversation.CodeInternal:     http.StatusInternalServerError,
+}
+
+type wireError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// writeError answers with err: a *conversation.Error with its code and status, any
+// other error as internal (logged). A client that went away gets nothing.
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ce *conversation.Error
+	switch {
+	case errors.As(err, &ce):
+	case r.Context().Err() != nil:
+		return
+	default:
+		a.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
+		ce = &conversation.Error{Code: conversation.CodeInternal, Message: "internal error"}
+	}
+	status, ok := statuses[ce.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	var body wireError
+	body.Error.Code, body.Error.Message = ce.Code, ce.Message
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	writeJSON(w, status, body)
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body wireError
+		body.Error.Code, body.Error.Message = conversation.CodeBadRequest, r.Method+" is not allowed here; use "+allow
+		w.Header().Set("Allow", allow)
+		writeJSON(w, http.StatusMethodNotAllowed, body)
+	}
+}
+
+func badRequest(message string) error {
+	return &conversation.Error{Code: conversation.CodeBadRequest, Message: message}
+}
+
+// writeJSON answers with v, which always encodes (the package's own wire types).
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

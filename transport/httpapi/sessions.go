@@ -1,0 +1,199 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+)
+
+// Page sizes of GET /v1/sessions.
+const (
+	DefaultLimit = 20
+	MaxLimit     = 100
+)
+
+type wireSession struct {
+	ID        uuid.UUID      `json:"id"`
+	Title     string         `json:"title"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+	Preview   string         `json:"preview"`
+	ActiveRun *wireActiveRun `json:"activeRun"` // null when none
+	Usage     *wireUsage     `json:"usage,omitempty"`
+}
+
+type wireActiveRun struct {
+	RunID  uuid.UUID `json:"runId"`
+	Status string    `json:"status"`
+}
+
+type wireUsage struct {
+	ContextTokens int64 `json:"contextTokens"`
+	ContextWindow int64 `json:"contextWindow"`
+}
+
+type wireSessionList struct {
+	Sessions   []wireSession `json:"sessions"`
+	NextCursor *string       `json:"nextCursor"` // null on the last page
+}
+
+func toWireSession(s chat.SessionSummary) wireSession {
+	w := wireSession{ID: s.ID, Title: s.Title, CreatedAt: s.CreatedAt, UpdatedAt: s.ActiveAt, Preview: s.Preview}
+	if s.ActiveRunStatus != "" {
+		w.ActiveRun = &wireActiveRun{RunID: s.ActiveRunID, Status: string(s.ActiveRunStatus)}
+	}
+	if s.ContextTokens != 0 || s.ContextWindow != 0 {
+		w.Usage = &wireUsage{ContextTokens: s.ContextTokens, ContextWindow: s.ContextWindow}
+	}
+	return w
+}
+
+// list is GET /v1/sessions?limit=N&cursor=C.
+func (a *API) list(w http.ResponseWriter, r *http.Request, owner string) {
+	q := r.URL.Query()
+	limit := DefaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLimit {
+			a.writeError(w, r, badRequest(fmt.Sprintf("limit must be a number from 1 to %d", MaxLimit)))
+			return
+		}
+		limit = n
+	}
+	var after *chat.SessionCursor
+	if v := q.Get("cursor"); v != "" {
+		c, err := decodeCursor(v)
+		if err != nil {
+			a.writeError(w, r, badRequest("cursor is not one this server gave out: pass nextCursor as it came"))
+			return
+		}
+		after = &c
+	}
+	// One more than asked for says whether there is a next page.
+	page, err := a.cfg.Sessions.List(r.Context(), owner, after, limit+1)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	out := wireSessionList{Sessions: make([]wireSession, 0, min(len(page), limit))}
+	if len(page) > limit {
+		page = page[:limit]
+		last := page[limit-1]
+		next := encodeCursor(chat.SessionCursor{ActiveAt: last.ActiveAt, ID: last.ID})
+		out.NextCursor = &next
+	}
+	for _, s := range page {
+		out.Sessions = append(out.Sessions, toWireSession(s))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// rename is PATCH /v1/sessions/{id} with {"title": "..."}.
+func (a *API) rename(w http.ResponseWriter, r *http.Request, owner string) {
+	id, ok := a.sessionID(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		Title *string `json:"title"`
+	}
+	if err := readJSON(w, r, &body); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if body.Title == nil {
+		a.writeError(w, r, badRequest("title is required"))
+		return
+	}
+	title, err := chat.CheckTitle(*body.Title)
+	if err != nil {
+		a.writeError(w, r, badRequest(err.Error()))
+		return
+	}
+	sum, err := a.cfg.Sessions.Rename(r.Context(), owner, id, title)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toWireSession(sum))
+}
+
+// delete is DELETE /v1/sessions/{id}.
+func (a *API) delete(w http.ResponseWriter, r *http.Request, owner string) {
+	id, ok := a.sessionID(w, r)
+	if !ok {
+		return
+	}
+	if err := a.cfg.Sessions.Delete(r.Context(), owner, id); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// sessionID reads the {id} of the path. An id that is not a UUID names no session:
+// not_found, as an unknown one is.
+func (a *API) sessionID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil || id == uuid.Nil {
+		a.writeError(w, r, &conversation.Error{Code: conversation.CodeNotFound, Message: "session not found"})
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
+// readJSON decodes the request body, at most MaxBodyBytes of one JSON object, into v.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
+		return badRequest(fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+	}
+	if err != nil {
+		return badRequest("could not read the body")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return badRequest("the body must be a JSON object: " + err.Error())
+	}
+	return nil
+}
+
+// The cursor names the last session of a page: its activity time in microseconds (what
+// PostgreSQL keeps) and its id. It is opaque to clients: base64url, so it can change.
+func encodeCursor(c chat.SessionCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.ActiveAt.UnixMicro(), 10) + "." + c.ID.String()))
+}
+
+func decodeCursor(s string) (chat.SessionCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return chat.SessionCursor{}, err
+	}
+	at, id, ok := strings.Cut(string(b), ".")
+	if !ok {
+		return chat.SessionCursor{}, errors.New("no separator")
+	}
+	us, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return chat.SessionCursor{}, err
+	}
+	t := time.UnixMicro(us).UTC()
+	if t.Year() < 1 || t.Year() > 9999 {
+		return chat.SessionCursor{}, errors.New("time out of range") // PostgreSQL's would fail
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return chat.SessionCursor{}, err
+	}
+	return chat.SessionCursor{ActiveAt: t, ID: u}, nil
+}
