@@ -22,6 +22,26 @@ before(async () => {
 });
 after(() => env?.teardown());
 
+/** row is the selector of a session's row in the list. */
+const row = (id) => `[data-testid=session-item][data-session-id="${id}"]`;
+
+/**
+ * clearSessions deletes every listed session through the API: the tests share chatd's
+ * one anonymous user, so each starts from an empty list.
+ */
+async function clearSessions() {
+  for (;;) {
+    const res = await fetch(`${env.srv.httpURL}/v1/sessions?limit=100`);
+    assert.equal(res.status, 200);
+    const { sessions } = await res.json();
+    if (sessions.length === 0) return;
+    for (const s of sessions) {
+      const del = await fetch(`${env.srv.httpURL}/v1/sessions/${s.id}`, { method: 'DELETE' });
+      assert.equal(del.status, 204);
+    }
+  }
+}
+
 /** waitListed waits until the list shows exactly these sessions, in this order. */
 async function waitListed(page, ids) {
   await page.waitForFunction(
@@ -37,6 +57,7 @@ async function titles(page) {
 }
 
 test('the list shows, renames and deletes conversations, and survives a reload', async () => {
+  await clearSessions();
   const context = await env.browser.newContext({ viewport: { width: 1200, height: 760 } });
   const page = await openApp(context, env.srv);
   const first = await send(page, 'first conversation');
@@ -51,17 +72,17 @@ test('the list shows, renames and deletes conversations, and survives a reload',
   // Most recently active first, titled from the first message, the open one marked.
   await waitListed(page, [second, first]);
   assert.deepEqual(await titles(page), ['second conversation', 'first conversation']);
-  assert.equal(await page.getAttribute(`[data-session-id="${second}"]`, 'aria-current'), 'page');
-  await page.waitForSelector(`[data-session-id="${first}"] [data-testid=session-meter]:not([hidden])`, { timeout: WAIT });
+  assert.equal(await page.getAttribute(row(second), 'aria-current'), 'page');
+  await page.waitForSelector(`${row(first)} [data-testid=session-meter]:not([hidden])`, { timeout: WAIT });
   await screenshot(page, 'conversation-list');
 
   // Rename inline.
-  await page.click(`[data-session-id="${first}"] [data-testid=rename-session]`);
+  await page.click(`${row(first)} [data-testid=rename-session]`);
   await page.fill('[data-testid=rename-input]', 'Renamed first');
   await page.press('[data-testid=rename-input]', 'Enter');
-  await page.waitForSelector(`[data-session-id="${first}"] [data-testid=session-title] >> text=Renamed first`, { timeout: WAIT });
-  const [row] = await env.srv.query(`SELECT title FROM sessions WHERE id = '${first}'`);
-  assert.equal(row.title, 'Renamed first');
+  await page.waitForSelector(`${row(first)} [data-testid=session-title] >> text=Renamed first`, { timeout: WAIT });
+  const [session] = await env.srv.query(`SELECT title FROM sessions WHERE id = '${first}'`);
+  assert.equal(session.title, 'Renamed first');
 
   // A reload shows the same list.
   await page.reload();
@@ -70,7 +91,7 @@ test('the list shows, renames and deletes conversations, and survives a reload',
   assert.deepEqual(await titles(page), ['second conversation', 'Renamed first']);
 
   // Switch conversations from the list, and back with the browser's history.
-  await page.click(`[data-session-id="${first}"] [data-testid=session-title]`);
+  await page.click(`${row(first)} [data-testid=session-title]`);
   await page.waitForURL(`${env.srv.httpURL}/c/${first}`, { timeout: WAIT });
   await page.waitForSelector('[data-testid=message-user] >> text=first conversation', { timeout: WAIT });
   assert.equal(await page.textContent('[data-testid=conversation-title]'), 'Renamed first');
@@ -84,14 +105,14 @@ test('the list shows, renames and deletes conversations, and survives a reload',
     assert.equal(d.type(), 'confirm');
     void d.accept();
   });
-  await page.click(`[data-session-id="${second}"] [data-testid=delete-session]`);
+  await page.click(`${row(second)} [data-testid=delete-session]`);
   await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
   await waitListed(page, [first]);
   assert.deepEqual(await env.srv.query(`SELECT id FROM messages WHERE session_id = '${second}'`), []);
 
   // Declining the confirmation deletes nothing.
   page.once('dialog', (d) => void d.dismiss());
-  await page.click(`[data-session-id="${first}"] [data-testid=delete-session]`);
+  await page.click(`${row(first)} [data-testid=delete-session]`);
   await page.reload();
   await waitLive(page);
   await waitListed(page, [first]);
@@ -100,6 +121,7 @@ test('the list shows, renames and deletes conversations, and survives a reload',
 });
 
 test('a conversation deleted in another tab leaves this one for a new conversation', async () => {
+  await clearSessions();
   const context = await env.browser.newContext();
   const a = await openApp(context, env.srv);
   const id = await send(a, 'soon gone');
@@ -107,7 +129,7 @@ test('a conversation deleted in another tab leaves this one for a new conversati
   const b = await openApp(context, env.srv);
   await waitListed(b, [id]);
   b.once('dialog', (d) => void d.accept());
-  await b.click(`[data-session-id="${id}"] [data-testid=delete-session]`);
+  await b.click(`${row(id)} [data-testid=delete-session]`);
 
   await a.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
   await a.waitForSelector('[data-testid=toast] >> text=deleted', { timeout: WAIT });
@@ -119,6 +141,7 @@ test('a conversation deleted in another tab leaves this one for a new conversati
 });
 
 test('the list pages with Load more', async () => {
+  await clearSessions();
   const context = await env.browser.newContext();
   const page = await openApp(context, env.srv);
   // 22 conversations, each with a run, started over raw sockets from the page.
