@@ -19,7 +19,7 @@ try {
     await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
     await waitLive(page);
   }
-  await send(page, 'Show **Markdown** and `code`, then use a tool');
+  await send(page, 'Use a **tool** and show `code`');
   await page.waitForSelector('[data-testid=tool-card][data-tool-status=ok]', { timeout: WAIT });
   await waitRunEnded(page);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=session-item]').length === 3, null, {
