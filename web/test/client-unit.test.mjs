@@ -248,7 +248,6 @@ for (const [code, why] of [[4004, 'session not found'], [1008, 'origin'], [1009,
     c.connect();
     const ws = await handshake(fake, 0, snapshot(), (h) => assert.equal(h.token, 't'));
     await waitFor(c, (s) => s.connection === 'live');
-    c.close; // keep the client
     const p = c.send('x');
     await ws.frame(1);
     ws.drop(code, why);

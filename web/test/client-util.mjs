@@ -95,7 +95,31 @@ export async function startProxy(targetPort, { budget = () => Infinity } = {}) {
     else p.client.destroy();
     p.upstream.destroy();
   }
+  // While held, new connections wait before reaching chatd (a slow network): the session
+  // goes on without the client, so it may fall out of the server's replay ring.
+  let held = null;
+  proxy.hold = (ms) => {
+    if (held) return;
+    held = [];
+    setTimeout(() => {
+      const waiting = held;
+      held = null;
+      for (const start of waiting) start();
+    }, ms);
+  };
   const server = net.createServer((client) => {
+    if (held) {
+      client.pause();
+      held.push(() => {
+        if (client.destroyed) return;
+        client.resume();
+        accept(client);
+      });
+      return;
+    }
+    accept(client);
+  });
+  function accept(client) {
     proxy.connections++;
     const upstream = net.connect(targetPort, '127.0.0.1');
     const p = { client, upstream, stalled: false, down: 0, budget: proxy.budget() };
@@ -116,7 +140,7 @@ export async function startProxy(targetPort, { budget = () => Infinity } = {}) {
     const end = () => kill(p, false);
     client.on('error', end).on('close', end);
     upstream.on('error', end).on('close', end);
-  });
+  }
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   proxy.port = server.address().port;
   return proxy;
