@@ -1,0 +1,53 @@
+// Builds the client library: outdir/index.js (one ES module, bundled by esbuild, not
+// minified) and outdir/*.d.ts (tsc, which type-checks src first: a type error fails the
+// build). Deterministic: the same sources give the same bytes, with no absolute paths.
+//
+//   import { buildClient } from './client/build.mjs'; await buildClient('client/dist');
+//   node client/build.mjs [outdir]     (default client/dist)
+import { execFile } from 'node:child_process';
+import { mkdir, readdir, rm } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import * as esbuild from 'esbuild';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const tsc = join(here, '..', 'node_modules', '.bin', 'tsc');
+const run = promisify(execFile);
+
+export async function buildClient(outdir) {
+  outdir = resolve(outdir);
+  // Type-check and write the declarations. tsc is TypeScript 7 (native); it reports
+  // errors on stdout.
+  await rm(outdir, { recursive: true, force: true });
+  await mkdir(outdir, { recursive: true });
+  try {
+    await run(tsc, ['-p', join(here, 'tsconfig.json'), '--outDir', outdir], { cwd: here });
+  } catch (err) {
+    throw new Error(`client: tsc failed:\n${err.stdout || ''}${err.stderr || ''}`);
+  }
+  // Declarations only: drop anything else tsc may have left (it emits nothing else).
+  for (const name of await readdir(outdir)) {
+    if (!name.endsWith('.d.ts')) await rm(join(outdir, name), { recursive: true, force: true });
+  }
+  const result = await esbuild.build({
+    absWorkingDir: here,
+    entryPoints: ['src/index.ts'],
+    outfile: join(outdir, 'index.js'),
+    bundle: true,
+    format: 'esm',
+    platform: 'neutral',
+    target: 'es2022',
+    minify: false,
+    sourcemap: false,
+    legalComments: 'inline',
+    charset: 'utf8',
+    logLevel: 'silent',
+    banner: { js: '// @chatd/client: built from web/client/src by web/client/build.mjs; do not edit.' },
+  });
+  if (result.errors.length) throw new Error(`client: esbuild failed: ${JSON.stringify(result.errors)}`);
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  await buildClient(process.argv[2] ?? join(here, 'dist'));
+}

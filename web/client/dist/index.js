@@ -1,0 +1,1192 @@
+// @chatd/client: built from web/client/src by web/client/build.mjs; do not edit.
+
+// src/protocol.ts
+var EVENT_TYPES = [
+  "chat.started",
+  "assistant.segment.started",
+  "chat.delta",
+  "assistant.segment.ended",
+  "tool.start",
+  "tool.update",
+  "tool.output",
+  "tool.end",
+  "message.added",
+  "run.status",
+  "chat.done",
+  "chat.error",
+  "chat.cancelled"
+];
+function isEvent(frame) {
+  return typeof frame.seq === "number";
+}
+function isActiveStatus(status) {
+  return status === "running" || status === "awaiting_approval" || status === "paused";
+}
+
+// src/state.ts
+function initialState(sessionId = null) {
+  return {
+    sessionId: sessionId ?? null,
+    epoch: null,
+    lastSeq: 0,
+    messages: [],
+    hasMore: false,
+    activeRun: null,
+    lastRun: null,
+    connection: "connecting",
+    closed: null
+  };
+}
+function applyFrame(state, frame) {
+  switch (frame.type) {
+    case "snapshot":
+      return applySnapshot(state, frame);
+    case "resumed":
+      return applyResumed(state, frame);
+    case "ack":
+    case "error":
+    case "history":
+      return state;
+    default:
+      if (eventOrder(state, frame) !== "next") return state;
+      return { ...applyEvent(state, frame), lastSeq: frame.seq };
+  }
+}
+function eventOrder(state, event) {
+  if (event.seq <= state.lastSeq) return "old";
+  if (event.seq === state.lastSeq + 1) return "next";
+  return "gap";
+}
+function applySnapshot(state, f) {
+  let messages = [];
+  for (const m of f.messages) messages = addMessage(messages, m);
+  return {
+    ...state,
+    sessionId: f.sessionId,
+    epoch: f.epoch,
+    lastSeq: f.lastSeq,
+    messages,
+    hasMore: f.hasMore,
+    activeRun: f.activeRun ?? null,
+    lastRun: f.lastRun ?? null
+  };
+}
+function applyResumed(state, f) {
+  if (state.sessionId === f.sessionId && state.epoch === f.epoch) return state;
+  return { ...state, sessionId: f.sessionId, epoch: f.epoch };
+}
+function applyEvent(state, e) {
+  switch (e.type) {
+    case "chat.started": {
+      let messages = addMessage(state.messages, e.userMessage);
+      const retryOf = e.run.retryOf;
+      if (retryOf) {
+        messages = mapMessages(
+          messages,
+          (m) => m.runId === retryOf && m.role !== "user" && !m.superseded ? { ...m, superseded: true } : m
+        );
+      }
+      return { ...state, messages, activeRun: e.run, lastRun: null };
+    }
+    case "assistant.segment.started":
+    case "tool.start":
+    case "message.added":
+    case "tool.update":
+    case "tool.end":
+      return withMessages(state, addMessage(state.messages, e.message));
+    case "chat.delta":
+      if (e.text === "") return state;
+      return withMessages(
+        state,
+        updateMessage(state.messages, e.messageId, (m) => ({ ...m, content: m.content + e.text }))
+      );
+    case "assistant.segment.ended":
+      return withMessages(
+        state,
+        updateMessage(state.messages, e.messageId, (m) => {
+          const next = { ...m, status: e.status };
+          if (e.error) next.error = e.error;
+          return next;
+        })
+      );
+    case "tool.output":
+      if (e.text === "") return state;
+      return withMessages(
+        state,
+        updateMessage(
+          state.messages,
+          e.messageId,
+          (m) => m.tool ? { ...m, tool: { ...m.tool, output: (m.tool.output ?? "") + e.text } } : m
+        )
+      );
+    case "run.status":
+      if (isActiveStatus(e.run.status)) return { ...state, activeRun: e.run, lastRun: null };
+      return {
+        ...state,
+        activeRun: state.activeRun?.runId === e.run.runId ? null : state.activeRun,
+        lastRun: e.run
+      };
+    case "chat.done":
+    case "chat.error":
+    case "chat.cancelled":
+      return { ...state, activeRun: null, lastRun: e.run };
+    default:
+      return state;
+  }
+}
+function applyHistory(state, frame) {
+  const oldest = state.messages.length ? state.messages[0].position : Infinity;
+  const have = new Set(state.messages.map((m) => m.id));
+  const older = frame.messages.filter((m) => m.position < oldest && !have.has(m.id)).sort((a, b) => a.position - b.position);
+  const dedup = [];
+  for (const m of older) if (!dedup.length || dedup[dedup.length - 1].id !== m.id) dedup.push(m);
+  if (!dedup.length && state.hasMore === frame.hasMore) return state;
+  return {
+    ...state,
+    messages: dedup.length ? [...dedup, ...state.messages] : state.messages,
+    hasMore: frame.hasMore
+  };
+}
+function pendingApprovals(state) {
+  return state.messages.filter((m) => m.role === "tool" && m.tool?.status === "awaiting_approval");
+}
+function contextUsage(state) {
+  return state.activeRun?.usage ?? state.lastRun?.usage ?? null;
+}
+function withMessages(state, messages) {
+  return messages === state.messages ? state : { ...state, messages };
+}
+function addMessage(messages, m) {
+  const i = indexOf(messages, m.id);
+  if (i >= 0) {
+    const next2 = messages.slice();
+    next2[i] = m;
+    return next2;
+  }
+  let at = messages.length;
+  while (at > 0 && messages[at - 1].position > m.position) at--;
+  const next = messages.slice();
+  next.splice(at, 0, m);
+  return next;
+}
+function updateMessage(messages, id, fn) {
+  const i = indexOf(messages, id);
+  if (i < 0) return messages;
+  const m = fn(messages[i]);
+  if (m === messages[i]) return messages;
+  const next = messages.slice();
+  next[i] = m;
+  return next;
+}
+function mapMessages(messages, fn) {
+  let changed = false;
+  const next = messages.map((m) => {
+    const n = fn(m);
+    if (n !== m) changed = true;
+    return n;
+  });
+  return changed ? next : messages;
+}
+function indexOf(messages, id) {
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i].id === id) return i;
+  return -1;
+}
+
+// src/errors.ts
+var ChatError = class extends Error {
+  code;
+  /** The requestId of the command that failed, when it had one. */
+  requestId;
+  /** SessionsClient: the HTTP status. */
+  status;
+  constructor(code, message, opts = {}) {
+    super(message);
+    this.name = "ChatError";
+    this.code = code;
+    if (opts.requestId !== void 0) this.requestId = opts.requestId;
+    if (opts.status !== void 0) this.status = opts.status;
+  }
+};
+
+// src/storage.ts
+var MemoryStorage = class {
+  items = /* @__PURE__ */ new Map();
+  getItem(key) {
+    return this.items.get(key) ?? null;
+  }
+  setItem(key, value) {
+    this.items.set(key, String(value));
+  }
+  removeItem(key) {
+    this.items.delete(key);
+  }
+  clear() {
+    this.items.clear();
+  }
+};
+var pageMemory = new MemoryStorage();
+function resolveStorage(storage) {
+  if (storage) return storage;
+  if (storage === null) return new MemoryStorage();
+  try {
+    const s = globalThis.sessionStorage;
+    if (s) {
+      const probe = "chatd.v1.probe";
+      s.setItem(probe, "1");
+      s.removeItem(probe);
+      return s;
+    }
+  } catch {
+  }
+  return pageMemory;
+}
+var KEY_PREFIX = "chatd.v1.";
+function sessionKey(sessionId) {
+  return `${KEY_PREFIX}session.${sessionId}`;
+}
+var LAST_SESSION_KEY = `${KEY_PREFIX}lastSession`;
+var INDEX_KEY = `${KEY_PREFIX}sessions`;
+var MAX_STORED_SESSIONS = 20;
+function loadSession(storage, sessionId) {
+  let raw;
+  try {
+    raw = storage.getItem(sessionKey(sessionId));
+  } catch {
+    return null;
+  }
+  if (!raw) return null;
+  try {
+    const s = JSON.parse(raw);
+    if (s && s.v === 1 && s.sessionId === sessionId && typeof s.epoch === "string" && s.epoch !== "" && Number.isInteger(s.lastSeq) && s.lastSeq >= 0 && Array.isArray(s.messages) && typeof s.hasMore === "boolean") {
+      return s;
+    }
+  } catch {
+  }
+  forgetSession(storage, sessionId);
+  return null;
+}
+function saveSession(storage, state) {
+  if (!state.sessionId || !state.epoch) return false;
+  const item = {
+    v: 1,
+    sessionId: state.sessionId,
+    epoch: state.epoch,
+    lastSeq: state.lastSeq,
+    messages: state.messages,
+    hasMore: state.hasMore,
+    activeRun: state.activeRun,
+    lastRun: state.lastRun
+  };
+  const key = sessionKey(state.sessionId);
+  try {
+    storage.setItem(key, JSON.stringify(item));
+  } catch {
+    try {
+      storage.removeItem(key);
+    } catch {
+    }
+    return false;
+  }
+  touchIndex(storage, state.sessionId);
+  return true;
+}
+function forgetSession(storage, sessionId) {
+  try {
+    storage.removeItem(sessionKey(sessionId));
+    const index = readIndex(storage).filter((id) => id !== sessionId);
+    storage.setItem(INDEX_KEY, JSON.stringify(index));
+    if (storage.getItem(LAST_SESSION_KEY) === sessionId) storage.removeItem(LAST_SESSION_KEY);
+  } catch {
+  }
+}
+function rememberLastSession(storage, sessionId) {
+  try {
+    storage.setItem(LAST_SESSION_KEY, sessionId);
+  } catch {
+  }
+}
+function lastSession(storage) {
+  try {
+    return storage.getItem(LAST_SESSION_KEY);
+  } catch {
+    return null;
+  }
+}
+function readIndex(storage) {
+  try {
+    const v = JSON.parse(storage.getItem(INDEX_KEY) ?? "[]");
+    return Array.isArray(v) ? v.filter((x) => typeof x === "string") : [];
+  } catch {
+    return [];
+  }
+}
+function touchIndex(storage, sessionId) {
+  try {
+    const index = readIndex(storage);
+    if (index[0] === sessionId) return;
+    const next = [sessionId, ...index.filter((id) => id !== sessionId)];
+    for (const old of next.splice(MAX_STORED_SESSIONS)) storage.removeItem(sessionKey(old));
+    storage.setItem(INDEX_KEY, JSON.stringify(next));
+  } catch {
+  }
+}
+
+// src/ids.ts
+function randomBytes(n) {
+  const b = new Uint8Array(n);
+  const c = globalThis.crypto;
+  if (c && typeof c.getRandomValues === "function") c.getRandomValues(b);
+  else for (let i = 0; i < n; i++) b[i] = Math.floor(Math.random() * 256);
+  return b;
+}
+function format(b) {
+  let h = "";
+  for (let i = 0; i < 16; i++) {
+    h += b[i].toString(16).padStart(2, "0");
+    if (i === 3 || i === 5 || i === 7 || i === 9) h += "-";
+  }
+  return h;
+}
+function uuid4() {
+  const c = globalThis.crypto;
+  if (c && typeof c.randomUUID === "function") return c.randomUUID();
+  const b = randomBytes(16);
+  b[6] = b[6] & 15 | 64;
+  b[8] = b[8] & 63 | 128;
+  return format(b);
+}
+function uuid7(now = Date.now()) {
+  const b = randomBytes(16);
+  let t = Math.max(0, Math.floor(now));
+  for (let i = 5; i >= 0; i--) {
+    b[i] = t % 256;
+    t = Math.floor(t / 256);
+  }
+  b[6] = b[6] & 15 | 112;
+  b[8] = b[8] & 63 | 128;
+  return format(b);
+}
+var UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+function isUuid(s) {
+  return UUID_RE.test(s) && s !== "00000000-0000-0000-0000-000000000000";
+}
+
+// src/client.ts
+var STORAGE_RETRIES = 3;
+function isFatalClose(code, tokenIsFunction) {
+  switch (code) {
+    case 4004:
+    // session not found, deleted, or not yours
+    case 4e3:
+    // protocol violation: a client bug, reconnecting repeats it
+    case 1008:
+    // origin not allowed
+    case 1009:
+      return true;
+    case 4001:
+      return !tokenIsFunction;
+    default:
+      return false;
+  }
+}
+function defaultURL() {
+  const loc = globalThis.location;
+  if (!loc || !loc.host) throw new Error("ChatClient: no url given and no location to derive it from");
+  return `${loc.protocol === "https:" ? "wss" : "ws"}://${loc.host}/v1/ws`;
+}
+var ChatClient = class {
+  _state;
+  subscribers = /* @__PURE__ */ new Set();
+  notifyQueued = false;
+  url;
+  token;
+  storage;
+  WS;
+  initialMs;
+  maxMs;
+  persistThrottleMs;
+  staleAfterHiddenMs;
+  replyTimeoutMs;
+  maxInFlight;
+  env;
+  trace;
+  started = false;
+  stopped = false;
+  ws = null;
+  conn = 0;
+  // id of the current socket; increases with every socket
+  socketOpen = false;
+  helloSent = false;
+  helloOk = false;
+  helloRequestId = "";
+  helloSentAt = 0;
+  openedAt = 0;
+  attempt = 0;
+  forcedAt = [];
+  wantSnapshot = false;
+  offline = false;
+  hiddenAt = null;
+  reconnectTimer = null;
+  watchdogTimer = null;
+  flushTimer = null;
+  persistTimer = null;
+  persisted = null;
+  pending = /* @__PURE__ */ new Map();
+  olderLoad = null;
+  listeners = [];
+  constructor(opts = {}) {
+    this.url = opts.url ?? defaultURL();
+    this.token = opts.token;
+    this.storage = resolveStorage(opts.storage);
+    const WS = opts.WebSocket ?? globalThis.WebSocket;
+    if (!WS) throw new Error("ChatClient: no WebSocket implementation (pass opts.WebSocket)");
+    this.WS = WS;
+    this.initialMs = Math.max(1, opts.backoff?.initialMs ?? 500);
+    this.maxMs = Math.max(this.initialMs, opts.backoff?.maxMs ?? 1e4);
+    this.persistThrottleMs = opts.persistThrottleMs ?? 1e3;
+    this.staleAfterHiddenMs = opts.staleAfterHiddenMs ?? 1e4;
+    this.replyTimeoutMs = opts.replyTimeoutMs ?? 2e4;
+    this.maxInFlight = Math.max(2, Math.min(16, opts.maxInFlight ?? 8));
+    const g = globalThis;
+    this.env = opts.environment ?? {
+      window: typeof g.addEventListener === "function" ? globalThis : null,
+      document: g.document ?? null,
+      navigator: g.navigator ?? null
+    };
+    this.trace = opts.onTrace;
+    let sessionId = opts.sessionId ?? null;
+    if (sessionId !== null && !isUuid(sessionId)) throw new Error(`ChatClient: sessionId must be a UUID, got ${JSON.stringify(sessionId)}`);
+    if (sessionId === null) sessionId = uuid7();
+    let state = initialState(sessionId);
+    const stored = loadSession(this.storage, sessionId);
+    if (stored) {
+      state = {
+        ...state,
+        epoch: stored.epoch,
+        lastSeq: stored.lastSeq,
+        messages: stored.messages,
+        hasMore: stored.hasMore,
+        activeRun: stored.activeRun ?? null,
+        lastRun: stored.lastRun ?? null
+      };
+      this.persisted = state;
+    }
+    this._state = state;
+  }
+  /**
+   * The session this storage followed last (the default storage: this tab's), or null.
+   * A page that reloads can pass it as sessionId to pick up where it was.
+   */
+  static lastSessionId(storage) {
+    return lastSession(resolveStorage(storage));
+  }
+  /** Removes a session's stored state (for example after deleting the session). */
+  static forget(sessionId, storage) {
+    forgetSession(resolveStorage(storage), sessionId);
+  }
+  /** The current state; replaced (never modified) on every change. */
+  get state() {
+    return this._state;
+  }
+  /** Calls fn after state changes (at most once per microtask, with the latest state). Returns the unsubscribe. */
+  subscribe(fn) {
+    this.subscribers.add(fn);
+    return () => {
+      this.subscribers.delete(fn);
+    };
+  }
+  /** Starts connecting (once; later calls do nothing). Commands made before are queued. */
+  connect() {
+    if (this.started || this.stopped) return;
+    this.started = true;
+    this.listen();
+    this.offline = this.env.navigator?.onLine === false;
+    if (this.offline) {
+      this.updateConnection();
+      this.scheduleReconnect("offline at start");
+    } else {
+      this.open();
+    }
+  }
+  /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
+  close() {
+    if (this.stopped) return;
+    this.flushPersist();
+    this.stop({ code: 1e3, reason: "closed by the client" }, "the client was closed");
+  }
+  /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
+  send(content) {
+    const requestId = uuid4();
+    return this.enqueue({ kind: "send", requestId, build: () => ({ type: "chat.send", requestId, content }) });
+  }
+  /** Cancels the active run (runId: only that run; default the run active when called). */
+  cancel(runId) {
+    const requestId = uuid4();
+    const target = runId ?? this._state.activeRun?.runId;
+    return this.enqueue({
+      kind: "cancel",
+      requestId,
+      ...target !== void 0 ? { runId: target } : {},
+      build: () => {
+        const f = { type: "chat.cancel", requestId };
+        if (target !== void 0) f.runId = target;
+        return f;
+      }
+    });
+  }
+  /** Answers a tool approval (runId: default the run of that call, as the state shows it). */
+  decide(toolCallId, decision, runId) {
+    const requestId = uuid4();
+    const target = runId ?? [...this._state.messages].reverse().find((m) => m.role === "tool" && m.tool?.callId === toolCallId)?.runId ?? this._state.activeRun?.runId;
+    return this.enqueue({
+      kind: "decide",
+      requestId,
+      toolCallId,
+      decision,
+      ...target !== void 0 ? { runId: target } : {},
+      build: () => ({
+        type: "tool.decide",
+        requestId,
+        toolCallId,
+        decision,
+        ...target !== void 0 ? { runId: target } : {}
+      })
+    });
+  }
+  /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */
+  resume(runId, mode) {
+    const requestId = uuid4();
+    return this.enqueue({
+      kind: "resume",
+      requestId,
+      runId,
+      build: () => ({ type: "chat.resume", requestId, runId, ...mode ? { mode } : {} })
+    });
+  }
+  /** Keeps a resumable run as it is (chat.dismiss). */
+  dismiss(runId) {
+    const requestId = uuid4();
+    return this.enqueue({ kind: "dismiss", requestId, runId, build: () => ({ type: "chat.dismiss", requestId, runId }) });
+  }
+  /**
+   * Fetches messages older than the oldest one held (history.fetch, at most limit, default
+   * 50) and puts them in front. Resolves with how many were added and whether more exist.
+   * A call while one is under way returns that one's promise.
+   */
+  loadOlder(limit = 50) {
+    if (this.olderLoad) return this.olderLoad;
+    if (this._state.epoch !== null && !this._state.hasMore) return Promise.resolve({ added: 0, hasMore: false });
+    const requestId = uuid4();
+    const n = Math.max(1, Math.min(200, Math.floor(limit)));
+    const p = this.enqueue({
+      kind: "history",
+      requestId,
+      afterHello: true,
+      build: () => {
+        const oldest = this._state.messages[0]?.position;
+        return { type: "history.fetch", requestId, limit: n, ...oldest !== void 0 ? { before: oldest } : {} };
+      }
+    });
+    const done = () => {
+      if (this.olderLoad === p) this.olderLoad = null;
+    };
+    this.olderLoad = p;
+    p.then(done, done);
+    return p;
+  }
+  // ---- commands ----
+  enqueue(spec) {
+    if (this.stopped) {
+      const closed = this._state.closed;
+      return Promise.reject(
+        new ChatError("closed", `the client is closed${closed ? ` (${closed.code} ${closed.reason})` : ""}`, {
+          requestId: spec.requestId
+        })
+      );
+    }
+    return new Promise((resolve, reject) => {
+      this.pending.set(spec.requestId, {
+        afterHello: false,
+        ...spec,
+        resolve,
+        reject,
+        sentOn: 0,
+        sentAt: 0,
+        sends: 0,
+        notBefore: 0,
+        storageRetries: 0
+      });
+      this.flush();
+    });
+  }
+  /** Sends queued commands on the current connection, in order, up to maxInFlight. */
+  flush() {
+    if (!this.ws || !this.socketOpen || !this.helloSent) return;
+    const conn = this.conn;
+    let inFlight = this.helloOk ? 0 : 1;
+    for (const p of this.pending.values()) if (p.sentOn === conn) inFlight++;
+    const now = Date.now();
+    let later = Infinity;
+    for (const p of this.pending.values()) {
+      if (inFlight >= this.maxInFlight) break;
+      if (p.sentOn === conn) continue;
+      if (p.afterHello && !this.helloOk) continue;
+      if (p.notBefore > now) {
+        later = Math.min(later, p.notBefore);
+        continue;
+      }
+      const frame = p.build();
+      if (!this.transmit(frame)) return;
+      p.sentOn = conn;
+      p.sentAt = now;
+      p.sends++;
+      inFlight++;
+    }
+    if (later !== Infinity && !this.flushTimer) {
+      this.flushTimer = setTimeout(() => {
+        this.flushTimer = null;
+        this.flush();
+      }, later - now);
+    }
+    this.armWatchdog();
+  }
+  transmit(frame) {
+    const ws = this.ws;
+    if (!ws) return false;
+    try {
+      ws.send(JSON.stringify(frame));
+    } catch {
+      this.drop("send failed");
+      this.scheduleReconnect("send failed");
+      return false;
+    }
+    this.trace?.({ type: "send", conn: this.conn, frame });
+    return true;
+  }
+  // ---- the socket ----
+  open() {
+    if (this.stopped || this.ws) return;
+    this.clearReconnect();
+    const conn = ++this.conn;
+    let ws;
+    try {
+      ws = new this.WS(this.url, "chatd.v1");
+    } catch {
+      this.scheduleReconnect("WebSocket constructor failed");
+      return;
+    }
+    this.ws = ws;
+    this.socketOpen = false;
+    this.helloSent = false;
+    this.helloOk = false;
+    this.openedAt = Date.now();
+    ws.onopen = () => {
+      if (conn === this.conn) void this.onOpen(conn);
+    };
+    ws.onmessage = (ev) => {
+      if (conn === this.conn) this.onMessage(conn, ev.data);
+    };
+    ws.onclose = (ev) => {
+      if (conn === this.conn) this.onClose(ev.code, ev.reason ?? "");
+    };
+    ws.onerror = () => {
+    };
+    this.updateConnection();
+    this.armWatchdog();
+  }
+  async onOpen(conn) {
+    this.socketOpen = true;
+    this.trace?.({ type: "open", conn, url: this.url });
+    this.updateConnection();
+    let token;
+    try {
+      token = typeof this.token === "function" ? await this.token() : this.token;
+    } catch {
+      if (conn !== this.conn) return;
+      this.drop("the token function failed");
+      this.scheduleReconnect("the token function failed");
+      return;
+    }
+    if (conn !== this.conn || !this.socketOpen) return;
+    const s = this._state;
+    this.helloRequestId = `hello-${uuid4()}`;
+    const hello = { type: "hello", requestId: this.helloRequestId, sessionId: s.sessionId };
+    if (s.epoch !== null && !this.wantSnapshot) {
+      hello.epoch = s.epoch;
+      hello.lastSeq = s.lastSeq;
+    }
+    if (token) hello.token = token;
+    if (!this.transmit(hello)) return;
+    this.helloSent = true;
+    this.helloSentAt = Date.now();
+    this.flush();
+  }
+  onMessage(conn, data) {
+    if (typeof data !== "string") return;
+    let frame;
+    try {
+      frame = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (!frame || typeof frame !== "object" || typeof frame.type !== "string") return;
+    switch (frame.type) {
+      case "snapshot":
+      case "resumed":
+        this.onHelloAnswer(conn, frame);
+        return;
+      case "ack":
+      case "error":
+      case "history":
+        this.onReply(conn, frame);
+        return;
+    }
+    if (!isEvent(frame)) {
+      this.trace?.({ type: "frame", conn, frame, outcome: "stale" });
+      return;
+    }
+    this.onEvent(conn, frame);
+  }
+  onHelloAnswer(conn, frame) {
+    if (this.helloOk || frame.requestId !== void 0 && frame.requestId !== this.helloRequestId) {
+      this.trace?.({ type: "frame", conn, frame, outcome: "stale" });
+      return;
+    }
+    const s = this._state;
+    if (frame.type === "resumed" && (frame.epoch !== s.epoch || frame.lastSeq !== s.lastSeq || frame.sessionId !== s.sessionId)) {
+      this.trace?.({ type: "frame", conn, frame, outcome: "stale" });
+      this.wantSnapshot = true;
+      this.forceReconnect("resumed at another position");
+      return;
+    }
+    this.wantSnapshot = false;
+    this.helloOk = true;
+    this.attempt = 0;
+    this.setState(applyFrame(s, frame));
+    this.trace?.({ type: "frame", conn, frame, outcome: "applied" });
+    if (this._state.sessionId) rememberLastSession(this.storage, this._state.sessionId);
+    this.updateConnection();
+    this.flush();
+  }
+  onEvent(conn, e) {
+    if (!this.helloOk) {
+      this.trace?.({ type: "frame", conn, frame: e, outcome: "stale" });
+      return;
+    }
+    const order = eventOrder(this._state, e);
+    this.trace?.({ type: "frame", conn, frame: e, outcome: order === "next" ? "applied" : order });
+    if (order === "next") {
+      this.setState(applyFrame(this._state, e));
+    } else if (order === "gap") {
+      this.forceReconnect(`gap: seq ${e.seq} after ${this._state.lastSeq}`);
+    }
+  }
+  onReply(conn, frame) {
+    this.trace?.({ type: "frame", conn, frame, outcome: "reply" });
+    const id = frame.requestId;
+    if (id !== void 0 && id === this.helloRequestId && !this.helloOk) {
+      if (frame.type === "error") this.onHelloError(frame);
+      return;
+    }
+    const p = id !== void 0 ? this.pending.get(id) : void 0;
+    if (!p || p.sentOn !== conn) return;
+    p.sentOn = 0;
+    if (frame.type === "history") {
+      this.pending.delete(p.requestId);
+      const before = this._state.messages.length;
+      this.setState(applyHistory(this._state, frame));
+      p.resolve({ added: this._state.messages.length - before, hasMore: this._state.hasMore });
+    } else if (frame.type === "ack") {
+      this.pending.delete(p.requestId);
+      p.resolve(frame);
+    } else {
+      this.onCommandError(p, frame);
+    }
+    this.flush();
+  }
+  onCommandError(p, e) {
+    const now = Date.now();
+    if (e.code === "busy") {
+      p.notBefore = now + Math.min(this.maxMs, 100 * 2 ** Math.min(p.sends, 6));
+      return;
+    }
+    const idempotent = p.kind === "send" || p.kind === "resume" || p.kind === "history" || p.kind === "dismiss";
+    if (e.code === "storage" && idempotent && p.storageRetries < STORAGE_RETRIES) {
+      p.storageRetries++;
+      p.notBefore = now + this.backoffDelay(p.storageRetries);
+      return;
+    }
+    this.pending.delete(p.requestId);
+    if (p.sends > 1) {
+      const ack = this.outcomeOfResend(p, e);
+      if (ack) {
+        p.resolve(ack);
+        return;
+      }
+    }
+    p.reject(new ChatError(e.code, e.message, { requestId: p.requestId }));
+  }
+  outcomeOfResend(p, e) {
+    const s = this._state;
+    const runStatus = (runId) => s.activeRun?.runId === runId ? s.activeRun.status : s.lastRun?.runId === runId ? s.lastRun.status : null;
+    if (p.kind === "cancel" && e.code === "no_run" && p.runId) {
+      if (runStatus(p.runId) === "cancelled") {
+        return { type: "ack", requestId: p.requestId, runId: p.runId, duplicate: true, status: "cancelled" };
+      }
+    }
+    if (p.kind === "decide" && (e.code === "conflict" || e.code === "not_found") && p.toolCallId) {
+      const m = [...s.messages].reverse().find((m2) => m2.role === "tool" && m2.tool?.callId === p.toolCallId && (!p.runId || m2.runId === p.runId));
+      const ts = m?.tool?.status;
+      const approved = ts === "running" || ts === "ok" || ts === "error" || ts === "interrupted";
+      if (m && m.runId && (p.decision === "approve" && approved || p.decision === "deny" && ts === "denied")) {
+        return {
+          type: "ack",
+          requestId: p.requestId,
+          runId: m.runId,
+          duplicate: true,
+          status: runStatus(m.runId) ?? "running"
+        };
+      }
+    }
+    return null;
+  }
+  onHelloError(e) {
+    switch (e.code) {
+      case "not_found":
+        this.fatal(4004, e.message);
+        return;
+      case "unauthorized":
+        if (typeof this.token === "function") break;
+        this.fatal(4001, e.message);
+        return;
+      case "bad_request":
+        this.fatal(4e3, `hello refused: ${e.message}`);
+        return;
+    }
+    this.drop(`hello failed: ${e.code}`);
+    this.scheduleReconnect(`hello failed: ${e.code}`);
+  }
+  onClose(code, reason) {
+    this.trace?.({ type: "close", conn: this.conn, code, reason, by: "server" });
+    const helloOk = this.helloOk;
+    this.detach();
+    const deadline = code === 4e3 && !helloOk;
+    if (!deadline && isFatalClose(code, typeof this.token === "function")) {
+      this.fatal(code, reason || `closed with ${code}`);
+      return;
+    }
+    this.scheduleReconnect(`closed ${code}${reason ? " " + reason : ""}`);
+  }
+  /** Forgets the current socket: its handlers are cleared and its commands go again on the next. */
+  detach() {
+    const ws = this.ws;
+    if (ws) {
+      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+    }
+    this.ws = null;
+    this.socketOpen = false;
+    this.helloSent = false;
+    this.helloOk = false;
+    this.conn++;
+    for (const p of this.pending.values()) p.sentOn = 0;
+    this.clearWatchdog();
+    this.updateConnection();
+    return ws;
+  }
+  /** Closes the current socket from this side. */
+  drop(reason, code = 1e3) {
+    const conn = this.conn;
+    const ws = this.detach();
+    if (!ws) return;
+    this.trace?.({ type: "close", conn, code, reason, by: "client" });
+    try {
+      ws.close(code, reason.slice(0, 100));
+    } catch {
+    }
+  }
+  /** Reconnects now (backing off if this keeps happening). */
+  forceReconnect(reason) {
+    if (this.stopped) return;
+    this.drop(reason);
+    const now = Date.now();
+    this.forcedAt = this.forcedAt.filter((t) => now - t < 1e4);
+    this.forcedAt.push(now);
+    if (this.offline) {
+      this.scheduleReconnect(reason);
+    } else if (this.forcedAt.length > 3) {
+      this.scheduleReconnect(reason);
+    } else {
+      this.clearReconnect();
+      this.trace?.({ type: "reconnect", delayMs: 0, reason });
+      this.open();
+    }
+  }
+  backoffDelay(attempt) {
+    const base = Math.min(this.maxMs, this.initialMs * 2 ** Math.min(attempt, 30));
+    return Math.round(base / 2 + Math.random() * base / 2);
+  }
+  scheduleReconnect(reason) {
+    if (this.stopped || this.ws || this.reconnectTimer) return;
+    const delay = this.offline ? this.maxMs : this.backoffDelay(this.attempt++);
+    this.trace?.({ type: "reconnect", delayMs: delay, reason });
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.open();
+    }, delay);
+    this.updateConnection();
+  }
+  clearReconnect() {
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+  }
+  /** A connection that does not open, or leaves its hello or a command unanswered, is dead. */
+  armWatchdog() {
+    this.clearWatchdog();
+    if (!this.ws) return;
+    let since = Infinity;
+    if (!this.socketOpen) since = this.openedAt;
+    else if (!this.helloOk && this.helloSent) since = this.helloSentAt;
+    for (const p of this.pending.values()) if (p.sentOn === this.conn) since = Math.min(since, p.sentAt);
+    if (since === Infinity) return;
+    const conn = this.conn;
+    this.watchdogTimer = setTimeout(
+      () => {
+        this.watchdogTimer = null;
+        if (conn !== this.conn) return;
+        this.drop("no answer");
+        this.scheduleReconnect("no answer");
+      },
+      Math.max(0, since + this.replyTimeoutMs - Date.now())
+    );
+  }
+  clearWatchdog() {
+    if (this.watchdogTimer) clearTimeout(this.watchdogTimer);
+    this.watchdogTimer = null;
+  }
+  fatal(code, reason) {
+    if (this.stopped) return;
+    const sessionId = this._state.sessionId;
+    if (code === 4004 && sessionId) {
+      this.clearPersist();
+      forgetSession(this.storage, sessionId);
+    } else {
+      this.flushPersist();
+    }
+    this.stop({ code, reason }, `the connection was closed for good (${code} ${reason})`);
+  }
+  stop(closed, why) {
+    this.stopped = true;
+    this.clearReconnect();
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    this.clearPersist();
+    this.drop(closed.reason);
+    this.clearWatchdog();
+    for (const off of this.listeners) off();
+    this.listeners = [];
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) p.reject(new ChatError("closed", why, { requestId: p.requestId }));
+    this.setState({ ...this._state, closed });
+  }
+  // ---- page life ----
+  listen() {
+    const on = (target, type, fn) => {
+      if (!target || typeof target.addEventListener !== "function") return;
+      target.addEventListener(type, fn);
+      this.listeners.push(() => target.removeEventListener(type, fn));
+    };
+    const { window: win, document: doc } = this.env;
+    on(win, "online", () => this.onOnline());
+    on(win, "offline", () => this.onOffline());
+    on(win, "pagehide", () => {
+      this.hiddenAt ??= Date.now();
+      this.flushPersist();
+    });
+    on(win, "pageshow", (ev) => {
+      if (ev.persisted) {
+        this.hiddenAt = null;
+        this.forceReconnect("page restored from the back/forward cache");
+      }
+    });
+    on(doc, "visibilitychange", () => {
+      if (doc?.visibilityState === "hidden") {
+        this.hiddenAt ??= Date.now();
+        this.flushPersist();
+      } else {
+        this.onShown("page visible again");
+      }
+    });
+    on(doc, "freeze", () => {
+      this.hiddenAt ??= Date.now();
+      this.flushPersist();
+    });
+    on(doc, "resume", () => this.onShown("page resumed from frozen"));
+  }
+  onShown(reason) {
+    const since = this.hiddenAt;
+    this.hiddenAt = null;
+    if (since === null || this.stopped) return;
+    if (Date.now() - since >= this.staleAfterHiddenMs) {
+      this.forceReconnect(`${reason} after ${Date.now() - since} ms`);
+    } else if (!this.ws && !this.offline) {
+      this.clearReconnect();
+      this.open();
+    }
+  }
+  onOnline() {
+    if (this.stopped) return;
+    this.offline = false;
+    this.attempt = 0;
+    if (!this.ws) {
+      this.clearReconnect();
+      this.open();
+    } else {
+      this.updateConnection();
+    }
+  }
+  onOffline() {
+    if (this.stopped) return;
+    this.offline = true;
+    this.clearReconnect();
+    this.drop("offline");
+    this.scheduleReconnect("offline");
+    this.updateConnection();
+  }
+  // ---- state, subscribers, storage ----
+  connectionStatus() {
+    if (this.ws && this.socketOpen) return this.helloOk ? "live" : "catching-up";
+    return this.offline ? "offline" : "connecting";
+  }
+  updateConnection() {
+    const c = this.connectionStatus();
+    if (c !== this._state.connection) this.setState({ ...this._state, connection: c });
+  }
+  setState(next) {
+    if (next === this._state) return;
+    this._state = next;
+    if (!this.stopped) this.schedulePersist();
+    if (this.notifyQueued) return;
+    this.notifyQueued = true;
+    queueMicrotask(() => {
+      this.notifyQueued = false;
+      const s = this._state;
+      for (const fn of [...this.subscribers]) {
+        try {
+          fn(s);
+        } catch (err) {
+          queueMicrotask(() => {
+            throw err;
+          });
+        }
+      }
+    });
+  }
+  dirty() {
+    const s = this._state;
+    const p = this.persisted;
+    if (s.epoch === null) return false;
+    return !p || p.epoch !== s.epoch || p.lastSeq !== s.lastSeq || p.messages !== s.messages || p.hasMore !== s.hasMore || p.activeRun !== s.activeRun || p.lastRun !== s.lastRun;
+  }
+  schedulePersist() {
+    if (this.persistTimer || !this.dirty()) return;
+    this.persistTimer = setTimeout(() => {
+      this.persistTimer = null;
+      this.flushPersist();
+    }, this.persistThrottleMs);
+  }
+  clearPersist() {
+    if (this.persistTimer) clearTimeout(this.persistTimer);
+    this.persistTimer = null;
+  }
+  /** Writes the state now if it changed since the last write. */
+  flushPersist() {
+    this.clearPersist();
+    if (!this.dirty()) return;
+    const s = this._state;
+    this.persisted = s;
+    saveSession(this.storage, s);
+  }
+};
+
+// src/sessions.ts
+var SessionsClient = class {
+  baseURL;
+  token;
+  fetchFn;
+  constructor(opts = {}) {
+    this.baseURL = (opts.baseURL ?? "").replace(/\/+$/, "");
+    this.token = opts.token;
+    const f = opts.fetch ?? globalThis.fetch;
+    if (!f) throw new Error("SessionsClient: no fetch (pass opts.fetch)");
+    this.fetchFn = f;
+  }
+  /** The caller's sessions, most recently active first (GET /v1/sessions). */
+  async list(opts = {}) {
+    const q = new URLSearchParams();
+    if (opts.limit !== void 0) q.set("limit", String(opts.limit));
+    if (opts.cursor) q.set("cursor", opts.cursor);
+    const qs = q.toString();
+    const body = await this.request("GET", `/v1/sessions${qs ? "?" + qs : ""}`);
+    return { sessions: body.sessions ?? [], nextCursor: body.nextCursor ?? null };
+  }
+  /** Renames a session (PATCH /v1/sessions/{id}); resolves with the session as it is now. */
+  async rename(id, title) {
+    return await this.request("PATCH", `/v1/sessions/${encodeURIComponent(id)}`, { title });
+  }
+  /** Deletes a session (DELETE /v1/sessions/{id}): its run is cancelled, its tabs closed with 4004. */
+  async delete(id) {
+    await this.request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+  async request(method, path, body) {
+    const headers = { Accept: "application/json" };
+    const token = typeof this.token === "function" ? await this.token() : this.token;
+    if (token) headers["Authorization"] = `Bearer ${token}`;
+    const init = { method, headers };
+    if (body !== void 0) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await this.fetchFn(this.baseURL + path, init);
+    } catch (err) {
+      throw new ChatError("network", `${method} ${path}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (res.status === 204) return null;
+    const text = await res.text();
+    let json = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = null;
+    }
+    if (!res.ok) {
+      const e = json?.error;
+      if (e && typeof e.code === "string") {
+        throw new ChatError(e.code, typeof e.message === "string" ? e.message : e.code, { status: res.status });
+      }
+      throw new ChatError("http", `${method} ${path}: HTTP ${res.status}`, { status: res.status });
+    }
+    if (json === null || typeof json !== "object") {
+      throw new ChatError("http", `${method} ${path}: not a JSON object (HTTP ${res.status})`, { status: res.status });
+    }
+    return json;
+  }
+};
+export {
+  ChatClient,
+  ChatError,
+  EVENT_TYPES,
+  MemoryStorage,
+  SessionsClient,
+  applyFrame,
+  applyHistory,
+  contextUsage,
+  eventOrder,
+  initialState,
+  isActiveStatus,
+  isEvent,
+  pendingApprovals,
+  sessionKey
+};

@@ -1,0 +1,241 @@
+export type Uuid = string;
+/** RFC 3339, UTC. */
+export type Timestamp = string;
+export type Role = 'user' | 'assistant' | 'tool' | 'system';
+export type MessageStatus = 'complete' | 'streaming' | 'cancelled' | 'error' | 'interrupted';
+export type ToolStatus = 'running' | 'awaiting_approval' | 'ok' | 'error' | 'denied' | 'cancelled' | 'interrupted';
+export type ActiveRunStatus = 'running' | 'awaiting_approval' | 'paused';
+export type EndedRunStatus = 'done' | 'error' | 'cancelled' | 'interrupted';
+export type RunStatus = ActiveRunStatus | EndedRunStatus;
+export type CancelReason = 'user' | 'abandoned' | 'shutdown';
+export type Decision = 'approve' | 'deny';
+export type ResumeMode = 'continue' | 'retry';
+/** The code of an error reply. */
+export type ErrorCode = 'bad_request' | 'unknown_type' | 'not_found' | 'unauthorized' | 'run_active' | 'no_run' | 'conflict' | 'too_large' | 'rate_limited' | 'busy' | 'storage' | 'internal';
+/** The error of a run or a message: an open set of codes. */
+export interface ErrorObject {
+    code: string;
+    message: string;
+}
+/** The tool call of a message with role tool. */
+export interface Tool {
+    callId: string;
+    name: string;
+    /** JSON as the agent gave it. */
+    input: unknown;
+    /** The output so far; absent until there is some. */
+    output?: string;
+    status: ToolStatus;
+}
+/** One entry of a session's transcript. */
+export interface Message {
+    id: Uuid;
+    /** Orders a session's messages; the first is 1. */
+    position: number;
+    role: Role;
+    /** 'reasoning' on an assistant message holding the model's reasoning; absent otherwise. */
+    kind?: 'reasoning';
+    content: string;
+    status: MessageStatus;
+    runId?: Uuid;
+    requestId?: string;
+    createdAt: Timestamp;
+    error?: ErrorObject;
+    /** Only (and always) on role tool. */
+    tool?: Tool;
+    /** The answer of a run that a chat.resume retry replaced. */
+    superseded?: true;
+}
+export interface Usage {
+    inputTokens: number;
+    outputTokens: number;
+    /** How much of the model's context the session fills; absent while unknown. */
+    contextTokens?: number;
+    /** The budget contextTokens counts against; absent while unknown. */
+    contextWindow?: number;
+}
+/** The oldest tool call a run waits on a decision for. */
+export interface PendingApproval {
+    toolCallId: string;
+    name: string;
+    input: unknown;
+}
+/** One user message and everything produced for it. */
+export interface Run {
+    runId: Uuid;
+    requestId: string;
+    status: RunStatus;
+    startedAt: Timestamp;
+    endedAt?: Timestamp;
+    lastActivityAt: Timestamp;
+    error?: ErrorObject;
+    pendingApproval?: PendingApproval;
+    cancelReason?: CancelReason;
+    model?: string;
+    usage?: Usage;
+    /** Present (true) while the run can be continued with chat.resume. */
+    resumable?: true;
+    recoveries?: number;
+    /** The run this one retries (chat.resume retry). */
+    retryOf?: Uuid;
+}
+export interface HelloFrame {
+    type: 'hello';
+    requestId?: string;
+    sessionId?: Uuid;
+    epoch?: string;
+    lastSeq?: number;
+    token?: string;
+}
+export interface ChatSendFrame {
+    type: 'chat.send';
+    requestId: string;
+    content: string;
+}
+export interface ChatCancelFrame {
+    type: 'chat.cancel';
+    requestId?: string;
+    runId?: Uuid;
+}
+export interface HistoryFetchFrame {
+    type: 'history.fetch';
+    requestId?: string;
+    before?: number;
+    limit?: number;
+}
+export interface ToolDecideFrame {
+    type: 'tool.decide';
+    requestId?: string;
+    toolCallId: string;
+    decision: Decision;
+    runId?: Uuid;
+}
+export interface ChatResumeFrame {
+    type: 'chat.resume';
+    requestId: string;
+    runId: Uuid;
+    mode?: ResumeMode;
+}
+export interface ChatDismissFrame {
+    type: 'chat.dismiss';
+    requestId?: string;
+    runId: Uuid;
+}
+export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame;
+/** A client frame other than hello. */
+export type CommandFrame = Exclude<ClientFrame, HelloFrame>;
+export interface SnapshotFrame {
+    type: 'snapshot';
+    requestId?: string;
+    sessionId: Uuid;
+    epoch: string;
+    lastSeq: number;
+    /** The newest messages (at most 200), ascending position. */
+    messages: Message[];
+    hasMore: boolean;
+    activeRun: Run | null;
+    /** The latest run when it has ended; absent while a run is active or before any. */
+    lastRun?: Run;
+}
+export interface ResumedFrame {
+    type: 'resumed';
+    requestId?: string;
+    sessionId: Uuid;
+    epoch: string;
+    lastSeq: number;
+}
+export interface AckFrame {
+    type: 'ack';
+    requestId?: string;
+    runId: Uuid;
+    /** true when the command named something already done: nothing new was started. */
+    duplicate: boolean;
+    status: RunStatus;
+}
+/** The reply to chat.send, chat.cancel, tool.decide, chat.resume and chat.dismiss. */
+export type Ack = AckFrame;
+export interface ErrorFrame {
+    type: 'error';
+    requestId?: string;
+    code: ErrorCode;
+    message: string;
+}
+export interface HistoryFrame {
+    type: 'history';
+    requestId?: string;
+    /** Ascending position. */
+    messages: Message[];
+    hasMore: boolean;
+}
+export type ReplyFrame = AckFrame | ErrorFrame | HistoryFrame;
+interface EventBase {
+    seq: number;
+    runId: Uuid;
+    requestId: string;
+}
+export interface ChatStartedEvent extends EventBase {
+    type: 'chat.started';
+    run: Run;
+    userMessage: Message;
+}
+export interface AssistantSegmentStartedEvent extends EventBase {
+    type: 'assistant.segment.started';
+    message: Message;
+}
+export interface ChatDeltaEvent extends EventBase {
+    type: 'chat.delta';
+    messageId: Uuid;
+    text: string;
+}
+export interface AssistantSegmentEndedEvent extends EventBase {
+    type: 'assistant.segment.ended';
+    messageId: Uuid;
+    status: Exclude<MessageStatus, 'streaming'>;
+    error?: ErrorObject;
+}
+export interface ToolStartEvent extends EventBase {
+    type: 'tool.start';
+    message: Message;
+}
+export interface ToolOutputEvent extends EventBase {
+    type: 'tool.output';
+    messageId: Uuid;
+    text: string;
+}
+export interface ToolUpdateEvent extends EventBase {
+    type: 'tool.update';
+    message: Message;
+}
+export interface ToolEndEvent extends EventBase {
+    type: 'tool.end';
+    message: Message;
+}
+export interface MessageAddedEvent extends EventBase {
+    type: 'message.added';
+    message: Message;
+}
+export interface RunStatusEvent extends EventBase {
+    type: 'run.status';
+    run: Run;
+}
+export interface ChatDoneEvent extends EventBase {
+    type: 'chat.done';
+    run: Run;
+}
+export interface ChatErrorEvent extends EventBase {
+    type: 'chat.error';
+    run: Run;
+}
+export interface ChatCancelledEvent extends EventBase {
+    type: 'chat.cancelled';
+    run: Run;
+}
+export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent;
+export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | EventFrame;
+/** The event types, in the order docs/protocol.md lists them. */
+export declare const EVENT_TYPES: readonly EventFrame['type'][];
+/** Whether a frame is a sequenced event. */
+export declare function isEvent(frame: ServerFrame): frame is EventFrame;
+/** Whether a run status is an active one (running, awaiting_approval, paused). */
+export declare function isActiveStatus(status: RunStatus): status is ActiveRunStatus;
+export {};

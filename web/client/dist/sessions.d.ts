@@ -1,0 +1,57 @@
+import type { TokenSource } from './client.js';
+import type { RunStatus } from './protocol.js';
+/** A session as the sessions API lists it. */
+export interface SessionSummary {
+    id: string;
+    /** From the first user message until renamed; "" before. */
+    title: string;
+    createdAt: string;
+    /** When its latest run started ("last active"). */
+    updatedAt: string;
+    /** The start (at most 120 characters) of the newest user or assistant text; "" when none. */
+    preview: string;
+    /** The active run (running, awaiting_approval, paused), or null. */
+    activeRun: {
+        runId: string;
+        status: RunStatus;
+    } | null;
+    /** The context usage of the latest run; absent when none was reported. */
+    usage?: {
+        contextTokens: number;
+        contextWindow: number;
+    };
+}
+export interface SessionPage {
+    sessions: SessionSummary[];
+    /** Pass to list() for the next page; null on the last. */
+    nextCursor: string | null;
+}
+export interface SessionsClientOptions {
+    /** Where the API is: default this page's origin (relative URLs). */
+    baseURL?: string;
+    /** Sent as Authorization: Bearer <token>; a function is called for every request. */
+    token?: TokenSource;
+    /** Default globalThis.fetch. */
+    fetch?: typeof fetch;
+}
+/**
+ * The HTTP sessions API. Every method rejects with a ChatError: the API's error code
+ * (not_found, unauthorized, bad_request, storage, internal) and the HTTP status; `http`
+ * for a response that is not the API's; `network` when the request failed.
+ */
+export declare class SessionsClient {
+    private readonly baseURL;
+    private readonly token;
+    private readonly fetchFn;
+    constructor(opts?: SessionsClientOptions);
+    /** The caller's sessions, most recently active first (GET /v1/sessions). */
+    list(opts?: {
+        cursor?: string | null;
+        limit?: number;
+    }): Promise<SessionPage>;
+    /** Renames a session (PATCH /v1/sessions/{id}); resolves with the session as it is now. */
+    rename(id: string, title: string): Promise<SessionSummary>;
+    /** Deletes a session (DELETE /v1/sessions/{id}): its run is cancelled, its tabs closed with 4004. */
+    delete(id: string): Promise<void>;
+    private request;
+}

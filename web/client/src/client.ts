@@ -1,0 +1,975 @@
+// ChatClient: one session over one WebSocket at a time, reconnecting for as long as it
+// lives. It moves frames and feeds them to applyFrame (state.ts); everything it knows is
+// in `state`, which it keeps in storage so that a reload starts from there.
+import type {
+  Ack,
+  AckFrame,
+  ChatCancelFrame,
+  ClientFrame,
+  CommandFrame,
+  Decision,
+  ErrorFrame,
+  EventFrame,
+  HelloFrame,
+  HistoryFrame,
+  ResumeMode,
+  ServerFrame,
+} from './protocol.js';
+import { isEvent } from './protocol.js';
+import { ChatError } from './errors.js';
+import { applyFrame, applyHistory, eventOrder, initialState, type ChatState, type ConnectionStatus } from './state.js';
+import {
+  forgetSession,
+  lastSession,
+  loadSession,
+  rememberLastSession,
+  resolveStorage,
+  saveSession,
+  type StorageLike,
+} from './storage.js';
+import { isUuid, uuid4, uuid7 } from './ids.js';
+
+/** A token, or a function that gives one (called before every hello, so it can refresh). */
+export type TokenSource = string | (() => string | Promise<string>);
+
+/** The parts of a WebSocket the client uses (the browser's, or Node's). */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: any) => any) | null;
+  onmessage: ((ev: { data: any }) => any) | null;
+  onclose: ((ev: { code: number; reason: string; wasClean?: boolean }) => any) | null;
+  onerror: ((ev: any) => any) | null;
+}
+export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike;
+
+/** What the client listens to for page life: window, document and navigator, or stand-ins. */
+export interface ClientEnvironment {
+  /** Gets online, offline, pageshow, pagehide. */
+  window?: Pick<EventTarget, 'addEventListener' | 'removeEventListener'> | null;
+  /** Gets visibilitychange, freeze, resume; visibilityState is read. */
+  document?: (Pick<EventTarget, 'addEventListener' | 'removeEventListener'> & { visibilityState?: string }) | null;
+  /** onLine is read at connect. */
+  navigator?: { onLine?: boolean } | null;
+}
+
+/** What happened, for logging and tests: every socket opened and closed, frame sent and received. */
+export type TraceEvent =
+  | { type: 'open'; conn: number; url: string }
+  | { type: 'close'; conn: number; code: number; reason: string; by: 'server' | 'client' }
+  | { type: 'send'; conn: number; frame: ClientFrame }
+  | {
+      type: 'frame';
+      conn: number;
+      frame: ServerFrame;
+      /** applied: a snapshot, resumed or event applied; old: an event already applied (ignored);
+       * gap: an event after missing ones (ignored, the client reconnects); reply: ack, error,
+       * history; stale: a frame the client did not expect (ignored). */
+      outcome: 'applied' | 'old' | 'gap' | 'reply' | 'stale';
+    }
+  | { type: 'reconnect'; delayMs: number; reason: string };
+
+export interface ChatClientOptions {
+  /** The WebSocket URL; default from location: ws(s)://host/v1/ws. */
+  url?: string;
+  /** The session; null/undefined: a new one (the client names it, the server creates it at hello). */
+  sessionId?: string | null;
+  /** Passed in hello. A function is called before every hello, and makes 4001 retryable. */
+  token?: TokenSource;
+  /** Where the state is kept between reloads: default sessionStorage when it works, else
+   * memory shared by this page's clients; null: memory of this client only. */
+  storage?: StorageLike | null;
+  /** Default globalThis.WebSocket. */
+  WebSocket?: WebSocketConstructor | typeof WebSocket;
+  /** Reconnect delays: jittered, doubling from initialMs (default 500) up to maxMs (default 10000). */
+  backoff?: { initialMs?: number; maxMs?: number };
+  // ---- additions to the contract's options (all optional) ----
+  /** The stored state is written at most this often while it changes (default 1000 ms),
+   * and at once on pagehide / visibility hidden / close(). */
+  persistThrottleMs?: number;
+  /** A page hidden or frozen at least this long reconnects when it shows again (default
+   * 10000 ms: the server drops a connection that missed a ping for 10 s). */
+  staleAfterHiddenMs?: number;
+  /** A hello or command unanswered (or a socket not open) after this long means the
+   * connection is dead: reconnect (default 20000 ms). */
+  replyTimeoutMs?: number;
+  /** Commands in flight on one connection, hello included (default 8; the server answers
+   * busy beyond 16). More wait in the client's queue. */
+  maxInFlight?: number;
+  /** Window, document and navigator to follow (default the globals, when present). */
+  environment?: ClientEnvironment;
+  /** Called for every socket, frame and reconnect. */
+  onTrace?: (e: TraceEvent) => void;
+}
+
+type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'dismiss' | 'history';
+
+interface Pending {
+  kind: Kind;
+  requestId: string;
+  /** Builds the frame when it is (re)sent. */
+  build: () => CommandFrame;
+  resolve: (v: any) => void;
+  reject: (e: ChatError) => void;
+  /** The connection it was sent on and waits for a reply from; 0: not sent (on the current one). */
+  sentOn: number;
+  sentAt: number;
+  /** Times sent (on any connection). */
+  sends: number;
+  /** Sent only once the hello is answered (history: its `before` needs the caught-up state). */
+  afterHello: boolean;
+  /** Not before this time (a retry after busy or storage). */
+  notBefore: number;
+  storageRetries: number;
+  /** cancel/decide: what they are about. */
+  runId?: string;
+  toolCallId?: string;
+  decision?: Decision;
+}
+
+const OPEN = 1;
+const STORAGE_RETRIES = 3;
+
+/** Close codes after which the client stops: see docs/protocol.md "Close codes". */
+function isFatalClose(code: number, tokenIsFunction: boolean): boolean {
+  switch (code) {
+    case 4004: // session not found, deleted, or not yours
+    case 4000: // protocol violation: a client bug, reconnecting repeats it
+    case 1008: // origin not allowed
+    case 1009: // frame too large
+      return true;
+    case 4001: // unauthorized: only a token function can give a new token
+      return !tokenIsFunction;
+    default:
+      return false;
+  }
+}
+
+function defaultURL(): string {
+  const loc = (globalThis as { location?: Location }).location;
+  if (!loc || !loc.host) throw new Error('ChatClient: no url given and no location to derive it from');
+  return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}/v1/ws`;
+}
+
+export class ChatClient {
+  private _state: ChatState;
+  private readonly subscribers = new Set<(state: ChatState) => void>();
+  private notifyQueued = false;
+
+  private readonly url: string;
+  private readonly token: TokenSource | undefined;
+  private readonly storage: StorageLike;
+  private readonly WS: WebSocketConstructor;
+  private readonly initialMs: number;
+  private readonly maxMs: number;
+  private readonly persistThrottleMs: number;
+  private readonly staleAfterHiddenMs: number;
+  private readonly replyTimeoutMs: number;
+  private readonly maxInFlight: number;
+  private readonly env: ClientEnvironment;
+  private readonly trace: ((e: TraceEvent) => void) | undefined;
+
+  private started = false;
+  private stopped = false;
+  private ws: WebSocketLike | null = null;
+  private conn = 0; // id of the current socket; increases with every socket
+  private socketOpen = false;
+  private helloSent = false;
+  private helloOk = false;
+  private helloRequestId = '';
+  private helloSentAt = 0;
+  private openedAt = 0;
+  private attempt = 0;
+  private forcedAt: number[] = [];
+  private wantSnapshot = false;
+  private offline = false;
+  private hiddenAt: number | null = null;
+  private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
+  private watchdogTimer: ReturnType<typeof setTimeout> | null = null;
+  private flushTimer: ReturnType<typeof setTimeout> | null = null;
+  private persistTimer: ReturnType<typeof setTimeout> | null = null;
+  private persisted: Pick<ChatState, 'epoch' | 'lastSeq' | 'messages' | 'hasMore' | 'activeRun' | 'lastRun'> | null =
+    null;
+  private readonly pending = new Map<string, Pending>();
+  private olderLoad: Promise<{ added: number; hasMore: boolean }> | null = null;
+  private listeners: Array<() => void> = [];
+
+  constructor(opts: ChatClientOptions = {}) {
+    this.url = opts.url ?? defaultURL();
+    this.token = opts.token;
+    this.storage = resolveStorage(opts.storage);
+    const WS = (opts.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket) as
+      | WebSocketConstructor
+      | undefined;
+    if (!WS) throw new Error('ChatClient: no WebSocket implementation (pass opts.WebSocket)');
+    this.WS = WS;
+    this.initialMs = Math.max(1, opts.backoff?.initialMs ?? 500);
+    this.maxMs = Math.max(this.initialMs, opts.backoff?.maxMs ?? 10000);
+    this.persistThrottleMs = opts.persistThrottleMs ?? 1000;
+    this.staleAfterHiddenMs = opts.staleAfterHiddenMs ?? 10000;
+    this.replyTimeoutMs = opts.replyTimeoutMs ?? 20000;
+    this.maxInFlight = Math.max(2, Math.min(16, opts.maxInFlight ?? 8));
+    const g = globalThis as {
+      addEventListener?: unknown;
+      document?: ClientEnvironment['document'];
+      navigator?: ClientEnvironment['navigator'];
+    };
+    this.env = opts.environment ?? {
+      window: typeof g.addEventListener === 'function' ? (globalThis as unknown as EventTarget) : null,
+      document: g.document ?? null,
+      navigator: g.navigator ?? null,
+    };
+    this.trace = opts.onTrace;
+
+    let sessionId = opts.sessionId ?? null;
+    if (sessionId !== null && !isUuid(sessionId)) throw new Error(`ChatClient: sessionId must be a UUID, got ${JSON.stringify(sessionId)}`);
+    // A new session is named here: a hello that creates it may be lost with its
+    // connection, and the next one must name the same session (or a send re-sent after a
+    // reconnect would land in another one).
+    if (sessionId === null) sessionId = uuid7();
+    let state = initialState(sessionId);
+    const stored = loadSession(this.storage, sessionId);
+    if (stored) {
+      state = {
+        ...state,
+        epoch: stored.epoch,
+        lastSeq: stored.lastSeq,
+        messages: stored.messages,
+        hasMore: stored.hasMore,
+        activeRun: stored.activeRun ?? null,
+        lastRun: stored.lastRun ?? null,
+      };
+      this.persisted = state;
+    }
+    this._state = state;
+  }
+
+  /**
+   * The session this storage followed last (the default storage: this tab's), or null.
+   * A page that reloads can pass it as sessionId to pick up where it was.
+   */
+  static lastSessionId(storage?: StorageLike | null): string | null {
+    return lastSession(resolveStorage(storage));
+  }
+
+  /** Removes a session's stored state (for example after deleting the session). */
+  static forget(sessionId: string, storage?: StorageLike | null): void {
+    forgetSession(resolveStorage(storage), sessionId);
+  }
+
+  /** The current state; replaced (never modified) on every change. */
+  get state(): ChatState {
+    return this._state;
+  }
+
+  /** Calls fn after state changes (at most once per microtask, with the latest state). Returns the unsubscribe. */
+  subscribe(fn: (state: ChatState) => void): () => void {
+    this.subscribers.add(fn);
+    return () => {
+      this.subscribers.delete(fn);
+    };
+  }
+
+  /** Starts connecting (once; later calls do nothing). Commands made before are queued. */
+  connect(): void {
+    if (this.started || this.stopped) return;
+    this.started = true;
+    this.listen();
+    this.offline = this.env.navigator?.onLine === false;
+    if (this.offline) {
+      this.updateConnection();
+      this.scheduleReconnect('offline at start');
+    } else {
+      this.open();
+    }
+  }
+
+  /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
+  close(): void {
+    if (this.stopped) return;
+    this.flushPersist();
+    this.stop({ code: 1000, reason: 'closed by the client' }, 'the client was closed');
+  }
+
+  /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
+  send(content: string): Promise<Ack> {
+    const requestId = uuid4();
+    return this.enqueue<Ack>({ kind: 'send', requestId, build: () => ({ type: 'chat.send', requestId, content }) });
+  }
+
+  /** Cancels the active run (runId: only that run; default the run active when called). */
+  cancel(runId?: string): Promise<Ack> {
+    const requestId = uuid4();
+    const target = runId ?? this._state.activeRun?.runId;
+    return this.enqueue<Ack>({
+      kind: 'cancel',
+      requestId,
+      ...(target !== undefined ? { runId: target } : {}),
+      build: () => {
+        const f: ChatCancelFrame = { type: 'chat.cancel', requestId };
+        if (target !== undefined) f.runId = target;
+        return f;
+      },
+    });
+  }
+
+  /** Answers a tool approval (runId: default the run of that call, as the state shows it). */
+  decide(toolCallId: string, decision: Decision, runId?: string): Promise<Ack> {
+    const requestId = uuid4();
+    const target =
+      runId ??
+      [...this._state.messages].reverse().find((m) => m.role === 'tool' && m.tool?.callId === toolCallId)?.runId ??
+      this._state.activeRun?.runId;
+    return this.enqueue<Ack>({
+      kind: 'decide',
+      requestId,
+      toolCallId,
+      decision,
+      ...(target !== undefined ? { runId: target } : {}),
+      build: () => ({
+        type: 'tool.decide',
+        requestId,
+        toolCallId,
+        decision,
+        ...(target !== undefined ? { runId: target } : {}),
+      }),
+    });
+  }
+
+  /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */
+  resume(runId: string, mode?: ResumeMode): Promise<Ack> {
+    const requestId = uuid4();
+    return this.enqueue<Ack>({
+      kind: 'resume',
+      requestId,
+      runId,
+      build: () => ({ type: 'chat.resume', requestId, runId, ...(mode ? { mode } : {}) }),
+    });
+  }
+
+  /** Keeps a resumable run as it is (chat.dismiss). */
+  dismiss(runId: string): Promise<Ack> {
+    const requestId = uuid4();
+    return this.enqueue<Ack>({ kind: 'dismiss', requestId, runId, build: () => ({ type: 'chat.dismiss', requestId, runId }) });
+  }
+
+  /**
+   * Fetches messages older than the oldest one held (history.fetch, at most limit, default
+   * 50) and puts them in front. Resolves with how many were added and whether more exist.
+   * A call while one is under way returns that one's promise.
+   */
+  loadOlder(limit = 50): Promise<{ added: number; hasMore: boolean }> {
+    if (this.olderLoad) return this.olderLoad;
+    if (this._state.epoch !== null && !this._state.hasMore) return Promise.resolve({ added: 0, hasMore: false });
+    const requestId = uuid4();
+    const n = Math.max(1, Math.min(200, Math.floor(limit)));
+    const p = this.enqueue<{ added: number; hasMore: boolean }>({
+      kind: 'history',
+      requestId,
+      afterHello: true,
+      build: () => {
+        const oldest = this._state.messages[0]?.position;
+        return { type: 'history.fetch', requestId, limit: n, ...(oldest !== undefined ? { before: oldest } : {}) };
+      },
+    });
+    const done = () => {
+      if (this.olderLoad === p) this.olderLoad = null;
+    };
+    this.olderLoad = p;
+    p.then(done, done);
+    return p;
+  }
+
+  // ---- commands ----
+
+  private enqueue<T>(
+    spec: Pick<Pending, 'kind' | 'requestId' | 'build'> & Partial<Pick<Pending, 'afterHello' | 'runId' | 'toolCallId' | 'decision'>>,
+  ): Promise<T> {
+    if (this.stopped) {
+      const closed = this._state.closed;
+      return Promise.reject(
+        new ChatError('closed', `the client is closed${closed ? ` (${closed.code} ${closed.reason})` : ''}`, {
+          requestId: spec.requestId,
+        }),
+      );
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(spec.requestId, {
+        afterHello: false,
+        ...spec,
+        resolve,
+        reject,
+        sentOn: 0,
+        sentAt: 0,
+        sends: 0,
+        notBefore: 0,
+        storageRetries: 0,
+      });
+      this.flush();
+    });
+  }
+
+  /** Sends queued commands on the current connection, in order, up to maxInFlight. */
+  private flush(): void {
+    if (!this.ws || !this.socketOpen || !this.helloSent) return;
+    const conn = this.conn;
+    let inFlight = this.helloOk ? 0 : 1;
+    for (const p of this.pending.values()) if (p.sentOn === conn) inFlight++;
+    const now = Date.now();
+    let later = Infinity;
+    for (const p of this.pending.values()) {
+      if (inFlight >= this.maxInFlight) break;
+      if (p.sentOn === conn) continue;
+      if (p.afterHello && !this.helloOk) continue;
+      if (p.notBefore > now) {
+        later = Math.min(later, p.notBefore);
+        continue;
+      }
+      const frame = p.build();
+      if (!this.transmit(frame)) return;
+      p.sentOn = conn;
+      p.sentAt = now;
+      p.sends++;
+      inFlight++;
+    }
+    if (later !== Infinity && !this.flushTimer) {
+      this.flushTimer = setTimeout(() => {
+        this.flushTimer = null;
+        this.flush();
+      }, later - now);
+    }
+    this.armWatchdog();
+  }
+
+  private transmit(frame: ClientFrame): boolean {
+    const ws = this.ws;
+    if (!ws) return false;
+    try {
+      ws.send(JSON.stringify(frame));
+    } catch {
+      this.drop('send failed');
+      this.scheduleReconnect('send failed');
+      return false;
+    }
+    this.trace?.({ type: 'send', conn: this.conn, frame });
+    return true;
+  }
+
+  // ---- the socket ----
+
+  private open(): void {
+    if (this.stopped || this.ws) return;
+    this.clearReconnect();
+    const conn = ++this.conn;
+    let ws: WebSocketLike;
+    try {
+      ws = new this.WS(this.url, 'chatd.v1');
+    } catch {
+      this.scheduleReconnect('WebSocket constructor failed');
+      return;
+    }
+    this.ws = ws;
+    this.socketOpen = false;
+    this.helloSent = false;
+    this.helloOk = false;
+    this.openedAt = Date.now();
+    ws.onopen = () => {
+      if (conn === this.conn) void this.onOpen(conn);
+    };
+    ws.onmessage = (ev) => {
+      if (conn === this.conn) this.onMessage(conn, ev.data);
+    };
+    ws.onclose = (ev) => {
+      if (conn === this.conn) this.onClose(ev.code, ev.reason ?? '');
+    };
+    ws.onerror = () => {
+      // A close event follows.
+    };
+    this.updateConnection();
+    this.armWatchdog();
+  }
+
+  private async onOpen(conn: number): Promise<void> {
+    this.socketOpen = true;
+    this.trace?.({ type: 'open', conn, url: this.url });
+    this.updateConnection();
+    let token: string | undefined;
+    try {
+      token = typeof this.token === 'function' ? await this.token() : this.token;
+    } catch {
+      if (conn !== this.conn) return;
+      this.drop('the token function failed');
+      this.scheduleReconnect('the token function failed');
+      return;
+    }
+    if (conn !== this.conn || !this.socketOpen) return;
+    const s = this._state;
+    this.helloRequestId = `hello-${uuid4()}`;
+    const hello: HelloFrame = { type: 'hello', requestId: this.helloRequestId, sessionId: s.sessionId! };
+    if (s.epoch !== null && !this.wantSnapshot) {
+      hello.epoch = s.epoch;
+      hello.lastSeq = s.lastSeq;
+    }
+    if (token) hello.token = token;
+    if (!this.transmit(hello)) return;
+    this.helloSent = true;
+    this.helloSentAt = Date.now();
+    this.flush();
+  }
+
+  private onMessage(conn: number, data: unknown): void {
+    if (typeof data !== 'string') return;
+    let frame: ServerFrame;
+    try {
+      frame = JSON.parse(data) as ServerFrame;
+    } catch {
+      return;
+    }
+    if (!frame || typeof frame !== 'object' || typeof frame.type !== 'string') return;
+    switch (frame.type) {
+      case 'snapshot':
+      case 'resumed':
+        this.onHelloAnswer(conn, frame);
+        return;
+      case 'ack':
+      case 'error':
+      case 'history':
+        this.onReply(conn, frame);
+        return;
+    }
+    if (!isEvent(frame)) {
+      this.trace?.({ type: 'frame', conn, frame, outcome: 'stale' });
+      return;
+    }
+    this.onEvent(conn, frame);
+  }
+
+  private onHelloAnswer(conn: number, frame: Extract<ServerFrame, { type: 'snapshot' | 'resumed' }>): void {
+    if (this.helloOk || (frame.requestId !== undefined && frame.requestId !== this.helloRequestId)) {
+      this.trace?.({ type: 'frame', conn, frame, outcome: 'stale' });
+      return;
+    }
+    const s = this._state;
+    if (frame.type === 'resumed' && (frame.epoch !== s.epoch || frame.lastSeq !== s.lastSeq || frame.sessionId !== s.sessionId)) {
+      // Not the position this state is at: never apply events on top of it. Start over
+      // from a snapshot.
+      this.trace?.({ type: 'frame', conn, frame, outcome: 'stale' });
+      this.wantSnapshot = true;
+      this.forceReconnect('resumed at another position');
+      return;
+    }
+    this.wantSnapshot = false;
+    this.helloOk = true;
+    this.attempt = 0;
+    this.setState(applyFrame(s, frame));
+    this.trace?.({ type: 'frame', conn, frame, outcome: 'applied' });
+    if (this._state.sessionId) rememberLastSession(this.storage, this._state.sessionId);
+    this.updateConnection();
+    this.flush();
+  }
+
+  private onEvent(conn: number, e: EventFrame): void {
+    if (!this.helloOk) {
+      this.trace?.({ type: 'frame', conn, frame: e, outcome: 'stale' });
+      return;
+    }
+    const order = eventOrder(this._state, e);
+    this.trace?.({ type: 'frame', conn, frame: e, outcome: order === 'next' ? 'applied' : order });
+    if (order === 'next') {
+      this.setState(applyFrame(this._state, e));
+    } else if (order === 'gap') {
+      // Events are missing: a new hello with lastSeq gets them (or a snapshot).
+      this.forceReconnect(`gap: seq ${e.seq} after ${this._state.lastSeq}`);
+    }
+  }
+
+  private onReply(conn: number, frame: AckFrame | ErrorFrame | HistoryFrame): void {
+    this.trace?.({ type: 'frame', conn, frame, outcome: 'reply' });
+    const id = frame.requestId;
+    if (id !== undefined && id === this.helloRequestId && !this.helloOk) {
+      if (frame.type === 'error') this.onHelloError(frame);
+      return;
+    }
+    const p = id !== undefined ? this.pending.get(id) : undefined;
+    if (!p || p.sentOn !== conn) return;
+    p.sentOn = 0;
+    if (frame.type === 'history') {
+      this.pending.delete(p.requestId);
+      const before = this._state.messages.length;
+      this.setState(applyHistory(this._state, frame));
+      p.resolve({ added: this._state.messages.length - before, hasMore: this._state.hasMore });
+    } else if (frame.type === 'ack') {
+      this.pending.delete(p.requestId);
+      p.resolve(frame);
+    } else {
+      this.onCommandError(p, frame);
+    }
+    this.flush();
+  }
+
+  private onCommandError(p: Pending, e: ErrorFrame): void {
+    const now = Date.now();
+    if (e.code === 'busy') {
+      // Not handled: send it again a little later (the client keeps under the server's
+      // bound, so this means another client's commands share the limit somehow).
+      p.notBefore = now + Math.min(this.maxMs, 100 * 2 ** Math.min(p.sends, 6));
+      return;
+    }
+    const idempotent = p.kind === 'send' || p.kind === 'resume' || p.kind === 'history' || p.kind === 'dismiss';
+    if (e.code === 'storage' && idempotent && p.storageRetries < STORAGE_RETRIES) {
+      // The database failed; the same requestId again can never run twice.
+      p.storageRetries++;
+      p.notBefore = now + this.backoffDelay(p.storageRetries);
+      return;
+    }
+    this.pending.delete(p.requestId);
+    if (p.sends > 1) {
+      // A re-send after a reconnect: the first may have been handled before the
+      // connection dropped. If what it asked for is what happened, it succeeded.
+      const ack = this.outcomeOfResend(p, e);
+      if (ack) {
+        p.resolve(ack);
+        return;
+      }
+    }
+    p.reject(new ChatError(e.code, e.message, { requestId: p.requestId }));
+  }
+
+  private outcomeOfResend(p: Pending, e: ErrorFrame): AckFrame | null {
+    const s = this._state;
+    const runStatus = (runId: string) =>
+      s.activeRun?.runId === runId ? s.activeRun.status : s.lastRun?.runId === runId ? s.lastRun.status : null;
+    if (p.kind === 'cancel' && e.code === 'no_run' && p.runId) {
+      if (runStatus(p.runId) === 'cancelled') {
+        return { type: 'ack', requestId: p.requestId, runId: p.runId, duplicate: true, status: 'cancelled' };
+      }
+    }
+    if (p.kind === 'decide' && (e.code === 'conflict' || e.code === 'not_found') && p.toolCallId) {
+      const m = [...s.messages]
+        .reverse()
+        .find((m) => m.role === 'tool' && m.tool?.callId === p.toolCallId && (!p.runId || m.runId === p.runId));
+      const ts = m?.tool?.status;
+      const approved = ts === 'running' || ts === 'ok' || ts === 'error' || ts === 'interrupted';
+      if (m && m.runId && ((p.decision === 'approve' && approved) || (p.decision === 'deny' && ts === 'denied'))) {
+        return {
+          type: 'ack',
+          requestId: p.requestId,
+          runId: m.runId,
+          duplicate: true,
+          status: runStatus(m.runId) ?? 'running',
+        };
+      }
+    }
+    return null;
+  }
+
+  private onHelloError(e: ErrorFrame): void {
+    switch (e.code) {
+      case 'not_found':
+        // The server closes with 4004 right behind it; do not wait for that.
+        this.fatal(4004, e.message);
+        return;
+      case 'unauthorized':
+        if (typeof this.token === 'function') break;
+        this.fatal(4001, e.message);
+        return;
+      case 'bad_request':
+        this.fatal(4000, `hello refused: ${e.message}`);
+        return;
+    }
+    // storage, internal, ...: say hello again later, on a new connection. Commands sent
+    // behind this hello are not handled; they go again after the next hello.
+    this.drop(`hello failed: ${e.code}`);
+    this.scheduleReconnect(`hello failed: ${e.code}`);
+  }
+
+  private onClose(code: number, reason: string): void {
+    this.trace?.({ type: 'close', conn: this.conn, code, reason, by: 'server' });
+    const helloOk = this.helloOk;
+    this.detach();
+    // A 4000 before the hello was answered is the server's hello deadline (a page frozen
+    // between opening the socket and saying hello, a hello stuck in the network), not a
+    // bug of this client: try again. After it, it is a protocol violation: stop.
+    const deadline = code === 4000 && !helloOk;
+    if (!deadline && isFatalClose(code, typeof this.token === 'function')) {
+      this.fatal(code, reason || `closed with ${code}`);
+      return;
+    }
+    this.scheduleReconnect(`closed ${code}${reason ? ' ' + reason : ''}`);
+  }
+
+  /** Forgets the current socket: its handlers are cleared and its commands go again on the next. */
+  private detach(): WebSocketLike | null {
+    const ws = this.ws;
+    if (ws) {
+      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+    }
+    this.ws = null;
+    this.socketOpen = false;
+    this.helloSent = false;
+    this.helloOk = false;
+    this.conn++; // frames of the old socket, should any come, are stale
+    for (const p of this.pending.values()) p.sentOn = 0;
+    this.clearWatchdog();
+    this.updateConnection();
+    return ws;
+  }
+
+  /** Closes the current socket from this side. */
+  private drop(reason: string, code = 1000): void {
+    const conn = this.conn;
+    const ws = this.detach();
+    if (!ws) return;
+    this.trace?.({ type: 'close', conn, code, reason, by: 'client' });
+    try {
+      ws.close(code, reason.slice(0, 100));
+    } catch {
+      // already closed
+    }
+  }
+
+  /** Reconnects now (backing off if this keeps happening). */
+  private forceReconnect(reason: string): void {
+    if (this.stopped) return;
+    this.drop(reason);
+    const now = Date.now();
+    this.forcedAt = this.forcedAt.filter((t) => now - t < 10000);
+    this.forcedAt.push(now);
+    if (this.offline) {
+      this.scheduleReconnect(reason);
+    } else if (this.forcedAt.length > 3) {
+      this.scheduleReconnect(reason);
+    } else {
+      this.clearReconnect();
+      this.trace?.({ type: 'reconnect', delayMs: 0, reason });
+      this.open();
+    }
+  }
+
+  private backoffDelay(attempt: number): number {
+    const base = Math.min(this.maxMs, this.initialMs * 2 ** Math.min(attempt, 30));
+    return Math.round(base / 2 + (Math.random() * base) / 2);
+  }
+
+  private scheduleReconnect(reason: string): void {
+    if (this.stopped || this.ws || this.reconnectTimer) return;
+    // Offline, try now and then all the same: navigator.onLine is not always right.
+    const delay = this.offline ? this.maxMs : this.backoffDelay(this.attempt++);
+    this.trace?.({ type: 'reconnect', delayMs: delay, reason });
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.open();
+    }, delay);
+    this.updateConnection();
+  }
+
+  private clearReconnect(): void {
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+  }
+
+  /** A connection that does not open, or leaves its hello or a command unanswered, is dead. */
+  private armWatchdog(): void {
+    this.clearWatchdog();
+    if (!this.ws) return;
+    let since = Infinity;
+    if (!this.socketOpen) since = this.openedAt;
+    else if (!this.helloOk && this.helloSent) since = this.helloSentAt;
+    for (const p of this.pending.values()) if (p.sentOn === this.conn) since = Math.min(since, p.sentAt);
+    if (since === Infinity) return;
+    const conn = this.conn;
+    this.watchdogTimer = setTimeout(
+      () => {
+        this.watchdogTimer = null;
+        if (conn !== this.conn) return;
+        this.drop('no answer');
+        this.scheduleReconnect('no answer');
+      },
+      Math.max(0, since + this.replyTimeoutMs - Date.now()),
+    );
+  }
+
+  private clearWatchdog(): void {
+    if (this.watchdogTimer) clearTimeout(this.watchdogTimer);
+    this.watchdogTimer = null;
+  }
+
+  private fatal(code: number, reason: string): void {
+    if (this.stopped) return;
+    const sessionId = this._state.sessionId;
+    if (code === 4004 && sessionId) {
+      // Deleted, or never ours: nothing stored is worth keeping.
+      this.clearPersist();
+      forgetSession(this.storage, sessionId);
+    } else {
+      this.flushPersist();
+    }
+    this.stop({ code, reason }, `the connection was closed for good (${code} ${reason})`);
+  }
+
+  private stop(closed: { code: number; reason: string }, why: string): void {
+    this.stopped = true;
+    this.clearReconnect();
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    this.clearPersist();
+    this.drop(closed.reason);
+    this.clearWatchdog();
+    for (const off of this.listeners) off();
+    this.listeners = [];
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) p.reject(new ChatError('closed', why, { requestId: p.requestId }));
+    this.setState({ ...this._state, closed });
+  }
+
+  // ---- page life ----
+
+  private listen(): void {
+    const on = (
+      target: Pick<EventTarget, 'addEventListener' | 'removeEventListener'> | null | undefined,
+      type: string,
+      fn: (ev: any) => void,
+    ) => {
+      if (!target || typeof target.addEventListener !== 'function') return;
+      target.addEventListener(type, fn);
+      this.listeners.push(() => target.removeEventListener(type, fn));
+    };
+    const { window: win, document: doc } = this.env;
+    on(win, 'online', () => this.onOnline());
+    on(win, 'offline', () => this.onOffline());
+    on(win, 'pagehide', () => {
+      this.hiddenAt ??= Date.now();
+      this.flushPersist();
+    });
+    on(win, 'pageshow', (ev: { persisted?: boolean }) => {
+      // Back from the back/forward cache: whatever socket there was is gone or stale.
+      if (ev.persisted) {
+        this.hiddenAt = null;
+        this.forceReconnect('page restored from the back/forward cache');
+      }
+    });
+    on(doc, 'visibilitychange', () => {
+      if (doc?.visibilityState === 'hidden') {
+        this.hiddenAt ??= Date.now();
+        this.flushPersist();
+      } else {
+        this.onShown('page visible again');
+      }
+    });
+    on(doc, 'freeze', () => {
+      this.hiddenAt ??= Date.now();
+      this.flushPersist();
+    });
+    on(doc, 'resume', () => this.onShown('page resumed from frozen'));
+  }
+
+  private onShown(reason: string): void {
+    const since = this.hiddenAt;
+    this.hiddenAt = null;
+    if (since === null || this.stopped) return;
+    if (Date.now() - since >= this.staleAfterHiddenMs) {
+      // The server may have dropped the connection for missing pings, and the browser
+      // may not know yet: a new hello costs little (resumed).
+      this.forceReconnect(`${reason} after ${Date.now() - since} ms`);
+    } else if (!this.ws && !this.offline) {
+      this.clearReconnect();
+      this.open();
+    }
+  }
+
+  private onOnline(): void {
+    if (this.stopped) return;
+    this.offline = false;
+    this.attempt = 0;
+    if (!this.ws) {
+      this.clearReconnect();
+      this.open();
+    } else {
+      this.updateConnection();
+    }
+  }
+
+  private onOffline(): void {
+    if (this.stopped) return;
+    this.offline = true;
+    this.clearReconnect();
+    this.drop('offline');
+    this.scheduleReconnect('offline');
+    this.updateConnection();
+  }
+
+  // ---- state, subscribers, storage ----
+
+  private connectionStatus(): ConnectionStatus {
+    if (this.ws && this.socketOpen) return this.helloOk ? 'live' : 'catching-up';
+    return this.offline ? 'offline' : 'connecting';
+  }
+
+  private updateConnection(): void {
+    const c = this.connectionStatus();
+    if (c !== this._state.connection) this.setState({ ...this._state, connection: c });
+  }
+
+  private setState(next: ChatState): void {
+    if (next === this._state) return;
+    this._state = next;
+    if (!this.stopped) this.schedulePersist();
+    if (this.notifyQueued) return;
+    this.notifyQueued = true;
+    queueMicrotask(() => {
+      this.notifyQueued = false;
+      const s = this._state;
+      for (const fn of [...this.subscribers]) {
+        try {
+          fn(s);
+        } catch (err) {
+          // One subscriber's bug must not starve the others.
+          queueMicrotask(() => {
+            throw err;
+          });
+        }
+      }
+    });
+  }
+
+  private dirty(): boolean {
+    const s = this._state;
+    const p = this.persisted;
+    if (s.epoch === null) return false;
+    return (
+      !p ||
+      p.epoch !== s.epoch ||
+      p.lastSeq !== s.lastSeq ||
+      p.messages !== s.messages ||
+      p.hasMore !== s.hasMore ||
+      p.activeRun !== s.activeRun ||
+      p.lastRun !== s.lastRun
+    );
+  }
+
+  private schedulePersist(): void {
+    if (this.persistTimer || !this.dirty()) return;
+    this.persistTimer = setTimeout(() => {
+      this.persistTimer = null;
+      this.flushPersist();
+    }, this.persistThrottleMs);
+  }
+
+  private clearPersist(): void {
+    if (this.persistTimer) clearTimeout(this.persistTimer);
+    this.persistTimer = null;
+  }
+
+  /** Writes the state now if it changed since the last write. */
+  private flushPersist(): void {
+    this.clearPersist();
+    if (!this.dirty()) return;
+    const s = this._state;
+    // Written or not, this state is settled: a failed write (quota) is not retried until
+    // the state changes again, and the next load falls back to a snapshot.
+    this.persisted = s;
+    saveSession(this.storage, s);
+  }
+}

@@ -1,0 +1,25 @@
+// @chatd/client: a client for chatd's WebSocket protocol v1 (docs/protocol.md) and its
+// HTTP sessions API. See README.md.
+export * from './protocol.js';
+export {
+  type ChatState,
+  type ConnectionStatus,
+  initialState,
+  applyFrame,
+  applyHistory,
+  eventOrder,
+  pendingApprovals,
+  contextUsage,
+} from './state.js';
+export { ChatError } from './errors.js';
+export {
+  ChatClient,
+  type ChatClientOptions,
+  type TokenSource,
+  type WebSocketLike,
+  type WebSocketConstructor,
+  type ClientEnvironment,
+  type TraceEvent,
+} from './client.js';
+export { SessionsClient, type SessionsClientOptions, type SessionSummary, type SessionPage } from './sessions.js';
+export { MemoryStorage, type StorageLike, type StoredSession, sessionKey } from './storage.js';

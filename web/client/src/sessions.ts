@@ -1,0 +1,110 @@
+// SessionsClient: the HTTP sessions API (docs/http.md): list, rename, delete.
+import { ChatError } from './errors.js';
+import type { TokenSource } from './client.js';
+import type { RunStatus } from './protocol.js';
+
+/** A session as the sessions API lists it. */
+export interface SessionSummary {
+  id: string;
+  /** From the first user message until renamed; "" before. */
+  title: string;
+  createdAt: string;
+  /** When its latest run started ("last active"). */
+  updatedAt: string;
+  /** The start (at most 120 characters) of the newest user or assistant text; "" when none. */
+  preview: string;
+  /** The active run (running, awaiting_approval, paused), or null. */
+  activeRun: { runId: string; status: RunStatus } | null;
+  /** The context usage of the latest run; absent when none was reported. */
+  usage?: { contextTokens: number; contextWindow: number };
+}
+
+export interface SessionPage {
+  sessions: SessionSummary[];
+  /** Pass to list() for the next page; null on the last. */
+  nextCursor: string | null;
+}
+
+export interface SessionsClientOptions {
+  /** Where the API is: default this page's origin (relative URLs). */
+  baseURL?: string;
+  /** Sent as Authorization: Bearer <token>; a function is called for every request. */
+  token?: TokenSource;
+  /** Default globalThis.fetch. */
+  fetch?: typeof fetch;
+}
+
+/**
+ * The HTTP sessions API. Every method rejects with a ChatError: the API's error code
+ * (not_found, unauthorized, bad_request, storage, internal) and the HTTP status; `http`
+ * for a response that is not the API's; `network` when the request failed.
+ */
+export class SessionsClient {
+  private readonly baseURL: string;
+  private readonly token: TokenSource | undefined;
+  private readonly fetchFn: typeof fetch;
+
+  constructor(opts: SessionsClientOptions = {}) {
+    this.baseURL = (opts.baseURL ?? '').replace(/\/+$/, '');
+    this.token = opts.token;
+    const f = opts.fetch ?? (globalThis as { fetch?: typeof fetch }).fetch;
+    if (!f) throw new Error('SessionsClient: no fetch (pass opts.fetch)');
+    this.fetchFn = f;
+  }
+
+  /** The caller's sessions, most recently active first (GET /v1/sessions). */
+  async list(opts: { cursor?: string | null; limit?: number } = {}): Promise<SessionPage> {
+    const q = new URLSearchParams();
+    if (opts.limit !== undefined) q.set('limit', String(opts.limit));
+    if (opts.cursor) q.set('cursor', opts.cursor);
+    const qs = q.toString();
+    const body = (await this.request('GET', `/v1/sessions${qs ? '?' + qs : ''}`)) as SessionPage;
+    return { sessions: body.sessions ?? [], nextCursor: body.nextCursor ?? null };
+  }
+
+  /** Renames a session (PATCH /v1/sessions/{id}); resolves with the session as it is now. */
+  async rename(id: string, title: string): Promise<SessionSummary> {
+    return (await this.request('PATCH', `/v1/sessions/${encodeURIComponent(id)}`, { title })) as SessionSummary;
+  }
+
+  /** Deletes a session (DELETE /v1/sessions/{id}): its run is cancelled, its tabs closed with 4004. */
+  async delete(id: string): Promise<void> {
+    await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+
+  private async request(method: string, path: string, body?: unknown): Promise<unknown> {
+    const headers: Record<string, string> = { Accept: 'application/json' };
+    const token = typeof this.token === 'function' ? await this.token() : this.token;
+    if (token) headers['Authorization'] = `Bearer ${token}`;
+    const init: RequestInit = { method, headers };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res: Response;
+    try {
+      res = await this.fetchFn(this.baseURL + path, init);
+    } catch (err) {
+      throw new ChatError('network', `${method} ${path}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (res.status === 204) return null;
+    const text = await res.text();
+    let json: unknown = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = null;
+    }
+    if (!res.ok) {
+      const e = (json as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+      if (e && typeof e.code === 'string') {
+        throw new ChatError(e.code, typeof e.message === 'string' ? e.message : e.code, { status: res.status });
+      }
+      throw new ChatError('http', `${method} ${path}: HTTP ${res.status}`, { status: res.status });
+    }
+    if (json === null || typeof json !== 'object') {
+      throw new ChatError('http', `${method} ${path}: not a JSON object (HTTP ${res.status})`, { status: res.status });
+    }
+    return json;
+  }
+}

@@ -1,0 +1,254 @@
+// The client half of the protocol: one state object and a pure function that applies a
+// server frame to it. Nothing here touches the network, storage or time, so it is tested
+// alone; ChatClient feeds it.
+import type {
+  EventFrame,
+  HistoryFrame,
+  Message,
+  ResumedFrame,
+  Run,
+  ServerFrame,
+  SnapshotFrame,
+  Usage,
+} from './protocol.js';
+import { isActiveStatus } from './protocol.js';
+
+export type ConnectionStatus = 'connecting' | 'catching-up' | 'live' | 'offline';
+
+export interface ChatState {
+  /** The session followed; null until known. */
+  sessionId: string | null;
+  /** The epoch of the event sequence the state follows; null before the first snapshot. */
+  epoch: string | null;
+  /** The seq of the last event applied (or of the snapshot); 0 before any. */
+  lastSeq: number;
+  /** Ascending position, unique ids. */
+  messages: Message[];
+  /** Older messages exist on the server (ChatClient.loadOlder fetches them). */
+  hasMore: boolean;
+  /** The run in progress (running, awaiting_approval, paused), or null. */
+  activeRun: Run | null;
+  /** The session's latest run when it has ended (null while one is active or before any). */
+  lastRun: Run | null;
+  /** The connection, for a UI's indicator. applyFrame never changes it. */
+  connection: ConnectionStatus;
+  /** A fatal close (4004 deleted or not yours, 4001, ...): no more reconnects. */
+  closed: { code: number; reason: string } | null;
+}
+
+/** The state before anything is known. */
+export function initialState(sessionId: string | null = null): ChatState {
+  return {
+    sessionId: sessionId ?? null,
+    epoch: null,
+    lastSeq: 0,
+    messages: [],
+    hasMore: false,
+    activeRun: null,
+    lastRun: null,
+    connection: 'connecting',
+    closed: null,
+  };
+}
+
+/**
+ * Applies one server frame and returns the new state; the input is never modified, and
+ * what did not change keeps its identity (messages a frame did not touch, the messages
+ * array when no message changed), so a UI can compare by reference.
+ *
+ * - `snapshot` replaces the state (except `connection` and `closed`).
+ * - `resumed` keeps it (and takes the frame's sessionId and epoch).
+ * - An event applies only when its seq is `lastSeq + 1`. An event with `seq <= lastSeq`
+ *   (already applied) or beyond `lastSeq + 1` (a gap) returns the state unchanged:
+ *   nothing is applied twice and nothing is skipped. A gap means the connection missed
+ *   events; ChatClient reconnects to get them (see {@link eventOrder}).
+ * - Replies (`ack`, `error`, `history`) return the state unchanged: ChatClient handles
+ *   them (a history reply with {@link applyHistory}).
+ */
+export function applyFrame(state: ChatState, frame: ServerFrame): ChatState {
+  switch (frame.type) {
+    case 'snapshot':
+      return applySnapshot(state, frame);
+    case 'resumed':
+      return applyResumed(state, frame);
+    case 'ack':
+    case 'error':
+    case 'history':
+      return state;
+    default:
+      if (eventOrder(state, frame) !== 'next') return state;
+      return { ...applyEvent(state, frame), lastSeq: frame.seq };
+  }
+}
+
+/**
+ * Where an event stands relative to a state: `next` (seq is lastSeq + 1: apply it),
+ * `old` (seq <= lastSeq: already applied, ignore it) or `gap` (events are missing
+ * before it: reconnect with hello{epoch, lastSeq}).
+ */
+export function eventOrder(state: ChatState, event: { seq: number }): 'next' | 'old' | 'gap' {
+  if (event.seq <= state.lastSeq) return 'old';
+  if (event.seq === state.lastSeq + 1) return 'next';
+  return 'gap';
+}
+
+function applySnapshot(state: ChatState, f: SnapshotFrame): ChatState {
+  let messages: Message[] = [];
+  for (const m of f.messages) messages = addMessage(messages, m);
+  return {
+    ...state,
+    sessionId: f.sessionId,
+    epoch: f.epoch,
+    lastSeq: f.lastSeq,
+    messages,
+    hasMore: f.hasMore,
+    activeRun: f.activeRun ?? null,
+    lastRun: f.lastRun ?? null,
+  };
+}
+
+function applyResumed(state: ChatState, f: ResumedFrame): ChatState {
+  if (state.sessionId === f.sessionId && state.epoch === f.epoch) return state;
+  return { ...state, sessionId: f.sessionId, epoch: f.epoch };
+}
+
+function applyEvent(state: ChatState, e: EventFrame): ChatState {
+  switch (e.type) {
+    case 'chat.started': {
+      let messages = addMessage(state.messages, e.userMessage);
+      const retryOf = e.run.retryOf;
+      if (retryOf) {
+        messages = mapMessages(messages, (m) =>
+          m.runId === retryOf && m.role !== 'user' && !m.superseded ? { ...m, superseded: true } : m,
+        );
+      }
+      return { ...state, messages, activeRun: e.run, lastRun: null };
+    }
+    case 'assistant.segment.started':
+    case 'tool.start':
+    case 'message.added':
+    case 'tool.update':
+    case 'tool.end':
+      // Adding and replacing are one operation: a message is known by its id.
+      return withMessages(state, addMessage(state.messages, e.message));
+    case 'chat.delta':
+      if (e.text === '') return state;
+      return withMessages(
+        state,
+        updateMessage(state.messages, e.messageId, (m) => ({ ...m, content: m.content + e.text })),
+      );
+    case 'assistant.segment.ended':
+      return withMessages(
+        state,
+        updateMessage(state.messages, e.messageId, (m) => {
+          const next: Message = { ...m, status: e.status };
+          if (e.error) next.error = e.error;
+          return next;
+        }),
+      );
+    case 'tool.output':
+      if (e.text === '') return state;
+      return withMessages(
+        state,
+        updateMessage(state.messages, e.messageId, (m) =>
+          m.tool ? { ...m, tool: { ...m.tool, output: (m.tool.output ?? '') + e.text } } : m,
+        ),
+      );
+    case 'run.status':
+      if (isActiveStatus(e.run.status)) return { ...state, activeRun: e.run, lastRun: null };
+      // An ended run: a dismissed one (no longer resumable). It stays ended.
+      return {
+        ...state,
+        activeRun: state.activeRun?.runId === e.run.runId ? null : state.activeRun,
+        lastRun: e.run,
+      };
+    case 'chat.done':
+    case 'chat.error':
+    case 'chat.cancelled':
+      return { ...state, activeRun: null, lastRun: e.run };
+    default:
+      // An event type this version does not know: its seq still counts (the state
+      // follows the sequence), its content is not shown.
+      return state;
+  }
+}
+
+/**
+ * Adds older messages from a `history` reply: those older than the oldest message held
+ * (and not held already) go in front; `hasMore` becomes the reply's. Pure, like
+ * applyFrame.
+ */
+export function applyHistory(state: ChatState, frame: HistoryFrame): ChatState {
+  const oldest = state.messages.length ? state.messages[0]!.position : Infinity;
+  const have = new Set(state.messages.map((m) => m.id));
+  const older = frame.messages
+    .filter((m) => m.position < oldest && !have.has(m.id))
+    .sort((a, b) => a.position - b.position);
+  const dedup: Message[] = [];
+  for (const m of older) if (!dedup.length || dedup[dedup.length - 1]!.id !== m.id) dedup.push(m);
+  if (!dedup.length && state.hasMore === frame.hasMore) return state;
+  return {
+    ...state,
+    messages: dedup.length ? [...dedup, ...state.messages] : state.messages,
+    hasMore: frame.hasMore,
+  };
+}
+
+/** The tool calls that wait for a decision, oldest first. */
+export function pendingApprovals(state: ChatState): Message[] {
+  return state.messages.filter((m) => m.role === 'tool' && m.tool?.status === 'awaiting_approval');
+}
+
+/**
+ * The context usage to show (a meter: contextTokens / contextWindow): the active run's
+ * latest, else the last run's; null when neither reported one.
+ */
+export function contextUsage(state: ChatState): Usage | null {
+  return state.activeRun?.usage ?? state.lastRun?.usage ?? null;
+}
+
+function withMessages(state: ChatState, messages: Message[]): ChatState {
+  return messages === state.messages ? state : { ...state, messages };
+}
+
+/** Adds m in position order, or replaces the message with its id. */
+function addMessage(messages: Message[], m: Message): Message[] {
+  const i = indexOf(messages, m.id);
+  if (i >= 0) {
+    const next = messages.slice();
+    next[i] = m;
+    return next;
+  }
+  // Almost always at the end: scan from there.
+  let at = messages.length;
+  while (at > 0 && messages[at - 1]!.position > m.position) at--;
+  const next = messages.slice();
+  next.splice(at, 0, m);
+  return next;
+}
+
+function updateMessage(messages: Message[], id: string, fn: (m: Message) => Message): Message[] {
+  const i = indexOf(messages, id);
+  if (i < 0) return messages;
+  const m = fn(messages[i]!);
+  if (m === messages[i]) return messages;
+  const next = messages.slice();
+  next[i] = m;
+  return next;
+}
+
+function mapMessages(messages: Message[], fn: (m: Message) => Message): Message[] {
+  let changed = false;
+  const next = messages.map((m) => {
+    const n = fn(m);
+    if (n !== m) changed = true;
+    return n;
+  });
+  return changed ? next : messages;
+}
+
+/** The index of a message by id, searching from the end (where streaming happens). */
+function indexOf(messages: Message[], id: string): number {
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.id === id) return i;
+  return -1;
+}

@@ -1,0 +1,271 @@
+// applyFrame alone: every frame kind of docs/protocol.md, with no network.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { applyFrame, applyHistory, initialState, eventOrder, pendingApprovals, contextUsage, EVENT_TYPES } from '../client/dist/index.js';
+
+const S = '0193a000-0000-7000-8000-000000000001';
+const R1 = '0193a000-0000-7000-8000-0000000000r1'.replace('r1', 'a1');
+const R2 = '0193a000-0000-7000-8000-0000000000b2';
+const T = '2026-11-20T22:47:24.319304Z';
+
+let ids = 0;
+const mid = () => `0193b000-0000-7000-8000-${String(++ids).padStart(12, '0')}`;
+
+function msg(position, fields = {}) {
+  return { id: mid(), position, role: 'assistant', content: '', status: 'complete', runId: R1, requestId: 'r1', createdAt: T, ...fields };
+}
+function run(fields = {}) {
+  return { runId: R1, requestId: 'r1', status: 'running', startedAt: T, lastActivityAt: T, ...fields };
+}
+function ended(status, fields = {}) {
+  return run({ status, endedAt: T, ...fields });
+}
+function snapshot(fields = {}) {
+  return { type: 'snapshot', sessionId: S, epoch: 'e1', lastSeq: 0, messages: [], hasMore: false, activeRun: null, ...fields };
+}
+function ev(seq, type, fields) {
+  return { type, seq, runId: R1, requestId: 'r1', ...fields };
+}
+/** A state that followed a snapshot, then the events. */
+function follow(snap, ...events) {
+  let s = applyFrame(initialState(), snapshot(snap));
+  for (const e of events) s = applyFrame(s, e);
+  return s;
+}
+
+test('initialState', () => {
+  const s = initialState();
+  assert.deepEqual(s, {
+    sessionId: null, epoch: null, lastSeq: 0, messages: [], hasMore: false,
+    activeRun: null, lastRun: null, connection: 'connecting', closed: null,
+  });
+  assert.equal(initialState(S).sessionId, S);
+});
+
+test('snapshot replaces the state, keeps connection and closed', () => {
+  const old = { ...follow({ messages: [msg(1)] }), connection: 'live' };
+  const m = [msg(5, { role: 'user' }), msg(6, { status: 'streaming', content: 'so far' })];
+  const last = ended('done');
+  const s = applyFrame(old, snapshot({ epoch: 'e2', lastSeq: 40, messages: m, hasMore: true, lastRun: last }));
+  assert.equal(s.epoch, 'e2');
+  assert.equal(s.lastSeq, 40);
+  assert.deepEqual(s.messages, m);
+  assert.equal(s.hasMore, true);
+  assert.equal(s.activeRun, null);
+  assert.deepEqual(s.lastRun, last);
+  assert.equal(s.connection, 'live');
+  assert.equal(s.closed, null);
+  // lastRun absent: null; an active run.
+  const s2 = applyFrame(s, snapshot({ epoch: 'e3', activeRun: run() }));
+  assert.equal(s2.lastRun, null);
+  assert.deepEqual(s2.activeRun, run());
+  assert.deepEqual(s2.messages, []);
+});
+
+test('snapshot messages come out in position order, unique by id', () => {
+  const a = msg(2), b = msg(1);
+  const s = follow({ messages: [a, b, a] });
+  assert.deepEqual(s.messages.map((m) => m.position), [1, 2]);
+});
+
+test('resumed keeps the state', () => {
+  const before = follow({ lastSeq: 7, messages: [msg(1)] });
+  const s = applyFrame(before, { type: 'resumed', sessionId: S, epoch: 'e1', lastSeq: 7 });
+  assert.equal(s, before);
+});
+
+test('events apply only in seq order: old ones are ignored, a gap applies nothing', () => {
+  const u = msg(1, { role: 'user', content: 'hi' });
+  const a = msg(2, { status: 'streaming' });
+  let s = follow({ lastSeq: 0 },
+    ev(1, 'chat.started', { run: run(), userMessage: u }),
+    ev(2, 'assistant.segment.started', { message: a }),
+    ev(3, 'chat.delta', { messageId: a.id, text: 'Hel' }));
+  assert.equal(s.lastSeq, 3);
+  assert.equal(s.messages[1].content, 'Hel');
+  // A duplicate (seq <= lastSeq) is ignored.
+  for (const dup of [ev(3, 'chat.delta', { messageId: a.id, text: 'Hel' }), ev(1, 'chat.started', { run: run(), userMessage: u })]) {
+    assert.equal(eventOrder(s, dup), 'old');
+    assert.equal(applyFrame(s, dup), s);
+  }
+  // A gap is not applied (and not skipped: lastSeq stays).
+  const gap = ev(5, 'chat.delta', { messageId: a.id, text: 'XX' });
+  assert.equal(eventOrder(s, gap), 'gap');
+  assert.equal(applyFrame(s, gap), s);
+  s = applyFrame(s, ev(4, 'chat.delta', { messageId: a.id, text: 'lo' }));
+  assert.equal(s.messages[1].content, 'Hello');
+  assert.equal(s.lastSeq, 4);
+  assert.equal(eventOrder(s, gap), 'next');
+});
+
+test('chat.started adds the user message; its run is active; lastRun clears', () => {
+  const u = msg(3, { role: 'user', content: 'hi' });
+  const s = follow({ lastSeq: 9, messages: [msg(1), msg(2)], lastRun: ended('done') },
+    ev(10, 'chat.started', { run: run({ runId: R2 }), userMessage: u }));
+  assert.deepEqual(s.messages.at(-1), u);
+  assert.equal(s.activeRun.runId, R2);
+  assert.equal(s.lastRun, null);
+});
+
+test('chat.started with run.retryOf marks that run\'s non-user messages superseded', () => {
+  const u = msg(1, { role: 'user', runId: R1 });
+  const a = msg(2, { runId: R1, content: 'first answer', status: 'error' });
+  const t = msg(3, { role: 'tool', runId: R1, tool: { callId: 'c', name: 'x', input: {}, status: 'ok', output: 'o' } });
+  const other = msg(4, { role: 'system', runId: R2 });
+  const s = follow({ lastSeq: 1, messages: [u, a, t, other], lastRun: ended('error', { resumable: true }) },
+    ev(2, 'chat.started', { runId: R2, run: run({ runId: R2, requestId: 'r2', retryOf: R1 }), userMessage: u }));
+  assert.equal(s.messages.length, 4, 'the user message is the same message: not added twice');
+  assert.equal(s.messages[0].superseded, undefined);
+  assert.equal(s.messages[1].superseded, true);
+  assert.equal(s.messages[2].superseded, true);
+  assert.equal(s.messages[3].superseded, undefined);
+  assert.equal(s.messages[3], other, 'untouched messages keep their identity');
+  assert.equal(s.activeRun.retryOf, R1);
+  assert.equal(s.lastRun, null);
+});
+
+test('assistant segments: started, deltas, ended (with error)', () => {
+  const r = msg(2, { status: 'streaming', content: '', kind: 'reasoning' });
+  const a = msg(3, { status: 'streaming', content: '' });
+  const s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' })], activeRun: run() },
+    ev(1, 'assistant.segment.started', { message: r }),
+    ev(2, 'chat.delta', { messageId: r.id, text: 'think' }),
+    ev(3, 'assistant.segment.ended', { messageId: r.id, status: 'complete' }),
+    ev(4, 'assistant.segment.started', { message: a }),
+    ev(5, 'chat.delta', { messageId: a.id, text: 'Part' }),
+    ev(6, 'chat.delta', { messageId: a.id, text: 'ial' }),
+    ev(7, 'assistant.segment.ended', { messageId: a.id, status: 'error', error: { code: 'model_stream_cut', message: 'cut' } }));
+  assert.deepEqual(s.messages[1], { ...r, content: 'think', status: 'complete' });
+  assert.deepEqual(s.messages[2], { ...a, content: 'Partial', status: 'error', error: { code: 'model_stream_cut', message: 'cut' } });
+  assert.equal(s.lastSeq, 7);
+});
+
+test('a delta for an unknown message changes nothing but lastSeq', () => {
+  const before = follow({ lastSeq: 0, messages: [msg(1)] });
+  const s = applyFrame(before, ev(1, 'chat.delta', { messageId: mid(), text: 'x' }));
+  assert.equal(s.messages, before.messages);
+  assert.equal(s.lastSeq, 1);
+});
+
+test('tools: start, output (appended), end; approval: start awaiting, update, run.status', () => {
+  const tool = (status, extra = {}) => ({ callId: 'demo-approval', name: 'demo_sandbox', input: { reason: 'x' }, status, ...extra });
+  const t = msg(2, { role: 'tool', status: 'streaming', tool: tool('awaiting_approval') });
+  let s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' })], activeRun: run() },
+    ev(1, 'tool.start', { message: t }),
+    ev(2, 'run.status', { run: run({ status: 'awaiting_approval', pendingApproval: { toolCallId: 'demo-approval', name: 'demo_sandbox', input: {} } }) }));
+  assert.equal(s.activeRun.status, 'awaiting_approval');
+  assert.deepEqual(pendingApprovals(s).map((m) => m.id), [t.id]);
+  s = [
+    ev(3, 'tool.update', { message: { ...t, tool: tool('running') } }),
+    ev(4, 'run.status', { run: run() }),
+    ev(5, 'tool.output', { messageId: t.id, text: 'line 1\n' }),
+    ev(6, 'tool.output', { messageId: t.id, text: 'line 2\n' }),
+  ].reduce(applyFrame, s);
+  assert.equal(s.messages[1].tool.status, 'running');
+  assert.equal(s.messages[1].tool.output, 'line 1\nline 2\n');
+  assert.equal(s.activeRun.status, 'running');
+  assert.deepEqual(pendingApprovals(s), []);
+  const endMsg = { ...t, status: 'complete', tool: tool('ok', { output: 'line 1\nline 2\ndone' }) };
+  s = applyFrame(s, ev(7, 'tool.end', { message: endMsg }));
+  assert.deepEqual(s.messages[1], endMsg);
+  assert.equal(s.messages.length, 2);
+});
+
+test('message.added adds a system notice', () => {
+  const n = msg(2, { role: 'system', content: 'the previous sandbox was stopped' });
+  const s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' })], activeRun: run() }, ev(1, 'message.added', { message: n }));
+  assert.deepEqual(s.messages[1], n);
+});
+
+test('a message added out of position order goes in its place', () => {
+  const s = follow({ lastSeq: 0, messages: [msg(1), msg(3)] }, ev(1, 'message.added', { message: msg(2, { role: 'system' }) }));
+  assert.deepEqual(s.messages.map((m) => m.position), [1, 2, 3]);
+});
+
+test('run.status: an active run replaces activeRun (usage too); an ended one (dismissed) becomes lastRun', () => {
+  const usage = { inputTokens: 10, outputTokens: 2, contextTokens: 12, contextWindow: 64000 };
+  let s = follow({ lastSeq: 0, activeRun: run() }, ev(1, 'run.status', { run: run({ usage }) }));
+  assert.deepEqual(s.activeRun.usage, usage);
+  assert.deepEqual(contextUsage(s), usage);
+  // A resumed run is active again: lastRun clears.
+  s = follow({ lastSeq: 0, lastRun: ended('interrupted', { resumable: true }) }, ev(1, 'run.status', { run: run() }));
+  assert.equal(s.lastRun, null);
+  assert.equal(s.activeRun.status, 'running');
+  // Dismissed: the ended run, no longer resumable, stays ended.
+  s = follow({ lastSeq: 0, lastRun: ended('error', { resumable: true, usage }) }, ev(1, 'run.status', { run: ended('error', { usage }) }));
+  assert.equal(s.activeRun, null);
+  assert.equal(s.lastRun.resumable, undefined);
+  assert.equal(s.lastRun.status, 'error');
+  assert.deepEqual(contextUsage(s), usage);
+});
+
+for (const [type, status] of [['chat.done', 'done'], ['chat.error', 'error'], ['chat.error', 'interrupted'], ['chat.cancelled', 'cancelled']]) {
+  test(`${type} (${status}) ends the run: activeRun null, lastRun the run`, () => {
+    const r = ended(status, status === 'cancelled' ? { cancelReason: 'user', resumable: true } : status === 'done' ? {} : { error: { code: 'x', message: 'y' } });
+    const s = follow({ lastSeq: 0, activeRun: run() }, ev(1, type, { run: r }));
+    assert.equal(s.activeRun, null);
+    assert.deepEqual(s.lastRun, r);
+    assert.equal(s.lastSeq, 1);
+  });
+}
+
+test('replies leave the state alone', () => {
+  const s = follow({ lastSeq: 3 });
+  assert.equal(applyFrame(s, { type: 'ack', requestId: 'a', runId: R1, duplicate: false, status: 'running' }), s);
+  assert.equal(applyFrame(s, { type: 'error', requestId: 'a', code: 'no_run', message: 'no' }), s);
+  assert.equal(applyFrame(s, { type: 'history', requestId: 'a', messages: [msg(1)], hasMore: false }), s);
+});
+
+test('an unknown event type counts its seq and changes nothing else', () => {
+  const s0 = follow({ lastSeq: 0, messages: [msg(1)] });
+  const s = applyFrame(s0, ev(1, 'something.new', { x: 1 }));
+  assert.equal(s.lastSeq, 1);
+  assert.equal(s.messages, s0.messages);
+});
+
+test('applyHistory prepends older messages, dedups by id, takes hasMore from the reply', () => {
+  const held = [msg(51), msg(52)];
+  const older = Array.from({ length: 50 }, (_, i) => msg(i + 1));
+  let s = follow({ messages: held, hasMore: true });
+  s = applyHistory(s, { type: 'history', messages: [...older.slice(10), held[0]], hasMore: true });
+  assert.deepEqual(s.messages.map((m) => m.position), Array.from({ length: 42 }, (_, i) => i + 11));
+  assert.equal(s.hasMore, true);
+  s = applyHistory(s, { type: 'history', messages: older.slice(0, 12), hasMore: false });
+  assert.deepEqual(s.messages.map((m) => m.position), Array.from({ length: 52 }, (_, i) => i + 1));
+  assert.equal(new Set(s.messages.map((m) => m.id)).size, 52);
+  assert.equal(s.hasMore, false);
+});
+
+test('applyFrame never modifies its input', () => {
+  const a = msg(2, { status: 'streaming' });
+  const t = msg(3, { role: 'tool', status: 'streaming', tool: { callId: 'c', name: 'n', input: {}, status: 'running' } });
+  const s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' }), a, t], activeRun: run() });
+  const frozen = JSON.stringify(s);
+  deepFreeze(s);
+  const events = [
+    ev(1, 'chat.delta', { messageId: a.id, text: 'x' }),
+    ev(2, 'assistant.segment.ended', { messageId: a.id, status: 'complete' }),
+    ev(3, 'tool.output', { messageId: t.id, text: 'o' }),
+    ev(4, 'tool.end', { message: { ...t, status: 'complete', tool: { ...t.tool, status: 'ok', output: 'o' } } }),
+    ev(5, 'chat.done', { run: ended('done') }),
+  ];
+  let cur = s;
+  for (const e of events) cur = applyFrame(cur, e);
+  assert.equal(JSON.stringify(s), frozen);
+  assert.equal(cur.messages[0], s.messages[0], 'an untouched message keeps its identity');
+});
+
+test('every event type of the protocol is handled', () => {
+  assert.deepEqual([...EVENT_TYPES].sort(), [
+    'assistant.segment.ended', 'assistant.segment.started', 'chat.cancelled', 'chat.delta', 'chat.done', 'chat.error',
+    'chat.started', 'message.added', 'run.status', 'tool.end', 'tool.output', 'tool.start', 'tool.update',
+  ]);
+});
+
+function deepFreeze(o) {
+  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}

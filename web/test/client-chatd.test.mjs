@@ -1,0 +1,354 @@
+// The client library against a real chatd (bin/chatd on a fresh database): reconnects at
+// random moments, a send retried across a reconnect, two clients, stored state, fatal
+// closes. Every test ends comparing the library's state with the database.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ChatClient, MemoryStorage, pendingApprovals } from '../client/dist/index.js';
+import { startChatd } from './chatd.mjs';
+import { waitFor, within, prng, nodeWebSocket, startProxy, dbMessages, clientMessages, watchContent, checkTrace, summary } from './client-util.mjs';
+
+const WebSocket = nodeWebSocket();
+
+function client(url, opts = {}) {
+  const trace = [];
+  const c = new ChatClient({
+    url,
+    WebSocket,
+    storage: new MemoryStorage(),
+    backoff: { initialMs: 10, maxMs: 200 },
+    onTrace: (e) => trace.push({ ...e, at: Date.now() }),
+    ...opts,
+  });
+  c.traceLog = trace;
+  return c;
+}
+
+const done = (runId) => (s) => s.lastRun?.runId === runId && s.activeRun === null;
+
+async function assertEqualsDB(srv, c) {
+  const db = await dbMessages(srv, c.state.sessionId);
+  assert.ok(db.length > 0, 'the session has messages');
+  assert.deepEqual(clientMessages(c.state), db);
+  return db;
+}
+
+test('reconnect property: runs with tools while a proxy cuts the connection at random moments; the state ends equal to the database', { timeout: 180000 }, async () => {
+  const seed = Number(process.env.CLIENT_SEED ?? (Date.now() % 2 ** 31));
+  console.log(`# reconnect property test seed: ${seed} (CLIENT_SEED=${seed} to repeat the choices)`);
+  const rand = prng(seed);
+  const srv = await startChatd({
+    env: { CHATD_DEMO_DELAY: '3ms', CHATD_DEMO_WORDS: '150', CHATD_RING_EVENTS: '20', CHATD_COALESCE_DELTAS: '0s' },
+  });
+  const port = Number(new URL(srv.httpURL).port);
+  // Some connections are cut after a random number of bytes from the server: in the
+  // middle of a snapshot, a replay or a frame.
+  const proxy = await startProxy(port, { budget: () => (rand() < 0.35 ? Math.floor(rand() * 6000) : Infinity) });
+  // Node 20's WebSocket (undici) neither opens nor closes when the connection dies during
+  // the opening handshake; the client's watchdog gives such a socket up after
+  // replyTimeoutMs (browsers report a close).
+  const c = client(`ws://127.0.0.1:${proxy.port}/v1/ws`, { replyTimeoutMs: 3000 });
+  const watch = watchContent(c);
+  let chaos = true;
+  let timer = null;
+  const cutLater = () => {
+    if (!chaos) return;
+    timer = setTimeout(() => {
+      // Now and then the next connection is slow to get through, long enough for the
+      // session to move past the server's replay ring: the client gets a snapshot.
+      if (rand() < 0.2) proxy.hold(100 + Math.floor(rand() * 300));
+      proxy.cutAll(rand() < 0.5);
+      cutLater();
+    }, 20 + Math.floor(rand() * 500));
+  };
+  // And some right as a connection catches up: the moment a hello goes out.
+  c.subscribe((s) => {
+    if (chaos && s.connection === 'catching-up' && rand() < 0.25) setTimeout(() => proxy.cutAll(), Math.floor(rand() * 5));
+  });
+  try {
+    c.connect();
+    cutLater();
+    const runs = 6;
+    for (let i = 0; i < runs; i++) {
+      const ack = await within(c.send(`run ${i}: use your tools twice`), 60000, `send ${i}`);
+      await waitFor(c, done(ack.runId), 60000, `run ${i} to end`);
+      assert.equal(c.state.lastRun.status, 'done');
+    }
+    chaos = false;
+    clearTimeout(timer);
+    proxy.budget = () => Infinity;
+    await waitFor(c, (s) => s.connection === 'live', 20000, 'live at the end');
+    const db = await assertEqualsDB(srv, c);
+    assert.equal(db.length, runs * 6, 'user, three segments and two tool calls per run');
+    assert.ok(db.every((m) => m.status === 'complete'));
+    assert.deepEqual(watch.check(db), [], 'nothing shown shrank, repeated or skipped');
+    const counts = checkTrace(c.traceLog);
+    const runsInDB = await srv.query(`SELECT count(*)::int AS n FROM runs`);
+    assert.equal(runsInDB[0].n, runs, 'each send ran once');
+    console.log(`# seed ${seed}: ${proxy.cuts} cuts over ${proxy.connections} connections; ${counts.snapshots} snapshots, ${counts.resumed} resumed, ${counts.events} events applied (${counts.deltas} deltas), ${counts.old} old ignored, ${counts.gaps} gaps; ${watch.states} states watched`);
+    const slow = longestPause(c.traceLog);
+    console.log(`# longest pause in the trace: ${slow.ms} ms, before ${JSON.stringify(slow.entry).slice(0, 200)}`);
+    if (slow.ms > 5000) for (const e of c.traceLog.slice(Math.max(0, slow.i - 8), slow.i + 1)) console.log('#   ' + JSON.stringify(e).slice(0, 300));
+    assert.ok(proxy.cuts >= 5, `the proxy cut at least 5 times (${proxy.cuts})`);
+  } catch (err) {
+    console.log(`# failed with seed ${seed}; state ${JSON.stringify(summary(c.state))}`);
+    throw err;
+  } finally {
+    chaos = false;
+    clearTimeout(timer);
+    watch.stop();
+    c.close();
+    await proxy.close();
+    await srv.stop();
+  }
+});
+
+test('a send retried across a reconnect runs once: the server got it, the reply was lost, the re-send gets the duplicate ack', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '5ms', CHATD_DEMO_WORDS: '30' } });
+  const proxy = await startProxy(Number(new URL(srv.httpURL).port));
+  let stalled = false;
+  const c = client(`ws://127.0.0.1:${proxy.port}/v1/ws`, {
+    onTrace: (e) => {
+      c.traceLog.push(e);
+      // From the moment chat.send leaves, nothing reaches the client any more.
+      if (e.type === 'send' && e.frame.type === 'chat.send' && !stalled) {
+        stalled = true;
+        proxy.stall();
+      }
+    },
+  });
+  c.traceLog = [];
+  const observer = client(srv.wsURL, { sessionId: c.state.sessionId });
+  try {
+    c.connect();
+    observer.connect();
+    await waitFor(c, (s) => s.connection === 'live');
+    const sent = c.send('hello once');
+    // The server ran it (another client sees the run start) but the client saw nothing.
+    await waitFor(observer, (s) => s.activeRun !== null || s.lastRun !== null, 10000, 'the run to start');
+    assert.equal(c.state.activeRun, null);
+    assert.equal(c.state.messages.length, 0);
+    assert.equal(proxy.cutAll(), 1);
+    const ack = await within(sent, 20000, 'the send to be acked after the reconnect');
+    assert.equal(ack.duplicate, true, 'the re-send found the run');
+    const sends = c.traceLog.filter((e) => e.type === 'send' && e.frame.type === 'chat.send');
+    assert.equal(sends.length, 2);
+    assert.equal(sends[0].frame.requestId, sends[1].frame.requestId);
+    await waitFor(c, done(ack.runId), 20000, 'the run to end');
+    await waitFor(observer, done(ack.runId), 20000, 'the run to end (observer)');
+    const runs = await srv.query(`SELECT id::text, request_id FROM runs`);
+    assert.deepEqual(runs, [{ id: ack.runId, request_id: sends[0].frame.requestId }]);
+    const db = await assertEqualsDB(srv, c);
+    assert.deepEqual(clientMessages(observer.state), db);
+    assert.equal(db.filter((m) => m.role === 'user').length, 1);
+  } finally {
+    c.close();
+    observer.close();
+    await proxy.close();
+    await srv.stop();
+  }
+});
+
+test('two clients on one session: both follow a run, an approval from one, a cancel from the other; both end equal to the database', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200' } });
+  const a = client(srv.wsURL);
+  const b = client(srv.wsURL, { sessionId: a.state.sessionId });
+  const watchA = watchContent(a);
+  const watchB = watchContent(b);
+  try {
+    a.connect();
+    b.connect();
+    await waitFor(a, (s) => s.connection === 'live');
+    await waitFor(b, (s) => s.connection === 'live');
+    // An approval asked in A's run, given from B.
+    const ack1 = await a.send('please approve the sandbox call');
+    const waiting = await waitFor(b, (s) => pendingApprovals(s).length === 1 && s.activeRun?.status === 'awaiting_approval', 20000, 'the approval prompt on B');
+    const call = pendingApprovals(waiting)[0];
+    assert.equal(waiting.activeRun.pendingApproval.toolCallId, call.tool.callId);
+    await waitFor(a, (s) => s.activeRun?.status === 'awaiting_approval', 5000, 'A to see the prompt');
+    const decided = await b.decide(call.tool.callId, 'approve');
+    assert.equal(decided.runId, ack1.runId);
+    await waitFor(a, done(ack1.runId), 20000, 'the approved run to end on A');
+    await waitFor(b, done(ack1.runId), 20000, 'the approved run to end on B');
+    const tool = a.state.messages.find((m) => m.id === call.id);
+    assert.equal(tool.tool.status, 'ok');
+    // A long run started by A, cancelled by B mid-stream.
+    const ack2 = await a.send('a long answer please');
+    await waitFor(b, (s) => s.activeRun?.runId === ack2.runId && s.messages.some((m) => m.runId === ack2.runId && m.role === 'assistant' && m.content.length > 20), 20000, 'B to see text');
+    const cancelled = await b.cancel();
+    assert.equal(cancelled.runId, ack2.runId);
+    assert.equal(cancelled.status, 'cancelled');
+    const sa = await waitFor(a, done(ack2.runId), 10000, 'A to see the cancel');
+    assert.equal(sa.lastRun.status, 'cancelled');
+    assert.equal(sa.lastRun.cancelReason, 'user');
+    await waitFor(b, done(ack2.runId), 10000, 'B to see the cancel');
+    const db = await assertEqualsDB(srv, a);
+    assert.deepEqual(clientMessages(b.state), db);
+    assert.deepEqual(watchA.check(db), []);
+    assert.deepEqual(watchB.check(db), []);
+    assert.equal(db.at(-1).status, 'cancelled');
+  } finally {
+    watchA.stop();
+    watchB.stop();
+    a.close();
+    b.close();
+    await srv.stop();
+  }
+});
+
+test('stored state: a client started again from the same storage says hello{epoch, lastSeq}, gets resumed, and ends equal to the database', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '80' } });
+  const storage = new MemoryStorage();
+  const first = client(srv.wsURL, { storage, persistThrottleMs: 50 });
+  try {
+    first.connect();
+    const ack = await first.send('remember this, and use a tool');
+    await waitFor(first, (s) => s.messages.some((m) => m.role === 'assistant' && m.content.length > 40), 20000, 'some text');
+    first.close(); // a reload: the state is written on the way out (pagehide in a browser)
+    const stored = JSON.parse(storage.getItem(`chatd.v1.session.${first.state.sessionId}`));
+    assert.equal(stored.epoch, first.state.epoch);
+    assert.equal(stored.lastSeq, first.state.lastSeq);
+
+    const second = client(srv.wsURL, { storage, sessionId: ChatClient.lastSessionId(storage) });
+    assert.equal(second.state.sessionId, first.state.sessionId);
+    assert.equal(second.state.lastSeq, stored.lastSeq, 'rendered from storage before connecting');
+    assert.deepEqual(second.state.messages, first.state.messages);
+    const watch = watchContent(second);
+    try {
+      second.connect();
+      await waitFor(second, done(ack.runId), 20000, 'the run to end');
+      const hello = second.traceLog.find((e) => e.type === 'send' && e.frame.type === 'hello');
+      assert.equal(hello.frame.epoch, stored.epoch);
+      assert.equal(hello.frame.lastSeq, stored.lastSeq);
+      const answer = second.traceLog.find((e) => e.type === 'frame' && (e.frame.type === 'resumed' || e.frame.type === 'snapshot'));
+      assert.equal(answer.frame.type, 'resumed');
+      const counts = checkTrace(second.traceLog);
+      assert.ok(counts.events > 0, 'only the missed events came');
+      const db = await assertEqualsDB(srv, second);
+      assert.deepEqual(watch.check(db), []);
+    } finally {
+      watch.stop();
+      second.close();
+    }
+  } finally {
+    first.close();
+    await srv.stop();
+  }
+});
+
+test('a server restart (1001) mid-run: the client reconnects with hello{epoch, lastSeq}, gets a snapshot of the new epoch, and ends equal to the database', { timeout: 90000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '150' } });
+  const c = client(srv.wsURL);
+  const watch = watchContent(c);
+  try {
+    c.connect();
+    const ack = await c.send('keep going across a restart');
+    await waitFor(c, (s) => s.messages.some((m) => m.role === 'assistant' && m.content.length > 30), 20000, 'some text');
+    const epoch = c.state.epoch;
+    await srv.restart();
+    await waitFor(c, (s) => s.epoch !== epoch && s.connection === 'live', 30000, 'the new epoch');
+    const closes = c.traceLog.filter((e) => e.type === 'close' && e.by === 'server').map((e) => e.code);
+    assert.ok(closes.includes(1001), `closed with 1001 (${closes})`);
+    const hellos = c.traceLog.filter((e) => e.type === 'send' && e.frame.type === 'hello');
+    assert.equal(hellos.at(-1).frame.epoch, epoch);
+    await waitFor(c, done(ack.runId), 30000, 'the run to end');
+    assert.equal(c.state.lastRun.status, 'done');
+    assert.equal(c.state.closed, null);
+    const db = await assertEqualsDB(srv, c);
+    assert.deepEqual(watch.check(db), []);
+  } finally {
+    watch.stop();
+    c.close();
+    await srv.stop();
+  }
+});
+
+test('a fatal close (1009: a frame over the read limit) stops the client: state.closed, the send rejected, no reconnect', { timeout: 30000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_READ_LIMIT: '1KiB' } });
+  const c = client(srv.wsURL);
+  try {
+    c.connect();
+    await waitFor(c, (s) => s.connection === 'live');
+    const sent = c.send('x'.repeat(4000));
+    await assert.rejects(sent, (e) => e.code === 'closed');
+    assert.equal(c.state.closed.code, 1009);
+    const opens = c.traceLog.filter((e) => e.type === 'open').length;
+    assert.equal(opens, 1);
+    await assert.rejects(c.send('small'), (e) => e.code === 'closed');
+    assert.equal(c.traceLog.filter((e) => e.type === 'reconnect').length, 0);
+  } finally {
+    c.close();
+    await srv.stop();
+  }
+});
+
+test('history paging: a snapshot holds the newest 200 messages; loadOlder pages back to the first, also across a reconnect', { timeout: 120000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '0s', CHATD_DEMO_WORDS: '3' } });
+  const writer = client(srv.wsURL);
+  try {
+    writer.connect();
+    // 36 runs of user, 3 segments and 2 tool calls: 216 messages.
+    for (let i = 0; i < 36; i++) {
+      const ack = await writer.send(`message ${i} with tools`);
+      await waitFor(writer, done(ack.runId), 20000, `run ${i}`);
+    }
+    const db = await dbMessages(srv, writer.state.sessionId);
+    assert.equal(db.length, 216);
+    assert.deepEqual(clientMessages(writer.state), db, 'a client that saw it all holds it all');
+    assert.equal(writer.state.hasMore, false);
+
+    const proxy = await startProxy(Number(new URL(srv.httpURL).port));
+    let stallNext = false;
+    const reader = client(`ws://127.0.0.1:${proxy.port}/v1/ws`, {
+      sessionId: writer.state.sessionId,
+      onTrace: (e) => {
+        reader.traceLog.push(e);
+        if (stallNext && e.type === 'send' && e.frame.type === 'history.fetch') {
+          stallNext = false;
+          proxy.stall();
+          queueMicrotask(() => proxy.cutAll());
+        }
+      },
+    });
+    reader.traceLog = [];
+    try {
+      reader.connect();
+      const s0 = await waitFor(reader, (s) => s.connection === 'live');
+      assert.equal(s0.messages.length, 200);
+      assert.equal(s0.hasMore, true);
+      assert.deepEqual(clientMessages(s0), db.slice(16));
+      // One page lost with its connection: loadOlder sends it again after the reconnect.
+      stallNext = true;
+      const first = await within(reader.loadOlder(7), 20000, 'a page across a reconnect');
+      assert.deepEqual(first, { added: 7, hasMore: true });
+      const fetches = reader.traceLog.filter((e) => e.type === 'send' && e.frame.type === 'history.fetch');
+      assert.equal(fetches.length, 2);
+      assert.equal(fetches[1].frame.before, db[16].position);
+      let pages = 1;
+      for (;;) {
+        const r = await within(reader.loadOlder(7), 10000, 'a page');
+        pages++;
+        if (!r.hasMore) break;
+        assert.equal(r.added, 7);
+      }
+      assert.equal(pages, 3);
+      assert.equal(reader.state.hasMore, false);
+      assert.deepEqual(clientMessages(reader.state), db);
+      assert.deepEqual(await reader.loadOlder(), { added: 0, hasMore: false });
+    } finally {
+      reader.close();
+      await proxy.close();
+    }
+  } finally {
+    writer.close();
+    await srv.stop();
+  }
+});
+
+function longestPause(trace) {
+  let best = { ms: 0, entry: null };
+  for (let i = 1; i < trace.length; i++) {
+    const ms = trace[i].at - trace[i - 1].at;
+    if (ms > best.ms) best = { ms, entry: trace[i], i };
+  }
+  return best;
+}
