@@ -101,7 +101,10 @@ class App {
 
   constructor() {
     this.sessions = new SessionList({
-      client: new SessionsClient(),
+      // A fetch of our own: SessionsClient keeps the default fetch as a method of its
+      // own and calls it so, which a browser refuses ("Illegal invocation": window.fetch
+      // must be called on window). Drop this once the library binds it.
+      client: new SessionsClient({ fetch: (input, init) => fetch(input, init) }),
       list: byId<HTMLUListElement>('session-list'),
       status: byId('session-list-status'),
       more: byId<HTMLButtonElement>('load-more'),
