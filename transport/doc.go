@@ -9,9 +9,10 @@
 //   - Disconnect, the close codes every transport shares.
 //   - Authenticator and Anonymous.
 //   - Metrics: connections, frames sent, slow-consumer drops, for every transport.
-//   - Server: /healthz, /readyz, and the mounting of the WebSocket endpoint at
-//     GET /v1/ws and of the HTTP JSON API (transport/httpapi) under /v1/sessions, so
-//     cmd/chatd serves one Handler and shuts one Server down.
+//   - Server: /healthz, /readyz, the mounting of the WebSocket endpoint at GET /v1/ws,
+//     of the HTTP JSON API (transport/httpapi) under /v1/sessions, and of the app
+//     (Config.App, package web) at every other path, so cmd/chatd serves one Handler
+//     and shuts one Server down.
 //
 // It must not know any transport's wire: no WebSocket, no frame types, no JSON of the
 // protocol (those are transport/ws's, and later transport/aisdk's). It never touches the

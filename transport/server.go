@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,12 +29,17 @@ type Config struct {
 	API http.Handler
 	// Ready reports whether the server can serve (the database answers); /readyz calls it.
 	Ready func(context.Context) error
+	// App, when set, serves every path that is not the server's own (the browser app,
+	// package web). Paths under /v1/ and /healthz, /readyz stay the server's: an unknown
+	// one is a plain 404 whatever App would say.
+	App http.Handler
 	// Logger is the parent logger.
 	Logger zerolog.Logger
 }
 
 // Server serves chatd's HTTP surface: /v1/ws (the WebSocket endpoint it is given), the
-// JSON API under /v1/sessions (the API it is given), /healthz and /readyz.
+// JSON API under /v1/sessions (the API it is given), /healthz, /readyz, and the app at
+// every other path when it is given one.
 type Server struct {
 	cfg Config
 	log zerolog.Logger
@@ -66,7 +72,24 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
+	if s.cfg.App != nil {
+		mux.Handle("/", appOnly(s.cfg.App))
+	}
 	return mux
+}
+
+// appOnly keeps the server's own paths from the app: a request under /v1/, /healthz or
+// /readyz that no route takes (an unknown path, another method) reaches "/", and is a
+// plain 404 there rather than the app's page.
+func appOnly(app http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p == "/v1" || strings.HasPrefix(p, "/v1/") || p == "/healthz" || p == "/readyz" {
+			http.NotFound(w, r)
+			return
+		}
+		app.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {

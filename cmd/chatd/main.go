@@ -39,6 +39,7 @@ import (
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/httpapi"
 	"github.com/chatd/chatd/transport/ws"
+	"github.com/chatd/chatd/web"
 )
 
 func main() {
@@ -209,7 +210,7 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
-	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, Ready: st.Ping, Logger: m.log})
+	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, Ready: st.Ping, App: web.Handler(), Logger: m.log})
 	if err != nil {
 		return err
 	}
@@ -312,10 +313,10 @@ func (m *Main) logListening() {
 	case AgentDemo:
 		ev.Int("demo_words", m.cfg.DemoWords).
 			Stringer("demo_delay", m.cfg.DemoDelay).
-			Msgf("chatd listening: ws://%s/v1/ws with the demo agent (no LLM; say \"tool\" or \"approve\" to see tool calls)", m.Addr())
+			Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with the demo agent (no LLM; say \"tool\" or \"approve\" to see tool calls)", m.Addr(), m.Addr())
 		m.log.Info().Msg("to use a real model: CHATD_AGENT=openai OPENAI_BASE_URL=http://localhost:11434/v1 CHATD_MODEL=llama3.2 (Ollama), or CHATD_AGENT=anthropic ANTHROPIC_API_KEY=… CHATD_MODEL=claude-sonnet-4-5; see README.md")
 	case AgentSynth:
-		ev.Msgf("chatd listening: ws://%s/v1/ws with the synthetic benchmark model (send \"tokens=N rate=R tools=K\")", m.Addr())
+		ev.Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with the synthetic benchmark model (send \"tokens=N rate=R tools=K\")", m.Addr(), m.Addr())
 	default:
 		base := m.cfg.OpenAIBaseURL
 		if m.cfg.Agent == AgentAnthropic {
@@ -330,7 +331,7 @@ func (m *Main) logListening() {
 		ev.Str("model", m.cfg.Model).
 			Str("base_url", base).
 			Int("context_tokens", m.cfg.ContextTokens).
-			Msgf("chatd listening: ws://%s/v1/ws with %s model %s", m.Addr(), m.cfg.Agent, m.cfg.Model)
+			Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with %s model %s", m.Addr(), m.Addr(), m.cfg.Agent, m.cfg.Model)
 	}
 }
 

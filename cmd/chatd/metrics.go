@@ -21,8 +21,8 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// handler serves the transport's endpoints (/v1/ws, /healthz, /readyz), GET /metrics,
-// and, when configured, /debug/pprof/.
+// handler serves the transport's endpoints (/v1/ws, /healthz, /readyz, and the app at
+// every other path), GET /metrics, and, when configured, /debug/pprof/.
 func (m *Main) handler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", m.srv.Handler())

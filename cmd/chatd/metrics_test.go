@@ -235,3 +235,18 @@ func TestPprofOn(t *testing.T) {
 	status, _ = httpGet(t, m, "/metrics")
 	require.Equal(t, http.StatusOK, status)
 }
+
+// chatd serves the app at / beside its own endpoints, which keep their answers.
+func TestServesTheApp(t *testing.T) {
+	m, _ := startInProcess(t, nil)
+	status, body := httpGet(t, m, "/")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `<script type="module" src="/app.js"></script>`)
+	status, _ = httpGet(t, m, "/manifest.webmanifest")
+	require.Equal(t, http.StatusOK, status)
+	status, body = httpGet(t, m, "/v1/nope")
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, "404 page not found\n", body)
+	status, _ = httpGet(t, m, "/metrics")
+	require.Equal(t, http.StatusOK, status)
+}

@@ -1,0 +1,69 @@
+// Formatting for people: context usage and times.
+import { h, setAttr, setText } from './dom.ts';
+
+/** The part of a run's usage (or a listed session's) the meter shows. */
+export interface ContextUsage {
+  contextTokens?: number;
+  contextWindow?: number;
+}
+
+const numbers = new Intl.NumberFormat();
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto' });
+
+/** contextShare is how full the context is (0..1), or null when unknown. */
+export function contextShare(u: ContextUsage | null | undefined): number | null {
+  if (!u || !u.contextWindow || u.contextTokens === undefined) return null;
+  return Math.min(1, Math.max(0, u.contextTokens / u.contextWindow));
+}
+
+/**
+ * meter fills el (a .meter) with a bar and, unless compact, a label for usage; el is
+ * hidden when the usage is unknown.
+ */
+export function renderMeter(el: HTMLElement, u: ContextUsage | null | undefined, compact = false): void {
+  const share = contextShare(u);
+  el.hidden = share === null;
+  if (share === null || !u) return;
+  let fill = el.querySelector<HTMLElement>('.meter-fill');
+  let label = el.querySelector<HTMLElement>('.meter-label');
+  if (!fill) {
+    fill = h('span', { class: 'meter-fill' });
+    label = compact ? null : h('span', { class: 'meter-label' });
+    el.replaceChildren(h('span', { class: 'meter-bar' }, fill), ...(label ? [label] : []));
+    el.setAttribute('role', 'meter');
+    el.setAttribute('aria-valuemin', '0');
+    el.setAttribute('aria-valuemax', '100');
+  }
+  const pct = Math.round(share * 100);
+  fill.style.width = `${Math.max(pct, share > 0 ? 2 : 0)}%`;
+  const detail = `${numbers.format(u.contextTokens ?? 0)} of ${numbers.format(u.contextWindow ?? 0)} tokens of context used`;
+  if (label) setText(label, `${pct === 0 && share > 0 ? '<1' : pct}% context`);
+  setAttr(el, 'aria-valuenow', String(pct));
+  setAttr(el, 'aria-label', `Context: ${pct}% used`);
+  setAttr(el, 'title', detail);
+  setAttr(el, 'data-level', pct >= 90 ? 'full' : pct >= 70 ? 'high' : 'ok');
+}
+
+/** ago says how long ago an RFC 3339 time was ("5 minutes ago"). */
+export function ago(time: string, now = Date.now()): string {
+  const t = Date.parse(time);
+  if (Number.isNaN(t)) return '';
+  const s = Math.round((t - now) / 1000);
+  const steps: [Intl.RelativeTimeFormatUnit, number][] = [
+    ['second', 60],
+    ['minute', 60],
+    ['hour', 24],
+    ['day', 7],
+    ['week', 4.35],
+    ['month', 12],
+    ['year', Infinity],
+  ];
+  let v = s;
+  for (const [unit, size] of steps) {
+    if (Math.abs(v) < size || unit === 'year') {
+      return unit === 'second' && Math.abs(v) < 45 ? relative.format(0, 'second') : relative.format(Math.round(v), unit);
+    }
+    v /= size;
+  }
+  return '';
+}

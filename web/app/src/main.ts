@@ -1,0 +1,483 @@
+// chatd's chat app: the conversation list, one open conversation (a ChatClient, whose
+// state the page renders), and the service worker. The client library does the
+// protocol; this file only shows its state and turns clicks into its calls.
+import { ChatClient, SessionsClient } from '../../client/src/index.ts';
+import type { ChatState, Message, Run } from '../../client/src/index.ts';
+import { byId, frameScheduler, h, setAttr, setText } from './dom.ts';
+import { renderMeter, type ContextUsage } from './format.ts';
+import { fillIcons } from './icons.ts';
+import { SessionList } from './sessions.ts';
+import { Transcript } from './transcript.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** newSessionId makes a session id; a hello with an unknown one creates the session. */
+function newSessionId(): string {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID(); // secure contexts only
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** sessionFromURL is the conversation a URL names (/c/<id>), or null for a new one. */
+function sessionFromURL(): string | null {
+  const m = /^\/c\/([^/]+)$/.exec(location.pathname);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+const connectionText: Record<string, string> = {
+  connecting: 'Connecting…',
+  'catching-up': 'Catching up…',
+  live: 'Live',
+  offline: 'Offline',
+};
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** describeEnded says how a run that did not complete ended. */
+function describeEnded(run: Run): string {
+  const why = run.error?.message ? `: ${run.error.message}` : '';
+  switch (run.status) {
+    case 'cancelled':
+      if (run.cancelReason === 'abandoned') return 'This reply was stopped because nobody watched it for a long time.';
+      if (run.cancelReason === 'shutdown') return 'The server stopped during this reply.';
+      return 'You stopped this reply.';
+    case 'interrupted':
+      return `The server stopped during this reply${why}.`;
+    case 'error':
+      return `This reply failed${why}.`;
+    default:
+      return '';
+  }
+}
+
+function firstLine(text: string, max = 80): string {
+  const line = text.replace(/\s+/g, ' ').trim();
+  return line.length > max ? line.slice(0, max - 1) + '…' : line;
+}
+
+class App {
+  private els = {
+    app: byId('app'),
+    scrim: byId('scrim'),
+    menu: byId<HTMLButtonElement>('menu-button'),
+    closeDrawer: byId<HTMLButtonElement>('close-drawer'),
+    newConversation: byId<HTMLButtonElement>('new-conversation'),
+    title: byId('title'),
+    meter: byId('context-meter'),
+    connection: byId('connection'),
+    scroller: byId('transcript'),
+    loadOlder: byId<HTMLButtonElement>('load-older'),
+    empty: byId('empty'),
+    panels: byId('panels'),
+    pending: byId<HTMLOListElement>('pending'),
+    composer: byId<HTMLFormElement>('composer'),
+    input: byId<HTMLTextAreaElement>('input'),
+    send: byId<HTMLButtonElement>('send'),
+    stop: byId<HTMLButtonElement>('stop'),
+    toast: byId('toast'),
+  };
+  private transcript = new Transcript(byId<HTMLOListElement>('messages'));
+  private sessions: SessionList;
+  private schedule = frameScheduler(() => this.render());
+
+  private client: ChatClient | null = null;
+  private unsubscribe: (() => void) | null = null;
+  private sessionId = '';
+  /** fresh: a new conversation nothing was sent to yet; the URL stays "/". */
+  private fresh = true;
+  private state: ChatState | null = null;
+  /** usage is the latest context usage seen in this conversation. */
+  private usage: ContextUsage | null = null;
+  private runKey: string | null = null;
+  private panelKey = '';
+  private pending = new Set<string>();
+  private loadingOlder = false;
+  private toastTimer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor() {
+    this.sessions = new SessionList({
+      // A fetch of our own: SessionsClient keeps the default fetch as a method of its
+      // own and calls it so, which a browser refuses ("Illegal invocation": window.fetch
+      // must be called on window). Drop this once the library binds it.
+      client: new SessionsClient({ fetch: (input, init) => fetch(input, init) }),
+      list: byId<HTMLUListElement>('session-list'),
+      status: byId('session-list-status'),
+      more: byId<HTMLButtonElement>('load-more'),
+      current: () => (this.fresh ? null : this.sessionId),
+      open: (id) => this.open(id, 'push'),
+      deleted: (id) => {
+        if (id === this.sessionId) this.open(null, 'replace');
+      },
+      error: (msg) => this.toast(msg),
+      changed: () => this.schedule(),
+    });
+    this.wire();
+  }
+
+  start(): void {
+    fillIcons();
+    this.open(sessionFromURL(), 'none');
+    void this.sessions.refresh();
+    if ('serviceWorker' in navigator) {
+      // A new build's worker takes over at once (skipWaiting), but this page still runs
+      // the old script: say so, unless this is the first worker (the page had none).
+      const hadWorker = navigator.serviceWorker.controller !== null;
+      navigator.serviceWorker.addEventListener('controllerchange', () => {
+        if (hadWorker) this.toast('chatd was updated: reload the page for the new version.');
+      });
+      navigator.serviceWorker.register('/sw.js').catch((err) => console.warn('service worker not registered:', err));
+    }
+  }
+
+  private wire(): void {
+    const { els } = this;
+    els.composer.addEventListener('submit', (e) => {
+      e.preventDefault();
+      void this.sendMessage();
+    });
+    els.input.addEventListener('keydown', (e) => {
+      // Enter sends, Shift+Enter is a new line; Enter that ends an IME composition is not a send.
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+        e.preventDefault();
+        void this.sendMessage();
+      }
+    });
+    els.input.addEventListener('input', () => this.autosize());
+    els.stop.addEventListener('click', () => {
+      const run = this.state?.activeRun;
+      if (run) void this.act('stop', () => this.client!.cancel(run.runId));
+    });
+    els.loadOlder.addEventListener('click', () => void this.loadOlder());
+    els.scroller.addEventListener('scroll', () => {
+      if (els.scroller.scrollTop < 150) void this.loadOlder();
+    }, { passive: true });
+
+    els.newConversation.addEventListener('click', () => {
+      if (this.fresh && (this.state?.messages.length ?? 0) === 0) {
+        this.setDrawer(false);
+        this.focusInput();
+        return;
+      }
+      this.open(null, 'push');
+    });
+    document.querySelectorAll<HTMLAnchorElement>('a[data-nav]').forEach((a) =>
+      a.addEventListener('click', (e) => {
+        if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+        e.preventDefault();
+        els.newConversation.click();
+      }),
+    );
+    els.menu.addEventListener('click', () => this.setDrawer(els.app.dataset.drawer !== 'open'));
+    els.closeDrawer.addEventListener('click', () => this.setDrawer(false));
+    els.scrim.addEventListener('click', () => this.setDrawer(false));
+    document.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && els.app.dataset.drawer === 'open') this.setDrawer(false);
+    });
+
+    window.addEventListener('popstate', () => {
+      const id = sessionFromURL();
+      if (id !== (this.fresh ? null : this.sessionId)) this.open(id, 'none');
+    });
+    // Another tab or device may have started, renamed or deleted conversations.
+    window.addEventListener('focus', () => void this.sessions.refresh());
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'visible') void this.sessions.refresh();
+    });
+  }
+
+  /**
+   * open shows a conversation: id, or a new one when null. how says what happens to the
+   * URL: a new history entry (push), this entry rewritten (replace), or nothing (it is
+   * already the URL: the first load, back and forward).
+   */
+  open(id: string | null, how: 'push' | 'replace' | 'none'): void {
+    if (id !== null && !UUID.test(id)) {
+      this.toast('That address does not name a conversation.');
+      id = null;
+      how = 'replace';
+    }
+    this.unsubscribe?.();
+    this.client?.close();
+    this.fresh = id === null;
+    this.sessionId = id ?? newSessionId();
+    this.els.app.dataset.sessionId = this.sessionId;
+    const url = id === null ? '/' : `/c/${id}`;
+    if (how === 'push' && location.pathname !== url) history.pushState(null, '', url);
+    if (how === 'replace' || (how === 'push' && location.pathname === url)) history.replaceState(null, '', url);
+
+    this.transcript.clear();
+    this.els.pending.replaceChildren();
+    this.usage = this.sessions.find(id)?.usage ?? null;
+    this.runKey = null;
+    this.panelKey = '';
+    this.pending.clear();
+    this.loadingOlder = false;
+
+    const client = new ChatClient({ sessionId: this.sessionId });
+    this.client = client;
+    this.state = client.state;
+    this.unsubscribe = client.subscribe((s) => {
+      if (this.client !== client) return;
+      this.state = s;
+      this.schedule();
+    });
+    client.connect();
+    this.sessions.render();
+    this.setDrawer(false);
+    this.render();
+    this.focusInput();
+  }
+
+  private render(): void {
+    const s = this.state;
+    if (!s) return;
+    const { els } = this;
+
+    // Keep the view pinned to the bottom while it was there, and in place when older
+    // messages are added above.
+    const sc = els.scroller;
+    const fromBottom = sc.scrollHeight - sc.scrollTop;
+    const pinned = fromBottom - sc.clientHeight < 80;
+    const firstBefore = els.app.querySelector('.msg')?.getAttribute('data-message-id');
+    this.transcript.render(s.messages);
+    const firstAfter = s.messages[0]?.id;
+    if (pinned) sc.scrollTop = sc.scrollHeight;
+    else if (firstBefore && firstAfter !== firstBefore) sc.scrollTop = sc.scrollHeight - fromBottom;
+
+    const known = this.fresh || s.epoch !== null; // the server has answered, or nothing to ask
+    els.empty.hidden = !known || s.messages.length > 0 || s.hasMore || els.pending.childElementCount > 0;
+    els.loadOlder.hidden = !s.hasMore;
+    els.loadOlder.disabled = this.loadingOlder;
+
+    const conn = s.closed ? 'closed' : s.connection;
+    setAttr(els.connection, 'data-state', conn);
+    setText(els.connection, s.closed ? 'Closed' : connectionText[s.connection] ?? s.connection);
+
+    const active = s.activeRun;
+    els.send.hidden = !!active;
+    els.stop.hidden = !active;
+    els.stop.disabled = this.pending.has('stop');
+    this.renderPanels(s);
+
+    const usage = active?.usage ?? s.lastRun?.usage;
+    if (usage) this.usage = usage;
+    renderMeter(els.meter, this.usage);
+
+    const listed = this.sessions.find(this.fresh ? null : this.sessionId);
+    const firstUser = s.messages.find((m: Message) => m.role === 'user');
+    const title = listed?.title || (firstUser ? firstLine(firstUser.content) : 'New conversation');
+    setText(els.title, title);
+    document.title = title === 'New conversation' ? 'chatd' : `${title} · chatd`;
+
+    // A run started, changed or ended here: the list shows titles, previews and
+    // statuses, so fetch it again.
+    const runKey = active ? `${active.runId}:${active.status}` : `-:${s.lastRun?.runId ?? ''}`;
+    if (this.runKey !== null && runKey !== this.runKey) void this.sessions.refresh();
+    if (s.epoch !== null) this.runKey = runKey;
+
+    if (s.closed) this.onClosed(s.closed);
+  }
+
+  private onClosed(closed: { code: number; reason: string }): void {
+    const id = this.sessionId;
+    if (closed.code === 4004) {
+      this.toast('This conversation was deleted, or is not yours.');
+      this.open(null, 'replace');
+      void this.sessions.refresh();
+      return;
+    }
+    this.unsubscribe?.();
+    this.unsubscribe = null;
+    this.toast(`Disconnected from ${id.slice(0, 8)}…: ${closed.reason || `close code ${closed.code}`}. Reload to try again.`);
+  }
+
+  /** renderPanels shows, above the composer, what the run needs or how it ended. */
+  private renderPanels(s: ChatState): void {
+    const active = s.activeRun;
+    const last = active ? null : s.lastRun;
+    const pa = active?.pendingApproval;
+    const away = s.connection === 'offline' || s.closed !== null;
+    const key = JSON.stringify([
+      away, active?.runId, active?.status, pa?.toolCallId,
+      last?.runId, last?.status, last?.resumable, last?.error?.message, last?.cancelReason,
+      [...this.pending].sort(),
+    ]);
+    if (key === this.panelKey) return;
+    const hadFocus = this.els.panels.contains(document.activeElement);
+    this.panelKey = key;
+    const panels: HTMLElement[] = [];
+
+    if (active) {
+      const waiting = active.status === 'awaiting_approval' || active.status === 'paused';
+      panels.push(
+        h(
+          'div',
+          { class: 'run-status', 'data-testid': 'run-status', 'data-status': active.status, role: 'status' },
+          waiting ? null : h('span', { class: 'spinner', 'aria-hidden': 'true' }),
+          waiting ? (active.status === 'paused' ? 'Paused, waiting for your approval' : 'Waiting for your approval') : 'Replying…',
+          // The run is the server's: it goes on, and this tab catches up when it is back.
+          away ? ' The server goes on; this tab catches up when it reconnects.' : null,
+        ),
+      );
+    }
+    if (active && pa) {
+      const approve = this.button('Approve', 'approve', 'primary', () => this.client!.decide(pa.toolCallId, 'approve', active.runId));
+      const deny = this.button('Deny', 'deny', 'danger', () => this.client!.decide(pa.toolCallId, 'deny', active.runId));
+      panels.push(
+        h(
+          'div',
+          { class: 'panel panel-approval', 'data-testid': 'approval', 'data-state': active.status, role: 'group', 'aria-label': 'Approval needed' },
+          h('p', {}, 'The assistant wants to run ', h('b', { 'data-testid': 'approval-tool' }, pa.name), '.'),
+          active.status === 'paused'
+            ? h('p', { 'data-testid': 'approval-paused' }, 'Its sandbox was paused while it waited; approving resumes it.')
+            : null,
+          h('pre', { 'data-testid': 'approval-input' }, JSON.stringify(pa.input ?? {}, null, 2)),
+          h('div', { class: 'panel-actions' }, approve, deny),
+        ),
+      );
+    }
+    if (last?.resumable) {
+      panels.push(
+        h(
+          'div',
+          { class: 'panel', 'data-testid': 'resume-card', 'data-run-status': last.status, role: 'group', 'aria-label': 'Reply not finished' },
+          h('p', {}, describeEnded(last)),
+          h(
+            'div',
+            { class: 'panel-actions' },
+            this.button('Continue', 'resume-continue', 'primary', () => this.client!.resume(last.runId, 'continue')),
+            this.button('Retry', 'resume-retry', '', () => this.client!.resume(last.runId, 'retry')),
+            this.button('Dismiss', 'resume-dismiss', '', () => this.client!.dismiss(last.runId)),
+          ),
+        ),
+      );
+    } else if (last && (last.status === 'error' || last.status === 'interrupted')) {
+      panels.push(
+        h('div', { class: 'panel panel-error', 'data-testid': 'run-error', 'data-run-status': last.status, role: 'alert' }, h('p', {}, describeEnded(last))),
+      );
+    }
+    this.els.panels.replaceChildren(...panels);
+    if (hadFocus) (this.els.panels.querySelector('button:not(:disabled)') as HTMLElement | null)?.focus();
+  }
+
+  private button(label: string, id: string, kind: string, fn: () => Promise<unknown>): HTMLButtonElement {
+    const b = h('button', { type: 'button', class: `button ${kind}`.trim(), 'data-testid': id, disabled: this.pending.size > 0 }, label);
+    b.addEventListener('click', () => void this.act(id, fn));
+    return b;
+  }
+
+  /** act runs a command, with its buttons disabled until the server answers. */
+  private async act(name: string, fn: () => Promise<unknown>): Promise<void> {
+    if (this.pending.has(name)) return;
+    const client = this.client;
+    this.pending.add(name);
+    this.schedule();
+    try {
+      await fn();
+    } catch (err) {
+      if (this.client === client) this.toast(message(err));
+    } finally {
+      if (this.client === client) {
+        this.pending.delete(name);
+        this.panelKey = '';
+        this.schedule();
+      }
+    }
+  }
+
+  private async sendMessage(): Promise<void> {
+    const { input } = this.els;
+    const content = input.value;
+    const client = this.client;
+    if (!client || content.trim() === '') return;
+    if (this.state?.activeRun) {
+      this.toast('Wait for the reply to finish, or stop it.');
+      return;
+    }
+    input.value = '';
+    this.autosize();
+    if (this.fresh) {
+      // The conversation exists once something is sent to it: give it its address.
+      this.fresh = false;
+      history.replaceState(null, '', `/c/${this.sessionId}`);
+      this.sessions.render();
+    }
+    // Shown until the server has it: offline, the client keeps the message and sends
+    // it when it reconnects.
+    const pending = h(
+      'li',
+      { class: 'msg msg-user', 'data-testid': 'message-pending' },
+      h('div', { class: 'bubble' }, content),
+      h('p', { class: 'msg-status' }, 'Sending…'),
+    );
+    this.els.pending.append(pending);
+    this.schedule();
+    try {
+      await client.send(content);
+    } catch (err) {
+      if (this.client !== client) return;
+      if (input.value === '') {
+        input.value = content;
+        this.autosize();
+      }
+      this.toast(`Not sent: ${message(err)}`);
+    } finally {
+      pending.remove();
+    }
+  }
+
+  private async loadOlder(): Promise<void> {
+    const client = this.client;
+    if (!client || this.loadingOlder || !this.state?.hasMore) return;
+    this.loadingOlder = true;
+    this.schedule();
+    try {
+      await client.loadOlder(50);
+    } catch (err) {
+      if (this.client === client) this.toast(`Could not load older messages: ${message(err)}`);
+    } finally {
+      if (this.client === client) {
+        this.loadingOlder = false;
+        this.schedule();
+      }
+    }
+  }
+
+  private setDrawer(open: boolean): void {
+    const { els } = this;
+    const was = els.app.dataset.drawer === 'open';
+    els.app.dataset.drawer = open ? 'open' : 'closed';
+    els.menu.setAttribute('aria-expanded', String(open));
+    els.scrim.hidden = !open;
+    if (open && !was) els.newConversation.focus();
+    if (!open && was && document.activeElement && byId('sidebar').contains(document.activeElement)) els.menu.focus();
+  }
+
+  private autosize(): void {
+    const { input } = this.els;
+    input.style.height = 'auto';
+    input.style.height = `${input.scrollHeight}px`;
+  }
+
+  private focusInput(): void {
+    // On touch screens focusing would open the keyboard over the conversation.
+    if (matchMedia('(pointer: fine)').matches) this.els.input.focus();
+  }
+
+  toast(text: string): void {
+    const { toast } = this.els;
+    toast.textContent = text;
+    toast.hidden = false;
+    clearTimeout(this.toastTimer);
+    this.toastTimer = setTimeout(() => {
+      toast.hidden = true;
+    }, 5000);
+  }
+}
+
+new App().start();

@@ -1,0 +1,150 @@
+// The chat in Chromium against a real chatd with the demo agent: a reply streams into
+// one bubble, a reload mid-reply continues it to the exact text, tool calls show as
+// cards, and the model's text is sanitized Markdown.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  assertMatchesDatabase,
+  assertNoPageErrors,
+  openApp,
+  screenshot,
+  send,
+  setup,
+  shown,
+  waitRunEnded,
+  waitStreaming,
+  WAIT,
+} from './browser.mjs';
+
+let env;
+before(async () => {
+  // 250 words at 15 ms: nearly four seconds of streaming, time to watch and reload even on
+  // a busy machine.
+  env = await setup({ CHATD_DEMO_WORDS: '250', CHATD_DEMO_DELAY: '15ms' });
+});
+after(() => env?.teardown());
+
+test('a reply streams into one bubble and ends as stored', async () => {
+  const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await openApp(context, env.srv);
+  assert.equal(await page.isVisible('[data-testid=empty-state]'), true);
+
+  const sessionId = await send(page, 'hello there');
+  await page.waitForSelector('[data-testid=message-user] >> text=hello there', { timeout: WAIT });
+  await waitStreaming(page, 20);
+  // Mark the bubble's node: it must be the very node that ends up holding the reply.
+  await page.$eval('[data-testid=message-assistant]', (el) => {
+    el.dataset.watched = 'yes';
+  });
+  const early = (await shown(page))[0].text;
+  await page.waitForSelector('[data-testid=stop]', { state: 'visible' });
+  await screenshot(page, 'streaming');
+  await waitStreaming(page, early.length + 40);
+  assert.equal((await shown(page)).length, 1, 'one bubble while streaming');
+
+  await waitRunEnded(page);
+  const [reply] = await shown(page);
+  assert.equal(reply.status, 'complete');
+  assert.ok(reply.text.startsWith(early), 'the text grew in place');
+  assert.ok(reply.text.startsWith('Demo reply to "hello there".'), reply.text);
+  assert.equal(await page.getAttribute('[data-testid=message-assistant]', 'data-watched'), 'yes', 'the same node, re-rendered in place');
+  await assertMatchesDatabase(page, env.srv, sessionId);
+  assert.equal(await page.textContent('[data-testid=conversation-title]'), 'hello there');
+  await page.waitForSelector('[data-testid=context-meter]:not([hidden])', { timeout: WAIT });
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test('a reload mid-reply continues the reply with the exact text', async () => {
+  const context = await env.browser.newContext();
+  const page = await openApp(context, env.srv);
+  const sessionId = await send(page, 'reload me');
+  await waitStreaming(page, 30);
+  const before = (await shown(page))[0];
+
+  await page.reload();
+  await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: WAIT });
+  assert.equal(new URL(page.url()).pathname, `/c/${sessionId}`, 'the URL reopens the conversation');
+  // Caught up: the same message, at least as long as before, still streaming or done.
+  await page.waitForFunction(
+    ({ id, n }) => {
+      const el = document.querySelector(`[data-message-id="${id}"] [data-testid=bubble]`);
+      return el !== null && el.textContent.length >= n;
+    },
+    { id: before.id, n: before.text.length },
+    { timeout: WAIT },
+  );
+  await waitRunEnded(page);
+  const after = await shown(page);
+  assert.equal(after.length, 1, 'no duplicate bubble');
+  assert.equal(after[0].id, before.id);
+  assert.ok(after[0].text.startsWith(before.text), 'what was shown before the reload is kept, in place');
+  await assertMatchesDatabase(page, env.srv, sessionId);
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test('a tool call shows as a card between the two segments', async () => {
+  const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await openApp(context, env.srv);
+  const sessionId = await send(page, 'use a tool please');
+  const card = await page.waitForSelector('[data-testid=tool-card]', { timeout: WAIT });
+  assert.equal(await card.$eval('[data-testid=tool-name]', (e) => e.textContent), 'current_time');
+  await page.waitForSelector('[data-testid=tool-card][data-tool-status=ok]', { timeout: WAIT });
+  await waitStreaming(page, 0);
+  await screenshot(page, 'tool-card');
+  await waitRunEnded(page);
+
+  assert.deepEqual(
+    await page.$$eval('[data-testid=messages] > li', (els) => els.map((e) => e.getAttribute('data-testid'))),
+    ['message-user', 'message-assistant', 'message-tool', 'message-assistant'],
+  );
+  assert.equal(await card.$eval('[data-testid=tool-input]', (e) => e.textContent), '{}');
+  const output = await card.$eval('[data-testid=tool-output]', (e) => e.textContent);
+  const [row] = await env.srv.query(`SELECT tool_output FROM messages WHERE session_id = '${sessionId}' AND role = 'tool'`);
+  assert.equal(output, row.tool_output);
+  const [, second] = await shown(page);
+  assert.ok(second.text.startsWith('(current_time said:'), second.text);
+  await assertMatchesDatabase(page, env.srv, sessionId);
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test("the model's text is rendered as Markdown and sanitized", async () => {
+  const context = await env.browser.newContext();
+  const page = await openApp(context, env.srv);
+  page.on('dialog', (d) => d.dismiss()); // an alert would be a script that ran
+  // The demo quotes the message's first words in its reply, HTML and all.
+  await send(page, '**bold** `code` <img src=x onerror="window.__xss=1">');
+  await waitRunEnded(page);
+  const bubble = '[data-testid=message-assistant] [data-testid=bubble]';
+  assert.equal(await page.textContent(`${bubble} strong`), 'bold');
+  assert.equal(await page.textContent(`${bubble} code`), 'code');
+  assert.equal(await page.$$eval(`${bubble} [onerror]`, (els) => els.length), 0, 'no event handler survives');
+  assert.equal(await page.evaluate(() => window.__xss), undefined);
+  // The user's own message is shown as typed, not rendered.
+  assert.equal(
+    await page.textContent('[data-testid=message-user] [data-testid=bubble]'),
+    '**bold** `code` <img src=x onerror="window.__xss=1">',
+  );
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test('Shift+Enter is a new line, Enter sends', async () => {
+  const context = await env.browser.newContext();
+  const page = await openApp(context, env.srv);
+  const input = '[data-testid=composer-input]';
+  await page.click(input);
+  await page.keyboard.type('first line');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('second line');
+  assert.equal(await page.inputValue(input), 'first line\nsecond line');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('[data-testid=message-user]', { timeout: WAIT });
+  assert.equal(await page.inputValue(input), '');
+  assert.equal(await page.textContent('[data-testid=message-user] [data-testid=bubble]'), 'first line\nsecond line');
+  await waitRunEnded(page);
+  assertNoPageErrors(page);
+  await context.close();
+});

@@ -1,0 +1,180 @@
+// The conversation list (the HTTP sessions API through the client library), in Chromium
+// against a real chatd: it lists conversations most recent first with their titles and
+// context meters, renames and deletes them, pages with "Load more", and all of it
+// survives a reload. A conversation deleted while a tab shows it sends that tab to a new
+// conversation.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  assertNoPageErrors,
+  openApp,
+  screenshot,
+  send,
+  setup,
+  waitLive,
+  waitRunEnded,
+  WAIT,
+} from './browser.mjs';
+
+let env;
+before(async () => {
+  env = await setup({ CHATD_DEMO_WORDS: '30', CHATD_DEMO_DELAY: '5ms' });
+});
+after(() => env?.teardown());
+
+/** row is the selector of a session's row in the list. */
+const row = (id) => `[data-testid=session-item][data-session-id="${id}"]`;
+
+/**
+ * clearSessions deletes every listed session through the API: the tests share chatd's
+ * one anonymous user, so each starts from an empty list.
+ */
+async function clearSessions() {
+  for (;;) {
+    const res = await fetch(`${env.srv.httpURL}/v1/sessions?limit=100`);
+    assert.equal(res.status, 200);
+    const { sessions } = await res.json();
+    if (sessions.length === 0) return;
+    for (const s of sessions) {
+      const del = await fetch(`${env.srv.httpURL}/v1/sessions/${s.id}`, { method: 'DELETE' });
+      assert.equal(del.status, 204);
+    }
+  }
+}
+
+/** waitListed waits until the list shows exactly these sessions, in this order. */
+async function waitListed(page, ids) {
+  await page.waitForFunction(
+    (ids) =>
+      [...document.querySelectorAll('[data-testid=session-item]')].map((e) => e.dataset.sessionId).join() === ids.join(),
+    ids,
+    { timeout: WAIT },
+  );
+}
+
+async function titles(page) {
+  return page.$$eval('[data-testid=session-title]', (els) => els.map((e) => e.textContent));
+}
+
+test('the list shows, renames and deletes conversations, and survives a reload', async () => {
+  await clearSessions();
+  const context = await env.browser.newContext({ viewport: { width: 1200, height: 760 } });
+  const page = await openApp(context, env.srv);
+  const first = await send(page, 'first conversation');
+  await waitRunEnded(page);
+  await page.click('[data-testid=new-conversation]');
+  await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
+  await waitLive(page);
+  assert.equal(await page.textContent('[data-testid=conversation-title]'), 'New conversation');
+  const second = await send(page, 'second conversation');
+  await waitRunEnded(page);
+
+  // Most recently active first, titled from the first message, the open one marked.
+  await waitListed(page, [second, first]);
+  assert.deepEqual(await titles(page), ['second conversation', 'first conversation']);
+  assert.equal(await page.getAttribute(row(second), 'aria-current'), 'page');
+  await page.waitForSelector(`${row(first)} [data-testid=session-meter]:not([hidden])`, { timeout: WAIT });
+  await screenshot(page, 'conversation-list');
+
+  // Rename inline.
+  await page.click(`${row(first)} [data-testid=rename-session]`);
+  await page.fill('[data-testid=rename-input]', 'Renamed first');
+  await page.press('[data-testid=rename-input]', 'Enter');
+  await page.waitForSelector(`${row(first)} [data-testid=session-title] >> text=Renamed first`, { timeout: WAIT });
+  const [session] = await env.srv.query(`SELECT title FROM sessions WHERE id = '${first}'`);
+  assert.equal(session.title, 'Renamed first');
+
+  // A reload shows the same list.
+  await page.reload();
+  await waitLive(page);
+  await waitListed(page, [second, first]);
+  assert.deepEqual(await titles(page), ['second conversation', 'Renamed first']);
+
+  // Switch conversations from the list, and back with the browser's history.
+  await page.click(`${row(first)} [data-testid=session-title]`);
+  await page.waitForURL(`${env.srv.httpURL}/c/${first}`, { timeout: WAIT });
+  await page.waitForSelector('[data-testid=message-user] >> text=first conversation', { timeout: WAIT });
+  assert.equal(await page.textContent('[data-testid=conversation-title]'), 'Renamed first');
+  assert.equal(await page.$$eval('[data-testid=message-user]', (els) => els.length), 1);
+  await page.goBack();
+  await page.waitForURL(`${env.srv.httpURL}/c/${second}`, { timeout: WAIT });
+  await page.waitForSelector('[data-testid=message-user] >> text=second conversation', { timeout: WAIT });
+
+  // Delete the open conversation: after the confirmation, a new conversation.
+  page.once('dialog', (d) => {
+    assert.equal(d.type(), 'confirm');
+    void d.accept();
+  });
+  await page.click(`${row(second)} [data-testid=delete-session]`);
+  await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
+  await waitListed(page, [first]);
+  assert.deepEqual(await env.srv.query(`SELECT id FROM messages WHERE session_id = '${second}'`), []);
+
+  // Declining the confirmation deletes nothing.
+  page.once('dialog', (d) => void d.dismiss());
+  await page.click(`${row(first)} [data-testid=delete-session]`);
+  await page.reload();
+  await waitLive(page);
+  await waitListed(page, [first]);
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test('a conversation deleted in another tab leaves this one for a new conversation', async () => {
+  await clearSessions();
+  const context = await env.browser.newContext();
+  const a = await openApp(context, env.srv);
+  const id = await send(a, 'soon gone');
+  await waitRunEnded(a);
+  const b = await openApp(context, env.srv);
+  await waitListed(b, [id]);
+  b.once('dialog', (d) => void d.accept());
+  await b.click(`${row(id)} [data-testid=delete-session]`);
+
+  await a.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
+  await a.waitForSelector('[data-testid=toast] >> text=deleted', { timeout: WAIT });
+  await waitLive(a);
+  assert.equal(await a.$$eval('[data-testid=messages] > li', (els) => els.length), 0);
+  assert.notEqual(await a.getAttribute('#app', 'data-session-id'), id);
+  assertNoPageErrors(a, b);
+  await context.close();
+});
+
+test('the list pages with Load more', async () => {
+  await clearSessions();
+  const context = await env.browser.newContext();
+  const page = await openApp(context, env.srv);
+  // 22 conversations, each with a run, started over raw sockets from the page.
+  const ids = await page.evaluate(async (n) => {
+    const started = [];
+    for (let i = 0; i < n; i++) {
+      const id = crypto.randomUUID();
+      await new Promise((resolve, reject) => {
+        const ws = new WebSocket(`ws://${location.host}/v1/ws`);
+        ws.onopen = () => {
+          ws.send(JSON.stringify({ type: 'hello', sessionId: id }));
+          ws.send(JSON.stringify({ type: 'chat.send', requestId: 'r1', content: `conversation ${i}` }));
+        };
+        ws.onmessage = (e) => {
+          const f = JSON.parse(e.data);
+          if (f.type === 'ack') {
+            ws.close();
+            resolve();
+          } else if (f.type === 'error') reject(new Error(f.message));
+        };
+      });
+      started.push(id);
+    }
+    return started;
+  }, 22);
+  await page.reload();
+  await waitLive(page);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=session-item]').length === 20, null, { timeout: WAIT });
+  await page.click('[data-testid=load-more]');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=session-item]').length === 22, null, { timeout: WAIT });
+  await page.waitForSelector('[data-testid=load-more]', { state: 'hidden', timeout: WAIT });
+  const listed = await page.$$eval('[data-testid=session-item]', (els) => els.map((e) => e.dataset.sessionId));
+  assert.deepEqual([...listed].sort(), [...ids].sort());
+  assertNoPageErrors(page);
+  await context.close();
+});
