@@ -126,3 +126,23 @@ test('errors: the API\'s code; http for a response that is not the API\'s; netwo
   }
   await assert.rejects(new SessionsClient({ baseURL: api.url, token: 'good' }).list(), (e) => e.code === 'network');
 });
+
+test('SessionsClient calls fetch as a plain function, as a browser requires ("Illegal invocation" otherwise)', async () => {
+  let calls = 0;
+  // A browser's fetch refuses to be called as a method of any object but the window.
+  const strictFetch = function (input, init) {
+    if (this !== undefined && this !== globalThis) throw new TypeError('Illegal invocation');
+    calls++;
+    return Promise.resolve(new Response(JSON.stringify({ sessions: [], nextCursor: null }), { status: 200, headers: { 'Content-Type': 'application/json' } }));
+  };
+  const api = new SessionsClient({ baseURL: 'http://127.0.0.1:1', fetch: strictFetch });
+  assert.deepEqual(await api.list(), { sessions: [], nextCursor: null });
+  const saved = globalThis.fetch;
+  globalThis.fetch = strictFetch;
+  try {
+    assert.deepEqual(await new SessionsClient({ baseURL: 'http://127.0.0.1:1' }).list(), { sessions: [], nextCursor: null });
+  } finally {
+    globalThis.fetch = saved;
+  }
+  assert.equal(calls, 2);
+});

@@ -101,10 +101,7 @@ class App {
 
   constructor() {
     this.sessions = new SessionList({
-      // A fetch of our own: SessionsClient keeps the default fetch as a method of its
-      // own and calls it so, which a browser refuses ("Illegal invocation": window.fetch
-      // must be called on window). Drop this once the library binds it.
-      client: new SessionsClient({ fetch: (input, init) => fetch(input, init) }),
+      client: new SessionsClient(),
       list: byId<HTMLUListElement>('session-list'),
       status: byId('session-list-status'),
       more: byId<HTMLButtonElement>('load-more'),

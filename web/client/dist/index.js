@@ -1119,7 +1119,7 @@ var SessionsClient = class {
     this.token = opts.token;
     const f = opts.fetch ?? globalThis.fetch;
     if (!f) throw new Error("SessionsClient: no fetch (pass opts.fetch)");
-    this.fetchFn = f;
+    this.fetchFn = (input, init) => f(input, init);
   }
   /** The caller's sessions, most recently active first (GET /v1/sessions). */
   async list(opts = {}) {

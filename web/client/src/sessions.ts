@@ -49,7 +49,9 @@ export class SessionsClient {
     this.token = opts.token;
     const f = opts.fetch ?? (globalThis as { fetch?: typeof fetch }).fetch;
     if (!f) throw new Error('SessionsClient: no fetch (pass opts.fetch)');
-    this.fetchFn = f;
+    // Called as a plain function: a browser's fetch throws "Illegal invocation" when
+    // called as a method of another object.
+    this.fetchFn = (input, init) => f(input, init);
   }
 
   /** The caller's sessions, most recently active first (GET /v1/sessions). */
