@@ -104,6 +104,11 @@ func (s *Sessions) Rename(ctx context.Context, owner string, id uuid.UUID, title
 // creates is refused and killed (agent.Sandboxes.Get).
 func (s *Sessions) Delete(ctx context.Context, owner string, id uuid.UUID) error {
 	a, done, err := s.hub.beginDelete(ctx, id)
+	if errors.Is(err, ErrClosed) {
+		// Not a fault: the process is stopping. Another process (or this one, restarted)
+		// can delete it.
+		return errShuttingDown
+	}
 	if err != nil {
 		return err
 	}
@@ -140,6 +145,9 @@ func (s *Sessions) Delete(ctx context.Context, owner string, id uuid.UUID) error
 	s.log.Info().Str("session_id", id.String()).Bool("actor", a != nil).Msg("deleted a session")
 	return nil
 }
+
+// errShuttingDown answers a deletion that arrives while the hub shuts down.
+var errShuttingDown = &conversation.Error{Code: conversation.CodeInternal, Message: "chatd is shutting down: try again in a moment"}
 
 // fail maps a store error: ErrNotFound, the context's own error, or CodeStorage (the
 // cause is logged here, not returned: the caller answers a client with it).

@@ -100,3 +100,24 @@ func TestFailedDeletionKeepsTheSession(t *testing.T) {
 	require.ErrorIs(t, hub.NewSessions(e.hub, e.st, nil).Delete(ctx, "mallory", id), hub.ErrNotFound)
 	require.NoError(t, hub.NewSessions(e.hub, e.st, nil).Delete(ctx, owner, id))
 }
+
+// A deletion that arrives while the hub shuts down is refused with a code that says so,
+// not an unexplained fault, and leaves the session as it was.
+func TestDeletionDuringShutdownSaysSo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, script.New(script.Text("ok")))
+	ctx := testCtx(t)
+	id := uuid.New()
+	_, _, err := e.hub.Hello(ctx, id, hello(newSub()))
+	require.NoError(t, err)
+	require.NoError(t, e.hub.Shutdown(ctx))
+
+	err = hub.NewSessions(e.hub, e.st, nil).Delete(ctx, owner, id)
+	var ce *conversation.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, conversation.CodeInternal, ce.Code)
+	require.Contains(t, ce.Message, "shutting down")
+	sess, err := e.st.SessionGet(ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, sess.DeletedAt, "the session is kept")
+}
