@@ -13,6 +13,15 @@ ALTER TABLE sessions ADD COLUMN deleted_at timestamptz;
 UPDATE sessions s SET active_at = s.updated_at
 WHERE EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id);
 
+-- Sessions written to before this migration are titled from their first user message,
+-- as new ones are (chat.SessionTitle: white space collapsed, 80 characters, then "…").
+UPDATE sessions s SET title = CASE WHEN char_length(f.t) > 80
+        THEN rtrim(left(f.t, 80)) || '…' ELSE f.t END
+FROM (SELECT DISTINCT ON (session_id) session_id,
+             btrim(regexp_replace(content, '\s+', ' ', 'g')) AS t
+      FROM messages WHERE role = 'user' ORDER BY session_id, position) f
+WHERE s.id = f.session_id AND s.title = '' AND f.t <> '';
+
 -- The list: one user's live sessions, most recently active first, read by keyset. It
 -- never scans another user's rows.
 CREATE INDEX sessions_list_idx ON sessions (owner, active_at DESC, id DESC)

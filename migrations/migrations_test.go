@@ -2,12 +2,16 @@ package migrations_test
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/migrations"
 	"github.com/chatd/chatd/store/storetest"
 )
@@ -58,4 +62,51 @@ func TestUpStopsOnCancelledContext(t *testing.T) {
 func TestHashIsStable(t *testing.T) {
 	require.Equal(t, migrations.Hash(), migrations.Hash())
 	require.Len(t, migrations.Hash(), 64)
+}
+
+// Sessions written to before 000006 get the title their first user message would give
+// them now, and a place in the conversation list.
+func TestSessionsListBackfill(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := context.Background()
+	down, err := os.ReadFile("000006_sessions_list.down.sql")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, string(down))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE schema_migrations SET version = 5")
+	require.NoError(t, err)
+	long := strings.Repeat("word ", 30)
+	_, err = pool.Exec(ctx, `
+		INSERT INTO sessions (id, title, created_at, updated_at) VALUES
+			('00000000-0000-0000-0000-000000000001', '', now(), now()),
+			('00000000-0000-0000-0000-000000000002', '', now(), now()),
+			('00000000-0000-0000-0000-000000000003', 'Named', now(), now()),
+			('00000000-0000-0000-0000-000000000004', '', now(), now());
+		INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at) VALUES
+			('00000000-0000-0000-0000-0000000000a1', '00000000-0000-0000-0000-000000000001', 'r', 'done', now(), now()),
+			('00000000-0000-0000-0000-0000000000a2', '00000000-0000-0000-0000-000000000002', 'r', 'done', now(), now()),
+			('00000000-0000-0000-0000-0000000000a3', '00000000-0000-0000-0000-000000000003', 'r', 'done', now(), now());
+		INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at) VALUES
+			(gen_random_uuid(), '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a1', 1, 'user', E'  first\n\tquestion  ', 'complete', now(), now()),
+			(gen_random_uuid(), '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a1', 2, 'assistant', 'an answer', 'complete', now(), now()),
+			(gen_random_uuid(), '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a1', 3, 'user', 'second question', 'complete', now(), now()),
+			(gen_random_uuid(), '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000a2', 1, 'user', '`+long+`', 'complete', now(), now()),
+			(gen_random_uuid(), '00000000-0000-0000-0000-000000000003', '00000000-0000-0000-0000-0000000000a3', 1, 'user', 'not the name', 'complete', now(), now())`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+
+	rows, err := pool.Query(ctx, "SELECT title, active_at IS NOT NULL FROM sessions ORDER BY id")
+	require.NoError(t, err)
+	type row struct {
+		Title  string
+		Listed bool
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Equal(t, []row{
+		{chat.SessionTitle("  first\n\tquestion  "), true},
+		{chat.SessionTitle(long), true},
+		{"Named", true},
+		{"", false},
+	}, got)
 }
