@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,14 +79,14 @@ func TestSessionsListPages(t *testing.T) {
 	var want []uuid.UUID // newest first
 	for i := range 5 {
 		id := newSession(t, s, b, "alice")
-		// Two sessions share an activity time: the id breaks the tie.
-		at := b.now.Add(time.Duration(min(i, 3)) * time.Minute)
+		// Three sessions share an activity time, so a page of two ends inside the tie:
+		// the id breaks it, and the next page starts right after the cursor's id.
+		at := b.now.Add(time.Duration(min(i, 2)) * time.Minute)
 		startRunAt(t, s, b, id, "r1", strings.Repeat("word ", 40), 1, at)
 		want = append([]uuid.UUID{id}, want...)
 	}
-	if want[0].String() < want[1].String() { // same time: the greater id comes first
-		want[0], want[1] = want[1], want[0]
-	}
+	// The three tied ones (the first three of want) come greatest id first.
+	slices.SortFunc(want[:3], func(x, y uuid.UUID) int { return -strings.Compare(x.String(), y.String()) })
 	newSession(t, s, b, "alice") // never sent to
 	bobs := newSession(t, s, b, "bob")
 	startRunAt(t, s, b, bobs, "r1", "bob's", 1, b.now.Add(time.Hour))
