@@ -554,15 +554,28 @@ test('offline closes the socket and shows offline; online reconnects at once', a
   c.close();
 });
 
-test('starting offline shows offline and connects on online', async () => {
+test('starting offline tries at once all the same: the browser may be wrong (a loopback-only machine)', async () => {
   const fake = new Fake();
   const win = new EventTarget();
   const c = newClient(fake, { environment: { window: win, navigator: { onLine: false } }, backoff: { initialMs: 60000, maxMs: 60000 } });
   c.connect();
-  await waitFor(c, (s) => s.connection === 'offline');
-  assert.equal(fake.sockets.length, 0);
-  win.dispatchEvent(new Event('online'));
+  assert.equal(fake.sockets.length, 1, 'a socket at once, though the backoff is a minute');
+  assert.equal(c.state.connection, 'offline');
   await handshake(fake, 0);
+  await waitFor(c, (s) => s.connection === 'live');
+  c.close();
+});
+
+test('starting offline with no network: offline until the online event, which reconnects at once', async () => {
+  const fake = new Fake();
+  const win = new EventTarget();
+  const c = newClient(fake, { environment: { window: win, navigator: { onLine: false } }, backoff: { initialMs: 60000, maxMs: 60000 } });
+  c.connect();
+  (await fake.socket(0)).drop(1006);
+  await waitFor(c, (s) => s.connection === 'offline');
+  assert.equal(fake.sockets.length, 1, 'the next try waits for the backoff');
+  win.dispatchEvent(new Event('online'));
+  await handshake(fake, 1);
   await waitFor(c, (s) => s.connection === 'live');
   c.close();
 });
@@ -620,4 +633,16 @@ test('close() rejects what waits and stops reconnecting', async () => {
   await assert.rejects(h, (e) => e.code === 'closed');
   c.connect();
   assert.equal(fake.sockets.length, 1);
+});
+
+test('a session id in upper case is followed, stored and said in lower case, as the server spells it', async () => {
+  const fake = new Fake();
+  const storage = new MemoryStorage();
+  const c = newClient(fake, { sessionId: S.toUpperCase(), storage });
+  assert.equal(c.state.sessionId, S);
+  c.connect();
+  await handshake(fake, 0, snapshot({ lastSeq: 2 }), (h) => assert.equal(h.sessionId, S));
+  await waitFor(c, (s) => s.connection === 'live');
+  c.close();
+  assert.notEqual(storage.getItem(sessionKey(S)), null, 'stored under the lower-case key');
 });

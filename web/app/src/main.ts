@@ -24,7 +24,7 @@ function newSessionId(): string {
 /** sessionFromURL is the conversation a URL names (/c/<id>), or null for a new one. */
 function sessionFromURL(): string | null {
   const m = /^\/c\/([^/]+)$/.exec(location.pathname);
-  return m ? decodeURIComponent(m[1]) : null;
+  return m ? decodeURIComponent(m[1]).toLowerCase() : null;
 }
 
 const connectionText: Record<string, string> = {

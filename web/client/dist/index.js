@@ -456,6 +456,7 @@ var ChatClient = class {
     this.trace = opts.onTrace;
     let sessionId = opts.sessionId ?? null;
     if (sessionId !== null && !isUuid(sessionId)) throw new Error(`ChatClient: sessionId must be a UUID, got ${JSON.stringify(sessionId)}`);
+    if (sessionId !== null) sessionId = sessionId.toLowerCase();
     if (sessionId === null) sessionId = uuid7();
     let state = initialState(sessionId);
     const stored = loadSession(this.storage, sessionId);
@@ -501,12 +502,7 @@ var ChatClient = class {
     this.started = true;
     this.listen();
     this.offline = this.env.navigator?.onLine === false;
-    if (this.offline) {
-      this.updateConnection();
-      this.scheduleReconnect("offline at start");
-    } else {
-      this.open();
-    }
+    this.open();
   }
   /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
   close() {
@@ -696,6 +692,7 @@ var ChatClient = class {
   }
   async onOpen(conn) {
     this.socketOpen = true;
+    this.offline = false;
     this.trace?.({ type: "open", conn, url: this.url });
     this.updateConnection();
     let token;
@@ -927,7 +924,7 @@ var ChatClient = class {
   }
   scheduleReconnect(reason) {
     if (this.stopped || this.ws || this.reconnectTimer) return;
-    const delay = this.offline ? this.maxMs : this.backoffDelay(this.attempt++);
+    const delay = this.backoffDelay(this.attempt++);
     this.trace?.({ type: "reconnect", delayMs: delay, reason });
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;

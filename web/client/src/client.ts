@@ -224,6 +224,8 @@ export class ChatClient {
 
     let sessionId = opts.sessionId ?? null;
     if (sessionId !== null && !isUuid(sessionId)) throw new Error(`ChatClient: sessionId must be a UUID, got ${JSON.stringify(sessionId)}`);
+    // The server spells ids in lower case: so does the state, and the storage key.
+    if (sessionId !== null) sessionId = sessionId.toLowerCase();
     // A new session is named here: a hello that creates it may be lost with its
     // connection, and the next one must name the same session (or a send re-sent after a
     // reconnect would land in another one).
@@ -276,13 +278,10 @@ export class ChatClient {
     if (this.started || this.stopped) return;
     this.started = true;
     this.listen();
+    // Offline or not, try at once: navigator.onLine is not always right (a machine with
+    // only a loopback network says offline, and chatd may be on that loopback).
     this.offline = this.env.navigator?.onLine === false;
-    if (this.offline) {
-      this.updateConnection();
-      this.scheduleReconnect('offline at start');
-    } else {
-      this.open();
-    }
+    this.open();
   }
 
   /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
@@ -492,6 +491,8 @@ export class ChatClient {
 
   private async onOpen(conn: number): Promise<void> {
     this.socketOpen = true;
+    // A socket that opens proves the network works, whatever the browser said.
+    this.offline = false;
     this.trace?.({ type: 'open', conn, url: this.url });
     this.updateConnection();
     let token: string | undefined;
@@ -754,8 +755,8 @@ export class ChatClient {
 
   private scheduleReconnect(reason: string): void {
     if (this.stopped || this.ws || this.reconnectTimer) return;
-    // Offline, try now and then all the same: navigator.onLine is not always right.
-    const delay = this.offline ? this.maxMs : this.backoffDelay(this.attempt++);
+    // Offline too, with the same backoff: navigator.onLine is not always right.
+    const delay = this.backoffDelay(this.attempt++);
     this.trace?.({ type: 'reconnect', delayMs: delay, reason });
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
