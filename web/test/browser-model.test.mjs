@@ -492,7 +492,7 @@ test('a refused model call ends the run in error: the resume card says why, and 
   assert.equal(await card.getAttribute('data-run-status'), 'error');
   assert.equal(
     collapse(await card.locator('p').textContent()),
-    'This reply failed: the model provider refused the credentials: check the API key: Incorrect API key provided: x..',
+    'This reply failed: the model provider refused the credentials: check the API key: Incorrect API key provided: x.',
   );
   for (const b of ['resume-continue', 'resume-retry', 'resume-dismiss']) {
     assert.equal(await page.isEnabled(`[data-testid=${b}]`), true, `${b} is offered`);
