@@ -300,6 +300,7 @@ test('Markdown streamed in pieces renders in one bubble: heading, bold, list, ta
     em: [...b.querySelectorAll('em')].map((e) => e.textContent),
     inlineCode: [...b.querySelectorAll(':not(pre) > code')].map((e) => e.textContent),
     li: [...b.querySelectorAll('ul > li')].map((e) => e.textContent),
+    bullet: getComputedStyle(b.querySelector('ul')).listStyleType,
     th: [...b.querySelectorAll('table thead th')].map((e) => e.textContent),
     td: [...b.querySelectorAll('table tbody tr')].map((tr) => [...tr.querySelectorAll('td')].map((e) => e.textContent)),
     links: [...b.querySelectorAll('a')].map((a) => ({ text: a.textContent, href: a.getAttribute('href'), target: a.target, rel: a.rel })),
@@ -317,6 +318,9 @@ test('Markdown streamed in pieces renders in one bubble: heading, bold, list, ta
   assert.deepEqual(got.em, ['italic']);
   assert.deepEqual(got.inlineCode, ['inline']);
   assert.deepEqual(got.li, ['first item', 'second item']);
+  // A top-level list, though the bubble sits in the transcript's <ol>: the browser's
+  // own style would give it a nested list's circles.
+  assert.equal(got.bullet, 'disc');
   assert.deepEqual(got.th, ['Lang', 'Year']);
   assert.deepEqual(got.td, [['Go', '2009'], ['C', '1972']]);
   assert.deepEqual(got.links, [{ text: 'the docs', href: 'https://go.dev/doc/', target: '_blank', rel: 'noopener noreferrer nofollow' }]);
