@@ -348,7 +348,12 @@ test('Markdown streamed in pieces renders in one bubble: heading, bold, list, ta
   await fresh.waitForSelector('[data-testid=message-assistant][data-status=complete]', { timeout: WAIT });
   assert.equal(await fresh.innerHTML(bubble), streamedHTML);
 
-  assert.equal(fake.requestsFor('show me markdown').length, 1);
+  // The usage the model reported (its last chunk) is the run's, and fills the meter.
+  const [usage] = await env.srv.query(`SELECT input_tokens, output_tokens FROM runs WHERE session_id = '${sessionId}'`);
+  assert.deepEqual(usage, { input_tokens: 1200, output_tokens: 80 });
+  await page.waitForSelector('[data-testid=context-meter]:not([hidden])', { timeout: WAIT });
+  const requests = fake.requests.filter((r) => r.prompt === 'show me markdown');
+  assert.deepEqual(requests.map((r) => [r.authorization, r.body.model, r.body.stream]), [['Bearer x', 'fake', true]]);
   assertNoPageErrors(page, fresh);
   await context.close();
 });
@@ -386,6 +391,9 @@ test("the model's raw HTML, scripts and javascript: links are made harmless", as
     await a.click();
   }
 
+  // chatd's Content-Security-Policy (web.go) blocks inline scripts and handlers even if
+  // one got through, so window.__xss alone proves little: the DOM is checked for
+  // everything the sanitizer must take out.
   const found = await page.evaluate(() => {
     const b = document.querySelector('[data-testid=message-assistant] [data-testid=bubble]');
     const handlers = [...b.querySelectorAll('*')].flatMap((el) =>
@@ -504,7 +512,7 @@ test('a refused model call ends the run in error: the resume card says why, and 
   assert.equal(await page.locator('[data-testid=run-error]').count(), 0, 'the card says it; no second panel');
   let [run] = await storedRuns(sessionId);
   assert.deepEqual([run.status, run.error_code], ['error', 'model_auth']);
-  assert.equal(fake.requestsFor('fail first')[0] !== undefined, true);
+  assert.equal(fake.requestsFor('fail first').length, 1, 'a refused call is not retried');
 
   // The model is fixed; Retry answers the same message as a new run.
   fake.script('fail first', stream(pieces('Now it **works**.', 3).map(content)));
@@ -609,55 +617,57 @@ test('an answer cut off mid-stream keeps its text, and Continue finishes it', as
 // --- Approval, paused -----------------------------------------------------------------------
 
 test('the shell tool waits for approval, pauses, and runs once approved', async () => {
-  const call = (delta) => ({ tool_calls: [delta] });
+  // Two calls in one run: the first makes the session's sandbox (there is none to pause
+  // while it waits), the second waits with that sandbox paused and reads what the
+  // first left in it.
+  const shell = (id, command) => {
+    const args = JSON.stringify({ command });
+    const cut = Math.floor(args.length / 2);
+    return [
+      { tool_calls: [{ index: 0, id, type: 'function', function: { name: 'shell', arguments: '' } }] },
+      { tool_calls: [{ index: 0, function: { arguments: args.slice(0, cut) } }] },
+      { tool_calls: [{ index: 0, function: { arguments: args.slice(cut) } }] },
+    ];
+  };
   fake.script(
     'run echo hi',
-    stream(
-      [
-        content("I'll run it."),
-        call({ index: 0, id: 'call_shell_1', type: 'function', function: { name: 'shell', arguments: '' } }),
-        call({ index: 0, function: { arguments: '{"comm' } }),
-        call({ index: 0, function: { arguments: 'and":"echo' } }),
-        call({ index: 0, function: { arguments: ' hi"}' } }),
-      ],
-      { finish: 'tool_calls' },
-    ),
-    stream(pieces('The command printed **hi**.', 4).map(content)),
+    stream([content("I'll run it."), ...shell('call_1', 'echo hi | tee note.txt')], { finish: 'tool_calls' }),
+    stream(shell('call_2', 'cat note.txt'), { finish: 'tool_calls' }),
+    stream(pieces('The file says **hi**.', 4).map(content)),
   );
   const context = await newContext();
-  const page = await openApp(context, env.srv);
+  let page = await openApp(context, env.srv);
   // Records every state the approval panel shows, however briefly.
   await page.evaluate(() => {
     window.__approvalStates = [];
-    const panels = document.getElementById('panels');
     const note = () => {
       const s = document.querySelector('[data-testid=approval]')?.getAttribute('data-state');
       if (s && window.__approvalStates.at(-1) !== s) window.__approvalStates.push(s);
     };
-    new MutationObserver(note).observe(panels, { childList: true, subtree: true, attributes: true });
+    new MutationObserver(note).observe(document.getElementById('panels'), { childList: true, subtree: true, attributes: true });
   });
   const sessionId = await send(page, 'run echo hi');
 
-  const approval = page.locator('[data-testid=approval]');
+  // The first call waits: the approval prompt, then (after CHATD_APPROVAL_TIMEOUT) paused.
   await page.waitForSelector('[data-testid=approval][data-state=paused]', { timeout: WAIT });
   assert.deepEqual(await page.evaluate(() => window.__approvalStates), ['awaiting_approval', 'paused']);
+  const approval = page.locator('[data-testid=approval]');
   assert.equal(await approval.locator('[data-testid=approval-tool]').textContent(), 'shell');
-  assert.deepEqual(JSON.parse(await approval.locator('[data-testid=approval-input]').textContent()), { command: 'echo hi' });
+  assert.deepEqual(JSON.parse(await approval.locator('[data-testid=approval-input]').textContent()), { command: 'echo hi | tee note.txt' });
   assert.equal(
     await approval.locator('[data-testid=approval-paused]').textContent(),
     'Its sandbox was paused while it waited; approving resumes it.',
   );
-  const status = page.locator('[data-testid=run-status]');
+  let status = page.locator('[data-testid=run-status]');
   assert.equal(await status.getAttribute('data-status'), 'paused');
   assert.equal(collapse(await status.textContent()), 'Paused, waiting for your approval');
   const card = page.locator('[data-testid=tool-card]');
   assert.equal(await card.getAttribute('data-tool-status'), 'awaiting_approval');
   assert.equal(await card.locator('[data-testid=tool-status]').textContent(), 'awaiting approval');
   assert.equal(await card.locator('[data-testid=tool-name]').textContent(), 'shell');
-  let [run] = await storedRuns(sessionId);
-  assert.equal(run.status, 'paused');
+  assert.equal(await page.isVisible('[data-testid=stop]'), true, 'a waiting run can be stopped');
+  assert.equal((await storedRuns(sessionId))[0].status, 'paused');
   await screenshot(page, 'paused');
-
   // The model was offered the shell tool, and nothing ran yet.
   const [first] = fake.requestsFor('run echo hi');
   assert.ok(first.tools.some((t) => t.function.name === 'shell'), 'shell is offered');
@@ -665,27 +675,64 @@ test('the shell tool waits for approval, pauses, and runs once approved', async 
 
   await page.click('[data-testid=approve]');
   await page.waitForSelector('[data-testid=tool-card][data-tool-status=ok]', { timeout: WAIT });
-  await approval.waitFor({ state: 'detached', timeout: WAIT });
-  await page.waitForSelector('[data-testid=message-assistant]:last-child strong', { timeout: WAIT });
+  assert.match(await card.first().locator('[data-testid=tool-output]').textContent(), /^hi\n/);
+
+  // The second call waits with the sandbox the first made, and it is paused for real.
+  await page.waitForFunction(
+    () => {
+      const a = document.querySelector('[data-testid=approval][data-state=paused]');
+      return a !== null && a.querySelector('[data-testid=approval-input]').textContent.includes('cat note.txt');
+    },
+    null,
+    { timeout: WAIT },
+  );
+  await waitFor('the sandbox paused', async () => {
+    const [row] = await env.srv.query(`SELECT sandbox_paused_at FROM sessions WHERE id = '${sessionId}'`);
+    return row.sandbox_paused_at !== null;
+  });
+
+  // A tab opened now is shown the same: the paused run, its prompt, the waiting card.
+  await page.close();
+  page = await openApp(context, env.srv, `/c/${sessionId}`);
+  await page.waitForSelector('[data-testid=approval][data-state=paused] [data-testid=approval-paused]', { timeout: WAIT });
+  status = page.locator('[data-testid=run-status]');
+  assert.equal(await status.getAttribute('data-status'), 'paused');
+  assert.deepEqual(JSON.parse(await page.textContent('[data-testid=approval-input]')), { command: 'cat note.txt' });
+  assert.deepEqual(
+    await page.$$eval('[data-testid=tool-card]', (els) => els.map((e) => e.getAttribute('data-tool-status'))),
+    ['ok', 'awaiting_approval'],
+  );
+
+  await page.click('[data-testid=approve]');
+  await page.waitForSelector('[data-testid=message-assistant]:last-child[data-status=complete] strong', { timeout: WAIT });
   await waitRunEnded(page);
+  await page.waitForSelector('[data-testid=approval]', { state: 'detached', timeout: WAIT });
 
-  assert.deepEqual(await transcriptOrder(page), ['message-user', 'message-assistant', 'message-tool', 'message-assistant']);
-  const output = await card.locator('[data-testid=tool-output]').textContent();
-  assert.match(output, /^hi\n/);
+  assert.deepEqual(await transcriptOrder(page), [
+    'message-user', 'message-assistant', 'message-tool', 'message-tool', 'message-assistant',
+  ]);
+  const outputs = await page.$$eval('[data-testid=tool-card]', (els) =>
+    els.map((e) => [e.getAttribute('data-tool-status'), e.querySelector('[data-testid=tool-output]').textContent]),
+  );
   const rows = await storedMessages(sessionId);
-  const tool = rows.find((m) => m.role === 'tool');
-  assert.deepEqual([tool.tool_status, tool.tool_output], ['ok', output]);
-  const texts = rows.filter((m) => m.role === 'assistant').map((m) => m.content);
-  assert.deepEqual(texts, ["I'll run it.", 'The command printed **hi**.']);
+  assert.deepEqual(outputs, rows.filter((m) => m.role === 'tool').map((m) => [m.tool_status, m.tool_output]));
+  assert.match(outputs[1][1], /^hi\n/, 'the resumed sandbox still has the first call’s file');
+  assert.deepEqual(
+    rows.filter((m) => m.role === 'assistant').map((m) => m.content),
+    ["I'll run it.", 'The file says **hi**.'],
+  );
   assert.equal(await page.textContent('[data-testid=message-assistant]:last-child strong'), 'hi');
-  [run] = await storedRuns(sessionId);
-  assert.equal(run.status, 'done');
+  assert.equal((await storedRuns(sessionId))[0].status, 'done');
+  const [row] = await env.srv.query(`SELECT sandbox_paused_at FROM sessions WHERE id = '${sessionId}'`);
+  assert.equal(row.sandbox_paused_at, null, 'approving resumed the sandbox');
 
-  // The model got the command's output back as the call's result.
-  const followUp = fake.requestsFor('run echo hi')[1];
-  const result = followUp.messages.find((m) => m.role === 'tool');
-  assert.equal(result.tool_call_id, 'call_shell_1');
-  assert.match(result.content, /^hi\n/);
+  // The model got each command's output back as the call's result.
+  const [, second, third] = fake.requestsFor('run echo hi');
+  assert.deepEqual(
+    third.messages.filter((m) => m.role === 'tool').map((m) => [m.tool_call_id, /^hi\n/.test(m.content)]),
+    [['call_1', true], ['call_2', true]],
+  );
+  assert.equal(second.messages.filter((m) => m.role === 'tool').length, 1);
   assertNoPageErrors(page);
   await context.close();
 });
