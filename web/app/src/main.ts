@@ -38,18 +38,24 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** sentence ends s with a full stop, unless it already ends a sentence. */
+function sentence(s: string): string {
+  return /[.!?…]$/.test(s) ? s : s + '.';
+}
+
 /** describeEnded says how a run that did not complete ended. */
 function describeEnded(run: Run): string {
-  const why = run.error?.message ? `: ${run.error.message}` : '';
+  // The message may end with the provider's own words, which often end in a full stop.
+  const why = run.error?.message ? `: ${run.error.message.trim()}` : '';
   switch (run.status) {
     case 'cancelled':
       if (run.cancelReason === 'abandoned') return 'This reply was stopped because nobody watched it for a long time.';
       if (run.cancelReason === 'shutdown') return 'The server stopped during this reply.';
       return 'You stopped this reply.';
     case 'interrupted':
-      return `The server stopped during this reply${why}.`;
+      return sentence(`The server stopped during this reply${why}`);
     case 'error':
-      return `This reply failed${why}.`;
+      return sentence(`This reply failed${why}`);
     default:
       return '';
   }
