@@ -154,7 +154,7 @@ test('dark mode follows the system', async () => {
   await page.goto(env.srv.httpURL + '/');
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   assert.equal(bg, 'rgb(21, 23, 28)');
-  await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: WAIT });
+  await page.waitForSelector('[data-testid=connection][data-state=new]', { timeout: WAIT });
   await send(page, 'show a tool in the dark');
   await page.waitForSelector('[data-testid=tool-card][data-tool-status=ok]', { timeout: WAIT });
   await waitRunEnded(page);

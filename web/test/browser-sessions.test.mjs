@@ -109,6 +109,10 @@ test('the list shows, renames and deletes conversations, and survives a reload',
   await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
   await waitListed(page, [first]);
   assert.deepEqual(await env.srv.query(`SELECT id FROM messages WHERE session_id = '${second}'`), []);
+  // Its state is not kept in the tab either (Back to its URL would show it until the
+  // server said no).
+  const kept = await page.evaluate((id) => Object.keys(sessionStorage).filter((k) => k.includes(id)), second);
+  assert.deepEqual(kept, []);
 
   // Declining the confirmation deletes nothing.
   page.once('dialog', (d) => void d.dismiss());
@@ -136,6 +140,11 @@ test('a conversation deleted in another tab leaves this one for a new conversati
   await waitLive(a);
   assert.equal(await a.$$eval('[data-testid=messages] > li', (els) => els.length), 0);
   assert.notEqual(await a.getAttribute('#app', 'data-session-id'), id);
+  for (const p of [a, b]) {
+    const kept = await p.evaluate((id) => Object.keys(sessionStorage).filter((k) => k.includes(id)), id);
+    assert.deepEqual(kept, [], 'no tab keeps the deleted conversation');
+  }
+  assert.equal(await a.$$eval('[data-testid=toast]', (els) => els.filter((e) => e.textContent.includes('deleted')).length), 1, 'said once');
   assertNoPageErrors(a, b);
   await context.close();
 });
@@ -175,6 +184,28 @@ test('the list pages with Load more', async () => {
   await page.waitForSelector('[data-testid=load-more]', { state: 'hidden', timeout: WAIT });
   const listed = await page.$$eval('[data-testid=session-item]', (els) => els.map((e) => e.dataset.sessionId));
   assert.deepEqual([...listed].sort(), [...ids].sort());
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test('opening the app, reloading it and starting a new conversation store no session until something is sent', async () => {
+  const count = async () => (await env.srv.query('SELECT count(*)::int AS n FROM sessions'))[0].n;
+  const before = await count();
+  const context = await env.browser.newContext({ viewport: { width: 1100, height: 760 } });
+  const page = await openApp(context, env.srv);
+  await page.reload();
+  await page.waitForSelector('[data-testid=connection][data-state=new]', { timeout: WAIT });
+  await page.click('[data-testid=new-conversation]');
+  await page.waitForSelector('[data-testid=connection][data-state=new]', { timeout: WAIT });
+  // Wait on the server: a page that connected would have said hello by the time the
+  // list (fetched at load) is shown.
+  await page.waitForSelector('[data-testid=session-list]', { timeout: WAIT });
+  assert.equal(await count(), before, 'no session row for a page that sent nothing');
+  const id = await send(page, 'now it exists');
+  await waitLive(page);
+  await waitRunEnded(page);
+  assert.equal(await count(), before + 1);
+  assert.deepEqual(await env.srv.query(`SELECT count(*)::int AS n FROM runs WHERE session_id = '${id}'`), [{ n: 1 }]);
   assertNoPageErrors(page);
   await context.close();
 });

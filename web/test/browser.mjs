@@ -73,7 +73,14 @@ export async function openApp(context, srv, path = '/') {
   return page;
 }
 
+/** waitNew waits for a new conversation's page: ready, and not connected until a send. */
+export async function waitNew(page) {
+  await page.waitForSelector('[data-testid=connection][data-state=new]', { timeout: WAIT });
+}
+
 export async function waitLive(page) {
+  // At / the page shows a new conversation, which connects with its first message.
+  if (new URL(page.url()).pathname === '/') return waitNew(page);
   await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: WAIT });
 }
 

@@ -94,6 +94,8 @@ class App {
   private client: ChatClient | null = null;
   private unsubscribe: (() => void) | null = null;
   private sessionId = '';
+  /** closedClient: the client whose fatal close was already handled (onClosed). */
+  private closedClient: ChatClient | null = null;
   /** fresh: a new conversation nothing was sent to yet; the URL stays "/". */
   private fresh = true;
   private state: ChatState | null = null;
@@ -115,6 +117,8 @@ class App {
       open: (id) => this.open(id, 'push'),
       deleted: (id) => {
         if (id === this.sessionId) this.open(null, 'replace');
+        // After open: closing the client stores its state one last time.
+        ChatClient.forget(id);
       },
       error: (msg) => this.toast(msg),
       changed: () => this.schedule(),
@@ -186,6 +190,9 @@ class App {
       const id = sessionFromURL();
       if (id !== (this.fresh ? null : this.sessionId)) this.open(id, 'none');
     });
+    // The indicator of a new conversation follows the browser's network state.
+    window.addEventListener('online', () => this.schedule());
+    window.addEventListener('offline', () => this.schedule());
     // Another tab or device may have started, renamed or deleted conversations.
     window.addEventListener('focus', () => void this.sessions.refresh());
     document.addEventListener('visibilitychange', () => {
@@ -229,7 +236,9 @@ class App {
       this.state = s;
       this.schedule();
     });
-    client.connect();
+    // A new conversation connects with its first message: the hello would store the
+    // session, and every visit to / would leave an empty one behind.
+    if (!this.fresh) client.connect();
     this.sessions.render();
     this.setDrawer(false);
     this.render();
@@ -257,9 +266,12 @@ class App {
     els.loadOlder.hidden = !s.hasMore;
     els.loadOlder.disabled = this.loadingOlder;
 
-    const conn = s.closed ? 'closed' : s.connection;
+    // A new conversation is not connected until its first message: nothing to show yet.
+    // Offline is worth saying all the same: what is sent waits for the network.
+    const unconnected = navigator.onLine ? 'new' : 'offline';
+    const conn = s.closed ? 'closed' : this.fresh ? unconnected : s.connection;
     setAttr(els.connection, 'data-state', conn);
-    setText(els.connection, s.closed ? 'Closed' : connectionText[s.connection] ?? s.connection);
+    setText(els.connection, s.closed ? 'Closed' : conn === 'new' ? 'New' : connectionText[conn] ?? conn);
 
     const active = s.activeRun;
     els.send.hidden = !!active;
@@ -287,10 +299,14 @@ class App {
   }
 
   private onClosed(closed: { code: number; reason: string }): void {
+    // Every later render still sees the closed state: say it once per client.
+    if (this.closedClient === this.client) return;
+    this.closedClient = this.client;
     const id = this.sessionId;
     if (closed.code === 4004) {
-      this.toast('This conversation was deleted, or is not yours.');
+      this.toast(closed.reason === 'session deleted' ? 'This conversation was deleted.' : 'This conversation was deleted, or is not yours.');
       this.open(null, 'replace');
+      ChatClient.forget(id);
       void this.sessions.refresh();
       return;
     }
@@ -405,10 +421,12 @@ class App {
     input.value = '';
     this.autosize();
     if (this.fresh) {
-      // The conversation exists once something is sent to it: give it its address.
+      // The conversation exists once something is sent to it: give it its address, and
+      // connect (the client sends the message right behind the hello).
       this.fresh = false;
       history.replaceState(null, '', `/c/${this.sessionId}`);
       this.sessions.render();
+      client.connect();
     }
     // Shown until the server has it: offline, the client keeps the message and sends
     // it when it reconnects.
