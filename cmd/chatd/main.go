@@ -203,9 +203,10 @@ func (m *Main) build() error {
 		return err
 	}
 	api, err := httpapi.New(httpapi.Config{
-		Sessions: hub.NewSessions(m.hub, st, m.sessionSandboxes),
-		Auth:     auth,
-		Logger:   m.log,
+		Sessions:       hub.NewSessions(m.hub, st, m.sessionSandboxes),
+		Auth:           auth,
+		AllowedOrigins: m.cfg.AllowedOrigins,
+		Logger:         m.log,
 	})
 	if err != nil {
 		return err

@@ -39,6 +39,9 @@ type Config struct {
 	// Auth maps the bearer token to a user; use the WebSocket's. Defaults to
 	// transport.Anonymous.
 	Auth transport.Authenticator
+	// AllowedOrigins are the browser origins besides the server's own that may call the
+	// API (CORS), as the WebSocket's (CHATD_ALLOWED_ORIGINS; see transport.OriginAllowed).
+	AllowedOrigins []string
 	// Logger is the parent logger.
 	Logger zerolog.Logger
 }
@@ -71,8 +74,27 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
-// ServeHTTP serves the API's routes.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the API's routes, and CORS to the allowed origins: a page served
+// elsewhere (a UI's own dev server, say) may list, rename and delete. Tokens travel in
+// the Authorization header, never in cookies, so credentials are not allowed.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin != "" && transport.OriginAllowed(r, a.cfg.AllowedOrigins) {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", "GET, PATCH, DELETE")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	// Another origin gets no CORS headers: its page cannot read the answer, and its
+	// preflight (needed for PATCH and DELETE) fails, so they are never sent.
+	a.mux.ServeHTTP(w, r)
+}
 
 // authed authenticates the request's bearer token and passes the user on.
 func (a *API) authed(h func(w http.ResponseWriter, r *http.Request, owner string)) http.HandlerFunc {

@@ -95,7 +95,7 @@ func newEnv(t *testing.T, st *store.Store) *env {
 	auth := tokens{alice: "alice", bob: "bob"}
 	wsSrv, err := ws.New(ws.Config{Hub: h, Auth: auth, Logger: log, Clock: clockwork.NewFakeClock()})
 	require.NoError(t, err)
-	api, err := httpapi.New(httpapi.Config{Sessions: hub.NewSessions(h, st, e.sandboxes), Auth: auth, Logger: log})
+	api, err := httpapi.New(httpapi.Config{Sessions: hub.NewSessions(h, st, e.sandboxes), Auth: auth, AllowedOrigins: []string{"localhost:5173"}, Logger: log})
 	require.NoError(t, err)
 	srv, err := transport.New(transport.Config{WebSocket: wsSrv, API: api, Ready: st.Ping, Logger: log})
 	require.NoError(t, err)
@@ -550,4 +550,59 @@ func TestAnotherUsersSessionIsNotFound(t *testing.T) {
 	for _, method := range []string{http.MethodPatch, http.MethodDelete} {
 		e.errorOf(e.do(method, "/v1/sessions/"+id, "", []byte(`{"title":"x"}`)), http.StatusUnauthorized, "unauthorized")
 	}
+}
+
+// A page of an allowed origin may call the API across origins (CORS): the preflight
+// PATCH and DELETE need is answered, and the answers name the origin. Another origin
+// gets no CORS headers, so its page can read nothing and send no PATCH or DELETE.
+func TestCrossOrigin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.chat(alice, "hello")
+	id := c.State.SessionID
+
+	call := func(method, origin string, header map[string]string) *http.Response {
+		req, err := http.NewRequest(method, e.ts.URL+"/v1/sessions/"+id, nil)
+		require.NoError(t, err)
+		req.Header.Set("Origin", origin)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := e.ts.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	preflight := map[string]string{"Access-Control-Request-Method": "DELETE", "Access-Control-Request-Headers": "authorization"}
+
+	resp := call(http.MethodOptions, "http://localhost:5173", preflight)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, "http://localhost:5173", resp.Header.Get("Access-Control-Allow-Origin"))
+	require.Contains(t, resp.Header.Get("Access-Control-Allow-Methods"), "DELETE")
+	require.Contains(t, strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers")), "authorization")
+	require.Equal(t, "Origin", resp.Header.Get("Vary"))
+
+	resp = call(http.MethodOptions, "http://evil.example", preflight)
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+	require.NotEqual(t, http.StatusNoContent, resp.StatusCode, "no preflight for another origin")
+
+	list := func(origin string) *http.Response {
+		req, err := http.NewRequest(http.MethodGet, e.ts.URL+"/v1/sessions", nil)
+		require.NoError(t, err)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Authorization", "Bearer "+alice)
+		resp, err := e.ts.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	resp = list("http://localhost:5173")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "http://localhost:5173", resp.Header.Get("Access-Control-Allow-Origin"))
+	resp = list("http://evil.example")
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+
+	resp = call(http.MethodDelete, "http://localhost:5173", map[string]string{"Authorization": "Bearer " + alice})
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, "http://localhost:5173", resp.Header.Get("Access-Control-Allow-Origin"))
 }

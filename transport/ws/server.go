@@ -181,7 +181,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer ws.CloseNow()
 
-	if !originAllowed(r, s.cfg.AllowedOrigins) {
+	if !transport.OriginAllowed(r, s.cfg.AllowedOrigins) {
 		s.log.Info().Str("origin", r.Header.Get("Origin")).Msg("refused a connection from an origin that is not allowed")
 		_ = ws.Close(websocket.StatusPolicyViolation, "origin not allowed")
 		return

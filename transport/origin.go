@@ -1,4 +1,4 @@
-package ws
+package transport
 
 import (
 	"net/http"
@@ -7,9 +7,12 @@ import (
 	"strings"
 )
 
-// originAllowed allows requests without an Origin (non-browser clients), from the
-// server's own host, and from the allowed patterns.
-func originAllowed(r *http.Request, patterns []string) bool {
+// OriginAllowed allows requests without an Origin (non-browser clients), from the
+// server's own host, and from the allowed patterns (CHATD_ALLOWED_ORIGINS): host
+// patterns match the origin's host with its port ("localhost:5173", "*.example.com"),
+// patterns with a scheme match scheme and host ("https://app.example.com"). The
+// WebSocket endpoint and the HTTP API use it alike.
+func OriginAllowed(r *http.Request, patterns []string) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
