@@ -271,6 +271,7 @@ test('a fatal close (1009: a frame over the read limit) stops the client: state.
     const sent = c.send('x'.repeat(4000));
     await assert.rejects(sent, (e) => e.code === 'closed');
     assert.equal(c.state.closed.code, 1009);
+    assert.equal(c.state.connection, 'offline', 'not connected, and not trying');
     const opens = c.traceLog.filter((e) => e.type === 'open').length;
     assert.equal(opens, 1);
     await assert.rejects(c.send('small'), (e) => e.code === 'closed');

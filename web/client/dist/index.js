@@ -984,7 +984,7 @@ var ChatClient = class {
     const pending = [...this.pending.values()];
     this.pending.clear();
     for (const p of pending) p.reject(new ChatError("closed", why, { requestId: p.requestId }));
-    this.setState({ ...this._state, closed });
+    this.setState({ ...this._state, closed, connection: "offline" });
   }
   // ---- page life ----
   listen() {

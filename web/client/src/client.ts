@@ -822,7 +822,8 @@ export class ChatClient {
     const pending = [...this.pending.values()];
     this.pending.clear();
     for (const p of pending) p.reject(new ChatError('closed', why, { requestId: p.requestId }));
-    this.setState({ ...this._state, closed });
+    // Stopped for good: not connected, and not trying (state.closed says why).
+    this.setState({ ...this._state, closed, connection: 'offline' });
   }
 
   // ---- page life ----
