@@ -73,13 +73,19 @@ again with the epoch and lastSeq you last saw: you are caught up to the exact wo
 follow the live stream from there. Every reply is stored in segments, never token by
 token, so the database stays quiet while the words flow.`)
 
-// Reply returns the words the demo streams for a message, in order.
+// Reply returns the words the demo streams for a message, in order: n words, and then
+// the rest of the sentence the nth word is in, so that a reply does not look cut off (a
+// newcomer would take it for lost text). An n shorter than the opening cuts it.
 func Reply(content string, n int) []string {
 	words := strings.Fields(fmt.Sprintf("Demo reply to %q.", quote(content)))
-	for i := 0; len(words) < n; i++ {
+	if len(words) >= n {
+		return words[:n]
+	}
+	// The filler ends with a sentence, so this ends within one round of it.
+	for i := 0; len(words) < n || !strings.HasSuffix(words[len(words)-1], "."); i++ {
 		words = append(words, filler[i%len(filler)])
 	}
-	return words[:n]
+	return words
 }
 
 // quote shortens a message to its first few words.

@@ -58,8 +58,9 @@ func TestRepliesWordByWord(t *testing.T) {
 func TestToolAndApprovalCalls(t *testing.T) {
 	m := demo.NewModel(demo.Config{Words: 10})
 	words := demo.Reply("use a tool", 10)
+	half := len(words) / 2 // the call cuts the reply in two
 	text, calls := stream(t, m, agent.Message{Role: agent.RoleUser, Text: "use a tool"})
-	require.Equal(t, strings.Join(words[:5], " "), text)
+	require.Equal(t, strings.Join(words[:half], " "), text)
 	require.Len(t, calls, 1)
 	require.Equal(t, demo.ToolName, calls[0].Name)
 
@@ -70,7 +71,7 @@ func TestToolAndApprovalCalls(t *testing.T) {
 		agent.Message{Role: agent.RoleTool, ToolCallID: "demo-time", ToolName: "current_time", Result: "Friday, 2026-11-20T22:00:00Z"},
 	)
 	require.Empty(t, calls)
-	require.Equal(t, " (current_time said: Friday, 2026-11-20T22:00:00Z) "+strings.Join(words[5:], " "), text)
+	require.Equal(t, " (current_time said: Friday, 2026-11-20T22:00:00Z) "+strings.Join(words[half:], " "), text)
 
 	_, calls = stream(t, m, agent.Message{Role: agent.RoleUser, Text: "Please approve this"})
 	require.Len(t, calls, 1)
@@ -290,4 +291,14 @@ func TestContinuedRunEndsAsAnUninterruptedOne(t *testing.T) {
 			require.False(t, cont.made(whole.call[1]), "%q cut at %q after the call: it is not made again: %q", content, said, cont.log)
 		}
 	}
+}
+
+func TestReplyEndsWithASentence(t *testing.T) {
+	for _, n := range []int{7, 20, 60, 61, 200} {
+		words := demo.Reply("hello there", n)
+		require.GreaterOrEqual(t, len(words), n)
+		require.True(t, strings.HasSuffix(words[len(words)-1], "."), "%d words end a sentence: %q", n, words[len(words)-1])
+		require.Less(t, len(words), n+60, "only the sentence is finished")
+	}
+	require.Len(t, demo.Reply("hello there", 2), 2, "shorter than the opening: cut")
 }

@@ -177,7 +177,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.Pprof = env.onOff("CHATD_PPROF", false)
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ (CHATD_PPROF)")
 	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
-	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words (CHATD_DEMO_WORDS)")
+	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
