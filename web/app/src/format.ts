@@ -37,9 +37,12 @@ export function renderMeter(el: HTMLElement, u: ContextUsage | null | undefined,
   const pct = Math.round(share * 100);
   fill.style.width = `${Math.max(pct, share > 0 ? 2 : 0)}%`;
   const detail = `${numbers.format(u.contextTokens ?? 0)} of ${numbers.format(u.contextWindow ?? 0)} tokens of context used`;
-  if (label) setText(label, `${pct === 0 && share > 0 ? '<1' : pct}% context`);
+  const shown = `${pct === 0 && share > 0 ? 'under 1' : pct}%`;
+  if (label) setText(label, `${shown.replace('under 1', '<1')} context`);
   setAttr(el, 'aria-valuenow', String(pct));
-  setAttr(el, 'aria-label', `Context: ${pct}% used`);
+  // What the label says, also for screen readers and in the compact (list) meter.
+  setAttr(el, 'aria-label', `Context: ${shown} used`);
+  setAttr(el, 'aria-valuetext', `${shown} of the context used`);
   setAttr(el, 'title', detail);
   setAttr(el, 'data-level', pct >= 90 ? 'full' : pct >= 70 ? 'high' : 'ok');
 }
