@@ -646,3 +646,17 @@ test('a session id in upper case is followed, stored and said in lower case, as 
   c.close();
   assert.notEqual(storage.getItem(sessionKey(S)), null, 'stored under the lower-case key');
 });
+
+test("send takes the caller's requestId, so a UI can match its placeholder to the run's user message", async () => {
+  const fake = new Fake();
+  const c = newClient(fake);
+  assert.throws(() => c.send('hi', { requestId: '' }), /requestId/);
+  const sent = c.send('hi', { requestId: 'mine-1' });
+  c.connect();
+  const ws = await handshake(fake, 0);
+  const send = await ws.frame(1);
+  assert.equal(send.requestId, 'mine-1');
+  ws.push({ type: 'ack', requestId: 'mine-1', runId: R1, duplicate: false, status: 'running' });
+  assert.equal((await within(sent, 2000, 'send to resolve')).runId, R1);
+  c.close();
+});

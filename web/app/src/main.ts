@@ -11,8 +11,8 @@ import { Transcript } from './transcript.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** newSessionId makes a session id; a hello with an unknown one creates the session. */
-function newSessionId(): string {
+/** newId is a random UUID: a new conversation's id, a message's requestId. */
+function newId(): string {
   if (typeof crypto.randomUUID === 'function') return crypto.randomUUID(); // secure contexts only
   const b = crypto.getRandomValues(new Uint8Array(16));
   b[6] = (b[6] & 0x0f) | 0x40;
@@ -214,7 +214,7 @@ class App {
     this.unsubscribe?.();
     this.client?.close();
     this.fresh = id === null;
-    this.sessionId = id ?? newSessionId();
+    this.sessionId = id ?? newId();
     this.els.app.dataset.sessionId = this.sessionId;
     const url = id === null ? '/' : `/c/${id}`;
     if (how === 'push' && location.pathname !== url) history.pushState(null, '', url);
@@ -262,6 +262,12 @@ class App {
     else if (firstBefore && firstAfter !== firstBefore) sc.scrollTop = sc.scrollHeight - fromBottom;
 
     const known = this.fresh || s.epoch !== null; // the server has answered, or nothing to ask
+    // A placeholder goes as soon as its message is in the transcript (chat.started can
+    // come before the ack, and a reconnect can come between them).
+    for (const p of [...els.pending.children] as HTMLElement[]) {
+      const id = p.dataset.requestId;
+      if (id && s.messages.some((m: Message) => m.role === 'user' && m.requestId === id)) p.remove();
+    }
     els.empty.hidden = !known || s.messages.length > 0 || s.hasMore || els.pending.childElementCount > 0;
     els.loadOlder.hidden = !s.hasMore;
     els.loadOlder.disabled = this.loadingOlder;
@@ -430,16 +436,17 @@ class App {
     }
     // Shown until the server has it: offline, the client keeps the message and sends
     // it when it reconnects.
+    const requestId = newId();
     const pending = h(
       'li',
-      { class: 'msg msg-user', 'data-testid': 'message-pending' },
+      { class: 'msg msg-user', 'data-testid': 'message-pending', 'data-request-id': requestId },
       h('div', { class: 'bubble' }, content),
       h('p', { class: 'msg-status' }, 'Sending…'),
     );
     this.els.pending.append(pending);
     this.schedule();
     try {
-      await client.send(content);
+      await client.send(content, { requestId });
     } catch (err) {
       if (this.client !== client) return;
       if (input.value === '') {

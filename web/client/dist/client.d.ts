@@ -151,7 +151,9 @@ export declare class ChatClient {
     /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
     close(): void;
     /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
-    send(content: string): Promise<Ack>;
+    send(content: string, opts?: {
+        requestId?: string;
+    }): Promise<Ack>;
     /** Cancels the active run (runId: only that run; default the run active when called). */
     cancel(runId?: string): Promise<Ack>;
     /** Answers a tool approval (runId: default the run of that call, as the state shows it). */

@@ -511,8 +511,9 @@ var ChatClient = class {
     this.stop({ code: 1e3, reason: "closed by the client" }, "the client was closed");
   }
   /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
-  send(content) {
-    const requestId = uuid4();
+  send(content, opts = {}) {
+    const requestId = opts.requestId ?? uuid4();
+    if (requestId.length < 1 || requestId.length > 128) throw new Error("ChatClient.send: requestId must be 1 to 128 characters");
     return this.enqueue({ kind: "send", requestId, build: () => ({ type: "chat.send", requestId, content }) });
   }
   /** Cancels the active run (runId: only that run; default the run active when called). */

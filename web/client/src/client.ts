@@ -292,8 +292,11 @@ export class ChatClient {
   }
 
   /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
-  send(content: string): Promise<Ack> {
-    const requestId = uuid4();
+  send(content: string, opts: { requestId?: string } = {}): Promise<Ack> {
+    // A requestId of the caller's lets a UI match its "sending" placeholder to the user
+    // message the run brings (Message.requestId), which can come before the ack.
+    const requestId = opts.requestId ?? uuid4();
+    if (requestId.length < 1 || requestId.length > 128) throw new Error('ChatClient.send: requestId must be 1 to 128 characters');
     return this.enqueue<Ack>({ kind: 'send', requestId, build: () => ({ type: 'chat.send', requestId, content }) });
   }
 
