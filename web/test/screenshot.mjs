@@ -19,7 +19,7 @@ try {
     await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
     await waitLive(page);
   }
-  await send(page, 'Use a **tool** and show `code`');
+  await send(page, 'Show me a tool call, please');
   await page.waitForSelector('[data-testid=tool-card][data-tool-status=ok]', { timeout: WAIT });
   await waitRunEnded(page);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=session-item]').length === 3, null, {
