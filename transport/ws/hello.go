@@ -54,7 +54,7 @@ func (c *conn) hello(f clientFrame) {
 		c.out.Close(disconnectUnauthorized, true)
 		return
 	}
-	id := uuid.Nil
+	var id uuid.UUID
 	if f.SessionID != nil {
 		id, err = uuid.Parse(*f.SessionID)
 		if err != nil || id == uuid.Nil {

@@ -167,7 +167,7 @@ var disconnectOdds = map[string]float64{
 type coverage struct {
 	mu                          sync.Mutex
 	moments                     map[string]int
-	resumed, snapshot, rejoined int
+	resumed, snapshot int
 }
 
 func (c *coverage) add(f func(*coverage)) {
