@@ -165,8 +165,8 @@ var disconnectOdds = map[string]float64{
 }
 
 type coverage struct {
-	mu                          sync.Mutex
-	moments                     map[string]int
+	mu                sync.Mutex
+	moments           map[string]int
 	resumed, snapshot int
 }
 
