@@ -84,10 +84,12 @@ func (c *conn) refresh(f clientFrame) {
 	}
 	user, exp, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req, f.Token)
 	if err != nil {
+		c.logEvent(c.s.log.Debug()).Err(err).Msg("refused an auth.refresh token")
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized: the token was refused; the connection keeps its current one")
 		return
 	}
 	if user != c.user {
+		c.logEvent(c.s.log.Info()).Msg("closed a connection whose auth.refresh brought another user's token")
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized: the token is another user's")
 		c.out.Close(disconnectUnauthorized, true)
 		return

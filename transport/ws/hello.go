@@ -50,6 +50,7 @@ func (c *conn) helloSettled() {
 func (c *conn) hello(f clientFrame) {
 	owner, expiresAt, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req, f.Token)
 	if err != nil {
+		c.logEvent(c.s.log.Debug()).Err(err).Msg("refused a hello's token")
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")
 		c.out.Close(disconnectUnauthorized, true)
 		return
