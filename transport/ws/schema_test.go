@@ -69,6 +69,8 @@ func TestSchemaRejectsWhatTheServerMustNotSend(t *testing.T) {
 		"a failed run without error":   {"chat.error, error", func(m map[string]any) { delete(m["run"].(map[string]any), "error") }},
 		"an ended run without endedAt": {"chat.done, done", func(m map[string]any) { delete(m["run"].(map[string]any), "endedAt") }},
 		"an unknown frame type":        {"ack", func(m map[string]any) { m["type"] = "ack2" }},
+		"auth.expiring without expiry": {"auth.expiring", func(m map[string]any) { delete(m, "expiresAt") }},
+		"an expiry that is no time":    {"auth.refreshed", func(m map[string]any) { m["expiresAt"] = 1700000000 }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Contains(t, base, c.frame)
