@@ -7,7 +7,8 @@
 //     transport gives it the Format it encodes events in and a catch-up encoder, and a
 //     Writer that takes batches of frames from it without blocking.
 //   - Disconnect, the close codes every transport shares.
-//   - Authenticator and Anonymous.
+//   - Authenticator and Anonymous, and ExpiringAuthenticator for tokens that expire
+//     (package auth implements it with JWTs).
 //   - Metrics: connections, frames sent, slow-consumer drops, for every transport.
 //   - Server: /healthz, /readyz, the mounting of the WebSocket endpoint at GET /v1/ws,
 //     of the HTTP JSON API (transport/httpapi) under /v1/sessions, and of the app

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/ws"
@@ -120,7 +123,29 @@ type Config struct {
 	// ModelTimeout is the longest a model call may go without sending anything
 	// (CHATD_MODEL_TIMEOUT).
 	ModelTimeout time.Duration
+
+	// Auth is how clients are authenticated (CHATD_AUTH): AuthNone (every client is the
+	// same anonymous user; only on a loopback address unless AuthNoneOnPublic) or AuthJWT.
+	Auth string
+	// AuthNoneOnPublic allows AuthNone on an address other than loopback, behind a proxy
+	// that authenticates (CHATD_AUTH_NONE_ON_PUBLIC=yes).
+	AuthNoneOnPublic bool
+	// JWTSecret is the HMAC key of AuthJWT (CHATD_JWT_SECRET; no flag, so it never shows
+	// in a process list); JWKSURL the identity provider's JWK Set (CHATD_JWKS_URL). One of
+	// the two.
+	JWTSecret string
+	JWKSURL   string
+	// JWTIssuer and JWTAudience, when set, must be the token's iss and among its aud
+	// (CHATD_JWT_ISSUER, CHATD_JWT_AUDIENCE).
+	JWTIssuer   string
+	JWTAudience string
 }
+
+// Authentication modes (CHATD_AUTH).
+const (
+	AuthNone = "none"
+	AuthJWT  = "jwt"
+)
 
 // DefaultCoalesceDeltas is chatd's coalescing window. docs/benchmarks.md has the figures:
 // at 50 tokens/s per run it halves the frames sent and cuts the server's CPU per token by
@@ -201,6 +226,14 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.ThinkingBudget, "thinking-budget", env.int("CHATD_THINKING_BUDGET", 0), "anthropic: extended thinking budget in tokens, 0 for off (CHATD_THINKING_BUDGET)")
 	fs.DurationVar(&c.ModelTimeout, "model-timeout", env.duration("CHATD_MODEL_TIMEOUT", agent.DefaultModelIdleTimeout), "give up on a model call that sends nothing this long (CHATD_MODEL_TIMEOUT)")
 
+	fs.StringVar(&c.Auth, "auth", env.str("CHATD_AUTH", AuthNone), "none (one anonymous user; loopback addresses only unless CHATD_AUTH_NONE_ON_PUBLIC=yes) or jwt (CHATD_AUTH)")
+	c.AuthNoneOnPublic = env.onOff("CHATD_AUTH_NONE_ON_PUBLIC", false)
+	fs.Var(onOff{&c.AuthNoneOnPublic}, "auth-none-on-public", "yes or no: allow CHATD_AUTH=none on a non-loopback address, behind a proxy that authenticates (CHATD_AUTH_NONE_ON_PUBLIC)")
+	c.JWTSecret = env.str("CHATD_JWT_SECRET", "")
+	fs.StringVar(&c.JWKSURL, "jwks-url", env.str("CHATD_JWKS_URL", ""), "jwt: the identity provider's JWK Set URL (CHATD_JWKS_URL); or set CHATD_JWT_SECRET for HMAC")
+	fs.StringVar(&c.JWTIssuer, "jwt-issuer", env.str("CHATD_JWT_ISSUER", ""), "jwt: the required iss, if any (CHATD_JWT_ISSUER)")
+	fs.StringVar(&c.JWTAudience, "jwt-audience", env.str("CHATD_JWT_AUDIENCE", ""), "jwt: the required aud, if any (CHATD_JWT_AUDIENCE)")
+
 	if env.err != nil {
 		return Config{}, env.err
 	}
@@ -274,7 +307,54 @@ func (c Config) validate() error {
 	case c.ModelTimeout <= 0:
 		return fmt.Errorf("CHATD_MODEL_TIMEOUT (-model-timeout) is %s; it must be positive", c.ModelTimeout)
 	}
+	if err := c.validateAuth(); err != nil {
+		return err
+	}
 	return c.validateAgent()
+}
+
+// validateAuth checks the authentication settings: no anonymous access on a public
+// address unless asked for, and a key for JWTs.
+func (c Config) validateAuth() error {
+	switch c.Auth {
+	case AuthNone:
+		if c.JWTSecret != "" || c.JWKSURL != "" || c.JWTIssuer != "" || c.JWTAudience != "" {
+			return errors.New("CHATD_JWT_SECRET, CHATD_JWKS_URL, CHATD_JWT_ISSUER or CHATD_JWT_AUDIENCE is set but CHATD_AUTH is none: set CHATD_AUTH=jwt to check tokens")
+		}
+		if !loopback(c.Addr) && !c.AuthNoneOnPublic {
+			return fmt.Errorf("CHATD_ADDR (-addr) is %s, which is not a loopback address, and CHATD_AUTH is none: anyone who can reach it would use chatd as the same anonymous user. "+
+				"Set CHATD_AUTH=jwt with CHATD_JWT_SECRET or CHATD_JWKS_URL, listen on 127.0.0.1, or, behind a proxy that authenticates, set CHATD_AUTH_NONE_ON_PUBLIC=yes", c.Addr)
+		}
+	case AuthJWT:
+		switch {
+		case c.JWTSecret == "" && c.JWKSURL == "":
+			return errors.New("CHATD_AUTH is jwt but neither CHATD_JWT_SECRET (an HMAC key) nor CHATD_JWKS_URL (-jwks-url, the identity provider's keys) is set")
+		case c.JWTSecret != "" && c.JWKSURL != "":
+			return errors.New("CHATD_AUTH is jwt with both CHATD_JWT_SECRET and CHATD_JWKS_URL set: use one")
+		case c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecretBytes:
+			return fmt.Errorf("CHATD_JWT_SECRET is %d bytes; use at least %d random bytes (e.g. openssl rand -base64 32)", len(c.JWTSecret), auth.MinSecretBytes)
+		}
+		if err := checkURL("CHATD_JWKS_URL (-jwks-url)", c.JWKSURL); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("CHATD_AUTH (-auth) is %q; use none or jwt", c.Auth)
+	}
+	return nil
+}
+
+// loopback reports whether addr (host:port) listens on a loopback address only:
+// 127.0.0.0/8, ::1 or localhost. An empty host listens on every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // validateAgent checks the model provider's settings.

@@ -186,7 +186,7 @@ func (m *Main) build() error {
 		return err
 	}
 	// The WebSocket and the HTTP API know users the same way.
-	var auth transport.Authenticator = transport.Anonymous{}
+	auth, authService := m.newAuthenticator()
 	wsSrv, err := ws.New(ws.Config{
 		Hub:               m.hub,
 		Auth:              auth,
@@ -232,6 +232,9 @@ func (m *Main) build() error {
 	m.services.Add("recovery", service.Func(m.recoverUnfinished, nil))
 	m.services.Add("eviction", evictions)
 	m.services.Add("abandonment", abandonments)
+	if authService != nil {
+		m.services.Add("auth", authService)
+	}
 	m.services.Add("http", m.http)
 	return nil
 }

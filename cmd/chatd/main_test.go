@@ -88,6 +88,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		Agent:         "demo",
 		ContextTokens: 64000,
 		ModelTimeout:  5 * time.Minute,
+
+		Auth: "none",
 	}, cfg)
 	require.Empty(t, usage.String(), "nothing is printed for a good configuration")
 }
@@ -134,6 +136,11 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_MAX_TOKENS":      "2048",
 		"CHATD_THINKING_BUDGET": "1024",
 		"CHATD_MODEL_TIMEOUT":   "90s",
+
+		"CHATD_AUTH":         "jwt",
+		"CHATD_JWT_SECRET":   "0123456789abcdef0123456789abcdef",
+		"CHATD_JWT_ISSUER":   "https://idp.example",
+		"CHATD_JWT_AUDIENCE": "chatd-env",
 	}
 	fromEnv := Config{
 		Addr:            "0.0.0.0:9000",
@@ -177,6 +184,11 @@ func TestParseConfigValues(t *testing.T) {
 		MaxTokens:        2048,
 		ThinkingBudget:   1024,
 		ModelTimeout:     90 * time.Second,
+
+		Auth:        "jwt",
+		JWTSecret:   "0123456789abcdef0123456789abcdef",
+		JWTIssuer:   "https://idp.example",
+		JWTAudience: "chatd-env",
 	}
 
 	tests := []struct {
@@ -225,6 +237,8 @@ func TestParseConfigValues(t *testing.T) {
 				"-max-tokens", "100",
 				"-thinking-budget", "0",
 				"-model-timeout", "1m",
+				"-jwt-issuer", "https://idp.flag",
+				"-jwt-audience", "chatd-flag",
 			},
 			want: func(c *Config) {
 				*c = Config{
@@ -268,6 +282,11 @@ func TestParseConfigValues(t *testing.T) {
 					ContextTokens:    8000,
 					MaxTokens:        100,
 					ModelTimeout:     time.Minute,
+
+					Auth:        "jwt",
+					JWTSecret:   "0123456789abcdef0123456789abcdef", // the secret has no flag
+					JWTIssuer:   "https://idp.flag",
+					JWTAudience: "chatd-flag",
 				}
 			},
 		},
@@ -291,6 +310,7 @@ func TestParseConfigValues(t *testing.T) {
 					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, Recover: RecoverContinue,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
+					Auth: "none",
 				}
 			},
 		},

@@ -108,6 +108,7 @@ func (a *API) authed(h func(w http.ResponseWriter, r *http.Request, owner string
 		}
 		owner, err := a.cfg.Auth.Authenticate(r.Context(), r, token)
 		if err != nil {
+			a.log.Debug().Err(err).Str("remote", r.RemoteAddr).Msg("refused a bearer token")
 			a.writeError(w, r, &conversation.Error{Code: conversation.CodeUnauthorized, Message: "unauthorized"})
 			return
 		}

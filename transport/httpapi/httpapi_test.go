@@ -77,6 +77,12 @@ type env struct {
 // newEnv starts a server; on st when given (a second node on the same database).
 func newEnv(t *testing.T, st *store.Store) *env {
 	t.Helper()
+	return newEnvAuth(t, st, tokens{alice: "alice", bob: "bob"})
+}
+
+// newEnvAuth is newEnv with the WebSocket and the API on auth.
+func newEnvAuth(t *testing.T, st *store.Store, auth transport.Authenticator) *env {
+	t.Helper()
 	if st == nil {
 		st = storetest.New(t)
 	}
@@ -92,7 +98,6 @@ func newEnv(t *testing.T, st *store.Store) *env {
 	h, err := hub.New(conversation.Config{Store: st, Agent: script.PerRun(e.script), Clock: e.clock, Logger: log}, log)
 	require.NoError(t, err)
 	e.hub = h
-	auth := tokens{alice: "alice", bob: "bob"}
 	wsSrv, err := ws.New(ws.Config{Hub: h, Auth: auth, Logger: log, Clock: clockwork.NewFakeClock()})
 	require.NoError(t, err)
 	api, err := httpapi.New(httpapi.Config{Sessions: hub.NewSessions(h, st, e.sandboxes), Auth: auth, AllowedOrigins: []string{"localhost:5173"}, Logger: log})

@@ -10,6 +10,9 @@ import (
 // error or history.
 func (c *conn) command(f clientFrame) {
 	switch f.Type {
+	case typeAuthRefresh:
+		c.refresh(f)
+
 	case typeChatSend:
 		if f.RequestID == nil {
 			c.replyError(nil, conversation.CodeBadRequest, "chat.send needs a requestId")

@@ -62,8 +62,18 @@ type conn struct {
 	helloFailure string
 	helloTimer   clockwork.Timer
 
+	// The token's expiry (expiry.go): a warning and a close timer, re-armed by
+	// auth.refresh. expiryGen tells a late timer of an earlier token to do nothing.
+	expiryMu      sync.Mutex
+	expiryWarn    clockwork.Timer
+	expiryClose   clockwork.Timer
+	expiryGen     int
+	expiryStopped bool
+
 	// Owned by the worker; read by serve once the worker is done.
 	actor *conversation.Actor
+	// user is who the hello's token named. Worker only.
+	user string
 }
 
 var _ transport.Writer = (*conn)(nil)
@@ -102,6 +112,7 @@ func (c *conn) serve() {
 	c.cut()
 	c.helloTimer.Stop()
 	c.stopPings()
+	c.stopExpiry()
 	// Gone: refuse frames from now on instead of queueing them for nobody until the
 	// actor hears of the unsubscribe. No writer starts after this.
 	c.out.Detach()

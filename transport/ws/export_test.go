@@ -6,6 +6,9 @@ type (
 	WireAck        = wireAck
 	WireErrorReply = wireErrorReply
 	WireHistory    = wireHistory
+
+	WireAuthExpiring  = wireAuthExpiring
+	WireAuthRefreshed = wireAuthRefreshed
 )
 
 // ToWireMessages is how replies carry messages.

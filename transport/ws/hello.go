@@ -48,8 +48,9 @@ func (c *conn) helloSettled() {
 // hello binds the connection to a session: subscribes its outbox to the session's actor,
 // which queues the snapshot or replay.
 func (c *conn) hello(f clientFrame) {
-	owner, err := c.s.cfg.Auth.Authenticate(c.ctx, c.req, f.Token)
+	owner, expiresAt, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req, f.Token)
 	if err != nil {
+		c.logEvent(c.s.log.Debug()).Err(err).Msg("refused a hello's token")
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")
 		c.out.Close(disconnectUnauthorized, true)
 		return
@@ -105,6 +106,8 @@ func (c *conn) hello(f clientFrame) {
 		return
 	}
 	c.actor = actor
+	c.user = owner
+	c.armExpiry(expiresAt)
 	c.helloed.Store(true)
 	c.helloTimer.Stop()
 	c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")

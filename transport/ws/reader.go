@@ -68,7 +68,7 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	switch f.Type {
 	case "":
 		c.replyError(f.RequestID, conversation.CodeBadRequest, "type is required")
-	case typeHello, typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeChatDismiss, typeHistoryFetch:
+	case typeHello, typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeChatDismiss, typeHistoryFetch, typeAuthRefresh:
 		c.queue(f)
 	default:
 		t := f.Type

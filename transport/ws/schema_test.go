@@ -69,6 +69,8 @@ func TestSchemaRejectsWhatTheServerMustNotSend(t *testing.T) {
 		"a failed run without error":   {"chat.error, error", func(m map[string]any) { delete(m["run"].(map[string]any), "error") }},
 		"an ended run without endedAt": {"chat.done, done", func(m map[string]any) { delete(m["run"].(map[string]any), "endedAt") }},
 		"an unknown frame type":        {"ack", func(m map[string]any) { m["type"] = "ack2" }},
+		"auth.expiring without expiry": {"auth.expiring", func(m map[string]any) { delete(m, "expiresAt") }},
+		"an expiry that is no time":    {"auth.refreshed", func(m map[string]any) { m["expiresAt"] = 1700000000 }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Contains(t, base, c.frame)
@@ -97,6 +99,8 @@ func TestSchemaClientFrames(t *testing.T) {
 		`{"type":"chat.resume","requestId":"x1","runId":"0193a2b4-7c1d-7000-8000-000000000001"}`,
 		`{"type":"chat.resume","requestId":"x2","runId":"0193a2b4-7c1d-7000-8000-000000000001","mode":"continue"}`,
 		`{"type":"chat.dismiss","runId":"0193a2b4-7c1d-7000-8000-000000000001"}`,
+		`{"type":"auth.refresh","token":"t"}`,
+		`{"type":"auth.refresh","requestId":"a1","token":"t"}`,
 	}
 	for _, s := range valid {
 		require.NoError(t, wstest.ValidateClientFrame([]byte(s)), s)
@@ -124,6 +128,8 @@ func TestSchemaClientFrames(t *testing.T) {
 		`{"type":"chat.resume","requestId":"x1"}`,
 		`{"type":"chat.resume","requestId":"x1","runId":"0193a2b4-7c1d-7000-8000-000000000001","mode":"later"}`,
 		`{"type":"chat.dismiss"}`,
+		`{"type":"auth.refresh"}`,
+		`{"type":"auth.refresh","token":""}`,
 	}
 	for _, s := range invalid {
 		require.Error(t, wstest.ValidateClientFrame([]byte(s)), s)
@@ -161,7 +167,7 @@ func TestSchemaBlankContent(t *testing.T) {
 }
 
 // The schema's frame types are exactly the Go side's: the client frame types the
-// transport handles, the conversation's event types, and the five other server frames.
+// transport handles, the conversation's event types, and the seven other server frames.
 func TestSchemaFrameTypesMatchGo(t *testing.T) {
 	t.Parallel()
 	root := moduleRoot(t)
@@ -174,7 +180,7 @@ func TestSchemaFrameTypesMatchGo(t *testing.T) {
 		return ok && id.Name == "EventType"
 	})
 	require.Len(t, eventsGo, 13, "conversation's event types")
-	serverGo := append([]string{"snapshot", "resumed", "ack", "error", "history"}, eventsGo...)
+	serverGo := append([]string{"snapshot", "resumed", "ack", "error", "history", "auth.refreshed", "auth.expiring"}, eventsGo...)
 
 	clientSchema, err := wstest.FrameTypes("ClientFrame")
 	require.NoError(t, err)
@@ -343,6 +349,10 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 	marshal("error", ws.WireErrorReply{Type: "error", RequestID: rid("r2"), Code: conversation.CodeRunActive, Message: "run is still active"})
 	marshal("error, no requestId", ws.WireErrorReply{Type: "error", Code: conversation.CodeBadRequest, Message: "malformed frame: invalid JSON at byte 8"})
 	marshal("history", ws.WireHistory{Type: "history", RequestID: rid("h1"), Messages: ws.ToWireMessages(msgs), HasMore: true})
+	expires := time.Unix(f.now.Unix()+3600, 0).UTC()
+	marshal("auth.expiring", ws.WireAuthExpiring{Type: "auth.expiring", ExpiresAt: expires})
+	marshal("auth.refreshed", ws.WireAuthRefreshed{Type: "auth.refreshed", RequestID: rid("a1"), ExpiresAt: &expires})
+	marshal("auth.refreshed, never expires", ws.WireAuthRefreshed{Type: "auth.refreshed"})
 	marshal("history, empty", ws.WireHistory{Type: "history", Messages: ws.ToWireMessages(nil)})
 
 	// Events, in the order of a run.

@@ -23,6 +23,13 @@ const (
 	typeChatResume   = "chat.resume"
 	typeHistoryFetch = "history.fetch"
 	typeChatDismiss  = "chat.dismiss"
+	typeAuthRefresh  = "auth.refresh"
+)
+
+// Server frames about the connection's token (expiry.go).
+const (
+	frameAuthExpiring  = "auth.expiring"
+	frameAuthRefreshed = "auth.refreshed"
 )
 
 // Error codes the transport adds to conversation's.

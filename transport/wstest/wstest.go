@@ -108,6 +108,7 @@ type Frame struct {
 	Status      string    `json:"status"`
 	Duplicate   bool      `json:"duplicate"`
 	Code        string    `json:"code"`
+	ExpiresAt   string    `json:"expiresAt"`
 
 	RawMessage json.RawMessage `json:"message"`
 	RawError   json.RawMessage `json:"error"`
@@ -193,7 +194,7 @@ func (s *State) Apply(f Frame) error {
 			return fmt.Errorf("resumed at %s/%d of %s, state is at %s/%d of %s", f.Epoch, f.LastSeq, f.SessionID, s.Epoch, s.LastSeq, s.SessionID)
 		}
 		return nil
-	case "ack", "error", "history":
+	case "ack", "error", "history", "auth.refreshed", "auth.expiring":
 		return nil
 	}
 	if f.Seq != s.LastSeq+1 {
@@ -470,11 +471,11 @@ func (c *Client) ReadType(typ string) Frame {
 	return c.ReadUntil(func(f Frame) bool { return f.Type == typ })
 }
 
-// ReadReply reads until the reply (ack, error or history) to requestID.
+// ReadReply reads until the reply (ack, error, history or auth.refreshed) to requestID.
 func (c *Client) ReadReply(requestID string) Frame {
 	c.t.Helper()
 	return c.ReadUntil(func(f Frame) bool {
-		return (f.Type == "ack" || f.Type == "error" || f.Type == "history") && f.RequestID == requestID
+		return (f.Type == "ack" || f.Type == "error" || f.Type == "history" || f.Type == "auth.refreshed") && f.RequestID == requestID
 	})
 }
 

@@ -273,6 +273,37 @@ test('4001 with a token function reconnects and asks for a new token', async () 
   c.close();
 });
 
+test('auth.expiring with a token function: the client sends auth.refresh with a new token on the same connection', async () => {
+  const fake = new Fake();
+  let n = 0;
+  const c = newClient(fake, { token: async () => `tok${++n}` });
+  c.connect();
+  const ws = await handshake(fake, 0, snapshot(), (h) => assert.equal(h.token, 'tok1'));
+  await waitFor(c, (s) => s.connection === 'live');
+  ws.push({ type: 'auth.expiring', expiresAt: T });
+  const refresh = await ws.frame(1);
+  assert.equal(refresh.type, 'auth.refresh');
+  assert.equal(refresh.token, 'tok2');
+  assert.ok(refresh.requestId);
+  ws.push({ type: 'auth.refreshed', requestId: refresh.requestId, expiresAt: T });
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(fake.sockets.length, 1, 'no reconnect');
+  assert.equal(c.state.connection, 'live');
+  c.close();
+});
+
+test('auth.expiring with a fixed token sends nothing', async () => {
+  const fake = new Fake();
+  const c = newClient(fake, { token: 't' });
+  c.connect();
+  const ws = await handshake(fake, 0, snapshot());
+  await waitFor(c, (s) => s.connection === 'live');
+  ws.push({ type: 'auth.expiring', expiresAt: T });
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(ws.sent.length, 1, 'only the hello');
+  c.close();
+});
+
 test('4000 after the hello is answered is fatal; before (the hello deadline) it retries', async () => {
   const fake = new Fake();
   const c = newClient(fake);

@@ -178,6 +178,12 @@ export declare class ChatClient {
     private open;
     private onOpen;
     private onMessage;
+    /**
+     * The connection's token is about to expire: a token function is asked for a new one,
+     * sent as auth.refresh. With a fixed token there is nothing to send; the connection
+     * closes with 4001 at the expiry, which is fatal for a fixed token.
+     */
+    private onAuthExpiring;
     private onHelloAnswer;
     private onEvent;
     private onReply;

@@ -46,6 +46,8 @@ function applyFrame(state, frame) {
     case "ack":
     case "error":
     case "history":
+    case "auth.refreshed":
+    case "auth.expiring":
       return state;
     default:
       if (eventOrder(state, frame) !== "next") return state;
@@ -738,12 +740,35 @@ var ChatClient = class {
       case "history":
         this.onReply(conn, frame);
         return;
+      case "auth.expiring":
+        void this.onAuthExpiring(conn, frame);
+        return;
+      case "auth.refreshed":
+        this.trace?.({ type: "frame", conn, frame, outcome: "reply" });
+        return;
     }
     if (!isEvent(frame)) {
       this.trace?.({ type: "frame", conn, frame, outcome: "stale" });
       return;
     }
     this.onEvent(conn, frame);
+  }
+  /**
+   * The connection's token is about to expire: a token function is asked for a new one,
+   * sent as auth.refresh. With a fixed token there is nothing to send; the connection
+   * closes with 4001 at the expiry, which is fatal for a fixed token.
+   */
+  async onAuthExpiring(conn, frame) {
+    this.trace?.({ type: "frame", conn, frame, outcome: "applied" });
+    if (typeof this.token !== "function" || !this.helloOk) return;
+    let token;
+    try {
+      token = await this.token();
+    } catch {
+      return;
+    }
+    if (conn !== this.conn || !this.socketOpen || !token) return;
+    this.transmit({ type: "auth.refresh", requestId: `auth-${uuid4()}`, token });
   }
   onHelloAnswer(conn, frame) {
     if (this.helloOk || frame.requestId !== void 0 && frame.requestId !== this.helloRequestId) {

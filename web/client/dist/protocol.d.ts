@@ -121,7 +121,13 @@ export interface ChatDismissFrame {
     requestId?: string;
     runId: Uuid;
 }
-export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame;
+/** A new token for the connection's user, sent when auth.expiring warns. */
+export interface AuthRefreshFrame {
+    type: 'auth.refresh';
+    requestId?: string;
+    token: string;
+}
+export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame;
 /** A client frame other than hello. */
 export type CommandFrame = Exclude<ClientFrame, HelloFrame>;
 export interface SnapshotFrame {
@@ -168,6 +174,18 @@ export interface HistoryFrame {
     hasMore: boolean;
 }
 export type ReplyFrame = AckFrame | ErrorFrame | HistoryFrame;
+/** The reply to auth.refresh: the connection runs on the new token. */
+export interface AuthRefreshedFrame {
+    type: 'auth.refreshed';
+    requestId?: string;
+    /** RFC 3339; absent when the new token never expires. */
+    expiresAt?: string;
+}
+/** Sent unprompted shortly before the connection's token expires: send auth.refresh, or the connection closes with 4001. */
+export interface AuthExpiringFrame {
+    type: 'auth.expiring';
+    expiresAt: string;
+}
 interface EventBase {
     seq: number;
     runId: Uuid;
@@ -231,7 +249,7 @@ export interface ChatCancelledEvent extends EventBase {
     run: Run;
 }
 export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent;
-export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | EventFrame;
+export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | AuthRefreshedFrame | AuthExpiringFrame | EventFrame;
 /** The event types, in the order docs/protocol.md lists them. */
 export declare const EVENT_TYPES: readonly EventFrame['type'][];
 /** Whether a frame is a sequenced event. */

@@ -36,8 +36,8 @@ export declare function initialState(sessionId?: string | null): ChatState;
  *   (already applied) or beyond `lastSeq + 1` (a gap) returns the state unchanged:
  *   nothing is applied twice and nothing is skipped. A gap means the connection missed
  *   events; ChatClient reconnects to get them (see {@link eventOrder}).
- * - Replies (`ack`, `error`, `history`) return the state unchanged: ChatClient handles
- *   them (a history reply with {@link applyHistory}).
+ * - Replies (`ack`, `error`, `history`, `auth.refreshed`) and `auth.expiring` return the
+ *   state unchanged: ChatClient handles them (a history reply with {@link applyHistory}).
  */
 export declare function applyFrame(state: ChatState, frame: ServerFrame): ChatState;
 /**

@@ -4,6 +4,7 @@
 import type {
   Ack,
   AckFrame,
+  AuthExpiringFrame,
   ChatCancelFrame,
   ClientFrame,
   CommandFrame,
@@ -541,12 +542,36 @@ export class ChatClient {
       case 'history':
         this.onReply(conn, frame);
         return;
+      case 'auth.expiring':
+        void this.onAuthExpiring(conn, frame);
+        return;
+      case 'auth.refreshed':
+        this.trace?.({ type: 'frame', conn, frame, outcome: 'reply' });
+        return;
     }
     if (!isEvent(frame)) {
       this.trace?.({ type: 'frame', conn, frame, outcome: 'stale' });
       return;
     }
     this.onEvent(conn, frame);
+  }
+
+  /**
+   * The connection's token is about to expire: a token function is asked for a new one,
+   * sent as auth.refresh. With a fixed token there is nothing to send; the connection
+   * closes with 4001 at the expiry, which is fatal for a fixed token.
+   */
+  private async onAuthExpiring(conn: number, frame: AuthExpiringFrame): Promise<void> {
+    this.trace?.({ type: 'frame', conn, frame, outcome: 'applied' });
+    if (typeof this.token !== 'function' || !this.helloOk) return;
+    let token: string | undefined;
+    try {
+      token = await this.token();
+    } catch {
+      return; // the close at the expiry reconnects, asking again
+    }
+    if (conn !== this.conn || !this.socketOpen || !token) return;
+    this.transmit({ type: 'auth.refresh', requestId: `auth-${uuid4()}`, token });
   }
 
   private onHelloAnswer(conn: number, frame: Extract<ServerFrame, { type: 'snapshot' | 'resumed' }>): void {

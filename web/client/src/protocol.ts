@@ -149,6 +149,12 @@ export interface ChatDismissFrame {
   requestId?: string;
   runId: Uuid;
 }
+/** A new token for the connection's user, sent when auth.expiring warns. */
+export interface AuthRefreshFrame {
+  type: 'auth.refresh';
+  requestId?: string;
+  token: string;
+}
 export type ClientFrame =
   | HelloFrame
   | ChatSendFrame
@@ -156,7 +162,8 @@ export type ClientFrame =
   | HistoryFetchFrame
   | ToolDecideFrame
   | ChatResumeFrame
-  | ChatDismissFrame;
+  | ChatDismissFrame
+  | AuthRefreshFrame;
 /** A client frame other than hello. */
 export type CommandFrame = Exclude<ClientFrame, HelloFrame>;
 
@@ -209,6 +216,21 @@ export interface HistoryFrame {
   hasMore: boolean;
 }
 export type ReplyFrame = AckFrame | ErrorFrame | HistoryFrame;
+
+// ---- Server frames: the connection's token ----
+
+/** The reply to auth.refresh: the connection runs on the new token. */
+export interface AuthRefreshedFrame {
+  type: 'auth.refreshed';
+  requestId?: string;
+  /** RFC 3339; absent when the new token never expires. */
+  expiresAt?: string;
+}
+/** Sent unprompted shortly before the connection's token expires: send auth.refresh, or the connection closes with 4001. */
+export interface AuthExpiringFrame {
+  type: 'auth.expiring';
+  expiresAt: string;
+}
 
 // ---- Server frames: events ----
 
@@ -289,7 +311,7 @@ export type EventFrame =
   | ChatErrorEvent
   | ChatCancelledEvent;
 
-export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | EventFrame;
+export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | AuthRefreshedFrame | AuthExpiringFrame | EventFrame;
 
 /** The event types, in the order docs/protocol.md lists them. */
 export const EVENT_TYPES: readonly EventFrame['type'][] = [

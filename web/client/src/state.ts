@@ -62,8 +62,8 @@ export function initialState(sessionId: string | null = null): ChatState {
  *   (already applied) or beyond `lastSeq + 1` (a gap) returns the state unchanged:
  *   nothing is applied twice and nothing is skipped. A gap means the connection missed
  *   events; ChatClient reconnects to get them (see {@link eventOrder}).
- * - Replies (`ack`, `error`, `history`) return the state unchanged: ChatClient handles
- *   them (a history reply with {@link applyHistory}).
+ * - Replies (`ack`, `error`, `history`, `auth.refreshed`) and `auth.expiring` return the
+ *   state unchanged: ChatClient handles them (a history reply with {@link applyHistory}).
  */
 export function applyFrame(state: ChatState, frame: ServerFrame): ChatState {
   switch (frame.type) {
@@ -74,6 +74,8 @@ export function applyFrame(state: ChatState, frame: ServerFrame): ChatState {
     case 'ack':
     case 'error':
     case 'history':
+    case 'auth.refreshed':
+    case 'auth.expiring':
       return state;
     default:
       if (eventOrder(state, frame) !== 'next') return state;
