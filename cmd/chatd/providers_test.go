@@ -196,7 +196,7 @@ func TestProviderConversationEndToEnd(t *testing.T) {
 			srv := agenttest.NewServer(t, p.first(gate), p.second)
 			env := p.env(srv.URL)
 			env["CHATD_SHELL_TOOL"] = "on"
-			env["CHATD_SANDBOX_DIR"] = t.TempDir()
+			env["CHATD_SANDBOX_DIR"] = sandboxDir(t)
 			m, logBuf := startInProcess(t, env)
 			require.Contains(t, logBuf.String(), "with "+p.name+" model")
 			url := "ws://" + m.Addr() + "/v1/ws"
