@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // added), and closes it when the test ends. Its log is printed if the test fails.
 func startInProcess(t *testing.T, env map[string]string) (*Main, *syncBuffer) {
 	t.Helper()
-	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug"}
+	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug",
+		"CHATD_BWRAP": os.Getenv("CHATD_BWRAP")} // make test-go names bubblewrap (scripts/bwrap.sh)
 	for k, v := range env {
 		full[k] = v
 	}

@@ -43,6 +43,7 @@ func newProvider(t *testing.T, cfg bwrap.Config) *bwrap.Provider {
 	if cfg.Dir == "" {
 		cfg.Dir = openTempDir(t)
 	}
+	cfg.Bwrap = os.Getenv("CHATD_BWRAP") // make test-go sets it; else bwrap in PATH
 	p, err := bwrap.New(cfg)
 	require.NoError(t, err, "bubblewrap must be installed (scripts/bwrap.sh) and able to start a sandbox")
 	t.Cleanup(p.Close)
