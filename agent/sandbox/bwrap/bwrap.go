@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +45,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/agent/sandbox/internal/launcher"
@@ -476,6 +479,27 @@ func procState(pid int) (byte, bool) {
 	return s[i+2], true
 }
 
+// closeOnExec marks every descriptor of chatd's beyond stdin, stdout and stderr
+// close-on-exec, so that bwrap, which passes on what it inherits, hands the sandbox none
+// of them. Go opens its own descriptors so; one chatd inherited (from its parent, a
+// service manager's socket, say) would otherwise reach the command. Exec's own pipes
+// are passed explicitly.
+func closeOnExec() {
+	if unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	// Before Linux 5.11: one at a time.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
+}
+
 // args is bwrap's command line for command in sandbox id; bwrap reports to fd 3.
 func (p *Provider) args(id, command string) []string {
 	a := []string{
@@ -602,6 +626,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		outW.Close()
 		return sandbox.ExecResult{}, err
 	}
+	closeOnExec()
 	launched, err := p.launcher.Start(cmd)
 	statusW.Close()
 	outW.Close()

@@ -155,6 +155,22 @@ func TestEscapeReadChatdData(t *testing.T) {
 	require.NotEqual(t, 0, res.ExitCode, out)
 }
 
+func TestEscapeInheritedDescriptor(t *testing.T) {
+	// A descriptor chatd inherited without close-on-exec (syscall.Open sets none).
+	file := filepath.Join(t.TempDir(), "inherited")
+	require.NoError(t, os.WriteFile(file, []byte("inherited-secret"), 0o644))
+	fd, err := syscall.Open(file, syscall.O_RDONLY, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	n := strconv.Itoa(fd)
+	out, _ := run(t, sb, "cat /proc/self/fd/"+n+"; cat <&"+n+"; ls -l /proc/self/fd")
+	require.NotContains(t, out, "inherited-secret")
+	require.NotContains(t, out, "inherited", "the descriptor is open in the sandbox")
+}
+
 func TestEscapeSignalChatd(t *testing.T) {
 	got := make(chan os.Signal, 1)
 	signal.Notify(got, syscall.SIGTERM, syscall.SIGHUP)
