@@ -24,8 +24,45 @@ import (
 	"github.com/chatd/chatd/agent/sandbox/bwrap"
 )
 
+// chatdEnv makes the test binary a stand-in chatd (fakeChatd) for TestDiesWithChatd.
+const chatdEnv = "BWRAP_TEST_FAKE_CHATD_DIR"
+
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(chatdEnv); dir != "" {
+		os.Exit(fakeChatd(dir))
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// fakeChatd runs a command that leaves a process in the background, prints the pids of
+// the sandbox's processes, and waits to be killed.
+func fakeChatd(dir string) int {
+	p, err := bwrap.New(bwrap.Config{Dir: dir, Bwrap: os.Getenv("CHATD_BWRAP")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sb, err := p.Create(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		_, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "sleep 1000 & sleep 1000"})
+	}()
+	for {
+		// bwrap's init, sh and the two sleeps.
+		if procs := p.Processes(sb.ID()); len(procs) >= 4 {
+			var pids []string
+			for pid := range procs {
+				pids = append(pids, strconv.Itoa(pid))
+			}
+			fmt.Println(strings.Join(pids, " "))
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {}
 }
 
 // openTempDir is t.TempDir made traversable (not listable) by others: when the tests
@@ -102,6 +139,48 @@ func TestNotFound(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	_, err = bwrap.New(bwrap.Config{Dir: t.TempDir()})
 	require.ErrorIs(t, err, bwrap.ErrNotFound)
+}
+
+// chatd dies without a word (SIGKILL): everything in its sandboxes dies with it, also
+// what a command left in the background.
+func TestDiesWithChatd(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), chatdEnv+"="+openTempDir(t))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var line [256]byte
+	n, err := stdout.Read(line[:])
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the stand-in chatd said nothing: %v", err)
+	}
+	pids := strings.Fields(string(line[:n]))
+	require.GreaterOrEqual(t, len(pids), 4, "%q", line[:n])
+	for _, pid := range pids {
+		require.NotEqual(t, "", procState(pid), "process %s runs", pid)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	for _, pid := range pids {
+		waitFor(t, "process "+pid+" to die", func() bool { st := procState(pid); return st == "" || st == "Z" })
+	}
+}
+
+// procState is a process's state letter ("" when it is gone).
+func procState(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
 }
 
 func TestTimeoutKillsEverything(t *testing.T) {
