@@ -92,6 +92,8 @@ type Config struct {
 }
 
 const (
+	// idPrefix begins every id of this provider's sandboxes.
+	idPrefix     = "bwrap-"
 	killedMarker = ".killed"
 	// workspacePath is where the workspace is in the sandbox.
 	workspacePath = "/workspace"
@@ -242,7 +244,7 @@ func (p *Provider) Workspace(id string) string {
 func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	id := "bwrap-" + hex.EncodeToString(b[:])
+	id := idPrefix + hex.EncodeToString(b[:])
 	root := filepath.Join(p.dir, id)
 	mode := os.FileMode(0o700)
 	if p.cred != nil {
@@ -263,9 +265,12 @@ func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	return &handle{p: p, id: id}, nil
 }
 
-// get returns sandbox id's box, from memory or read back from its directory. p.mu is held.
+// get returns sandbox id's box, from memory or read back from its directory. An id
+// this provider did not make (a local sandbox's, from before bwrap was chosen, whose
+// workspace the sandbox user may not reach) is gone: its session gets a new sandbox.
+// p.mu is held.
 func (p *Provider) get(id string) (*box, error) {
-	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
+	if !strings.HasPrefix(id, idPrefix) || strings.ContainsAny(id, `/\`) {
 		return nil, sandbox.ErrGone
 	}
 	if bx, ok := p.boxes[id]; ok {

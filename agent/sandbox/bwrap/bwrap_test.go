@@ -481,5 +481,13 @@ func TestGoneSurvivesProvider(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrGone)
 	_, err = p2.Connect(context.Background(), "bwrap-unknown")
 	require.ErrorIs(t, err, sandbox.ErrGone)
+	// A local provider's sandbox in the same directory is not one of ours.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "local-0123456789abcdef", "workspace"), 0o755))
+	_, err = p2.Connect(context.Background(), "local-0123456789abcdef")
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	for _, id := range []string{"bwrap-../x", "bwrap-", ".."} {
+		_, err = p2.Connect(context.Background(), id)
+		require.ErrorIs(t, err, sandbox.ErrGone, id)
+	}
 	require.True(t, strings.HasPrefix(sb.ID(), "bwrap-"))
 }
