@@ -382,7 +382,7 @@ func (m *Main) newSandboxes() (sandboxProvider, error) {
 		Dir:     m.cfg.SandboxDir,
 		Bwrap:   m.cfg.Bwrap,
 		Network: m.cfg.SandboxNetwork,
-		Limits: bwrap.Limits{
+		Limits: &bwrap.Limits{
 			CPUSeconds: uint64(m.cfg.SandboxCPUTime / time.Second),
 			Memory:     uint64(m.cfg.SandboxMemory),
 			Processes:  uint64(m.cfg.SandboxProcesses),

@@ -84,8 +84,8 @@ type Config struct {
 	Bwrap string
 	// Network gives commands the host's network (--share-net); off by default.
 	Network bool
-	// Limits bound the commands' processes; the zero value means DefaultLimits.
-	Limits Limits
+	// Limits bound the commands' processes; nil means DefaultLimits.
+	Limits *Limits
 	// UID and GID are who commands run as when chatd runs as root (0 means NobodyID).
 	// Otherwise they run as chatd's user.
 	UID, GID uint32
@@ -163,9 +163,9 @@ func New(cfg Config) (*Provider, error) {
 	if _, err := os.Stat(prlimit); err != nil {
 		return nil, fmt.Errorf("the sandbox needs prlimit (Debian's util-linux) at %s: %w", prlimit, err)
 	}
-	limits := cfg.Limits
-	if limits == (Limits{}) {
-		limits = DefaultLimits
+	limits := DefaultLimits
+	if cfg.Limits != nil {
+		limits = *cfg.Limits
 	}
 	p := &Provider{
 		bwrap:   path,

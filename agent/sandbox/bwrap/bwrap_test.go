@@ -362,7 +362,7 @@ func TestEscapeNetwork(t *testing.T) {
 
 func TestEscapeForkBomb(t *testing.T) {
 	const limit = 40
-	p := newProvider(t, bwrap.Config{Limits: bwrap.Limits{Processes: limit}})
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{Processes: limit}})
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	done := make(chan sandbox.ExecResult, 1)
@@ -396,7 +396,7 @@ func TestEscapeForkBomb(t *testing.T) {
 
 func TestEscapeFillDisk(t *testing.T) {
 	const fsize, tmp = 1 << 20, 4 << 20
-	p := newProvider(t, bwrap.Config{Limits: bwrap.Limits{FileSize: fsize, TmpSize: tmp}})
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{FileSize: fsize, TmpSize: tmp}})
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	out, res := run(t, sb, "head -c 100000000 /dev/zero > big")
