@@ -542,12 +542,19 @@ func (p *Provider) args(id, command string) []string {
 	} {
 		a = append(a, "--ro-bind-try", f, f)
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	// The writable places are sized tmpfs (/tmp, /dev/shm) and the workspace: bwrap's
+	// root and /dev are tmpfs too, in memory and unbounded, so they are made read-only
+	// once everything is mounted.
+	var size []string
 	if p.limits.TmpSize > 0 {
-		a = append(a, "--size", strconv.FormatUint(p.limits.TmpSize, 10))
+		size = []string{"--size", strconv.FormatUint(p.limits.TmpSize, 10)}
 	}
-	a = append(a, "--tmpfs", "/tmp",
-		"--bind", p.Workspace(id), workspacePath, "--chdir", workspacePath,
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(append(a, size...), "--tmpfs", "/dev/shm")
+	a = append(append(a, size...), "--tmpfs", "/tmp")
+	a = append(a, "--bind", p.Workspace(id), workspacePath,
+		"--remount-ro", "/dev", "--remount-ro", "/",
+		"--chdir", workspacePath,
 		"--clearenv",
 		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
 		"--setenv", "HOME", workspacePath,

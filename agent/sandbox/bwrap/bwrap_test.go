@@ -301,6 +301,12 @@ func TestEscapeWriteOutsideWorkspace(t *testing.T) {
 	require.Contains(t, out, "Read-only file system")
 	out, res = run(t, sb, "echo x >> /etc/passwd")
 	require.NotEqual(t, 0, res.ExitCode, out)
+	// bwrap's own root and /dev are tmpfs, in memory and unbounded: read-only too.
+	for _, cmd := range []string{"touch /evil", "touch /dev/evil", "mkdir /evil"} {
+		out, res = run(t, sb, cmd)
+		require.NotEqual(t, 0, res.ExitCode, "%s: %s", cmd, out)
+		require.Contains(t, out, "Read-only file system", cmd)
+	}
 	// The sandbox's /tmp is its own: what it writes there never reaches the host.
 	_, _ = run(t, sb, "mkdir -p "+host+" && echo x > "+host+"/evil; echo x > /tmp/evil-"+sb.ID())
 	require.NoFileExists(t, filepath.Join(host, "evil"))
