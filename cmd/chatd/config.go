@@ -222,7 +222,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.Var(largeSize{byteSize{&c.SandboxMemory}}, "sandbox-memory", "address space of each sandboxed process, e.g. 4GiB, 0 for no limit (CHATD_SANDBOX_MEMORY)")
 	fs.IntVar(&c.SandboxProcesses, "sandbox-processes", env.int("CHATD_SANDBOX_PROCESSES", int(bwrap.DefaultLimits.Processes)), "processes of a sandboxed command, 0 for no limit (CHATD_SANDBOX_PROCESSES)")
 	fs.Var(largeSize{byteSize{&c.SandboxFileSize}}, "sandbox-file-size", "largest file a sandboxed process may write, e.g. 1GiB, 0 for no limit (CHATD_SANDBOX_FILE_SIZE)")
-	fs.Var(largeSize{byteSize{&c.SandboxTmpSize}}, "sandbox-tmp-size", "size of a sandbox's private /tmp, e.g. 256MiB, 0 for the kernel's default (CHATD_SANDBOX_TMP_SIZE)")
+	fs.Var(largeSize{byteSize{&c.SandboxTmpSize}}, "sandbox-tmp-size", "size of a sandbox's private /tmp and /dev/shm each, e.g. 256MiB, 0 for the kernel's default (CHATD_SANDBOX_TMP_SIZE)")
 
 	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic; synth for benchmarks (CHATD_AGENT)")
 	fs.StringVar(&c.Model, "model", env.str("CHATD_MODEL", ""), "model name, e.g. gpt-4.1-mini, llama3.2, claude-sonnet-4-5 (CHATD_MODEL)")

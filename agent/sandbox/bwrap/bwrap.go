@@ -61,7 +61,7 @@ type Limits struct {
 	Memory     uint64 // address space of each process, bytes (RLIMIT_AS)
 	Processes  uint64 // processes in the command's namespace (RLIMIT_NPROC)
 	FileSize   uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
-	TmpSize    uint64 // size of the private /tmp (a tmpfs), bytes
+	TmpSize    uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
 }
 
 // DefaultLimits are the limits of a provider that sets none.
