@@ -1,5 +1,6 @@
 # chatd: `make run` serves the demo on 127.0.0.1:8080, `make test` runs every test.
 # Both start the project's private PostgreSQL (scripts/devdb.sh) unless DATABASE_URL is set.
+# test-go also installs Debian's bubblewrap when missing (scripts/bwrap.sh), for the shell tool's sandbox.
 
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
@@ -22,8 +23,9 @@ bench: build
 
 test: vet check-generated check-web test-go test-js
 
+# The shell tool's sandbox tests run real bubblewrap (scripts/bwrap.sh installs it).
 test-go:
-	$(DEVDB) exec go test -race -count=1 ./...
+	CHATD_BWRAP=$$(scripts/bwrap.sh) $(DEVDB) exec go test -race -count=1 ./...
 
 # The client library's tests and the browser tests, against bin/chatd on the private
 # PostgreSQL, in Debian's Chromium (scripts/chromium.sh installs it when missing).

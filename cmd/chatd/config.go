@@ -16,6 +16,7 @@ import (
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
@@ -94,8 +95,24 @@ type Config struct {
 	MaxSteps int
 	// ShellTool offers the model the shell tool (CHATD_SHELL_TOOL, on|off).
 	ShellTool bool
-	// SandboxDir holds the local sandboxes (CHATD_SANDBOX_DIR).
+	// SandboxDir holds the sandboxes' workspaces (CHATD_SANDBOX_DIR).
 	SandboxDir string
+	// Sandbox is where tools run commands (CHATD_SANDBOX): SandboxBwrap, under bubblewrap,
+	// or SandboxLocal, plain child processes in a working directory (for development:
+	// they see all chatd sees). Empty picks bwrap when the shell tool is on, else local.
+	Sandbox string
+	// Bwrap is bubblewrap's executable; empty looks for bwrap in PATH (CHATD_BWRAP).
+	Bwrap string
+	// SandboxNetwork gives bwrap sandboxes the host's network (CHATD_SANDBOX_NETWORK).
+	SandboxNetwork bool
+	// The limits of every process of a bwrap sandbox's commands; 0 for none
+	// (CHATD_SANDBOX_CPU_TIME, CHATD_SANDBOX_MEMORY, CHATD_SANDBOX_PROCESSES,
+	// CHATD_SANDBOX_FILE_SIZE, CHATD_SANDBOX_TMP_SIZE).
+	SandboxCPUTime   time.Duration
+	SandboxMemory    int
+	SandboxProcesses int
+	SandboxFileSize  int
+	SandboxTmpSize   int
 
 	// Agent is the model provider: demo, openai or anthropic (CHATD_AGENT).
 	Agent string
@@ -162,6 +179,12 @@ const (
 	RecoverInterrupt = "interrupt"
 )
 
+// Sandbox providers (CHATD_SANDBOX).
+const (
+	SandboxBwrap = "bwrap"
+	SandboxLocal = "local"
+)
+
 // Agents chatd can run.
 const (
 	AgentDemo      = "demo"
@@ -183,6 +206,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.RingBytes = env.bytes("CHATD_RING_BYTES", conversation.DefaultRingBytes)
 	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
 	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", ws.DefaultReadLimit)
+	c.SandboxMemory = env.bytesUpTo("CHATD_SANDBOX_MEMORY", int(bwrap.DefaultLimits.Memory), maxLargeBytes)
+	c.SandboxFileSize = env.bytesUpTo("CHATD_SANDBOX_FILE_SIZE", int(bwrap.DefaultLimits.FileSize), maxLargeBytes)
+	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address (CHATD_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
@@ -212,7 +238,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
-	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the local sandboxes (CHATD_SANDBOX_DIR)")
+	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
+	fs.StringVar(&c.Sandbox, "sandbox", env.str("CHATD_SANDBOX", ""), "where tools run commands: bwrap (bubblewrap) or local (no isolation, for development); default bwrap when the shell tool is on (CHATD_SANDBOX)")
+	fs.StringVar(&c.Bwrap, "bwrap", env.str("CHATD_BWRAP", ""), "bubblewrap's executable; empty looks for bwrap in PATH (CHATD_BWRAP)")
+	c.SandboxNetwork = env.onOff("CHATD_SANDBOX_NETWORK", false)
+	fs.Var(onOff{&c.SandboxNetwork}, "sandbox-network", "on or off: give bwrap sandboxes the host's network (CHATD_SANDBOX_NETWORK)")
+	fs.DurationVar(&c.SandboxCPUTime, "sandbox-cpu-time", env.duration("CHATD_SANDBOX_CPU_TIME", time.Duration(bwrap.DefaultLimits.CPUSeconds)*time.Second), "CPU time of each sandboxed process, 0 for no limit (CHATD_SANDBOX_CPU_TIME)")
+	fs.Var(largeSize{byteSize{&c.SandboxMemory}}, "sandbox-memory", "address space of each sandboxed process, e.g. 4GiB, 0 for no limit (CHATD_SANDBOX_MEMORY)")
+	fs.IntVar(&c.SandboxProcesses, "sandbox-processes", env.int("CHATD_SANDBOX_PROCESSES", int(bwrap.DefaultLimits.Processes)), "processes of a sandboxed command, 0 for no limit (CHATD_SANDBOX_PROCESSES)")
+	fs.Var(largeSize{byteSize{&c.SandboxFileSize}}, "sandbox-file-size", "largest file a sandboxed process may write, e.g. 1GiB, 0 for no limit (CHATD_SANDBOX_FILE_SIZE)")
+	fs.Var(largeSize{byteSize{&c.SandboxTmpSize}}, "sandbox-tmp-size", "size of a sandbox's private /tmp and /dev/shm each, e.g. 256MiB, 0 for the kernel's default (CHATD_SANDBOX_TMP_SIZE)")
 
 	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic; synth for benchmarks (CHATD_AGENT)")
 	fs.StringVar(&c.Model, "model", env.str("CHATD_MODEL", ""), "model name, e.g. gpt-4.1-mini, llama3.2, claude-sonnet-4-5 (CHATD_MODEL)")
@@ -300,6 +335,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_MAX_STEPS (-max-steps) is %d; it must be at least 1", c.MaxSteps)
 	case c.SandboxDir == "":
 		return errors.New("CHATD_SANDBOX_DIR (-sandbox-dir) is empty")
+	case c.Sandbox != "" && c.Sandbox != SandboxBwrap && c.Sandbox != SandboxLocal:
+		return fmt.Errorf("CHATD_SANDBOX (-sandbox) is %q; use bwrap or local", c.Sandbox)
+	case c.SandboxCPUTime < 0:
+		return fmt.Errorf("CHATD_SANDBOX_CPU_TIME (-sandbox-cpu-time) is %s; it must not be negative", c.SandboxCPUTime)
+	case c.SandboxCPUTime%time.Second != 0:
+		return fmt.Errorf("CHATD_SANDBOX_CPU_TIME (-sandbox-cpu-time) is %s; use whole seconds", c.SandboxCPUTime)
+	case c.SandboxProcesses < 0:
+		return fmt.Errorf("CHATD_SANDBOX_PROCESSES (-sandbox-processes) is %d; it must not be negative", c.SandboxProcesses)
+	case c.SandboxMemory < 0 || c.SandboxFileSize < 0 || c.SandboxTmpSize < 0:
+		return errors.New("CHATD_SANDBOX_MEMORY, CHATD_SANDBOX_FILE_SIZE and CHATD_SANDBOX_TMP_SIZE must not be negative")
 	case c.ContextTokens < 1000:
 		return fmt.Errorf("CHATD_CONTEXT_TOKENS (-context-tokens) is %d; it must be at least 1000", c.ContextTokens)
 	case c.MaxTokens < 0:
@@ -462,11 +507,15 @@ func (e *envDefaults) duration(key string, def time.Duration) time.Duration {
 }
 
 func (e *envDefaults) bytes(key string, def int) int {
+	return e.bytesUpTo(key, def, 1<<31)
+}
+
+func (e *envDefaults) bytesUpTo(key string, def, most int) int {
 	v := e.getenv(key)
 	if v == "" {
 		return def
 	}
-	n, err := parseBytes(v)
+	n, err := parseBytesUpTo(v, most)
 	if err != nil {
 		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
 		return def
@@ -540,9 +589,28 @@ func (b byteSize) Set(s string) error {
 	return nil
 }
 
+// largeSize is a byteSize up to maxLargeBytes, for the sandbox's limits.
+type largeSize struct{ byteSize }
+
+// maxLargeBytes bounds a largeSize: 1TiB.
+const maxLargeBytes = 1 << 40
+
+func (b largeSize) Set(s string) error {
+	n, err := parseBytesUpTo(s, maxLargeBytes)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
+}
+
 // parseBytes reads a byte count with an optional binary suffix: K/KiB, M/MiB, G/GiB
-// (case-insensitive, B optional).
+// (case-insensitive, B optional), up to 2GiB.
 func parseBytes(s string) (int, error) {
+	return parseBytesUpTo(s, 1<<31)
+}
+
+func parseBytesUpTo(s string, most int) (int, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	mult := 1
 	for _, u := range []struct {
@@ -558,7 +626,7 @@ func parseBytes(s string) (int, error) {
 	if err != nil || n < 0 {
 		return 0, errors.New("not a byte size (use e.g. 65536, 64KiB, 4MiB)")
 	}
-	if n > (1<<31)/mult {
+	if n > most/mult {
 		return 0, errors.New("byte size is too large")
 	}
 	return n * mult, nil

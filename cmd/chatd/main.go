@@ -28,6 +28,8 @@ import (
 	"github.com/chatd/chatd/agent/anthropic"
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/openai"
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/synth"
 	"github.com/chatd/chatd/agent/tools"
@@ -107,9 +109,10 @@ type Main struct {
 	cfg Config
 	log zerolog.Logger
 
-	registry  *prometheus.Registry // what /metrics serves
-	db        *database
-	sandboxes *local.Provider
+	registry *prometheus.Registry // what /metrics serves
+	db       *database
+	// sandboxes is where tools run commands: a *bwrap.Provider or a *local.Provider.
+	sandboxes sandboxProvider
 	// sessionSandboxes gives each session its sandbox; a deleted session's is killed.
 	sessionSandboxes *agent.Sandboxes
 	janitor          *agent.SandboxJanitor
@@ -285,10 +288,22 @@ func (m *Main) recoverUnfinished(ctx context.Context) error {
 	return nil
 }
 
-// sweepSandboxes kills what the sandboxes of a chatd process that died left running (its
-// commands died with it; what they started in the background did not).
+// sandboxProvider is what chatd needs of its sandbox provider.
+type sandboxProvider interface {
+	sandbox.Provider
+	// Close ends every process the sandboxes run.
+	Close()
+}
+
+// sweepSandboxes kills what the local sandboxes of a chatd process that died left running
+// (its commands died with it; what they started in the background did not). Nothing of
+// a bwrap sandbox outlives the chatd that started it.
 func (m *Main) sweepSandboxes(ctx context.Context) error {
-	swept, err := m.sandboxes.Sweep(ctx)
+	lp, ok := m.sandboxes.(*local.Provider)
+	if !ok {
+		return nil
+	}
+	swept, err := lp.Sweep(ctx)
 	if err != nil {
 		return err
 	}
@@ -311,6 +326,7 @@ func (m *Main) logListening() {
 		Str("addr", m.Addr()).
 		Str("agent", m.cfg.Agent).
 		Bool("shell_tool", m.cfg.ShellTool).
+		Str("sandbox", m.sandboxKind()).
 		Bool("pprof", m.cfg.Pprof).
 		Str("sandbox_dir", m.cfg.SandboxDir)
 	switch m.cfg.Agent {
@@ -339,16 +355,64 @@ func (m *Main) logListening() {
 	}
 }
 
+// sandboxKind is the sandbox provider chatd uses: CHATD_SANDBOX, or by default bwrap
+// when the shell tool is on (it runs whatever the model asks) and local otherwise (the
+// demo agent's fixed command).
+func (m *Main) sandboxKind() string {
+	switch {
+	case m.cfg.Sandbox != "":
+		return m.cfg.Sandbox
+	case m.cfg.ShellTool:
+		return SandboxBwrap
+	}
+	return SandboxLocal
+}
+
+// newSandboxes builds the sandbox provider. With the shell tool on and bubblewrap
+// missing (or unable to start a sandbox), chatd does not start.
+func (m *Main) newSandboxes() (sandboxProvider, error) {
+	if m.sandboxKind() == SandboxLocal {
+		if m.cfg.ShellTool {
+			m.log.Warn().Msg("CHATD_SANDBOX=local: shell commands run unisolated, as chatd's user, and can read its files and environment; use bwrap outside development")
+		}
+		p, err := local.New(m.cfg.SandboxDir)
+		if err != nil {
+			return nil, fmt.Errorf("CHATD_SANDBOX_DIR: %w", err)
+		}
+		return p, nil
+	}
+	p, err := bwrap.New(bwrap.Config{
+		Dir:     m.cfg.SandboxDir,
+		Bwrap:   m.cfg.Bwrap,
+		Network: m.cfg.SandboxNetwork,
+		Limits: &bwrap.Limits{
+			CPUSeconds: uint64(m.cfg.SandboxCPUTime / time.Second),
+			Memory:     uint64(m.cfg.SandboxMemory),
+			Processes:  uint64(m.cfg.SandboxProcesses),
+			FileSize:   uint64(m.cfg.SandboxFileSize),
+			TmpSize:    uint64(m.cfg.SandboxTmpSize),
+		},
+	})
+	if err != nil {
+		what := "the sandbox"
+		if m.cfg.ShellTool {
+			what = "the shell tool (CHATD_SHELL_TOOL=on)"
+		}
+		return nil, fmt.Errorf("%s runs commands under bubblewrap (CHATD_SANDBOX=bwrap): %w", what, err)
+	}
+	return p, nil
+}
+
 // newAgent builds the agent loop: the configured model (the demo one by default), the
-// built-in tools, and local sandboxes.
+// built-in tools, and the sandboxes.
 func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, error) {
 	model, err := m.newModel()
 	if err != nil {
 		return nil, err
 	}
-	m.sandboxes, err = local.New(m.cfg.SandboxDir)
+	m.sandboxes, err = m.newSandboxes()
 	if err != nil {
-		return nil, fmt.Errorf("CHATD_SANDBOX_DIR: %w", err)
+		return nil, err
 	}
 	ts := []agent.Tool{tools.CurrentTime{}}
 	if m.cfg.Agent == AgentDemo {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // added), and closes it when the test ends. Its log is printed if the test fails.
 func startInProcess(t *testing.T, env map[string]string) (*Main, *syncBuffer) {
 	t.Helper()
-	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug"}
+	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug",
+		"CHATD_BWRAP": os.Getenv("CHATD_BWRAP")} // make test-go names bubblewrap (scripts/bwrap.sh)
 	for k, v := range env {
 		full[k] = v
 	}
@@ -196,7 +198,7 @@ func TestProviderConversationEndToEnd(t *testing.T) {
 			srv := agenttest.NewServer(t, p.first(gate), p.second)
 			env := p.env(srv.URL)
 			env["CHATD_SHELL_TOOL"] = "on"
-			env["CHATD_SANDBOX_DIR"] = t.TempDir()
+			env["CHATD_SANDBOX_DIR"] = sandboxDir(t)
 			m, logBuf := startInProcess(t, env)
 			require.Contains(t, logBuf.String(), "with "+p.name+" model")
 			url := "ws://" + m.Addr() + "/v1/ws"

@@ -14,7 +14,8 @@
 // Sandbox processes never outlive chatd. At shutdown, Close kills them. When chatd dies
 // without closing (SIGKILL, a crash, the OOM killer), every command dies with it: it is
 // started with a parent-death signal (SIGKILL), forked from an OS thread kept for that
-// (Linux sends the signal when the forking thread ends, not the process; see launch.go).
+// (Linux sends the signal when the forking thread ends, not the process; see package
+// launcher).
 // What a command left in the background does not inherit that signal; the next chatd on
 // the directory kills it with Sweep, at start-up and before it serves. Sweep finds it
 // without the dead process's memory, two ways (record.go, sweep.go):
@@ -62,6 +63,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/internal/launcher"
 )
 
 const killedMarker = ".killed"
@@ -70,7 +72,7 @@ const killedMarker = ".killed"
 type Provider struct {
 	dir string
 	// launcher forks every command, from a thread that outlives it.
-	launcher launcher
+	launcher launcher.Launcher
 	// self is this chatd process, boot the kernel's boot, and nonce tells this provider's
 	// record files from those of others in the same process: they go into records and
 	// commands' environments (record.go).
@@ -397,7 +399,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		bx.mu.Unlock()
 		return sandbox.ExecResult{}, sandbox.ErrPaused
 	}
-	launched, err := h.p.launcher.start(cmd)
+	launched, err := h.p.launcher.Start(cmd)
 	if err != nil {
 		bx.mu.Unlock()
 		return sandbox.ExecResult{}, fmt.Errorf("start command: %w", err)

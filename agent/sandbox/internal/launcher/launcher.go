@@ -1,4 +1,7 @@
-package local
+// Package launcher starts commands that must die with chatd (a parent-death signal) from
+// an OS thread kept for them, so that the signal is not sent while chatd lives. The
+// sandbox providers share it.
+package launcher
 
 import (
 	"os/exec"
@@ -6,7 +9,7 @@ import (
 	"sync"
 )
 
-// launcher starts commands from an OS thread kept for them alone.
+// Launcher starts commands from an OS thread kept for them alone.
 //
 // Commands are started with a parent-death signal (SIGKILL) so that they die with chatd.
 // Linux sends it when the thread that forked the command ends, not the process, and a
@@ -17,7 +20,7 @@ import (
 // goroutine can run on, and that thread lives while any command it forked has not been
 // waited for. Then the goroutine returns, ending the thread with no child left to signal,
 // and the next command starts another.
-type launcher struct {
+type Launcher struct {
 	mu sync.Mutex
 	// live counts the commands started and not yet waited for.
 	live int
@@ -30,10 +33,10 @@ type launch struct {
 	err chan<- error
 }
 
-// start starts cmd from the launcher's thread. When it succeeds, the caller calls done
+// Start starts cmd from the launcher's thread. When it succeeds, the caller calls done
 // once cmd has been waited for (Wait returned), and not before: the thread ending would
 // kill the command.
-func (l *launcher) start(cmd *exec.Cmd) (done func(), err error) {
+func (l *Launcher) Start(cmd *exec.Cmd) (done func(), err error) {
 	l.mu.Lock()
 	if l.reqs == nil {
 		l.reqs = make(chan launch)
@@ -53,7 +56,7 @@ func (l *launcher) start(cmd *exec.Cmd) (done func(), err error) {
 }
 
 // done ends the hold of one command on the thread: the last lets it end.
-func (l *launcher) done() {
+func (l *Launcher) done() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.live--; l.live == 0 {

@@ -1,0 +1,721 @@
+// Package bwrap is a sandbox provider that runs every command under bubblewrap (bwrap,
+// Debian's bubblewrap package): in new user, pid, ipc, uts and (unless the network is
+// on) network namespaces, with the system read-only, the sandbox's workspace the only
+// writable directory, private /tmp, /proc and /dev, a clean environment and resource
+// limits. A command sees nothing of chatd: not its files, not its processes, not its
+// environment, not other sandboxes' workspaces.
+//
+// Each command gets namespaces of its own (one bwrap per command); the workspace, a
+// directory under the provider's directory, is what the sandbox's commands share. What a
+// command starts in the background ends with it: bwrap exits when the command does, and
+// its namespace dies with it (unlike the local provider, where it runs on).
+//
+// Pause stops every process in the sandbox's pid namespaces (SIGSTOP, repeated until
+// each one is seen stopped, so a process forked meanwhile is stopped too); Connect
+// resumes them (SIGCONT). Kill ends every namespace: bwrap is killed, and with it the
+// namespace's first process (bwrap's --die-with-parent), and Linux kills everything in a
+// pid namespace whose first process died. The processes are found by their pid namespace
+// (/proc/PID/ns/pid), which a sandboxed process cannot leave.
+//
+// Sandbox processes never outlive chatd: bwrap is started with a parent-death signal
+// (from a thread kept for that, package launcher) and passes it on to the namespace's
+// first process. So, unlike the local provider, nothing needs sweeping at start-up.
+//
+// When chatd runs as root, bwrap and the commands run as another user (by default
+// nobody, 65534): a process of root's would ignore the process limit and own the
+// host's root files. The workspaces then belong to that user and the provider's
+// directory is made traversable (0711, not listable) so that bwrap can reach them.
+package bwrap
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/internal/launcher"
+)
+
+// ErrNotFound is returned by New when bwrap cannot be found.
+var ErrNotFound = errors.New("bubblewrap (bwrap) was not found: install Debian's bubblewrap package (apt-get install bubblewrap) or name its path with CHATD_BWRAP")
+
+// Limits bound every process of a command (setrlimit, hard and soft). Zero is no limit.
+type Limits struct {
+	CPUSeconds uint64 // CPU time of each process (RLIMIT_CPU)
+	Memory     uint64 // address space of each process, bytes (RLIMIT_AS)
+	Processes  uint64 // processes in the command's namespace (RLIMIT_NPROC)
+	FileSize   uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
+	TmpSize    uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
+}
+
+// DefaultLimits are the limits of a provider that sets none.
+var DefaultLimits = Limits{
+	CPUSeconds: 600,
+	Memory:     4 << 30,
+	Processes:  256,
+	FileSize:   1 << 30,
+	TmpSize:    256 << 20,
+}
+
+// NobodyID is the user and group the commands run as when chatd runs as root.
+const NobodyID = 65534
+
+// Config configures a Provider.
+type Config struct {
+	// Dir holds the sandboxes' workspaces.
+	Dir string
+	// Bwrap is bwrap's path; empty looks for bwrap in PATH.
+	Bwrap string
+	// Network gives commands the host's network (--share-net); off by default.
+	Network bool
+	// Limits bound the commands' processes; nil means DefaultLimits.
+	Limits *Limits
+	// UID and GID are who commands run as when chatd runs as root (0 means NobodyID).
+	// Otherwise they run as chatd's user.
+	UID, GID uint32
+}
+
+const (
+	// idPrefix begins every id of this provider's sandboxes.
+	idPrefix     = "bwrap-"
+	killedMarker = ".killed"
+	// workspacePath is where the workspace is in the sandbox.
+	workspacePath = "/workspace"
+	// outputGrace is how long Exec keeps reading output once the command has exited.
+	outputGrace = 500 * time.Millisecond
+	// freezeWait bounds how long Pause waits for the sandbox's processes to stop.
+	freezeWait = 2 * time.Second
+)
+
+// Provider manages bubblewrap sandboxes under a directory.
+type Provider struct {
+	dir     string
+	bwrap   string
+	prlimit string
+	network bool
+	limits  Limits
+	// cred is who bwrap runs as; nil for chatd's user.
+	cred *syscall.Credential
+
+	launcher launcher.Launcher
+
+	// mu guards boxes and everything in them.
+	mu    sync.Mutex
+	boxes map[string]*box
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+type state int
+
+const (
+	running state = iota
+	paused
+	killed
+)
+
+// box is a sandbox while memory knows more than its directory: it is paused, something
+// runs in it, or it is killed and not yet marked so on disk.
+type box struct {
+	state  state
+	marked bool
+	spaces map[*space]struct{}
+}
+
+// space is one command's bwrap and pid namespace, until bwrap exits.
+type space struct {
+	cmd *exec.Cmd
+	ns  uint64 // the pid namespace's inode; 0 when bwrap never reported it
+}
+
+// New returns a provider keeping sandboxes under cfg.Dir. It checks that bubblewrap is
+// there and can start a sandbox here (user namespaces may be disabled), by running one.
+func New(cfg Config) (*Provider, error) {
+	bw := cfg.Bwrap
+	if bw == "" {
+		bw = "bwrap"
+	}
+	path, err := exec.LookPath(bw)
+	if err != nil {
+		if cfg.Bwrap != "" {
+			return nil, fmt.Errorf("%w (%s: %v)", ErrNotFound, cfg.Bwrap, err)
+		}
+		return nil, ErrNotFound
+	}
+	// prlimit sets the limits in the sandbox, where the host's /usr is visible.
+	prlimit := "/usr/bin/prlimit"
+	if _, err := os.Stat(prlimit); err != nil {
+		return nil, fmt.Errorf("the sandbox needs prlimit (Debian's util-linux) at %s: %w", prlimit, err)
+	}
+	limits := DefaultLimits
+	if cfg.Limits != nil {
+		limits = *cfg.Limits
+	}
+	p := &Provider{
+		bwrap:   path,
+		prlimit: prlimit,
+		network: cfg.Network,
+		limits:  limits,
+		boxes:   make(map[string]*box),
+	}
+	if os.Geteuid() == 0 {
+		uid, gid := cfg.UID, cfg.GID
+		if uid == 0 {
+			uid = NobodyID
+		}
+		if gid == 0 {
+			gid = NobodyID
+		}
+		p.cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox directory: %w", err)
+	}
+	if p.dir, err = filepath.Abs(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if p.cred != nil {
+		// bwrap, running as the sandbox user, must reach the workspaces; nobody else
+		// may list them.
+		if err := os.Chmod(p.dir, 0o711); err != nil {
+			return nil, fmt.Errorf("sandbox directory: %w", err)
+		}
+	}
+	if err := p.probe(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// probe runs a command in a throwaway sandbox.
+func (p *Provider) probe() error {
+	sb, err := p.Create(context.Background())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = p.Kill(context.Background(), sb.ID())
+		_ = os.RemoveAll(filepath.Join(p.dir, sb.ID()))
+		p.mu.Lock()
+		delete(p.boxes, sb.ID())
+		p.mu.Unlock()
+	}()
+	var out strings.Builder
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "exit 0", Timeout: time.Minute, Output: &out})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit code %d: %s", res.ExitCode, strings.TrimSpace(out.String()))
+	}
+	if err != nil {
+		return fmt.Errorf("bubblewrap (%s) cannot start a sandbox here (are user namespaces allowed? is %s reachable by uid %d?): %w",
+			p.bwrap, p.dir, p.uid(), err)
+	}
+	return nil
+}
+
+func (p *Provider) uid() int {
+	if p.cred != nil {
+		return int(p.cred.Uid)
+	}
+	return os.Geteuid()
+}
+
+// Workspace returns the host directory of sandbox id's workspace.
+func (p *Provider) Workspace(id string) string {
+	return filepath.Join(p.dir, id, "workspace")
+}
+
+// Create makes a new sandbox with an empty workspace.
+func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := idPrefix + hex.EncodeToString(b[:])
+	root := filepath.Join(p.dir, id)
+	mode := os.FileMode(0o700)
+	if p.cred != nil {
+		mode = 0o711
+	}
+	if err := os.Mkdir(root, mode); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	ws := p.Workspace(id)
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if p.cred != nil {
+		if err := os.Chown(ws, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
+		}
+	}
+	return &handle{p: p, id: id}, nil
+}
+
+// get returns sandbox id's box, from memory or read back from its directory. An id
+// this provider did not make (a local sandbox's, from before bwrap was chosen, whose
+// workspace the sandbox user may not reach) is gone: its session gets a new sandbox.
+// p.mu is held.
+func (p *Provider) get(id string) (*box, error) {
+	if !strings.HasPrefix(id, idPrefix) || strings.ContainsAny(id, `/\`) {
+		return nil, sandbox.ErrGone
+	}
+	if bx, ok := p.boxes[id]; ok {
+		return bx, nil
+	}
+	root := filepath.Join(p.dir, id)
+	if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
+		return nil, sandbox.ErrGone
+	}
+	bx := &box{spaces: make(map[*space]struct{})}
+	if _, err := os.Stat(filepath.Join(root, killedMarker)); err == nil {
+		bx.state, bx.marked = killed, true
+	}
+	p.boxes[id] = bx
+	return bx, nil
+}
+
+// tidy forgets a box whose directory says all there is to know. p.mu is held.
+func (p *Provider) tidy(id string, bx *box) {
+	if p.boxes[id] != bx {
+		return
+	}
+	if (bx.state == running && len(bx.spaces) == 0) || (bx.state == killed && bx.marked) {
+		delete(p.boxes, id)
+	}
+}
+
+// Connect returns the sandbox, resuming its processes if it is paused.
+func (p *Provider) Connect(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bx, err := p.get(id)
+	if err != nil {
+		return nil, err
+	}
+	defer p.tidy(id, bx)
+	switch bx.state {
+	case killed:
+		return nil, sandbox.ErrGone
+	case paused:
+		p.signal(bx, syscall.SIGCONT)
+		bx.state = running
+	}
+	return &handle{p: p, id: id}, nil
+}
+
+// Pause stops every process of the sandbox.
+func (p *Provider) Pause(ctx context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bx, err := p.get(id)
+	if err != nil {
+		return err
+	}
+	defer p.tidy(id, bx)
+	switch bx.state {
+	case killed:
+		return sandbox.ErrGone
+	case running:
+		p.freeze(bx)
+		bx.state = paused
+	}
+	return nil
+}
+
+// Kill ends every process of the sandbox and marks it gone; its directory stays.
+func (p *Provider) Kill(ctx context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bx, err := p.get(id)
+	if errors.Is(err, sandbox.ErrGone) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer p.tidy(id, bx)
+	if bx.state != killed {
+		p.killAll(bx)
+		bx.state = killed
+	}
+	if !bx.marked {
+		if err := os.WriteFile(filepath.Join(p.dir, id, killedMarker), nil, 0o644); err != nil {
+			return fmt.Errorf("mark sandbox %s killed: %w", id, err)
+		}
+		bx.marked = true
+	}
+	return nil
+}
+
+// Close ends every process of every sandbox, for a server shutdown. The sandboxes stay
+// usable, with nothing running in them.
+func (p *Provider) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, bx := range p.boxes {
+		p.killAll(bx)
+		if bx.state == paused {
+			bx.state = running
+		}
+	}
+}
+
+// killAll kills every namespace of the box: bwrap, whose death kills the namespace's
+// first process (--die-with-parent), whose death kills the rest. Each process found in
+// them is sent SIGKILL too, which also ends a stopped one. p.mu is held.
+func (p *Provider) killAll(bx *box) {
+	for sp := range bx.spaces {
+		_ = sp.cmd.Process.Kill()
+	}
+	p.signal(bx, syscall.SIGKILL)
+}
+
+// signal sends sig once to every process in the box's namespaces. p.mu is held.
+func (p *Provider) signal(bx *box, sig syscall.Signal) {
+	for pid := range members(namespaces(bx)) {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// freeze stops every process in the box's namespaces: it sends SIGSTOP until a look at
+// /proc finds each one stopped, so that a child forked while its parent was being
+// stopped is stopped too (a process stops once it is out of an uninterruptible wait;
+// freeze waits for that up to freezeWait). p.mu is held.
+func (p *Provider) freeze(bx *box) {
+	nss := namespaces(bx)
+	if len(nss) == 0 {
+		return
+	}
+	deadline := time.Now().Add(freezeWait)
+	for pass := 0; ; pass++ {
+		all := true
+		for pid, st := range members(nss) {
+			if st == 'T' || st == 't' || st == 'Z' || st == 'X' {
+				continue
+			}
+			all = false
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		if all || time.Now().After(deadline) {
+			return
+		}
+		if pass < 10 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func namespaces(bx *box) map[uint64]bool {
+	nss := make(map[uint64]bool, len(bx.spaces))
+	for sp := range bx.spaces {
+		if sp.ns != 0 {
+			nss[sp.ns] = true
+		}
+	}
+	return nss
+}
+
+// members lists the processes in the pid namespaces nss, with their states (R, S, T, Z…).
+func members(nss map[uint64]bool) map[int]byte {
+	out := map[int]byte{}
+	if len(nss) == 0 {
+		return out
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ns, ok := pidNamespace(pid); ok && nss[ns] {
+			if st, ok := procState(pid); ok {
+				out[pid] = st
+			}
+		}
+	}
+	return out
+}
+
+// pidNamespace reads the inode of process pid's pid namespace.
+func pidNamespace(pid int) (uint64, bool) {
+	link, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+	if err != nil {
+		return 0, false
+	}
+	// pid:[4026531836]
+	s, ok := strings.CutPrefix(link, "pid:[")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 64)
+	return n, err == nil
+}
+
+// procState reads a process's state from /proc/PID/stat.
+func procState(pid int) (byte, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, false
+	}
+	return s[i+2], true
+}
+
+// closeOnExec marks every descriptor of chatd's beyond stdin, stdout and stderr
+// close-on-exec, so that bwrap, which passes on what it inherits, hands the sandbox none
+// of them. Go opens its own descriptors so; one chatd inherited (from its parent, a
+// service manager's socket, say) would otherwise reach the command. Exec's own pipes
+// are passed explicitly.
+func closeOnExec() {
+	if unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	// Before Linux 5.11: one at a time.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
+}
+
+// args is bwrap's command line for command in sandbox id; bwrap reports to fd 3.
+func (p *Provider) args(id, command string) []string {
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--hostname", "sandbox",
+		"--json-status-fd", "3",
+	}
+	if p.network {
+		a = append(a, "--share-net")
+	} else {
+		a = append(a, "--unshare-net")
+	}
+	// The system, read-only; on a merged-/usr system /bin and the like are symlinks.
+	a = append(a, "--ro-bind", "/usr", "/usr")
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	// Of /etc, only what programs need to run, resolve names and check certificates:
+	// the rest may hold the host's secrets (chatd's own configuration, say).
+	for _, f := range []string{
+		"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+		"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf",
+		"/etc/resolv.conf", "/etc/gai.conf", "/etc/services", "/etc/protocols",
+		"/etc/ssl", "/etc/ca-certificates", "/etc/localtime", "/etc/mime.types",
+	} {
+		a = append(a, "--ro-bind-try", f, f)
+	}
+	// The writable places are sized tmpfs (/tmp, /dev/shm) and the workspace: bwrap's
+	// root and /dev are tmpfs too, in memory and unbounded, so they are made read-only
+	// once everything is mounted.
+	var size []string
+	if p.limits.TmpSize > 0 {
+		size = []string{"--size", strconv.FormatUint(p.limits.TmpSize, 10)}
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(append(a, size...), "--tmpfs", "/dev/shm")
+	a = append(append(a, size...), "--tmpfs", "/tmp")
+	a = append(a, "--bind", p.Workspace(id), workspacePath,
+		"--remount-ro", "/dev", "--remount-ro", "/",
+		"--chdir", workspacePath,
+		"--clearenv",
+		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+		"--setenv", "HOME", workspacePath,
+		"--setenv", "LANG", "C.UTF-8",
+		"--setenv", "TERM", "dumb",
+		"--setenv", "TMPDIR", "/tmp",
+		"--", p.prlimit)
+	l := p.limits
+	for _, lim := range []struct {
+		name string
+		v    uint64
+	}{{"cpu", l.CPUSeconds}, {"as", l.Memory}, {"nproc", l.Processes}, {"fsize", l.FileSize}} {
+		if lim.v > 0 {
+			a = append(a, "--"+lim.name+"="+strconv.FormatUint(lim.v, 10))
+		}
+	}
+	return append(a, "--", "/bin/sh", "-c", command)
+}
+
+// handle finds its sandbox by id at each call.
+type handle struct {
+	p  *Provider
+	id string
+}
+
+func (h *handle) ID() string { return h.id }
+
+// status is what bwrap writes to its status descriptor: first the namespace's first
+// process and namespaces, then, when the command ends, its exit code.
+type status struct {
+	ChildPID     int    `json:"child-pid"`
+	PIDNamespace uint64 `json:"pid-namespace"`
+	ExitCode     *int   `json:"exit-code"`
+}
+
+// Exec runs command with sh -c in the sandbox's workspace and returns when it ends, with
+// everything it started in the background.
+func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	out := req.Output
+	if out == nil {
+		out = io.Discard
+	}
+	p := h.p
+
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer statusR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		return sandbox.ExecResult{}, err
+	}
+	defer outR.Close()
+	cmd := exec.Command(p.bwrap, p.args(h.id, req.Command)...)
+	cmd.Stdout, cmd.Stderr = outW, outW
+	cmd.ExtraFiles = []*os.File{statusW}
+	// bwrap itself gets nothing of chatd's environment either.
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
+
+	p.mu.Lock()
+	bx, err := p.get(h.id)
+	if err == nil {
+		switch bx.state {
+		case killed:
+			err = sandbox.ErrGone
+		case paused:
+			err = sandbox.ErrPaused
+		}
+	}
+	if err != nil {
+		p.mu.Unlock()
+		statusW.Close()
+		outW.Close()
+		return sandbox.ExecResult{}, err
+	}
+	closeOnExec()
+	launched, err := p.launcher.Start(cmd)
+	statusW.Close()
+	outW.Close()
+	if err != nil {
+		p.tidy(h.id, bx)
+		p.mu.Unlock()
+		return sandbox.ExecResult{}, fmt.Errorf("start bwrap: %w", err)
+	}
+	// The namespace is known to the box before anything can pause or kill it.
+	dec := json.NewDecoder(statusR)
+	var first status
+	_ = dec.Decode(&first) // on failure bwrap exits, and says why on its output
+	sp := &space{cmd: cmd, ns: first.PIDNamespace}
+	bx.spaces[sp] = struct{}{}
+	p.mu.Unlock()
+
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(out, outR)
+	}()
+	ended := make(chan int, 1) // the command's exit code, as bwrap reports it
+	go func() {
+		for {
+			var st status
+			if dec.Decode(&st) != nil {
+				return
+			}
+			if st.ExitCode != nil {
+				ended <- *st.ExitCode
+				return
+			}
+		}
+	}()
+	exited := make(chan struct{}) // bwrap exited
+	go func() {
+		_ = cmd.Wait()
+		launched()
+		p.mu.Lock()
+		delete(bx.spaces, sp)
+		p.tidy(h.id, bx)
+		p.mu.Unlock()
+		close(exited)
+	}()
+
+	res := sandbox.ExecResult{}
+	select {
+	case code := <-ended:
+		res.ExitCode = code
+	case <-exited:
+		// bwrap ended without a word of the command's end: it failed to start it, or
+		// was killed (Kill, Close).
+		select {
+		case code := <-ended:
+			res.ExitCode = code
+		default:
+			res.ExitCode = cmd.ProcessState.ExitCode()
+		}
+	case <-ctx.Done():
+		p.mu.Lock()
+		_ = cmd.Process.Kill()
+		p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
+		p.mu.Unlock()
+		<-exited
+		<-copied
+		res.ExitCode = -1
+		res.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+		if !res.TimedOut {
+			return res, ctx.Err()
+		}
+		return res, nil
+	}
+	// Everything the command wrote is in the pipe; bwrap is ending, and its namespace
+	// with it. Should anything hold the pipe open longer, reading ends after outputGrace.
+	_ = outR.SetReadDeadline(time.Now().Add(outputGrace))
+	<-copied
+	_ = outR.Close()
+	<-exited
+	return res, nil
+}

@@ -1,0 +1,499 @@
+package bwrap_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/bwrap"
+)
+
+// chatdEnv makes the test binary a stand-in chatd (fakeChatd) for TestDiesWithChatd.
+const chatdEnv = "BWRAP_TEST_FAKE_CHATD_DIR"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(chatdEnv); dir != "" {
+		os.Exit(fakeChatd(dir))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// fakeChatd runs a command that leaves a process in the background, prints the pids of
+// the sandbox's processes, and waits to be killed.
+func fakeChatd(dir string) int {
+	p, err := bwrap.New(bwrap.Config{Dir: dir, Bwrap: os.Getenv("CHATD_BWRAP")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sb, err := p.Create(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		_, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "sleep 1000 & sleep 1000"})
+	}()
+	for {
+		// bwrap's init, sh and the two sleeps.
+		if procs := p.Processes(sb.ID()); len(procs) >= 4 {
+			var pids []string
+			for pid := range procs {
+				pids = append(pids, strconv.Itoa(pid))
+			}
+			fmt.Println(strings.Join(pids, " "))
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {}
+}
+
+// openTempDir is t.TempDir made traversable (not listable) by others: when the tests
+// run as root, bwrap runs as nobody and must reach the workspaces under it.
+func openTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	require.NoError(t, os.Chmod(dir, 0o711))
+	return dir
+}
+
+func newProvider(t *testing.T, cfg bwrap.Config) *bwrap.Provider {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = openTempDir(t)
+	}
+	cfg.Bwrap = os.Getenv("CHATD_BWRAP") // make test-go sets it; else bwrap in PATH
+	p, err := bwrap.New(cfg)
+	require.NoError(t, err, "bubblewrap must be installed (scripts/bwrap.sh) and able to start a sandbox")
+	t.Cleanup(p.Close)
+	return p
+}
+
+// run runs command in sb as the shell tool would, returning its output and result.
+func run(t *testing.T, sb sandbox.Sandbox, command string) (string, sandbox.ExecResult) {
+	t.Helper()
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: command, Timeout: time.Minute, Output: &out})
+	require.NoError(t, err)
+	return out.String(), res
+}
+
+// waitFor polls cond until it holds (processes are real: there is no event to wait on),
+// failing after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestRunsInWorkspace(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out, res := run(t, sb, "pwd; echo $HOME; echo hello > f; cat f; exit 3")
+	require.Equal(t, 3, res.ExitCode, out)
+	require.Equal(t, "/workspace\n/workspace\nhello\n", out)
+	b, err := os.ReadFile(filepath.Join(p.Workspace(sb.ID()), "f"))
+	require.NoError(t, err)
+	require.Equal(t, "hello\n", string(b))
+
+	// A later call (another process, another namespace) sees the same workspace.
+	sb2, err := p.Connect(context.Background(), sb.ID())
+	require.NoError(t, err)
+	out, res = run(t, sb2, "cat f")
+	require.Equal(t, 0, res.ExitCode)
+	require.Equal(t, "hello\n", out)
+}
+
+func TestNotFound(t *testing.T) {
+	_, err := bwrap.New(bwrap.Config{Dir: t.TempDir(), Bwrap: filepath.Join(t.TempDir(), "bwrap")})
+	require.ErrorIs(t, err, bwrap.ErrNotFound)
+	require.Contains(t, err.Error(), "bubblewrap")
+
+	t.Setenv("PATH", t.TempDir())
+	_, err = bwrap.New(bwrap.Config{Dir: t.TempDir()})
+	require.ErrorIs(t, err, bwrap.ErrNotFound)
+}
+
+// chatd dies without a word (SIGKILL): everything in its sandboxes dies with it, also
+// what a command left in the background.
+func TestDiesWithChatd(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), chatdEnv+"="+openTempDir(t))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var line [256]byte
+	n, err := stdout.Read(line[:])
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the stand-in chatd said nothing: %v", err)
+	}
+	pids := strings.Fields(string(line[:n]))
+	require.GreaterOrEqual(t, len(pids), 4, "%q", line[:n])
+	for _, pid := range pids {
+		require.NotEqual(t, "", procState(pid), "process %s runs", pid)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	for _, pid := range pids {
+		waitFor(t, "process "+pid+" to die", func() bool { st := procState(pid); return st == "" || st == "Z" })
+	}
+}
+
+// procState is a process's state letter ("" when it is gone).
+func procState(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+func TestTimeoutKillsEverything(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "sleep 100 & sleep 100", Timeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.True(t, res.TimedOut)
+	require.Equal(t, -1, res.ExitCode)
+	require.Empty(t, p.Processes(sb.ID()))
+}
+
+// The escape attempts: each is run as the shell tool runs a command, and each must fail.
+
+func TestEscapeReadChatdEnvironment(t *testing.T) {
+	secret := fmt.Sprintf("secret-%d", time.Now().UnixNano())
+	t.Setenv("CHATD_TEST_SECRET", secret)
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	pid := strconv.Itoa(os.Getpid())
+	out, res := run(t, sb, "cat /proc/"+pid+"/environ")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "No such file")
+	require.NotContains(t, out, secret)
+	// Nor any process's it can see, nor its own environment.
+	out, _ = run(t, sb, "ls -d /proc/[0-9]*; cat /proc/[0-9]*/environ | tr '\\0' '\\n'; env")
+	require.NotContains(t, out, secret)
+	require.NotContains(t, out, "/proc/"+pid+"\n", "chatd's process is visible")
+}
+
+func TestEscapeReadChatdData(t *testing.T) {
+	// chatd's data: readable by anyone on the host, so only the sandbox keeps it out.
+	data := t.TempDir()
+	require.NoError(t, os.Chmod(data, 0o755))
+	file := filepath.Join(data, "chatd.conf")
+	require.NoError(t, os.WriteFile(file, []byte("DATABASE_URL=postgres://secret\n"), 0o644))
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	for _, cmd := range []string{"cat " + file, "ls " + data, "cat /proc/1/root" + file} {
+		out, res := run(t, sb, cmd)
+		require.NotEqual(t, 0, res.ExitCode, "%s: %s", cmd, out)
+		require.NotContains(t, out, "postgres://secret", cmd)
+	}
+	// chatd's working directory is not there either.
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	out, res := run(t, sb, "ls "+wd)
+	require.NotEqual(t, 0, res.ExitCode, out)
+}
+
+func TestEscapeInheritedDescriptor(t *testing.T) {
+	// A descriptor chatd inherited without close-on-exec (syscall.Open sets none).
+	file := filepath.Join(t.TempDir(), "inherited")
+	require.NoError(t, os.WriteFile(file, []byte("inherited-secret"), 0o644))
+	fd, err := syscall.Open(file, syscall.O_RDONLY, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	n := strconv.Itoa(fd)
+	out, _ := run(t, sb, "cat /proc/self/fd/"+n+"; cat <&"+n+"; ls -l /proc/self/fd")
+	require.NotContains(t, out, "inherited-secret")
+	require.NotContains(t, out, "inherited", "the descriptor is open in the sandbox")
+}
+
+func TestEscapeSignalChatd(t *testing.T) {
+	got := make(chan os.Signal, 1)
+	signal.Notify(got, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(got)
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	pid := strconv.Itoa(os.Getpid())
+	out, res := run(t, sb, "kill -0 "+pid)
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "No such process")
+	out, res = run(t, sb, "kill -TERM "+pid+"; kill -HUP "+pid+"; kill -TERM -1")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	select {
+	case s := <-got:
+		t.Fatalf("the test process (chatd) received %v from the sandbox", s)
+	default:
+	}
+}
+
+func TestEscapeReadOtherWorkspace(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	a, err := p.Create(context.Background())
+	require.NoError(t, err)
+	b, err := p.Create(context.Background())
+	require.NoError(t, err)
+	_, res := run(t, b, "echo b-secret > notes")
+	require.Equal(t, 0, res.ExitCode)
+	other := p.Workspace(b.ID())
+	for _, cmd := range []string{"cat " + other + "/notes", "ls " + filepath.Dir(other), "cat ../*/workspace/notes"} {
+		out, res := run(t, a, cmd)
+		require.NotEqual(t, 0, res.ExitCode, "%s: %s", cmd, out)
+		require.NotContains(t, out, "b-secret", cmd)
+	}
+	out, _ := run(t, a, "ls -a /workspace/.. /")
+	require.NotContains(t, out, b.ID())
+	require.NotContains(t, out, a.ID())
+}
+
+func TestEscapeWriteOutsideWorkspace(t *testing.T) {
+	// A host directory anyone may write to: only the sandbox keeps writes out.
+	host := t.TempDir()
+	require.NoError(t, os.Chmod(host, 0o777))
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out, res := run(t, sb, "touch /usr/evil")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "Read-only file system")
+	out, res = run(t, sb, "echo x >> /etc/passwd")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	// bwrap's own root and /dev are tmpfs, in memory and unbounded: read-only too.
+	for _, cmd := range []string{"touch /evil", "touch /dev/evil", "mkdir /evil"} {
+		out, res = run(t, sb, cmd)
+		require.NotEqual(t, 0, res.ExitCode, "%s: %s", cmd, out)
+		require.Contains(t, out, "Read-only file system", cmd)
+	}
+	// The sandbox's /tmp is its own: what it writes there never reaches the host.
+	_, _ = run(t, sb, "mkdir -p "+host+" && echo x > "+host+"/evil; echo x > /tmp/evil-"+sb.ID())
+	require.NoFileExists(t, filepath.Join(host, "evil"))
+	require.NoFileExists(t, filepath.Join(os.TempDir(), "evil-"+sb.ID()))
+	require.NoFileExists(t, "/usr/evil")
+	// Nor to the next command.
+	out, res = run(t, sb, "cat /tmp/evil-"+sb.ID())
+	require.NotEqual(t, 0, res.ExitCode, out)
+}
+
+func TestEscapeNetwork(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	accepted := make(chan struct{}, 10)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	defer wg.Wait()
+	defer ln.Close()
+	connect := "bash -c 'echo hi > /dev/tcp/127.0.0.1/" + port + "'"
+
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out, res := run(t, sb, connect)
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "Connection refused") // the sandbox's own, empty loopback
+
+	// The control: with the network on, the same command reaches the listener, so the
+	// refusal above is the sandbox's doing.
+	pn := newProvider(t, bwrap.Config{Network: true})
+	sbn, err := pn.Create(context.Background())
+	require.NoError(t, err)
+	out, res = run(t, sbn, connect)
+	require.Equal(t, 0, res.ExitCode, out)
+	select {
+	case <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener saw no connection from the networked sandbox")
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the listener saw a connection from the sandbox without network")
+	default:
+	}
+}
+
+func TestEscapeForkBomb(t *testing.T) {
+	const limit = 40
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{Processes: limit}})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	done := make(chan sandbox.ExecResult, 1)
+	var out bytes.Buffer
+	go func() {
+		res, _ := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "b() { b | b; }; while :; do b; done", Timeout: 10 * time.Second, Output: &out})
+		done <- res
+	}()
+	most := 0
+	var res sandbox.ExecResult
+	for ended := false; !ended; {
+		most = max(most, len(p.Processes(sb.ID())))
+		select {
+		case res = <-done:
+			ended = true
+		default:
+		}
+	}
+	t.Logf("at most %d processes seen; result %+v", most, res)
+	require.LessOrEqual(t, most, limit, "RLIMIT_NPROC did not bound the bomb")
+	// It ran into the limit: forks failed (the shell ends when it cannot fork).
+	require.Contains(t, out.String(), "Cannot fork")
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+	require.NotEqual(t, 0, res.ExitCode)
+	// chatd is fine: it still starts processes, and the sandbox still runs commands.
+	require.NoError(t, exec.Command("true").Run())
+	alive, r := run(t, sb, "echo alive")
+	require.Equal(t, 0, r.ExitCode)
+	require.Equal(t, "alive\n", alive)
+}
+
+func TestEscapeFillDisk(t *testing.T) {
+	const fsize, tmp = 1 << 20, 4 << 20
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{FileSize: fsize, TmpSize: tmp}})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out, res := run(t, sb, "head -c 100000000 /dev/zero > big")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	fi, err := os.Stat(filepath.Join(p.Workspace(sb.ID()), "big"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, fi.Size(), int64(fsize))
+	require.Greater(t, fi.Size(), int64(0))
+	// Many files under the limit each: /tmp is bounded as a whole.
+	out, res = run(t, sb, "i=0; while [ $i -lt 20 ]; do i=$((i+1)); head -c 1000000 /dev/zero > /tmp/f$i || exit 7; done")
+	require.Equal(t, 7, res.ExitCode, out)
+	require.Contains(t, out, "No space left")
+}
+
+func TestPauseFreezesBackgroundProcess(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	log := filepath.Join(p.Workspace(sb.ID()), "log")
+	size := func() int64 {
+		fi, err := os.Stat(log)
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+			Command: "(while :; do echo x >> log; sleep 0.01; done) & wait",
+		})
+		done <- err
+	}()
+	waitFor(t, "the loop to write", func() bool { return size() > 0 })
+
+	require.NoError(t, p.Pause(context.Background(), sb.ID()))
+	procs := p.Processes(sb.ID())
+	require.NotEmpty(t, procs)
+	for pid, st := range procs {
+		require.Contains(t, "TtZ", string(st), "process %d is not stopped", pid)
+	}
+	paused := size()
+	select {
+	case <-time.After(300 * time.Millisecond): // a window in which a running loop writes ~30 lines
+	case err := <-done:
+		t.Fatalf("the command ended while paused: %v", err)
+	}
+	require.Equal(t, paused, size(), "the file grew while the sandbox was paused")
+	_, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "true"})
+	require.ErrorIs(t, err, sandbox.ErrPaused)
+
+	_, err = p.Connect(context.Background(), sb.ID())
+	require.NoError(t, err)
+	waitFor(t, "the loop to write again", func() bool { return size() > paused })
+
+	// Kill ends it all, paused or not.
+	require.NoError(t, p.Pause(context.Background(), sb.ID()))
+	require.NoError(t, p.Kill(context.Background(), sb.ID()))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return after Kill")
+	}
+	require.Empty(t, p.Processes(sb.ID()))
+	_, err = p.Connect(context.Background(), sb.ID())
+	require.True(t, errors.Is(err, sandbox.ErrGone))
+	killedAt := size()
+	_, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "true"})
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.Equal(t, killedAt, size())
+}
+
+func TestGoneSurvivesProvider(t *testing.T) {
+	dir := openTempDir(t)
+	p := newProvider(t, bwrap.Config{Dir: dir})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, p.Kill(context.Background(), sb.ID()))
+	p2 := newProvider(t, bwrap.Config{Dir: dir})
+	_, err = p2.Connect(context.Background(), sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	_, err = p2.Connect(context.Background(), "bwrap-unknown")
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	// A local provider's sandbox in the same directory is not one of ours.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "local-0123456789abcdef", "workspace"), 0o755))
+	_, err = p2.Connect(context.Background(), "local-0123456789abcdef")
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	for _, id := range []string{"bwrap-../x", "bwrap-", ".."} {
+		_, err = p2.Connect(context.Background(), id)
+		require.ErrorIs(t, err, sandbox.ErrGone, id)
+	}
+	require.True(t, strings.HasPrefix(sb.ID(), "bwrap-"))
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/agenttest"
+	"github.com/chatd/chatd/transport/wstest"
+)
+
+// sandboxDir is a directory for CHATD_SANDBOX_DIR that bwrap can reach: when the tests
+// run as root, bwrap runs as nobody, and t.TempDir's directories are root's alone.
+func sandboxDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	require.NoError(t, os.Chmod(dir, 0o711))
+	return dir
+}
+
+// With the shell tool on, chatd runs its commands under bubblewrap; without bubblewrap
+// it refuses to start and says what to install.
+func TestRefusesShellToolWithoutBubblewrap(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"CHATD_BWRAP names nothing": {"CHATD_BWRAP": filepath.Join(t.TempDir(), "bwrap")},
+		"no bwrap in PATH":          {},
+		"the flag names nothing":    {"CHATD_SANDBOX": "bwrap", "CHATD_SHELL_TOOL": "off"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("PATH", t.TempDir()) // no bwrap there
+			full := map[string]string{
+				"DATABASE_URL":      "postgres://127.0.0.1:1/never-reached",
+				"CHATD_SHELL_TOOL":  "on",
+				"CHATD_SANDBOX_DIR": sandboxDir(t),
+				"CHATD_LOG_FORMAT":  "json",
+			}
+			for k, v := range env {
+				full[k] = v
+			}
+			var stderr bytes.Buffer
+			code := run(nil, envMap(full), &stderr)
+			require.Equal(t, 1, code, stderr.String())
+			require.Contains(t, stderr.String(), "chatd could not start")
+			require.Contains(t, stderr.String(), "bubblewrap")
+			require.Contains(t, stderr.String(), "apt-get install bubblewrap")
+		})
+	}
+}
+
+// The shell tool off, chatd does not need bubblewrap (the demo agent's sandbox tool runs
+// in the local provider).
+func TestStartsWithoutBubblewrapWhenShellToolOff(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	m, logBuf := startInProcess(t, map[string]string{"CHATD_SANDBOX_DIR": t.TempDir()})
+	require.Contains(t, logBuf.String(), `"sandbox":"local"`)
+	require.NotNil(t, m)
+}
+
+// An approved shell command, end to end through chatd (a scripted model asks for it, a
+// person approves over the WebSocket), tries to escape its bubblewrap sandbox: read
+// chatd's environment and files, signal it, reach other workspaces, write outside its
+// own, reach a listener on the host. Each attempt fails; the model gets the output.
+func TestShellToolSandboxEndToEnd(t *testing.T) {
+	secret := fmt.Sprintf("chatd-secret-%d", time.Now().UnixNano())
+	t.Setenv("CHATD_TEST_SECRET", secret)
+	data := t.TempDir() // chatd's data, readable by anyone on the host
+	require.NoError(t, os.Chmod(data, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "secret.txt"), []byte(secret), 0o644))
+	sandboxes := sandboxDir(t)
+	other := filepath.Join(sandboxes, "bwrap-0000000000000000", "workspace")
+	require.NoError(t, os.MkdirAll(other, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "notes"), []byte(secret), 0o644))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	pid := strconv.Itoa(os.Getpid())
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	command := strings.Join([]string{
+		"cat /proc/" + pid + "/environ",
+		"cat /proc/*/environ | tr '\\0' '\\n' | grep CHATD_TEST_SECRET",
+		"kill -0 " + pid,
+		"kill -TERM " + pid,
+		"cat " + data + "/secret.txt",
+		"cat " + other + "/notes",
+		"ls " + sandboxes,
+		"echo x > /usr/evil",
+		"mkdir -p " + data + " && echo x > " + data + "/evil",
+		"bash -c 'echo hi > /dev/tcp/127.0.0.1/" + port + "'",
+		"echo reached the end",
+	}, "; ")
+	input, err := json.Marshal(map[string]string{"command": command})
+	require.NoError(t, err)
+	args, err := json.Marshal(string(input))
+	require.NoError(t, err)
+
+	srv := agenttest.NewServer(t,
+		agenttest.SSE(agenttest.Data(
+			openAIChunk(`{"role":"assistant","content":"Trying."}`, ""),
+			openAIChunk(`{"tool_calls":[{"index":0,"id":"call_escape","type":"function","function":{"name":"shell","arguments":`+string(args)+`}}]}`, ""),
+			openAIChunk(`{}`, "tool_calls"),
+			"[DONE]",
+		)...),
+		agenttest.SSE(agenttest.Data(
+			openAIChunk(`{"role":"assistant","content":"No luck."}`, ""),
+			openAIChunk(`{}`, "stop"),
+			"[DONE]",
+		)...),
+	)
+	m, _ := startInProcess(t, map[string]string{
+		"CHATD_AGENT": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "CHATD_MODEL": "gpt-e2e",
+		"CHATD_SHELL_TOOL": "on", "CHATD_SANDBOX_DIR": sandboxes,
+	})
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	sessionID := c.Hello("").SessionID
+	require.Equal(t, "ack", c.Chat("r1", "escape").Type)
+	st := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.PendingApproval != nil })
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "d1", "toolCallId": st.Run.PendingApproval.ToolCallID, "decision": "approve"})
+	require.Equal(t, "ack", c.ReadReply("d1").Type)
+	end := c.ReadTerminal()
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+
+	// What the command printed went back to the model.
+	require.Len(t, srv.Requests(), 2)
+	msgs := srv.Body(1)["messages"].([]any)
+	result := msgs[len(msgs)-1].(map[string]any)["content"].(string)
+	t.Logf("the command's output:\n%s", result)
+	require.Contains(t, result, "reached the end")
+	require.NotContains(t, result, secret)
+	require.Contains(t, result, "No such process")
+	require.Contains(t, result, "Read-only file system")
+	require.Contains(t, result, "Connection refused")
+	require.NoFileExists(t, filepath.Join(data, "evil"))
+	require.NoFileExists(t, "/usr/evil")
+	select {
+	case <-accepted:
+		t.Fatal("the sandbox reached a listener on the host")
+	default:
+	}
+	id, err := m.db.Store().SessionSandbox(dbCtx(t), uuid.MustParse(sessionID))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(id, "bwrap-"), "the command ran in %q", id)
+}
