@@ -4,7 +4,7 @@
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
 
-.PHONY: run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js
+.PHONY: run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js fuzz
 
 # Built, then run directly (not with go run, which exits 1 when interrupted).
 run: build
@@ -24,6 +24,14 @@ test: vet check-generated check-web test-go test-js
 
 test-go:
 	$(DEVDB) exec go test -race -count=1 ./...
+
+# Every fuzz target (the client-frame decoder, a whole connection fed arbitrary frames,
+# the event encoder), one after another, each for FUZZTIME. Their seed corpora in
+# testdata/fuzz/ already run as ordinary tests in make test; this looks for new inputs.
+# FUZZFLAGS adds go test flags, e.g. FUZZFLAGS=-parallel=1 on a shared machine.
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) FUZZFLAGS='$(FUZZFLAGS)' $(DEVDB) exec scripts/fuzz.sh
 
 # The client library's tests and the browser tests, against bin/chatd on the private
 # PostgreSQL, in Debian's Chromium (scripts/chromium.sh installs it when missing).
