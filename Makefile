@@ -28,10 +28,12 @@ test-go:
 # Every fuzz target (the client-frame decoder, a whole connection fed arbitrary frames,
 # the event encoder), one after another, each for FUZZTIME. Their seed corpora in
 # testdata/fuzz/ already run as ordinary tests in make test; this looks for new inputs.
-# FUZZFLAGS adds go test flags, e.g. FUZZFLAGS=-parallel=1 on a shared machine.
+# FUZZFLAGS adds go test flags, e.g. FUZZFLAGS=-parallel=1 on a shared machine;
+# FUZZMINIMIZE bounds the minimization of new inputs (see scripts/fuzz.sh).
 FUZZTIME ?= 30s
+FUZZMINIMIZE ?= 100x
 fuzz:
-	FUZZTIME=$(FUZZTIME) FUZZFLAGS='$(FUZZFLAGS)' $(DEVDB) exec scripts/fuzz.sh
+	FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) FUZZFLAGS='$(FUZZFLAGS)' $(DEVDB) exec scripts/fuzz.sh
 
 # The client library's tests and the browser tests, against bin/chatd on the private
 # PostgreSQL, in Debian's Chromium (scripts/chromium.sh installs it when missing).
