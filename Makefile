@@ -5,7 +5,7 @@
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
 
-.PHONY: run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js
+.PHONY: run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js fuzz
 
 # Built, then run directly (not with go run, which exits 1 when interrupted).
 run: build
@@ -26,6 +26,16 @@ test: vet check-generated check-web test-go test-js
 # The shell tool's sandbox tests run real bubblewrap (scripts/bwrap.sh installs it).
 test-go:
 	CHATD_BWRAP=$$(scripts/bwrap.sh) $(DEVDB) exec go test -race -count=1 ./...
+
+# Every fuzz target (the client-frame decoder, a whole connection fed arbitrary frames,
+# the event encoder), one after another, each for FUZZTIME. Their seed corpora in
+# testdata/fuzz/ already run as ordinary tests in make test; this looks for new inputs.
+# FUZZFLAGS adds go test flags, e.g. FUZZFLAGS=-parallel=1 on a shared machine;
+# FUZZMINIMIZE bounds the minimization of new inputs (see scripts/fuzz.sh).
+FUZZTIME ?= 30s
+FUZZMINIMIZE ?= 100x
+fuzz:
+	FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) FUZZFLAGS='$(FUZZFLAGS)' $(DEVDB) exec scripts/fuzz.sh
 
 # The client library's tests and the browser tests, against bin/chatd on the private
 # PostgreSQL, in Debian's Chromium (scripts/chromium.sh installs it when missing).

@@ -77,22 +77,33 @@ func (b *bench) startChatd(ctx context.Context, name, dbURL string, env ...strin
 	if err != nil {
 		return nil, err
 	}
+	// Metrics and profiles are served on chatd's admin listener, not beside the API.
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "chatd-bench-sandboxes-")
 	if err != nil {
 		return nil, err
 	}
 	env = append([]string{
 		"CHATD_ADDR=" + addr,
+		"CHATD_ADMIN_ADDR=" + adminAddr,
 		"DATABASE_URL=" + dbURL,
 		"CHATD_AGENT=synth",
 		"CHATD_LOG_LEVEL=warn",
 		"CHATD_LOG_FORMAT=json",
 		"CHATD_SANDBOX_DIR=" + dir,
 		"CHATD_SHELL_TOOL=off",
-		"CHATD_PPROF=on", // for -profile-dir; the listener is on loopback
+		"CHATD_PPROF=on", // for -profile-dir and forceGC; the admin listener is on loopback
 	}, env...)
 	logf("starting %s", name)
-	return startServer(ctx, name, addr, "/readyz", env, b.opts.chatd)
+	srv, err := startServer(ctx, name, addr, "/readyz", env, b.opts.chatd)
+	if err != nil {
+		return nil, err
+	}
+	srv.adminAddr = adminAddr
+	return srv, nil
 }
 
 func (b *bench) startBaseline(ctx context.Context) (*server, error) {
@@ -451,7 +462,7 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	o := b.opts
 	tabs := allTabs(sessions)
 	logf("%s: reconnect storm: dropping %d clients", srv.name, len(tabs))
-	m0, err := scrape(srv.addr)
+	m0, err := scrape(srv.adminAddr)
 	if err != nil {
 		return err
 	}
@@ -499,7 +510,7 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 		return err
 	}
 	res.p50, res.p99, res.max = h.quantile(0.5), h.quantile(0.99), h.max
-	m1, err := scrape(srv.addr)
+	m1, err := scrape(srv.adminAddr)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func (b *bench) idleDensity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m0, err := scrape(srv.addr)
+	m0, err := scrape(srv.adminAddr)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (b *bench) idleDensity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m1, err := scrape(srv.addr)
+	m1, err := scrape(srv.adminAddr)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (b *bench) idleDensity(ctx context.Context) error {
 
 // forceGC runs a garbage collection in the server (through pprof's heap endpoint).
 func forceGC(srv *server) error {
-	resp, err := http.Get("http://" + srv.addr + "/debug/pprof/heap?gc=1")
+	resp, err := http.Get("http://" + srv.adminAddr + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		return err
 	}

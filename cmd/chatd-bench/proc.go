@@ -20,12 +20,14 @@ import (
 
 // server is a process under test: chatd or the baseline.
 type server struct {
-	name   string
-	cmd    *exec.Cmd
-	addr   string
-	logs   *bytes.Buffer // its stderr, shown when it fails
-	exited chan struct{} // closed once the process has been waited for
-	err    error         // Wait's result, once exited is closed
+	name string
+	cmd  *exec.Cmd
+	addr string
+	// adminAddr serves chatd's /metrics and /debug/pprof/ (empty for the baseline).
+	adminAddr string
+	logs      *bytes.Buffer // its stderr, shown when it fails
+	exited    chan struct{} // closed once the process has been waited for
+	err       error         // Wait's result, once exited is closed
 }
 
 // freeAddr returns a loopback address nothing listens on.
@@ -152,7 +154,7 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// metrics is a scrape of /metrics: series (name with labels, as written) to value.
+// metrics is a scrape of chatd's /metrics (on its admin listener): series (name with labels, as written) to value.
 type metrics map[string]float64
 
 func scrape(addr string) (metrics, error) {
@@ -286,7 +288,7 @@ func saveProfile(s *server, dir, path, kind string) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		resp, err := http.Get("http://" + s.addr + path)
+		resp, err := http.Get("http://" + s.adminAddr + path)
 		if err != nil {
 			return err
 		}

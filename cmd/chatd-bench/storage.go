@@ -47,7 +47,7 @@ func (b *bench) storage(ctx context.Context) error {
 	var done int64
 	for _, tools := range []int{0, 2} {
 		for _, tokens := range o.storageTokens {
-			m0, err := scrape(srv.addr)
+			m0, err := scrape(srv.adminAddr)
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ func (b *bench) storage(ctx context.Context) error {
 			if err := waitRuns(ctx, ss, done, 2*time.Minute); err != nil {
 				return err
 			}
-			m1, err := scrape(srv.addr)
+			m1, err := scrape(srv.adminAddr)
 			if err != nil {
 				return err
 			}

@@ -26,8 +26,12 @@ import (
 // Config is everything chatd can be told at start-up. Each field has a flag and an
 // environment variable; a flag given on the command line wins over the variable.
 type Config struct {
-	// Addr is the address to listen on (CHATD_ADDR).
+	// Addr is the address of the public listener: the API, the WebSocket, the web app,
+	// /healthz and /readyz (CHATD_ADDR).
 	Addr string
+	// AdminAddr is the address of the admin listener: /metrics, /debug/pprof/ (with
+	// Pprof), /healthz and /readyz; "off" serves none of them (CHATD_ADMIN_ADDR).
+	AdminAddr string
 	// DatabaseURL is the PostgreSQL connection URL (DATABASE_URL). Required.
 	DatabaseURL string
 	// AllowedOrigins are browser origins allowed besides the server's own
@@ -62,9 +66,9 @@ type Config struct {
 	IdleEvict time.Duration
 	// ShutdownTimeout bounds a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
-	// Pprof serves net/http/pprof under /debug/pprof/ on the main listener (CHATD_PPROF,
+	// Pprof serves net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF,
 	// on|off). Off by default: profiles show the process's internals to whoever can
-	// reach the listener.
+	// reach the admin listener, and a CPU profile or trace costs while it runs.
 	Pprof bool
 	// CoalesceDeltas merges the text a segment streams within this long into one
 	// chat.delta; 0 sends every piece as it comes (CHATD_COALESCE_DELTAS).
@@ -169,6 +173,13 @@ const (
 // a fifth, for a median delay of about half the window, which no reader can see.
 const DefaultCoalesceDeltas = 25 * time.Millisecond
 
+// DefaultAdminAddr is where /metrics and /debug/pprof/ are served unless told otherwise:
+// loopback, so only the machine itself (or what it forwards) can read them.
+const DefaultAdminAddr = "127.0.0.1:9090"
+
+// AdminOff as CHATD_ADMIN_ADDR runs no admin listener.
+const AdminOff = "off"
+
 // maxCoalesceDeltas bounds CHATD_COALESCE_DELTAS: a longer wait would make streaming
 // visibly stutter, which is not what coalescing is for.
 const maxCoalesceDeltas = time.Second
@@ -210,7 +221,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.SandboxFileSize = env.bytesUpTo("CHATD_SANDBOX_FILE_SIZE", int(bwrap.DefaultLimits.FileSize), maxLargeBytes)
 	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
-	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address (CHATD_ADDR)")
+	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address of the API, the WebSocket and the app (CHATD_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env.str("CHATD_ADMIN_ADDR", DefaultAdminAddr), "listen address of /metrics and /debug/pprof/, or off (CHATD_ADMIN_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	origins := fs.String("allowed-origins", env.str("CHATD_ALLOWED_ORIGINS", ""), "comma-separated extra allowed origins (CHATD_ALLOWED_ORIGINS)")
 	fs.StringVar(&c.LogLevel, "log-level", env.str("CHATD_LOG_LEVEL", "info"), "trace, debug, info, warn or error (CHATD_LOG_LEVEL)")
@@ -226,7 +238,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
-	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ (CHATD_PPROF)")
+	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF)")
 	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
@@ -291,6 +303,12 @@ func (c Config) validate() error {
 	switch {
 	case c.Addr == "":
 		return errors.New("CHATD_ADDR (-addr) is empty")
+	case c.AdminAddr == "":
+		return errors.New(`CHATD_ADMIN_ADDR (-admin-addr) is empty; give an address, or "off" for no admin listener`)
+	case c.AdminAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0"):
+		return fmt.Errorf("CHATD_ADMIN_ADDR (-admin-addr) is %s, the address of CHATD_ADDR (-addr): the admin listener needs an address of its own, or off", c.AdminAddr)
+	case c.Pprof && c.AdminAddr == AdminOff:
+		return errors.New("CHATD_PPROF (-pprof) is on but CHATD_ADMIN_ADDR (-admin-addr) is off: the profiles are served on the admin listener")
 	case c.DatabaseURL == "":
 		return errors.New("DATABASE_URL (-database-url) is not set: point it at PostgreSQL, or use `make run`, which starts a private one")
 	case c.LogFormat != "json" && c.LogFormat != "console" && c.LogFormat != "auto":

@@ -2,8 +2,10 @@
 // stored in PostgreSQL as they happen, and any client that reconnects is caught up.
 //
 // Configuration is by flags or environment variables; see `chatd -help` and README.md.
-// Besides the transport's endpoints the listener serves Prometheus metrics at /metrics
-// and, with -pprof, Go's profiler under /debug/pprof/.
+// The public listener (CHATD_ADDR) serves the transport's endpoints and the web app; a
+// second, admin listener (CHATD_ADMIN_ADDR, loopback by default) serves Prometheus
+// metrics at /metrics and, with -pprof, Go's profiler under /debug/pprof/. Both answer
+// /healthz and /readyz.
 package main
 
 import (
@@ -119,6 +121,8 @@ type Main struct {
 	hub              *hub.Hub
 	srv              *transport.Server
 	http             *listener
+	// admin serves /metrics and pprof; nil when CHATD_ADMIN_ADDR is off.
+	admin *listener
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
 }
@@ -128,8 +132,17 @@ func NewMain(cfg Config, log zerolog.Logger) *Main {
 	return &Main{cfg: cfg, log: log, services: service.NewGroup(log)}
 }
 
-// Addr is the address the server listens on, once Run has returned.
+// Addr is the address the public listener listens on, once Run has returned.
 func (m *Main) Addr() string { return m.http.Addr().String() }
+
+// AdminAddr is the address the admin listener listens on, once Run has returned, or ""
+// when there is none (CHATD_ADMIN_ADDR=off).
+func (m *Main) AdminAddr() string {
+	if m.admin == nil {
+		return ""
+	}
+	return m.admin.Addr().String()
+}
 
 // Run builds chatd and starts its services: it connects to the database, applies
 // migrations, marks runs a dead process left behind as interrupted, kills what its
@@ -144,6 +157,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.logListening()
+	m.logAdmin()
 	return nil
 }
 
@@ -218,7 +232,10 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
-	m.http = newListener(m.cfg.Addr, m.handler(m.registry))
+	m.http = newListener(m.cfg.Addr, m.srv.Handler())
+	if m.cfg.AdminAddr != AdminOff {
+		m.admin = newListener(m.cfg.AdminAddr, m.adminHandler(m.registry))
+	}
 
 	// Started in this order, stopped in the reverse: the listener stops taking requests,
 	// then the hub ends the active runs as interrupted (their last events are queued to
@@ -237,6 +254,9 @@ func (m *Main) build() error {
 	m.services.Add("abandonment", abandonments)
 	if authService != nil {
 		m.services.Add("auth", authService)
+	}
+	if m.admin != nil {
+		m.services.Add("admin-http", m.admin)
 	}
 	m.services.Add("http", m.http)
 	return nil
@@ -322,8 +342,13 @@ func (m *Main) closeSandboxes(context.Context) error {
 
 // logListening says where chatd listens and which model answers.
 func (m *Main) logListening() {
+	admin := m.AdminAddr()
+	if admin == "" {
+		admin = AdminOff
+	}
 	ev := m.log.Info().
 		Str("addr", m.Addr()).
+		Str("admin_addr", admin).
 		Str("agent", m.cfg.Agent).
 		Bool("shell_tool", m.cfg.ShellTool).
 		Str("sandbox", m.sandboxKind()).
@@ -401,6 +426,20 @@ func (m *Main) newSandboxes() (sandboxProvider, error) {
 		return nil, fmt.Errorf("%s runs commands under bubblewrap (CHATD_SANDBOX=bwrap): %w", what, err)
 	}
 	return p, nil
+}
+
+// logAdmin says where the admin listener serves metrics and profiles, if anywhere.
+func (m *Main) logAdmin() {
+	if m.admin == nil {
+		m.log.Info().Str("admin_addr", AdminOff).Msg("no admin listener (CHATD_ADMIN_ADDR=off): /metrics and /debug/pprof/ are not served")
+		return
+	}
+	profiles := ""
+	if m.cfg.Pprof {
+		profiles = fmt.Sprintf(", profiles at http://%s/debug/pprof/", m.AdminAddr())
+	}
+	m.log.Info().Str("admin_addr", m.AdminAddr()).Bool("pprof", m.cfg.Pprof).
+		Msgf("admin listener: metrics at http://%s/metrics%s", m.AdminAddr(), profiles)
 }
 
 // newAgent builds the agent loop: the configured model (the demo one by default), the

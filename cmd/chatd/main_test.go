@@ -57,6 +57,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Config{
 		Addr:            "127.0.0.1:8080",
+		AdminAddr:       "127.0.0.1:9090",
 		DatabaseURL:     "postgres://db/chatd",
 		LogLevel:        "info",
 		LogFormat:       "auto",
@@ -102,6 +103,7 @@ func TestParseConfigDefaults(t *testing.T) {
 func TestParseConfigValues(t *testing.T) {
 	allEnv := map[string]string{
 		"CHATD_ADDR":              "0.0.0.0:9000",
+		"CHATD_ADMIN_ADDR":        "10.0.0.1:9091",
 		"DATABASE_URL":            "postgres://env/chatd",
 		"CHATD_ALLOWED_ORIGINS":   "a.example, https://b.example",
 		"CHATD_LOG_LEVEL":         "debug",
@@ -157,6 +159,7 @@ func TestParseConfigValues(t *testing.T) {
 	}
 	fromEnv := Config{
 		Addr:            "0.0.0.0:9000",
+		AdminAddr:       "10.0.0.1:9091",
 		DatabaseURL:     "postgres://env/chatd",
 		AllowedOrigins:  []string{"a.example", "https://b.example"},
 		LogLevel:        "debug",
@@ -224,6 +227,7 @@ func TestParseConfigValues(t *testing.T) {
 			env:  allEnv,
 			args: []string{
 				"-addr", "127.0.0.1:7000",
+				"-admin-addr", "127.0.0.1:7001",
 				"-database-url", "postgres://flag/chatd",
 				"-allowed-origins", "c.example",
 				"-log-level", "warn",
@@ -272,6 +276,7 @@ func TestParseConfigValues(t *testing.T) {
 			want: func(c *Config) {
 				*c = Config{
 					Addr:            "127.0.0.1:7000",
+					AdminAddr:       "127.0.0.1:7001",
 					DatabaseURL:     "postgres://flag/chatd",
 					AllowedOrigins:  []string{"c.example"},
 					LogLevel:        "warn",
@@ -335,7 +340,7 @@ func TestParseConfigValues(t *testing.T) {
 			args: []string{"-database-url", "postgres://flag/only", "-demo-words", "3"},
 			want: func(c *Config) {
 				*c = Config{
-					Addr: "127.0.0.1:8080", DatabaseURL: "postgres://flag/only", LogLevel: "info", LogFormat: "auto",
+					Addr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9090", DatabaseURL: "postgres://flag/only", LogLevel: "info", LogFormat: "auto",
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
@@ -466,6 +471,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "max tokens negative", env: map[string]string{"CHATD_MAX_TOKENS": "-1"}, mention: []string{"CHATD_MAX_TOKENS"}},
 		{name: "model timeout zero", env: map[string]string{"CHATD_MODEL_TIMEOUT": "0s"}, mention: []string{"CHATD_MODEL_TIMEOUT"}},
 		{name: "empty addr flag", args: []string{"-addr", ""}, mention: []string{"CHATD_ADDR"}},
+		{name: "empty admin addr", env: map[string]string{"CHATD_ADMIN_ADDR": ""}, args: []string{"-admin-addr", ""}, mention: []string{"CHATD_ADMIN_ADDR", "off"}},
+		{name: "admin addr is the public one", args: []string{"-addr", "127.0.0.1:8080", "-admin-addr", "127.0.0.1:8080"}, mention: []string{"CHATD_ADMIN_ADDR", "CHATD_ADDR"}},
+		{name: "pprof without an admin listener", env: map[string]string{"CHATD_PPROF": "on", "CHATD_ADMIN_ADDR": "off"}, mention: []string{"CHATD_PPROF", "CHATD_ADMIN_ADDR"}},
 		{name: "bad byte size flag", args: []string{"-ring-bytes", "huge"}, mention: []string{"ring-bytes"}},
 		{name: "unknown flag", args: []string{"-no-such-flag"}, mention: []string{"no-such-flag"}},
 		{name: "stray argument", args: []string{"serve"}, mention: []string{"serve"}},
@@ -596,7 +604,7 @@ func freeAddr(t *testing.T) string {
 func startChild(t *testing.T, name string, env map[string]string) *child {
 	t.Helper()
 	c := &child{t: t, name: name, addr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0], "-addr", c.addr)
+	c.cmd = exec.Command(os.Args[0], "-addr", c.addr, "-admin-addr", "127.0.0.1:0")
 	c.cmd.Env = append(os.Environ(), childEnv+"=1", "CHATD_LOG_FORMAT=json", "CHATD_LOG_LEVEL=debug")
 	for k, v := range env {
 		c.cmd.Env = append(c.cmd.Env, k+"="+v)
@@ -831,7 +839,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 			t.Logf("log of the restarted chatd:\n%s", logBuf.String())
 		}
 	})
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{
+	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
 		"DATABASE_URL":     dbURL,
 		"CHATD_LOG_FORMAT": "json",
 		"CHATD_LOG_LEVEL":  "debug",
@@ -1038,8 +1046,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "startup-sweep started", "sandboxes started", "sandbox-janitor started",
-		"transport started", "hub started", "recovery started", "eviction started", "abandonment started", "http started",
-		"http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
+		"transport started", "hub started", "recovery started", "eviction started", "abandonment started", "admin-http started", "http started",
+		"http stopped", "admin-http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
 		"sandboxes stopped", "startup-sweep stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }
@@ -1112,7 +1120,7 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 
 	t.Run("Main.Run", func(t *testing.T) {
 		var logBuf syncBuffer
-		cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &logBuf)
+		cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &logBuf)
 		require.NoError(t, err)
 		logger, err := newLogger(cfg, &logBuf)
 		require.NoError(t, err)
@@ -1147,7 +1155,26 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 		defer ln.Close()
 
 		var logBuf syncBuffer
-		cfg, err := parseConfig([]string{"-addr", ln.Addr().String()}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
+		cfg, err := parseConfig([]string{"-addr", ln.Addr().String(), "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
+		require.NoError(t, err)
+		logger, err := newLogger(cfg, &logBuf)
+		require.NoError(t, err)
+		m := NewMain(cfg, logger)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = m.Run(ctx)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "listen on "+ln.Addr().String())
+		require.NoError(t, m.Close(ctx), "Close after a Run that failed part way")
+	})
+
+	t.Run("admin address in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+
+		var logBuf syncBuffer
+		cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", ln.Addr().String()}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
 		require.NoError(t, err)
 		logger, err := newLogger(cfg, &logBuf)
 		require.NoError(t, err)
@@ -1164,7 +1191,7 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 		var stderr syncBuffer
 		code := make(chan int, 1)
 		go func() {
-			code <- run([]string{"-addr", "127.0.0.1:0", "-log-format", "json"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &stderr)
+			code <- run([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-log-format", "json"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &stderr)
 		}()
 		timer := time.NewTimer(30 * time.Second)
 		defer timer.Stop()

@@ -21,11 +21,14 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// handler serves the transport's endpoints (/v1/ws, /healthz, /readyz, and the app at
-// every other path), GET /metrics, and, when configured, /debug/pprof/.
-func (m *Main) handler(reg *prometheus.Registry) http.Handler {
+// adminHandler serves the admin listener: GET /metrics, /debug/pprof/ when configured,
+// and /healthz and /readyz (the public listener's, so a probe may use either). Nothing
+// else: the API, the WebSocket and the app are only on the public listener.
+func (m *Main) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/", m.srv.Handler())
+	public := m.srv.Handler()
+	mux.Handle("GET /healthz", public)
+	mux.Handle("GET /readyz", public)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if m.cfg.Pprof {
 		// Index also serves the named profiles (heap, goroutine, allocs, block, mutex).

@@ -17,12 +17,25 @@ import (
 	"github.com/chatd/chatd/transport/wstest"
 )
 
-// httpGet fetches path from chatd and returns the status and body.
+// httpGet fetches path from chatd's public listener and returns the status and body.
 func httpGet(t *testing.T, m *Main, path string) (int, string) {
+	t.Helper()
+	return getAt(t, m.Addr(), path)
+}
+
+// adminGet fetches path from chatd's admin listener and returns the status and body.
+func adminGet(t *testing.T, m *Main, path string) (int, string) {
+	t.Helper()
+	require.NotEmpty(t, m.AdminAddr(), "chatd has no admin listener")
+	return getAt(t, m.AdminAddr(), path)
+}
+
+// getAt fetches path from addr and returns the status and body.
+func getAt(t *testing.T, addr, path string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Addr()+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	require.NoError(t, err)
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
@@ -34,12 +47,12 @@ func httpGet(t *testing.T, m *Main, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// scrape is one GET /metrics, parsed.
+// scrape is one GET /metrics on the admin listener, parsed.
 type scrape map[string]*dto.MetricFamily
 
 func scrapeMetrics(t *testing.T, m *Main) scrape {
 	t.Helper()
-	status, body := httpGet(t, m, "/metrics")
+	status, body := adminGet(t, m, "/metrics")
 	require.Equal(t, http.StatusOK, status, body)
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
@@ -179,9 +192,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NotZero(t, s.value(t, "process_resident_memory_bytes"))
 
 	// pprof is off unless asked for; the other endpoints are unaffected.
-	status, _ := httpGet(t, m, "/debug/pprof/")
+	status, _ := adminGet(t, m, "/debug/pprof/")
 	require.Equal(t, http.StatusNotFound, status)
-	status, _ = httpGet(t, m, "/healthz")
+	status, _ = adminGet(t, m, "/healthz")
 	require.Equal(t, http.StatusOK, status)
 }
 
@@ -220,19 +233,67 @@ func TestMetricsDatabasePool(t *testing.T) {
 	require.Greater(t, scrapeMetrics(t, m).value(t, "chatd_db_pool_acquires_total"), acquires)
 }
 
-// With CHATD_PPROF=on the profiles are served next to /metrics.
+// With CHATD_PPROF=on the profiles are served next to /metrics, on the admin listener
+// only.
 func TestPprofOn(t *testing.T) {
 	m, logBuf := startInProcess(t, map[string]string{"CHATD_PPROF": "on"})
 	require.Contains(t, logBuf.String(), `"pprof":true`)
-	status, body := httpGet(t, m, "/debug/pprof/")
+	status, body := adminGet(t, m, "/debug/pprof/")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "goroutine")
-	status, body = httpGet(t, m, "/debug/pprof/goroutine?debug=1")
+	status, body = adminGet(t, m, "/debug/pprof/goroutine?debug=1")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "goroutine profile")
-	status, _ = httpGet(t, m, "/debug/pprof/cmdline")
+	status, _ = adminGet(t, m, "/debug/pprof/cmdline")
 	require.Equal(t, http.StatusOK, status)
-	status, _ = httpGet(t, m, "/metrics")
+	status, _ = adminGet(t, m, "/metrics")
+	require.Equal(t, http.StatusOK, status)
+}
+
+// The public listener serves the API, the WebSocket and the app, and neither metrics nor
+// profiles; the admin listener serves those and nothing of the public one's but its
+// probes. Both answer /healthz and /readyz. The log tells the admin listener's bound
+// address, as it does the public one's.
+func TestAdminListener(t *testing.T) {
+	m, logBuf := startInProcess(t, map[string]string{"CHATD_PPROF": "on"})
+	require.NotEqual(t, m.Addr(), m.AdminAddr())
+	require.Contains(t, logBuf.String(), `"admin_addr":"`+m.AdminAddr()+`"`)
+	require.Contains(t, logBuf.String(), "metrics at http://"+m.AdminAddr()+"/metrics")
+
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+		status, body := httpGet(t, m, path)
+		require.Equal(t, http.StatusNotFound, status, "public %s", path)
+		require.NotContains(t, body, "go_goroutines", path)
+		status, _ = adminGet(t, m, path)
+		require.Equal(t, http.StatusOK, status, "admin %s", path)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		status, _ := httpGet(t, m, path)
+		require.Equal(t, http.StatusOK, status, "public %s", path)
+		status, _ = adminGet(t, m, path)
+		require.Equal(t, http.StatusOK, status, "admin %s", path)
+	}
+	// Neither the app, the API nor the WebSocket on the admin listener.
+	for _, path := range []string{"/", "/app.js", "/v1/sessions", "/v1/ws"} {
+		status, _ := adminGet(t, m, path)
+		require.Equal(t, http.StatusNotFound, status, "admin %s", path)
+	}
+	status, _ := httpGet(t, m, "/")
+	require.Equal(t, http.StatusOK, status)
+
+	// The WebSocket works on the public listener.
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	require.Equal(t, "snapshot", c.Hello("").Type)
+}
+
+// CHATD_ADMIN_ADDR=off runs no admin listener; the public one still serves no metrics.
+func TestAdminListenerOff(t *testing.T) {
+	m, logBuf := startInProcess(t, map[string]string{"CHATD_ADMIN_ADDR": "off"})
+	require.Empty(t, m.AdminAddr())
+	require.Contains(t, logBuf.String(), `"admin_addr":"off"`)
+	status, _ := httpGet(t, m, "/metrics")
+	require.Equal(t, http.StatusNotFound, status)
+	status, _ = httpGet(t, m, "/healthz")
 	require.Equal(t, http.StatusOK, status)
 }
 
@@ -247,6 +308,6 @@ func TestServesTheApp(t *testing.T) {
 	status, body = httpGet(t, m, "/v1/nope")
 	require.Equal(t, http.StatusNotFound, status)
 	require.Equal(t, "404 page not found\n", body)
-	status, _ = httpGet(t, m, "/metrics")
+	status, _ = adminGet(t, m, "/metrics")
 	require.Equal(t, http.StatusOK, status)
 }

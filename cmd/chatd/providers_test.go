@@ -27,7 +27,11 @@ func startInProcess(t *testing.T, env map[string]string) (*Main, *syncBuffer) {
 		full[k] = v
 	}
 	logBuf := &syncBuffer{}
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(full), logBuf)
+	args := []string{"-addr", "127.0.0.1:0"}
+	if _, ok := env["CHATD_ADMIN_ADDR"]; !ok {
+		args = append(args, "-admin-addr", "127.0.0.1:0") // not the default port, which other tests use too
+	}
+	cfg, err := parseConfig(args, envMap(full), logBuf)
 	require.NoError(t, err)
 	logger, err := newLogger(cfg, logBuf)
 	require.NoError(t, err)
@@ -312,7 +316,7 @@ func TestDemoAgentIsTheDefaultAndSaysSo(t *testing.T) {
 // A provider setting only the provider can check (Anthropic's thinking budget against
 // the answer cap) stops chatd at start-up, not at the first message.
 func TestBadProviderSettingFailsAtStart(t *testing.T) {
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, envMap(map[string]string{
+	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
 		"DATABASE_URL": storetest.NewURL(t), "CHATD_AGENT": "anthropic", "CHATD_MODEL": "claude-x",
 		"ANTHROPIC_API_KEY": "k", "CHATD_THINKING_BUDGET": "500",
 	}), &syncBuffer{})

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 
 // env is a chatd server on a real database and a real listener.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	store *store.Store
 	hub   *hub.Hub
 	srv   *transport.Server
@@ -50,7 +50,7 @@ type envOptions struct {
 	realWS   bool // use the real clock for connections
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	st := storetest.New(t, o.pool...)
 	e := &env{t: t, store: st, ConvClock: clockwork.NewFakeClock(), WSClock: clockwork.NewFakeClock()}

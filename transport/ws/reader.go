@@ -44,16 +44,34 @@ func (c *conn) logReadError(err error) {
 // command (not text, not JSON, a bad requestId, an unknown type) are answered here, at
 // once; so is a command that finds the queue full (busy). Nothing here waits.
 func (c *conn) handle(typ websocket.MessageType, data []byte) {
-	if typ != websocket.MessageText {
-		c.replyError(nil, conversation.CodeBadRequest, "frames must be JSON in text frames")
+	f, bad := decodeClientFrame(typ, data)
+	if bad != nil {
+		c.replyError(bad.requestID, bad.code, bad.message)
 		return
+	}
+	c.queue(f)
+}
+
+// badFrame is the error reply to a frame that cannot be taken as a command.
+type badFrame struct {
+	requestID *string // echoed when the frame carried a valid one; nil otherwise
+	code      string
+	message   string
+}
+
+// decodeClientFrame reads one client frame: a command of a known type, whose requestId,
+// if any, is valid; or the error it is answered with (not text, not a JSON object, a
+// field of the wrong type, a bad requestId, no or an unknown type). The fields' values
+// are checked by the command that uses them.
+func decodeClientFrame(typ websocket.MessageType, data []byte) (clientFrame, *badFrame) {
+	if typ != websocket.MessageText {
+		return clientFrame{}, &badFrame{code: conversation.CodeBadRequest, message: "frames must be JSON in text frames"}
 	}
 	var f clientFrame
 	err := json.Unmarshal(data, &f)
 	validID := f.RequestID != nil && chat.ValidRequestID(*f.RequestID)
 	if f.RequestID != nil && !validID {
-		c.replyError(nil, conversation.CodeBadRequest, fmt.Sprintf("requestId must be 1 to %d characters", chat.MaxRequestIDLen))
-		return
+		return clientFrame{}, &badFrame{code: conversation.CodeBadRequest, message: fmt.Sprintf("requestId must be 1 to %d characters", chat.MaxRequestIDLen)}
 	}
 	if err != nil {
 		// A field of the wrong type leaves the others decoded: echo a valid requestId
@@ -62,20 +80,19 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 		if validID {
 			echo = f.RequestID
 		}
-		c.replyError(echo, conversation.CodeBadRequest, "malformed frame: "+jsonProblem(err))
-		return
+		return clientFrame{}, &badFrame{requestID: echo, code: conversation.CodeBadRequest, message: "malformed frame: " + jsonProblem(err)}
 	}
 	switch f.Type {
 	case "":
-		c.replyError(f.RequestID, conversation.CodeBadRequest, "type is required")
+		return clientFrame{}, &badFrame{requestID: f.RequestID, code: conversation.CodeBadRequest, message: "type is required"}
 	case typeHello, typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeChatDismiss, typeHistoryFetch, typeAuthRefresh:
-		c.queue(f)
+		return f, nil
 	default:
 		t := f.Type
 		if len(t) > 64 {
 			t = t[:64] + "…"
 		}
-		c.replyError(f.RequestID, codeUnknownType, fmt.Sprintf("unknown frame type %q", t))
+		return clientFrame{}, &badFrame{requestID: f.RequestID, code: codeUnknownType, message: fmt.Sprintf("unknown frame type %q", t)}
 	}
 }
 

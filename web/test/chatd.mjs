@@ -78,6 +78,9 @@ class Server {
       HOME: process.env.HOME,
       DATABASE_URL: this.dbURL,
       CHATD_ADDR: addr,
+      // Metrics on a port of its own: tests run several chatds, and the default admin
+      // port (127.0.0.1:9090) can be taken by only one of them.
+      CHATD_ADMIN_ADDR: '127.0.0.1:0',
       CHATD_LOG_FORMAT: 'json',
       CHATD_LOG_LEVEL: 'info',
       CHATD_SANDBOX_DIR: this.sandboxDir,
