@@ -82,7 +82,10 @@ func (s *Server) sweepHandshakes(now time.Time) {
 		return
 	}
 	s.hsSwept = now
-	full := time.Duration(float64(s.cfg.HandshakeBurst) / float64(s.cfg.HandshakeRate) * float64(time.Second))
+	full := time.Duration(math.MaxInt64)
+	if secs := float64(s.cfg.HandshakeBurst) / float64(s.cfg.HandshakeRate); secs < (time.Duration(math.MaxInt64) / time.Second).Seconds() {
+		full = time.Duration(secs * float64(time.Second)) // a tiny rate must not overflow
+	}
 	for host, h := range s.handshakes {
 		if now.Sub(h.last) > full {
 			delete(s.handshakes, host)
