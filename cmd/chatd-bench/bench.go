@@ -96,6 +96,11 @@ func (b *bench) startChatd(ctx context.Context, name, dbURL string, env ...strin
 		"CHATD_SANDBOX_DIR=" + dir,
 		"CHATD_SHELL_TOOL=off",
 		"CHATD_PPROF=on", // for -profile-dir and forceGC; the admin listener is on loopback
+		// Every simulated client comes from 127.0.0.1, thousands of them at once: the
+		// per-address and per-connection limits would measure themselves, not chatd.
+		"CHATD_MAX_CONNS_PER_ADDR=0",
+		"CHATD_HANDSHAKE_RATE=off",
+		"CHATD_COMMAND_RATE=off",
 	}, env...)
 	logf("starting %s", name)
 	srv, err := startServer(ctx, name, addr, "/readyz", env, b.opts.chatd)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
@@ -59,6 +62,22 @@ type Config struct {
 	// MaxQueuedCommands bounds the commands of one connection waiting or being handled;
 	// one more is answered with error busy (CHATD_MAX_QUEUED_COMMANDS).
 	MaxQueuedCommands int
+	// CommandRate and CommandBurst are each connection's token bucket of commands; one
+	// over it is answered error rate_limited (CHATD_COMMAND_RATE, e.g. 20/s or off;
+	// CHATD_COMMAND_BURST). rate.Inf is off.
+	CommandRate  rate.Limit
+	CommandBurst int
+	// MaxConnsPerUser bounds the connections of one authenticated user, the anonymous
+	// user of CHATD_AUTH=none excepted; MaxConnsPerAddr those from one remote address. One
+	// more is closed with 4029. 0 is no limit (CHATD_MAX_CONNS_PER_USER,
+	// CHATD_MAX_CONNS_PER_ADDR).
+	MaxConnsPerUser int
+	MaxConnsPerAddr int
+	// HandshakeRate and HandshakeBurst are each remote address's token bucket of
+	// WebSocket upgrades; one over it is answered HTTP 429 (CHATD_HANDSHAKE_RATE, e.g.
+	// 20/s or off; CHATD_HANDSHAKE_BURST). rate.Inf is off.
+	HandshakeRate  rate.Limit
+	HandshakeBurst int
 	// MaxContentBytes is the largest user message (CHATD_MAX_CONTENT_BYTES).
 	MaxContentBytes int
 	// IdleEvict is how long a session with no subscriber and no run stays in memory
@@ -235,6 +254,14 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.PingInterval, "ping-interval", env.duration("CHATD_PING_INTERVAL", ws.DefaultPingInterval), "ping every connection this often (CHATD_PING_INTERVAL)")
 	fs.DurationVar(&c.PingTimeout, "ping-timeout", env.duration("CHATD_PING_TIMEOUT", ws.DefaultPingTimeout), "drop a connection that has not answered a ping within this (CHATD_PING_TIMEOUT)")
 	fs.IntVar(&c.MaxQueuedCommands, "max-queued-commands", env.int("CHATD_MAX_QUEUED_COMMANDS", ws.DefaultMaxQueuedCommands), "commands per connection waiting or being handled; one more is answered busy (CHATD_MAX_QUEUED_COMMANDS)")
+	c.CommandRate = env.rate("CHATD_COMMAND_RATE", ws.DefaultCommandRate)
+	fs.Var(rateValue{&c.CommandRate}, "command-rate", "commands per connection, e.g. 20/s, 600/m or off; more are answered rate_limited (CHATD_COMMAND_RATE)")
+	fs.IntVar(&c.CommandBurst, "command-burst", env.int("CHATD_COMMAND_BURST", ws.DefaultCommandBurst), "commands a connection may send at once within its rate (CHATD_COMMAND_BURST)")
+	fs.IntVar(&c.MaxConnsPerUser, "max-conns-per-user", env.int("CHATD_MAX_CONNS_PER_USER", ws.DefaultMaxConnsPerUser), "connections per authenticated user, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_USER)")
+	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "connections per remote address, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_ADDR)")
+	c.HandshakeRate = env.rate("CHATD_HANDSHAKE_RATE", ws.DefaultHandshakeRate)
+	fs.Var(rateValue{&c.HandshakeRate}, "handshake-rate", "WebSocket upgrades per remote address, e.g. 20/s or off; more are answered 429 (CHATD_HANDSHAKE_RATE)")
+	fs.IntVar(&c.HandshakeBurst, "handshake-burst", env.int("CHATD_HANDSHAKE_BURST", ws.DefaultHandshakeBurst), "upgrades an address may make at once within its rate (CHATD_HANDSHAKE_BURST)")
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
@@ -329,6 +356,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_PING_TIMEOUT (-ping-timeout) is %s; it must be positive", c.PingTimeout)
 	case c.MaxQueuedCommands < 1:
 		return fmt.Errorf("CHATD_MAX_QUEUED_COMMANDS (-max-queued-commands) is %d; it must be at least 1", c.MaxQueuedCommands)
+	case c.CommandBurst < 1:
+		return fmt.Errorf("CHATD_COMMAND_BURST (-command-burst) is %d; it must be at least 1", c.CommandBurst)
+	case c.HandshakeBurst < 1:
+		return fmt.Errorf("CHATD_HANDSHAKE_BURST (-handshake-burst) is %d; it must be at least 1", c.HandshakeBurst)
+	case c.MaxConnsPerUser < 0:
+		return fmt.Errorf("CHATD_MAX_CONNS_PER_USER (-max-conns-per-user) is %d; use 0 (no limit) or more", c.MaxConnsPerUser)
+	case c.MaxConnsPerAddr < 0:
+		return fmt.Errorf("CHATD_MAX_CONNS_PER_ADDR (-max-conns-per-addr) is %d; use 0 (no limit) or more", c.MaxConnsPerAddr)
 	case c.IdleEvict <= 0:
 		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
 	case c.ShutdownTimeout <= 0:
@@ -498,6 +533,19 @@ func (e *envDefaults) int(key string, def int) int {
 	return n
 }
 
+func (e *envDefaults) rate(key string, def rate.Limit) rate.Limit {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	r, err := parseRate(v)
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
+		return def
+	}
+	return r
+}
+
 func (e *envDefaults) onOff(key string, def bool) bool {
 	v := e.getenv(key)
 	if v == "" {
@@ -576,6 +624,55 @@ func parseOnOff(s string) (bool, bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// rateValue is a flag.Value for rates such as 20/s, 600/m, 3600/h or off (rate.Inf).
+type rateValue struct{ p *rate.Limit }
+
+func (r rateValue) String() string {
+	if r.p == nil {
+		return ""
+	}
+	if *r.p == rate.Inf {
+		return "off"
+	}
+	return strconv.FormatFloat(float64(*r.p), 'g', -1, 64) + "/s"
+}
+
+func (r rateValue) Set(s string) error {
+	l, err := parseRate(s)
+	if err != nil {
+		return err
+	}
+	*r.p = l
+	return nil
+}
+
+// parseRate reads a positive number of events per second, minute or hour ("20/s",
+// "600/m", "3600/h"; a bare number is per second), or off.
+func parseRate(s string) (rate.Limit, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "off" {
+		return rate.Inf, nil
+	}
+	per := time.Second
+	if n, unit, ok := strings.Cut(t, "/"); ok {
+		switch strings.TrimSpace(unit) {
+		case "s":
+		case "m":
+			per = time.Minute
+		case "h":
+			per = time.Hour
+		default:
+			return 0, errors.New("not a rate (use e.g. 20/s, 600/m, 3600/h or off)")
+		}
+		t = strings.TrimSpace(n)
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) || n <= 0 {
+		return 0, errors.New("not a positive rate (use e.g. 20/s, 600/m, 3600/h or off)")
+	}
+	return rate.Limit(n / per.Seconds()), nil
 }
 
 // byteSize is a flag.Value for sizes such as 4096, 64KiB or 4MiB.

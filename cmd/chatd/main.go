@@ -215,6 +215,12 @@ func (m *Main) build() error {
 		PingTimeout:       m.cfg.PingTimeout,
 		Metrics:           transport.NewMetrics(m.registry),
 		MaxQueuedCommands: m.cfg.MaxQueuedCommands,
+		CommandRate:       m.cfg.CommandRate,
+		CommandBurst:      m.cfg.CommandBurst,
+		MaxConnsPerUser:   noLimit(m.cfg.MaxConnsPerUser),
+		MaxConnsPerAddr:   noLimit(m.cfg.MaxConnsPerAddr),
+		HandshakeRate:     m.cfg.HandshakeRate,
+		HandshakeBurst:    m.cfg.HandshakeBurst,
 	})
 	if err != nil {
 		return err
@@ -532,4 +538,12 @@ func (m *Main) modelName() string {
 // failed part way, and a second time.
 func (m *Main) Close(ctx context.Context) error {
 	return m.services.Stop(ctx)
+}
+
+// noLimit maps the configuration's 0 (no limit) to ws.Config's -1.
+func noLimit(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/time/rate"
 
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/sandbox"
@@ -76,6 +77,12 @@ func TestParseConfigDefaults(t *testing.T) {
 		PingInterval:      25 * time.Second,
 		PingTimeout:       10 * time.Second,
 		MaxQueuedCommands: 16,
+		CommandRate:       20,
+		CommandBurst:      40,
+		MaxConnsPerUser:   64,
+		MaxConnsPerAddr:   256,
+		HandshakeRate:     20,
+		HandshakeBurst:    100,
 
 		ApprovalTimeout:  5 * time.Minute,
 		SandboxIdlePause: 15 * time.Minute,
@@ -123,6 +130,12 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_PING_INTERVAL":       "30s",
 		"CHATD_PING_TIMEOUT":        "40s",
 		"CHATD_MAX_QUEUED_COMMANDS": "4",
+		"CHATD_COMMAND_RATE":        "600/m",
+		"CHATD_COMMAND_BURST":       "5",
+		"CHATD_MAX_CONNS_PER_USER":  "0",
+		"CHATD_MAX_CONNS_PER_ADDR":  "8",
+		"CHATD_HANDSHAKE_RATE":      "off",
+		"CHATD_HANDSHAKE_BURST":     "3",
 
 		"CHATD_APPROVAL_TIMEOUT":   "10s",
 		"CHATD_SANDBOX_KILL_AFTER": "1h",
@@ -179,6 +192,12 @@ func TestParseConfigValues(t *testing.T) {
 		PingInterval:      30 * time.Second,
 		PingTimeout:       40 * time.Second,
 		MaxQueuedCommands: 4,
+		CommandRate:       10,
+		CommandBurst:      5,
+		MaxConnsPerUser:   0,
+		MaxConnsPerAddr:   8,
+		HandshakeRate:     rate.Inf,
+		HandshakeBurst:    3,
 
 		ApprovalTimeout:  10 * time.Second,
 		SandboxIdlePause: 20 * time.Minute,
@@ -241,6 +260,12 @@ func TestParseConfigValues(t *testing.T) {
 				"-ping-interval", "5s",
 				"-ping-timeout", "2s",
 				"-max-queued-commands", "32",
+				"-command-rate", "0.5",
+				"-command-burst", "2",
+				"-max-conns-per-user", "3",
+				"-max-conns-per-addr", "0",
+				"-handshake-rate", "7200/h",
+				"-handshake-burst", "9",
 				"-shutdown-timeout", "20s",
 				"-pprof=off",
 				"-coalesce-deltas", "1s",
@@ -296,6 +321,12 @@ func TestParseConfigValues(t *testing.T) {
 					PingInterval:      5 * time.Second,
 					PingTimeout:       2 * time.Second,
 					MaxQueuedCommands: 32,
+					CommandRate:       0.5,
+					CommandBurst:      2,
+					MaxConnsPerUser:   3,
+					MaxConnsPerAddr:   0,
+					HandshakeRate:     2,
+					HandshakeBurst:    9,
 
 					ApprovalTimeout:  time.Minute,
 					SandboxIdlePause: 30 * time.Minute,
@@ -344,6 +375,7 @@ func TestParseConfigValues(t *testing.T) {
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
+					CommandRate: 20, CommandBurst: 40, MaxConnsPerUser: 64, MaxConnsPerAddr: 256, HandshakeRate: 20, HandshakeBurst: 100,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
 					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, Recover: RecoverContinue,
 					MaxSteps: 20, SandboxDir: filepath.Join(os.TempDir(), "chatd-sandboxes"),
@@ -435,6 +467,16 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "ping timeout negative", env: map[string]string{"CHATD_PING_TIMEOUT": "-1s"}, mention: []string{"CHATD_PING_TIMEOUT", "-ping-timeout"}},
 		{name: "ping timeout flag zero", args: []string{"-ping-timeout", "0s"}, mention: []string{"CHATD_PING_TIMEOUT"}},
 		{name: "max queued commands zero", env: map[string]string{"CHATD_MAX_QUEUED_COMMANDS": "0"}, mention: []string{"CHATD_MAX_QUEUED_COMMANDS", "-max-queued-commands"}},
+		{name: "command rate not a rate", env: map[string]string{"CHATD_COMMAND_RATE": "fast"}, mention: []string{"CHATD_COMMAND_RATE", "fast", "20/s"}},
+		{name: "command rate unit", env: map[string]string{"CHATD_COMMAND_RATE": "20/day"}, mention: []string{"CHATD_COMMAND_RATE", "20/day"}},
+		{name: "command rate zero", env: map[string]string{"CHATD_COMMAND_RATE": "0/s"}, mention: []string{"CHATD_COMMAND_RATE", "positive"}},
+		{name: "command rate flag negative", args: []string{"-command-rate", "-3"}, mention: []string{"command-rate", "positive"}},
+		{name: "command burst zero", env: map[string]string{"CHATD_COMMAND_BURST": "0"}, mention: []string{"CHATD_COMMAND_BURST", "-command-burst"}},
+		{name: "handshake rate not a rate", env: map[string]string{"CHATD_HANDSHAKE_RATE": "NaN"}, mention: []string{"CHATD_HANDSHAKE_RATE", "NaN"}},
+		{name: "handshake burst not a number", env: map[string]string{"CHATD_HANDSHAKE_BURST": "many"}, mention: []string{"CHATD_HANDSHAKE_BURST", "many"}},
+		{name: "max conns per user negative", env: map[string]string{"CHATD_MAX_CONNS_PER_USER": "-1"}, mention: []string{"CHATD_MAX_CONNS_PER_USER", "-max-conns-per-user"}},
+		{name: "max conns per addr not a number", env: map[string]string{"CHATD_MAX_CONNS_PER_ADDR": "lots"}, mention: []string{"CHATD_MAX_CONNS_PER_ADDR", "lots"}},
+		{name: "max conns per addr negative flag", args: []string{"-max-conns-per-addr", "-2"}, mention: []string{"CHATD_MAX_CONNS_PER_ADDR"}},
 		{name: "max queued commands not a number", env: map[string]string{"CHATD_MAX_QUEUED_COMMANDS": "lots"}, mention: []string{"CHATD_MAX_QUEUED_COMMANDS", "lots"}},
 		{name: "coalesce deltas negative", env: map[string]string{"CHATD_COALESCE_DELTAS": "-1ms"}, mention: []string{"CHATD_COALESCE_DELTAS", "-1ms"}},
 		{name: "coalesce deltas above 1s", env: map[string]string{"CHATD_COALESCE_DELTAS": "1001ms"}, mention: []string{"CHATD_COALESCE_DELTAS", "1.001s"}},

@@ -311,3 +311,37 @@ func TestServesTheApp(t *testing.T) {
 	status, _ = adminGet(t, m, "/metrics")
 	require.Equal(t, http.StatusOK, status)
 }
+
+// The limits' variables reach the WebSocket server, and /metrics counts their refusals:
+// a command over CHATD_COMMAND_RATE is answered rate_limited, a connection over
+// CHATD_MAX_CONNS_PER_ADDR is closed with 4029, an upgrade over CHATD_HANDSHAKE_BURST is
+// answered 429.
+func TestLimitsSettingsAndMetrics(t *testing.T) {
+	m, _ := startInProcess(t, map[string]string{
+		"CHATD_COMMAND_RATE":       "1/h",
+		"CHATD_COMMAND_BURST":      "2",
+		"CHATD_MAX_CONNS_PER_ADDR": "1",
+		"CHATD_HANDSHAKE_RATE":     "1/h",
+		"CHATD_HANDSHAKE_BURST":    "3",
+	})
+	url := "ws://" + m.Addr() + "/v1/ws"
+	c := wstest.Dial(t, url, nil)
+	c.Hello("")
+	c.SendUnchecked(map[string]any{"type": "no-such-type", "requestId": "u"})
+	require.Equal(t, "unknown_type", c.ReadReply("u").Code)
+	c.SendUnchecked(map[string]any{"type": "no-such-type", "requestId": "over"})
+	require.Equal(t, "rate_limited", c.ReadReply("over").Code)
+
+	second := wstest.Dial(t, url, nil)
+	require.EqualValues(t, 4029, second.ExpectClose())
+
+	// The third upgrade took the last token; the fourth finds none.
+	wstest.Dial(t, url, nil).ExpectClose()
+	_, err := wstest.TryDial(t, url, nil)
+	require.ErrorContains(t, err, "429")
+
+	s := scrapeMetrics(t, m)
+	for limit, want := range map[string]float64{"command": 1, "addr_conns": 2, "handshake": 1, "user_conns": 0} {
+		require.Equal(t, want, s.series(t, "chatd_rate_limited_total", "limit", limit).GetCounter().GetValue(), limit)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
@@ -74,6 +75,14 @@ type conn struct {
 	actor *conversation.Actor
 	// user is who the hello's token named. Worker only.
 	user string
+	// userCounted: the connection counts against user's MaxConnsPerUser. Worker only;
+	// read by serve once the worker is done.
+	userCounted bool
+
+	// host is the remote address the per-address limits count the connection under;
+	// cmdLimiter its bucket of commands, nil for no limit. Reader only.
+	host       string
+	cmdLimiter *rate.Limiter
 }
 
 var _ transport.Writer = (*conn)(nil)
@@ -82,6 +91,9 @@ func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, stop := context.WithCancel(context.Background())
 	c := &conn{s: s, ws: ws, req: r, ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
 	c.out = transport.NewOutbox(&s.out, c, r.RemoteAddr)
+	if s.cfg.CommandRate != rate.Inf {
+		c.cmdLimiter = rate.NewLimiter(s.cfg.CommandRate, s.cfg.CommandBurst)
+	}
 	return c
 }
 
@@ -120,6 +132,9 @@ func (c *conn) serve() {
 	// is done, c.actor is the session a hello subscribed to, if any.
 	c.worker.Wait()
 	c.writers.Wait()
+	if c.userCounted {
+		c.s.releaseUser(c.user)
+	}
 	if c.actor != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.actor.Unsubscribe(ctx, c.out)

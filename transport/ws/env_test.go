@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/time/rate"
 
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
@@ -33,6 +34,7 @@ type env struct {
 	store *store.Store
 	hub   *hub.Hub
 	srv   *transport.Server
+	ws    *ws.Server
 	ts    *httptest.Server
 	URL   string // ws://.../v1/ws
 	// ConvClock drives the actors, WSClock the connections; separate so tests can count
@@ -64,7 +66,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 	require.NoError(t, err)
 	e.hub = h
 
-	wc := ws.Config{Hub: h, Logger: log, Clock: e.WSClock}
+	// The limits are off unless a test turns them on: the connections' clock is fake, so
+	// buckets would never refill for tests that send many frames or dial many times.
+	wc := ws.Config{Hub: h, Logger: log, Clock: e.WSClock,
+		CommandRate: rate.Inf, HandshakeRate: rate.Inf, MaxConnsPerUser: -1, MaxConnsPerAddr: -1}
 	if o.realWS {
 		wc.Clock = clockwork.NewRealClock()
 	}
@@ -73,6 +78,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	wsSrv, err := ws.New(wc)
 	require.NoError(t, err)
+	e.ws = wsSrv
 	srv, err := transport.New(transport.Config{WebSocket: wsSrv, Ready: st.Ping, Logger: log})
 	require.NoError(t, err)
 	e.srv = srv

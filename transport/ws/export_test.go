@@ -13,3 +13,10 @@ type (
 
 // ToWireMessages is how replies carry messages.
 var ToWireMessages = toWireMessages
+
+// HandshakeLimiters is how many remote addresses have a handshake bucket.
+func HandshakeLimiters(s *Server) int {
+	s.hsMu.Lock()
+	defer s.hsMu.Unlock()
+	return len(s.handshakes)
+}

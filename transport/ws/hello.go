@@ -3,6 +3,7 @@ package ws
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,6 +56,24 @@ func (c *conn) hello(f clientFrame) {
 		c.out.Close(disconnectUnauthorized, true)
 		return
 	}
+	// The connection counts against its user from here: a hello that fails without
+	// closing it lets go of the count (the client may say hello again, perhaps as
+	// someone else).
+	if !c.s.acquireUser(owner) {
+		c.s.cfg.Metrics.RateLimited(transport.LimitUserConns)
+		c.logEvent(c.s.log.Info()).Str("user", owner).Msg("refused a connection over its user's connection limit")
+		c.replyError(f.RequestID, codeRateLimited, fmt.Sprintf("too many connections for this user (at most %d)", c.s.cfg.MaxConnsPerUser))
+		c.out.Close(disconnectUserConns, true)
+		return
+	}
+	c.user, c.userCounted = owner, true
+	ok := false
+	defer func() {
+		if !ok {
+			c.s.releaseUser(owner)
+			c.user, c.userCounted = "", false
+		}
+	}()
 	var id uuid.UUID
 	if f.SessionID != nil {
 		id, err = uuid.Parse(*f.SessionID)
@@ -105,8 +124,8 @@ func (c *conn) hello(f clientFrame) {
 		c.replyErr(f.RequestID, err)
 		return
 	}
+	ok = true
 	c.actor = actor
-	c.user = owner
 	c.armExpiry(expiresAt)
 	c.helloed.Store(true)
 	c.helloTimer.Stop()

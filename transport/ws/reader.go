@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
 )
 
 // readLoop reads frames until the connection ends.
@@ -45,6 +46,17 @@ func (c *conn) logReadError(err error) {
 // once; so is a command that finds the queue full (busy). Nothing here waits.
 func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	f, bad := decodeClientFrame(typ, data)
+	if !c.allowCommand() {
+		// Every frame spends a token, a bad one too; the reply echoes the requestId
+		// when there is a valid one.
+		id := f.RequestID
+		if bad != nil {
+			id = bad.requestID
+		}
+		c.s.cfg.Metrics.RateLimited(transport.LimitCommand)
+		c.replyError(id, codeRateLimited, fmt.Sprintf("too many commands on this connection (at most %g a second, %d at once): not handled; send it again later", float64(c.s.cfg.CommandRate), c.s.cfg.CommandBurst))
+		return
+	}
 	if bad != nil {
 		c.replyError(bad.requestID, bad.code, bad.message)
 		return

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/transport"
@@ -27,6 +28,12 @@ const (
 	DefaultPingTimeout       = 10 * time.Second
 	DefaultCloseGrace        = 5 * time.Second
 	DefaultMaxQueuedCommands = 16
+	DefaultCommandRate       = rate.Limit(20)
+	DefaultCommandBurst      = 40
+	DefaultMaxConnsPerUser   = 64
+	DefaultMaxConnsPerAddr   = 256
+	DefaultHandshakeRate     = rate.Limit(20)
+	DefaultHandshakeBurst    = 100
 
 	defaultHistoryLimit = 50
 
@@ -68,6 +75,26 @@ type Config struct {
 	// MaxQueuedCommands bounds the commands of one connection that wait for its worker or
 	// are being handled; one more is answered with error busy at once.
 	MaxQueuedCommands int
+	// CommandRate and CommandBurst are each connection's token bucket of commands (every
+	// frame it sends counts); a command over it is answered error rate_limited and not
+	// handled. rate.Inf turns it off.
+	CommandRate  rate.Limit
+	CommandBurst int
+	// MaxConnsPerUser bounds the connections of one user, counted from a successful
+	// authentication in hello; one more is closed with 4029. The anonymous user ("") is
+	// not limited. Negative turns it off.
+	MaxConnsPerUser int
+	// MaxConnsPerAddr bounds the connections from one remote address (RemoteHost); one
+	// more is closed with 4029 right after the upgrade. Negative turns it off.
+	MaxConnsPerAddr int
+	// HandshakeRate and HandshakeBurst are each remote address's token bucket of upgrade
+	// requests; one over it is answered HTTP 429 with Retry-After. rate.Inf turns it off.
+	HandshakeRate  rate.Limit
+	HandshakeBurst int
+	// RemoteHost is the address the per-address limits count a request under. Defaults
+	// to the host of r.RemoteAddr: behind a reverse proxy, the proxy's address. Tests
+	// and embedders that know better set it.
+	RemoteHost func(r *http.Request) string
 	// Metrics counts connections and frames. nil counts nothing.
 	Metrics *transport.Metrics
 }
@@ -100,6 +127,27 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueuedCommands == 0 {
 		c.MaxQueuedCommands = DefaultMaxQueuedCommands
 	}
+	if c.CommandRate == 0 {
+		c.CommandRate = DefaultCommandRate
+	}
+	if c.CommandBurst == 0 {
+		c.CommandBurst = DefaultCommandBurst
+	}
+	if c.MaxConnsPerUser == 0 {
+		c.MaxConnsPerUser = DefaultMaxConnsPerUser
+	}
+	if c.MaxConnsPerAddr == 0 {
+		c.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+	}
+	if c.HandshakeRate == 0 {
+		c.HandshakeRate = DefaultHandshakeRate
+	}
+	if c.HandshakeBurst == 0 {
+		c.HandshakeBurst = DefaultHandshakeBurst
+	}
+	if c.RemoteHost == nil {
+		c.RemoteHost = remoteHost
+	}
 	return c
 }
 
@@ -115,6 +163,10 @@ func (c Config) validate() error {
 		return errors.New("ws config: durations must not be negative")
 	case c.MaxQueuedCommands < 0:
 		return fmt.Errorf("ws config: MaxQueuedCommands %d is negative", c.MaxQueuedCommands)
+	case c.CommandRate < 0 || c.HandshakeRate < 0:
+		return errors.New("ws config: rates must not be negative")
+	case c.CommandBurst < 1 || c.HandshakeBurst < 1:
+		return errors.New("ws config: bursts must be at least 1")
 	}
 	for _, p := range c.AllowedOrigins {
 		if _, err := path.Match(p, ""); err != nil {
@@ -137,6 +189,14 @@ type Server struct {
 	conns    map[*conn]struct{}
 	closing  bool
 	handlers sync.WaitGroup
+	// Connections per user and per remote address (limits.go). Under mu.
+	userConns map[string]int
+	addrConns map[string]int
+
+	// Handshake buckets per remote address (limits.go).
+	hsMu       sync.Mutex
+	handshakes map[string]*handshakeLimiter
+	hsSwept    time.Time
 }
 
 var _ transport.Endpoint = (*Server)(nil)
@@ -161,7 +221,10 @@ func New(cfg Config) (*Server, error) {
 			Metrics:       cfg.Metrics,
 			Logger:        log,
 		},
-		conns: make(map[*conn]struct{}),
+		conns:      make(map[*conn]struct{}),
+		userConns:  make(map[string]int),
+		addrConns:  make(map[string]int),
+		handshakes: make(map[string]*handshakeLimiter),
 	}, nil
 }
 
@@ -170,6 +233,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Origins are checked after the upgrade so a refused browser sees close code 1008
 	// (the protocol's policy code) instead of a failed handshake it cannot inspect. No
 	// frame is read from a refused connection.
+	host := s.cfg.RemoteHost(r)
+	if ok, delay := s.allowHandshake(host); !ok {
+		s.cfg.Metrics.RateLimited(transport.LimitHandshake)
+		s.log.Debug().Str("remote", r.RemoteAddr).Msg("refused a handshake over its address's rate")
+		refuseHandshake(w, delay)
+		return
+	}
 	pongs := new(atomic.Int64)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{Subprotocol},
@@ -190,29 +260,43 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c := newConn(s, ws, r)
 	c.pongs = pongs
-	if !s.track(c) {
-		_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
+	c.host = host
+	if d, ok := s.track(c); !ok {
+		if d == disconnectAddrConns {
+			s.cfg.Metrics.RateLimited(transport.LimitAddrConns)
+			s.log.Info().Str("remote", r.RemoteAddr).Msg("refused a connection over its address's connection limit")
+		}
+		_ = ws.Close(status(d), d.Reason)
 		return
 	}
 	defer s.untrack(c)
 	c.serve()
 }
 
-func (s *Server) track(c *conn) bool {
+// track counts a new connection, unless the server is shutting down or the connection's
+// address has MaxConnsPerAddr already: then it says how to close it.
+func (s *Server) track(c *conn) (transport.Disconnect, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return false
+		return transport.DisconnectShutdown, false
 	}
+	if s.cfg.MaxConnsPerAddr >= 0 && s.addrConns[c.host] >= s.cfg.MaxConnsPerAddr {
+		return disconnectAddrConns, false
+	}
+	s.addrConns[c.host]++
 	s.conns[c] = struct{}{}
 	s.handlers.Add(1)
 	s.cfg.Metrics.ConnectionOpened()
-	return true
+	return transport.Disconnect{}, true
 }
 
 func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	if s.addrConns[c.host]--; s.addrConns[c.host] <= 0 {
+		delete(s.addrConns, c.host)
+	}
 	s.mu.Unlock()
 	s.cfg.Metrics.ConnectionClosed()
 	s.handlers.Done()
