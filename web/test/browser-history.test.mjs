@@ -7,11 +7,12 @@ import { assertNoPageErrors, openApp, setup, waitLive, WAIT } from './browser.mj
 
 let env;
 before(async () => {
-  env = await setup({ CHATD_DEMO_WORDS: '3', CHATD_DEMO_DELAY: '0s' });
+  // 105 sends in a row on one socket: more than the default command rate allows.
+  env = await setup({ CHATD_DEMO_WORDS: '3', CHATD_DEMO_DELAY: '0s', CHATD_COMMAND_RATE: 'off' });
 });
 after(() => env?.teardown());
 
-test('scrolling to the top loads older messages in place', async () => {
+test('scrolling to the top loads older messages in place', { timeout: 120000 }, async () => {
   const context = await env.browser.newContext({ viewport: { width: 1100, height: 700 } });
   const page = await openApp(context, env.srv);
   // 105 runs, one after the other, over a raw socket: 210 messages.
