@@ -429,6 +429,10 @@ func (c Config) validateAuth() error {
 			return errors.New("CHATD_AUTH is jwt but neither CHATD_JWT_SECRET (an HMAC key) nor CHATD_JWKS_URL (-jwks-url, the identity provider's keys) is set")
 		case c.JWTSecret != "" && c.JWKSURL != "":
 			return errors.New("CHATD_AUTH is jwt with both CHATD_JWT_SECRET and CHATD_JWKS_URL set: use one")
+		case c.JWKSURL != "" && c.JWTAudience == "":
+			// An identity provider's keys sign tokens for all of its customers' apps: without
+			// an audience, anyone's token for any app would be a chatd user.
+			return errors.New("CHATD_AUTH is jwt with CHATD_JWKS_URL but CHATD_JWT_AUDIENCE is not set: an identity provider signs tokens for other apps with the same keys; set the audience chatd's tokens carry (and CHATD_JWT_ISSUER)")
 		case c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecretBytes:
 			return fmt.Errorf("CHATD_JWT_SECRET is %d bytes; use at least %d random bytes (e.g. openssl rand -base64 32)", len(c.JWTSecret), auth.MinSecretBytes)
 		}

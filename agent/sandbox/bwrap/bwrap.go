@@ -538,7 +538,7 @@ func (p *Provider) args(id, command string) []string {
 		"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
 		"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf",
 		"/etc/resolv.conf", "/etc/gai.conf", "/etc/services", "/etc/protocols",
-		"/etc/ssl", "/etc/ca-certificates", "/etc/localtime", "/etc/mime.types",
+		"/etc/ssl/certs", "/etc/ca-certificates", "/etc/localtime", "/etc/mime.types",
 	} {
 		a = append(a, "--ro-bind-try", f, f)
 	}
