@@ -1,25 +1,13 @@
 // chatd's chat app: the conversation list, one open conversation (a ChatClient, whose
 // state the page renders), and the service worker. The client library does the
 // protocol; this file only shows its state and turns clicks into its calls.
-import { ChatClient, SessionsClient } from '../../client/src/index.ts';
+import { ChatClient, SessionsClient, isUuid, uuid4 } from '../../client/src/index.ts';
 import type { ChatState, Message, Run } from '../../client/src/index.ts';
 import { byId, frameScheduler, h, setAttr, setText } from './dom.ts';
 import { renderMeter, type ContextUsage } from './format.ts';
 import { fillIcons } from './icons.ts';
 import { SessionList } from './sessions.ts';
 import { Transcript } from './transcript.ts';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** newId is a random UUID: a new conversation's id, a message's requestId. */
-function newId(): string {
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID(); // secure contexts only
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  const hex = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
-}
 
 /** sessionFromURL is the conversation a URL names (/c/<id>), or null for a new one. */
 function sessionFromURL(): string | null {
@@ -206,7 +194,7 @@ class App {
    * already the URL: the first load, back and forward).
    */
   open(id: string | null, how: 'push' | 'replace' | 'none'): void {
-    if (id !== null && !UUID.test(id)) {
+    if (id !== null && !isUuid(id)) {
       this.toast('That address does not name a conversation.');
       id = null;
       how = 'replace';
@@ -214,7 +202,7 @@ class App {
     this.unsubscribe?.();
     this.client?.close();
     this.fresh = id === null;
-    this.sessionId = id ?? newId();
+    this.sessionId = id ?? uuid4();
     this.els.app.dataset.sessionId = this.sessionId;
     const url = id === null ? '/' : `/c/${id}`;
     if (how === 'push' && location.pathname !== url) history.pushState(null, '', url);
@@ -436,7 +424,7 @@ class App {
     }
     // Shown until the server has it: offline, the client keeps the message and sends
     // it when it reconnects.
-    const requestId = newId();
+    const requestId = uuid4();
     const pending = h(
       'li',
       { class: 'msg msg-user', 'data-testid': 'message-pending', 'data-request-id': requestId },

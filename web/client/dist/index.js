@@ -1210,6 +1210,8 @@ export {
   initialState,
   isActiveStatus,
   isEvent,
+  isUuid,
   pendingApprovals,
-  sessionKey
+  sessionKey,
+  uuid4
 };
