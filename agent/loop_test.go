@@ -81,7 +81,7 @@ func newHarnessConv(t *testing.T, model agent.Model, withStore func(*store.Store
 		require.NoError(t, a.Wait(ctx))
 	})
 	sub := wstest.NewSub()
-	_, err = a.Hello(context.Background(), conversation.HelloRequest{Subscriber: sub})
+	_, err = a.Hello(context.Background(), conversation.HelloRequest{Create: true, Subscriber: sub})
 	require.NoError(t, err)
 	return &harness{t: t, st: st, clock: clock, actor: a, sub: sub}
 }

@@ -12,6 +12,11 @@ import (
 type HelloRequest struct {
 	// Owner is the authenticated user; the session is created for them when new.
 	Owner string
+	// Create lets the hello create the session when it does not exist. Without it a
+	// missing session is ErrNoSession: a client must not choose the id of a new session
+	// (it could squat on ids others will use), so transports set it only for ids the
+	// server generated.
+	Create bool
 	// Epoch and LastSeq are where the subscriber's state is, if it has any; a matching
 	// epoch with a gap still in the ring is answered with a replay.
 	Epoch   string
@@ -39,8 +44,8 @@ type HelloResult struct {
 
 // Hello registers req.Subscriber and queues its catch-up frames (resumed + the missing
 // events, or a snapshot) in one actor step, so it misses no event and gets none twice.
-// It creates the session when it does not exist, and returns ErrNotYours when it belongs
-// to someone else, *Error with CodeStorage when the database fails, or ErrStopped.
+// It creates the session when it does not exist and req.Create is set (ErrNoSession
+// otherwise), and returns ErrNotYours when it belongs to someone else, *Error with CodeStorage when the database fails, or ErrStopped.
 func (a *Actor) Hello(ctx context.Context, req HelloRequest) (HelloResult, error) {
 	return call(ctx, a, func(r chan result[HelloResult]) intent { return &helloIntent{req, r} })
 }

@@ -39,7 +39,7 @@ func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Age
 		require.NoError(t, a.Wait(ctx))
 	})
 	s := convtest.New()
-	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
+	_, err := a.Hello(context.Background(), conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	return clock, a, s
 }
@@ -385,7 +385,7 @@ func TestHelloMidWindowGetsTheHeldText(t *testing.T) {
 	require.Empty(t, deltas(s))
 
 	late := convtest.New()
-	res, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: late})
+	res, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: late})
 	require.NoError(t, err)
 	require.False(t, res.Resumed)
 	snap := late.AwaitCatchUp(t, 1).Snapshot

@@ -93,7 +93,7 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 		))
 		s := convtest.New()
 		ctx := context.Background()
-		_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+		_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 		require.NoError(t, err)
 
 		counter.reset()

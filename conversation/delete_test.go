@@ -20,7 +20,7 @@ func TestDeleteCancelsTheRunAndLetsSubscribersGo(t *testing.T) {
 	a := startActor(t, storetest.New(t), script.New(script.Text("partial"), gate.Wait(), script.Text(" never")))
 	ctx := testCtx(t)
 	s := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
@@ -31,7 +31,7 @@ func TestDeleteCancelsTheRunAndLetsSubscribersGo(t *testing.T) {
 	require.EqualValues(t, "chat.cancelled", end.Type)
 	require.Equal(t, []conversation.DropReason{conversation.DropDeleted}, s.DropReasons())
 	require.NoError(t, a.Wait(ctx), "the run goroutine returned")
-	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: convtest.New()})
+	_, err = a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrStopped)
 	require.NoError(t, a.Delete(ctx), "deleting a stopped actor is a no-op")
 }
@@ -46,7 +46,7 @@ func TestSessionDeletedElsewhere(t *testing.T) {
 	a := startActor(t, st, script.New(script.Text("hi")))
 	ctx := testCtx(t)
 	s := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: s})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "alice", Subscriber: s})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
@@ -66,8 +66,31 @@ func TestSessionDeletedElsewhere(t *testing.T) {
 	require.Zero(t, runs, "nothing was written after the deletion")
 
 	b := startOn(t, st, script.New(), a.SessionID())
-	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
+	_, err = b.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "alice", Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrDeleted)
-	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "mallory", Subscriber: convtest.New()})
+	_, err = b.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "mallory", Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrNotYours, "another user does not learn that it was deleted")
+}
+
+// A hello that may not create the session (its id came from a client) finds no session:
+// ErrNoSession, and nothing is stored, so the id stays free and nobody can squat on it.
+// The same hello allowed to create it (a server-generated id) makes it.
+func TestHelloWithoutCreateRefusesAMissingSession(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	a := startActor(t, st, script.New())
+	ctx := testCtx(t)
+	_, err := a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
+	require.ErrorIs(t, err, conversation.ErrNoSession)
+	var n int
+	require.NoError(t, st.Pool().QueryRow(ctx, "SELECT count(*) FROM sessions WHERE id = $1", a.SessionID()).Scan(&n))
+	require.Zero(t, n, "the refused hello stored no session")
+
+	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Create: true, Subscriber: convtest.New()})
+	require.NoError(t, err)
+	// Once it exists, a hello that may not create finds it; another user still does not.
+	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
+	require.NoError(t, err)
+	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "mallory", Subscriber: convtest.New()})
+	require.ErrorIs(t, err, conversation.ErrNotYours)
 }

@@ -45,6 +45,10 @@ var (
 	ErrStopped = errors.New("conversation actor stopped")
 	// ErrNotYours is returned by Hello for a session that belongs to another user.
 	ErrNotYours = errors.New("session belongs to another user")
+	// ErrNoSession is returned by Hello for a session that does not exist when the hello
+	// may not create it (HelloRequest.Create). Transports answer it as they answer
+	// ErrNotYours, so that another user's session looks like a missing one.
+	ErrNoSession = errors.New("no such session")
 	// ErrDeleted is returned for a session that was deleted: by Hello for its tombstone,
 	// and by commands that find it deleted (the actor then lets its subscribers go with
 	// DropDeleted and stops). It is an *Error with CodeNotFound.

@@ -25,7 +25,7 @@ func TestLateWritesToAnEndedRunChangeNothing(t *testing.T) {
 	a := startMetered(t, st, script.New(script.Approval("c1", "lookup", `{}`, "result", nil)), nil)
 	ctx := testCtx(t)
 	s := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestRefusedRetryIsDropped(t *testing.T) {
 	a := startMetered(t, st, script.New(script.Text("done soon")), nil)
 	ctx := testCtx(t)
 	s := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 
 	st.set("RunUpdate", failBefore, -1)

@@ -118,7 +118,7 @@ func TestRecoveryContinuesFromTheCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, conversation.SendResult{RunID: d.run.ID, Status: chat.RunRunning}, res)
 	s := convtest.New()
-	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	_, err = a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	snap := s.AwaitCatchUp(t, 1).Snapshot
 	require.Equal(t, chat.RunRunning, snap.ActiveRun.Status)
@@ -195,7 +195,7 @@ func interruptedRun(t *testing.T, st *store.Store, agent conversation.Agent) (uu
 	first := conversation.Start(conversation.Config{Store: st, Agent: agent}, session, nil)
 	ctx := testCtx(t)
 	s := convtest.New()
-	_, err := first.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	_, err := first.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	sent, err := first.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestResumeContinuesTheSameRun(t *testing.T) {
 	a := startOn(t, st, agent, session)
 	ctx := testCtx(t)
 	tab := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: tab})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
 	require.NoError(t, err)
 	snap := tab.AwaitCatchUp(t, 1).Snapshot
 	require.NotNil(t, snap.LastRun)
@@ -300,7 +300,7 @@ func TestDismissAndOnlyTheLatestRunResumes(t *testing.T) {
 	a := startOn(t, st, agent, session)
 	ctx := testCtx(t)
 	tab := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: tab})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
 	require.NoError(t, err)
 
 	res, err := a.Dismiss(ctx, runID)
@@ -317,7 +317,7 @@ func TestDismissAndOnlyTheLatestRunResumes(t *testing.T) {
 	_, err = a.Continue(ctx, conversation.ContinueRequest{RunID: runID, RequestID: "resume-1"})
 	requireCode(t, err, conversation.CodeConflict)
 	late := convtest.New()
-	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: late})
+	_, err = a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: late})
 	require.NoError(t, err)
 	require.False(t, late.AwaitCatchUp(t, 1).Snapshot.LastRun.Resumable)
 
@@ -365,7 +365,7 @@ func TestRetryAnswersAgainAsANewRun(t *testing.T) {
 	a := startOn(t, st, agent, session)
 	ctx := testCtx(t)
 	tab := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: tab})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
 	require.NoError(t, err)
 
 	res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: oldRun, RequestID: "retry-1", Retry: true})
@@ -425,7 +425,7 @@ func TestEveryResumeRequestIDIsRemembered(t *testing.T) {
 	a := startOn(t, st, ag, uuid.New())
 	ctx := testCtx(t)
 	s := convtest.New()
-	_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	sent, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)

@@ -114,7 +114,7 @@ func faultSetup(t *testing.T, agent conversation.Agent, clock *clockwork.FakeClo
 	}
 	a := startActorWithClock(t, st, agent, clock)
 	live := convtest.New()
-	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: live})
+	_, err := a.Hello(context.Background(), conversation.HelloRequest{Create: true, Subscriber: live})
 	require.NoError(t, err)
 	return st, a, live
 }
@@ -131,7 +131,7 @@ func stored(t *testing.T, st *store.Store, sessionID uuid.UUID) []chat.Message {
 func snapshotOf(t *testing.T, a *conversation.Actor) []chat.Message {
 	t.Helper()
 	s := convtest.New()
-	_, err := a.Hello(context.Background(), conversation.HelloRequest{Subscriber: s})
+	_, err := a.Hello(context.Background(), conversation.HelloRequest{Create: true, Subscriber: s})
 	require.NoError(t, err)
 	f := s.AwaitCatchUp(t, 1).Snapshot
 	a.Unsubscribe(context.Background(), s)

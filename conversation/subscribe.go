@@ -13,6 +13,9 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		return HelloResult{}, a.storageError("load the session", err)
 	}
 	if a.session == nil {
+		if !req.Create {
+			return HelloResult{}, ErrNoSession
+		}
 		sess, err := a.journal.createSession(chat.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()})
 		if err != nil {
 			return HelloResult{}, a.storageError("create the session", err)

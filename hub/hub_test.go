@@ -250,7 +250,7 @@ func storedView(ctx context.Context, t *testing.T, st *store.Store, id uuid.UUID
 }
 
 func hello(s *sub) conversation.HelloRequest {
-	return conversation.HelloRequest{Owner: owner, Subscriber: s}
+	return conversation.HelloRequest{Create: true, Owner: owner, Subscriber: s}
 }
 
 func TestHelloGetOrStart(t *testing.T) {
@@ -366,7 +366,7 @@ func TestIdleEviction(t *testing.T) {
 	// A client that kept the old epoch comes back: a new actor answers with a snapshot
 	// that holds the earlier run.
 	s2 := newSub()
-	a2, res, err := e.hub.Hello(ctx, id, conversation.HelloRequest{
+	a2, res, err := e.hub.Hello(ctx, id, conversation.HelloRequest{Create: true,
 		Owner: owner, Epoch: state.Epoch, LastSeq: state.LastSeq, Subscriber: s2,
 	})
 	require.NoError(t, err)
@@ -543,7 +543,7 @@ func TestEvictionRacesHello(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			sample()
-			got, res, errH = e.hub.Hello(ctx, id, conversation.HelloRequest{
+			got, res, errH = e.hub.Hello(ctx, id, conversation.HelloRequest{Create: true,
 				Owner: owner, Epoch: epoch, LastSeq: seq, Subscriber: next,
 			})
 			sample()

@@ -137,7 +137,7 @@ func TestApproveFlow(t *testing.T) {
 	})
 	sub := wstest.NewSub()
 	ctx := context.Background()
-	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: sub})
+	_, err = a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: sub})
 	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "please approve a sandbox command"})
 	require.NoError(t, err)

@@ -80,6 +80,9 @@ func (b *baseline) serveWS(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case f.Type == "hello" && g == nil:
+			if f.SessionID == "" { // a new session: the server names it, as chatd does
+				f.SessionID = uuid.NewString()
+			}
 			g = b.group(f.SessionID)
 			g.mu.Lock()
 			g.conns[ws] = struct{}{}

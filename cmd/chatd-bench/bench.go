@@ -128,7 +128,7 @@ func (b *bench) startBaseline(ctx context.Context) (*server, error) {
 func openSessions(ctx context.Context, g *gen, addr string, s, t int) ([]*session, error) {
 	sessions := make([]*session, s)
 	for i := range sessions {
-		sess := &session{id: uuid.New()}
+		sess := &session{}
 		for range t {
 			sess.tabs = append(sess.tabs, &tab{g: g, sess: sess, addr: addr})
 		}

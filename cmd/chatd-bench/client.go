@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/google/uuid"
 )
 
 // session is one conversation the load generator drives, watched by its tabs.
 type session struct {
-	id   uuid.UUID
+	// id is "" until the first tab's snapshot names the session (the server chooses a new
+	// session's id); the later tabs say hello to it.
+	id   string
 	tabs []*tab
 }
 
@@ -87,7 +88,10 @@ func (t *tab) connect(ctx context.Context, resume bool) error {
 	t.expected.Store(false)
 	t.ready = make(chan struct{})
 	t.readDone = make(chan struct{})
-	hello := map[string]any{"type": "hello", "sessionId": t.sess.id}
+	hello := map[string]any{"type": "hello"}
+	if t.sess.id != "" {
+		hello["sessionId"] = t.sess.id
+	}
 	if resume {
 		hello["epoch"] = t.epoch
 		hello["lastSeq"] = t.lastSeq
@@ -189,13 +193,14 @@ func (t *tab) handle(f []byte, now time.Time) {
 		return
 	}
 	var fr struct {
-		Type     string          `json:"type"`
-		Seq      int64           `json:"seq"`
-		Epoch    string          `json:"epoch"`
-		LastSeq  int64           `json:"lastSeq"`
-		Code     string          `json:"code"`
-		Message  json.RawMessage `json:"message"` // a string in error frames
-		Messages []struct {
+		Type      string          `json:"type"`
+		SessionID string          `json:"sessionId"`
+		Seq       int64           `json:"seq"`
+		Epoch     string          `json:"epoch"`
+		LastSeq   int64           `json:"lastSeq"`
+		Code      string          `json:"code"`
+		Message   json.RawMessage `json:"message"` // a string in error frames
+		Messages  []struct {
 			Role    string `json:"role"`
 			Kind    string `json:"kind"`
 			Content string `json:"content"`
@@ -208,6 +213,9 @@ func (t *tab) handle(f []byte, now time.Time) {
 	switch fr.Type {
 	case "snapshot":
 		t.snapshots.Add(1)
+		if t.sess.id == "" {
+			t.sess.id = fr.SessionID // read by the next tab's connect, after markReady
+		}
 		t.epoch, t.lastSeq = fr.Epoch, fr.LastSeq
 		// The next token follows the newest one the snapshot's text holds.
 		t.nextTok = -1

@@ -74,7 +74,9 @@ func (c *conn) hello(f clientFrame) {
 			c.user, c.userCounted = "", false
 		}
 	}()
-	var id uuid.UUID
+	// A new session's id is the server's, from crypto/rand (a v4 UUID: 122 random bits,
+	// nothing to guess from); a client names only sessions that exist.
+	id, create := uuid.UUID{}, false
 	if f.SessionID != nil {
 		id, err = uuid.Parse(*f.SessionID)
 		if err != nil || id == uuid.Nil {
@@ -83,7 +85,13 @@ func (c *conn) hello(f clientFrame) {
 			return
 		}
 	} else {
-		id = uuid.Must(uuid.NewV7())
+		id, err = uuid.NewRandom()
+		if err != nil {
+			c.helloFailure = conversation.CodeInternal
+			c.replyError(f.RequestID, conversation.CodeInternal, "could not generate a session id")
+			return
+		}
+		create = true
 	}
 	var lastSeq int64
 	if f.LastSeq != nil {
@@ -96,6 +104,7 @@ func (c *conn) hello(f clientFrame) {
 	}
 	actor, res, err := c.s.cfg.Hub.Hello(c.ctx, id, conversation.HelloRequest{
 		Owner:      owner,
+		Create:     create,
 		Epoch:      f.Epoch,
 		LastSeq:    lastSeq,
 		Subscriber: c.out,
@@ -108,7 +117,7 @@ func (c *conn) hello(f clientFrame) {
 		actor.Unsubscribe(ctx, c.out)
 		cancel()
 	}
-	if errors.Is(err, conversation.ErrNotYours) {
+	if errors.Is(err, conversation.ErrNotYours) || errors.Is(err, conversation.ErrNoSession) {
 		c.replyError(f.RequestID, conversation.CodeNotFound, "session not found")
 		c.out.Close(disconnectNotFound, true)
 		return
