@@ -229,3 +229,27 @@ func TestAuthAnotherUsersSessionIsNotFound(t *testing.T) {
 	again := a.connect(t, a.token(t, a.claims("alice", time.Hour)), alice.State.SessionID)
 	require.Equal(t, alice.State.SessionID, again.State.SessionID)
 }
+
+// Only the server names a new session: a hello without sessionId gets a random (v4) id;
+// a made-up id is refused as another user's session is, and no session is stored for
+// it, so nobody can take an id before its session exists.
+func TestHelloMadeUpSessionIDIsNotFound(t *testing.T) {
+	t.Parallel()
+	a := newAuthEnv(t, false)
+	alice := a.connect(t, a.token(t, a.claims("alice", time.Hour)), "")
+	id := uuid.MustParse(alice.State.SessionID)
+	require.Equal(t, uuid.Version(4), id.Version(), "a new session's id is random")
+	require.Equal(t, uuid.RFC4122, id.Variant())
+
+	madeUp := uuid.NewString()
+	c := a.dial()
+	c.Send(map[string]any{"type": "hello", "requestId": "h1", "sessionId": madeUp, "token": a.token(t, a.claims("alice", time.Hour))})
+	f := c.Read()
+	require.Equal(t, "error", f.Type)
+	require.Equal(t, "not_found", f.Code)
+	require.Equal(t, "session not found", f.ErrorText)
+	require.Equal(t, websocket.StatusCode(4004), c.ExpectClose())
+	var n int
+	require.NoError(t, a.store.Pool().QueryRow(t.Context(), "SELECT count(*) FROM sessions WHERE id = $1", madeUp).Scan(&n))
+	require.Zero(t, n, "the refused hello stored nothing")
+}
