@@ -26,6 +26,9 @@ const (
 	DefaultInboxSize        = 16
 	DefaultHistoryMessages  = 500
 	DefaultMaxRecoveries    = 3
+	// DefaultMaxRunsPerUser is chatd's default for MaxRunsPerUser (which, left 0, is no
+	// limit): a person with a few tabs of agents at work, not a script.
+	DefaultMaxRunsPerUser = 8
 
 	// MaxHistoryLimit is the most messages one history page holds.
 	MaxHistoryLimit = 200
@@ -42,14 +45,14 @@ type Store interface {
 	MessageInsert(ctx context.Context, m chat.Message) error
 	MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error
 	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
-	RunStart(ctx context.Context, run chat.Run, user chat.Message) error
-	RunStartRetry(ctx context.Context, run chat.Run) error
+	RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error
+	RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
 	MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
-	RunContinue(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
+	RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -91,6 +94,11 @@ type Config struct {
 	// shutdown, which its recovery does not count. Without it Stop ends the run
 	// interrupted.
 	SuspendOnStop bool
+	// MaxRunsPerUser bounds the active runs (running, awaiting approval or paused) one
+	// user has at once, across their sessions and every process on the database: a send,
+	// retry or continue past it is refused with CodeRateLimited and stores nothing. The
+	// anonymous user ("") has no limit. 0 is no limit.
+	MaxRunsPerUser int
 	// MaxRecoveries is how often a run whose process died is continued; the next time it
 	// ends interrupted, so a run that crashes its process cannot burn tokens forever.
 	MaxRecoveries int

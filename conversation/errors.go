@@ -15,8 +15,11 @@ const (
 	CodeNoRun        = "no_run"
 	CodeConflict     = "conflict"
 	CodeTooLarge     = "too_large"
-	CodeStorage      = "storage"
-	CodeInternal     = "internal"
+	// CodeRateLimited refuses a run over its user's limit of active runs
+	// (Config.MaxRunsPerUser); transports use it for their own limits too.
+	CodeRateLimited = "rate_limited"
+	CodeStorage     = "storage"
+	CodeInternal    = "internal"
 
 	// CodeAgent ends a run whose agent failed with an error that carries no code.
 	CodeAgent = "agent_error"

@@ -232,14 +232,18 @@ func (j *journal) runByRequest(requestID string) (chat.Run, error) {
 	return j.st.RunByRequest(ctx, j.session, requestID)
 }
 
-// startRun stores a new run with its user message, which takes the next position. An
-// error wrapping store.ErrConflict means the session has a run for this requestId
-// already; any other error means nothing was stored (an answer lost after a commit is
-// found out and not reported).
-func (j *journal) startRun(run chat.Run, user chat.Message) error {
+// startRun stores a new run with its user message, which takes the next position, unless
+// the session's owner has maxActive active runs (0: no limit). An error wrapping
+// store.ErrConflict means the session has a run for this requestId already,
+// store.ErrRunLimit that the owner is at the limit; any other error means nothing was
+// stored (an answer lost after a commit is found out and not reported).
+func (j *journal) startRun(run chat.Run, user chat.Message, maxActive int) error {
 	ctx, cancel := j.ctx()
-	err := j.st.RunStart(ctx, run, user)
+	err := j.st.RunStart(ctx, run, user, maxActive)
 	cancel()
+	if errors.Is(err, store.ErrRunLimit) {
+		return err // an answer: nothing was stored, no position moved
+	}
 	if err != nil && !errors.Is(err, store.ErrConflict) {
 		// The statement may have committed before its answer was lost.
 		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
@@ -257,11 +261,11 @@ func (j *journal) startRun(run chat.Run, user chat.Message) error {
 
 // startRetry stores a run that retries run.RetryOf (it has no user message of its own).
 // Errors are those of startRun.
-func (j *journal) startRetry(run chat.Run) error {
+func (j *journal) startRetry(run chat.Run, maxActive int) error {
 	ctx, cancel := j.ctx()
-	err := j.st.RunStartRetry(ctx, run)
+	err := j.st.RunStartRetry(ctx, run, maxActive)
 	cancel()
-	if err != nil && !errors.Is(err, store.ErrConflict) {
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrRunLimit) {
 		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
 			err = nil
 		}
@@ -403,11 +407,12 @@ func (j *journal) discard() {
 }
 
 // continueRun stores a run a person continued (see moveRun), marking its session active
-// in the same statement.
-func (j *journal) continueRun(r chat.Run, from ...chat.RunStatus) error {
+// in the same statement, unless the session's owner has maxActive active runs
+// (store.ErrRunLimit; 0 is no limit).
+func (j *journal) continueRun(r chat.Run, maxActive int, from ...chat.RunStatus) error {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	return j.st.RunContinue(ctx, r, from...)
+	return j.st.RunContinue(ctx, r, maxActive, from...)
 }
 
 // scheduleRetry arms the retry of kept writes, backing off while they keep failing.

@@ -155,9 +155,14 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	}
 	move := a.journal.moveRun
 	if req.RequestID != "" {
-		move = a.journal.continueRun // a person's resume: the session is active again
+		// A person's resume: the session is active again, and counts against its
+		// owner's limit (a recovery continues a run that counted already).
+		move = func(r chat.Run, from ...chat.RunStatus) error { return a.journal.continueRun(r, a.runLimit(), from...) }
 	}
 	if err := move(info, from...); err != nil {
+		if errors.Is(err, store.ErrRunLimit) {
+			return SendResult{}, a.runLimitError()
+		}
 		if errors.Is(err, store.ErrStale) {
 			return SendResult{}, errorf(CodeConflict, "run %s was changed meanwhile; reconnect to see it", run.ID)
 		}
@@ -375,7 +380,10 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 		Model:          a.cfg.ModelName,
 		RetryOf:        &old.ID,
 	}
-	err = a.journal.startRetry(info)
+	err = a.journal.startRetry(info, a.runLimit())
+	if errors.Is(err, store.ErrRunLimit) {
+		return SendResult{}, a.runLimitError()
+	}
 	if errors.Is(err, store.ErrConflict) {
 		if prev, e := a.journal.runByRequest(req.RequestID); e == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil

@@ -65,7 +65,7 @@ func storeDeadRun(t *testing.T, st *store.Store, recoveries int) deadRun {
 	}
 	d.user = msg(1, chat.RoleUser, chat.MessageComplete)
 	d.user.Content = "go"
-	require.NoError(t, st.RunStart(ctx, d.run, d.user))
+	require.NoError(t, st.RunStart(ctx, d.run, d.user, 0))
 	if recoveries > 0 {
 		require.NoError(t, st.RunUpdate(ctx, d.run, chat.RunRunning))
 	}

@@ -89,7 +89,10 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	user := a.newRunMessage(info, chat.RoleUser, chat.MessageComplete)
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
-	err := a.journal.startRun(info, user)
+	err := a.journal.startRun(info, user, a.runLimit())
+	if errors.Is(err, store.ErrRunLimit) {
+		return SendResult{}, a.runLimitError()
+	}
 	if errors.Is(err, store.ErrConflict) {
 		if prev, e := a.journal.runByRequest(req.RequestID); e == nil {
 			if prev.Status.Active() {
@@ -108,6 +111,20 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	}
 	a.begin(newRunState(info), user)
 	return SendResult{RunID: runID, Status: chat.RunRunning}, nil
+}
+
+// runLimit is the most active runs the session's owner may have at once (0: no limit).
+// The anonymous user, every client of a chatd without authentication, has none: one
+// user's limit would be everyone's.
+func (a *Actor) runLimit() int {
+	if a.session == nil || a.session.Owner == "" {
+		return 0
+	}
+	return a.cfg.MaxRunsPerUser
+}
+
+func (a *Actor) runLimitError() error {
+	return errorf(CodeRateLimited, "too many active runs for this user (at most %d): wait for one to end, or cancel one", a.cfg.MaxRunsPerUser)
 }
 
 // begin makes run the active run: chat.started goes out and the agent starts with the

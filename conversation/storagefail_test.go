@@ -90,8 +90,8 @@ func (f *faultStore) RunUpdate(ctx context.Context, r chat.Run, from ...chat.Run
 	return f.do("RunUpdate", func() error { return f.Store.RunUpdate(ctx, r, from...) })
 }
 
-func (f *faultStore) RunStart(ctx context.Context, r chat.Run, m chat.Message) error {
-	return f.do("RunStart", func() error { return f.Store.RunStart(ctx, r, m) })
+func (f *faultStore) RunStart(ctx context.Context, r chat.Run, m chat.Message, maxActive int) error {
+	return f.do("RunStart", func() error { return f.Store.RunStart(ctx, r, m, maxActive) })
 }
 
 func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error) {

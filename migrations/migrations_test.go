@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,19 +66,53 @@ func TestHashIsStable(t *testing.T) {
 	require.Len(t, migrations.Hash(), 64)
 }
 
+// downTo migrates pool's database down to version, with the down files: what a database
+// of that version's chatd held.
+func downTo(t *testing.T, pool *pgxpool.Pool, version uint) {
+	t.Helper()
+	for v := migrations.Latest(); v > version; v-- {
+		files, err := filepath.Glob(fmt.Sprintf("%06d_*.down.sql", v))
+		require.NoError(t, err)
+		require.Len(t, files, 1, "version %d", v)
+		down, err := os.ReadFile(files[0])
+		require.NoError(t, err)
+		_, err = pool.Exec(t.Context(), string(down))
+		require.NoError(t, err, files[0])
+	}
+	_, err := pool.Exec(t.Context(), "UPDATE schema_migrations SET version = $1", version)
+	require.NoError(t, err)
+}
+
+// Runs stored before 000007 take their session's owner, so the limit of active runs
+// counts them.
+func TestRunsOwnerBackfill(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := t.Context()
+	downTo(t, pool, 6)
+	_, err := pool.Exec(ctx, `
+		INSERT INTO sessions (id, owner, title, created_at, updated_at) VALUES
+			('00000000-0000-0000-0000-000000000001', 'alice', '', now(), now()),
+			('00000000-0000-0000-0000-000000000002', 'bob', '', now(), now());
+		INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at) VALUES
+			('00000000-0000-0000-0000-0000000000a1', '00000000-0000-0000-0000-000000000001', 'r', 'running', now(), now()),
+			('00000000-0000-0000-0000-0000000000a2', '00000000-0000-0000-0000-000000000002', 'r', 'done', now(), now())`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+	rows, err := pool.Query(ctx, "SELECT owner FROM runs ORDER BY id")
+	require.NoError(t, err)
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"alice", "bob"}, owners)
+}
+
 // Sessions written to before 000006 get the title their first user message would give
 // them now, and a place in the conversation list.
 func TestSessionsListBackfill(t *testing.T) {
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
-	down, err := os.ReadFile("000006_sessions_list.down.sql")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, string(down))
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "UPDATE schema_migrations SET version = 5")
-	require.NoError(t, err)
+	downTo(t, pool, 5)
 	long := strings.Repeat("word ", 30)
-	_, err = pool.Exec(ctx, `
+	_, err := pool.Exec(ctx, `
 		INSERT INTO sessions (id, title, created_at, updated_at) VALUES
 			('00000000-0000-0000-0000-000000000001', '', now(), now()),
 			('00000000-0000-0000-0000-000000000002', '', now(), now()),

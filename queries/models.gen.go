@@ -53,6 +53,7 @@ type Run struct {
 	ResumeRequestIds []string
 	RetryOf          *uuid.UUID
 	SupersededBy     *uuid.UUID
+	Owner            string
 }
 
 type Session struct {

@@ -1,23 +1,42 @@
--- name: RunStart :execrows
+-- name: RunStart :one
 -- Stores a run and its user message, and marks the session active (and titles it from
 -- its first message, unless a person named it), in one statement: a run never exists
 -- without its user message, and the storage rule costs one round trip. A deleted session
--- takes neither (no row, 0 counted): a process that still holds it cannot bring it back.
-WITH touched AS (
+-- takes neither (stored 0): a process that still holds it cannot bring it back. Neither
+-- does a session whose owner has max_active runs active already (0: no limit); active is
+-- how many they had. Exact when the caller holds the owner's RunOwnerLock: this
+-- statement's snapshot cannot see a start that commits while it runs.
+WITH active AS (
+    SELECT count(*) AS n FROM runs
+    WHERE @max_active::int > 0
+        AND runs.owner = (SELECT s.owner FROM sessions s WHERE s.id = @session_id)
+        AND runs.status IN ('running', 'awaiting_approval', 'paused')
+), touched AS (
     UPDATE sessions
     SET updated_at = @started_at, active_at = @started_at,
         title = CASE WHEN sessions.title = '' THEN @title::text ELSE sessions.title END
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
-    RETURNING sessions.id
+        AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
+    RETURNING sessions.id, sessions.owner
 ), new_run AS (
-    INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model)
-    SELECT @run_id::uuid, touched.id, @request_id::text, 'running', @started_at, @started_at, @model::text
+    INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model)
+    SELECT @run_id::uuid, touched.id, touched.owner, @request_id::text, 'running', @started_at, @started_at, @model::text
     FROM touched
+), new_message AS (
+    INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
+    SELECT @message_id::uuid, touched.id, @run_id::uuid, @position::bigint, 'user', @content::text, 'complete',
+        @message_created_at::timestamptz, @message_created_at::timestamptz
+    FROM touched
+    RETURNING 1
 )
-INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-SELECT @message_id::uuid, touched.id, @run_id::uuid, @position::bigint, 'user', @content::text, 'complete',
-    @message_created_at::timestamptz, @message_created_at::timestamptz
-FROM touched;
+SELECT (SELECT count(*) FROM new_message)::bigint AS stored, (SELECT n FROM active)::bigint AS active;
+
+-- name: RunOwnerLock :exec
+-- Serializes the run starts of the session's owner, on every process, until the
+-- transaction ends: the limit's count (RunStart, RunInsertRetry, RunContinue) then sees
+-- every start before it. Another owner whose key collides only waits its turn.
+SELECT pg_advisory_xact_lock(hashtextextended('chatd.runs.' || owner, 0))
+FROM sessions WHERE id = @session_id;
 
 -- name: RunGetByRequest :one
 SELECT * FROM runs WHERE session_id = @session_id AND request_id = @request_id;
@@ -66,24 +85,40 @@ RETURNING id;
 -- The session's newest run.
 SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;
 
--- name: RunInsertRetry :execrows
+-- name: RunInsertRetry :one
 -- Stores a run that answers the user message of the run it retries (it has none of its
--- own), and marks the session active, in one statement; nothing for a deleted session.
-WITH touched AS (
+-- own), and marks the session active, in one statement; nothing for a deleted session,
+-- or past the owner's limit of active runs (see RunStart).
+WITH active AS (
+    SELECT count(*) AS n FROM runs
+    WHERE @max_active::int > 0
+        AND runs.owner = (SELECT s.owner FROM sessions s WHERE s.id = @session_id)
+        AND runs.status IN ('running', 'awaiting_approval', 'paused')
+), touched AS (
     UPDATE sessions SET updated_at = @started_at, active_at = @started_at
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
-    RETURNING sessions.id
+        AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
+    RETURNING sessions.id, sessions.owner
+), new_run AS (
+    INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model, retry_of)
+    SELECT @run_id::uuid, touched.id, touched.owner, @request_id::text, 'running', @started_at, @started_at, @model::text,
+        sqlc.narg(retry_of)::uuid
+    FROM touched
+    RETURNING 1
 )
-INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model, retry_of)
-SELECT @run_id::uuid, touched.id, @request_id::text, 'running', @started_at, @started_at, @model::text,
-    sqlc.narg(retry_of)::uuid
-FROM touched;
+SELECT (SELECT count(*) FROM new_run)::bigint AS stored, (SELECT n FROM active)::bigint AS active;
 
--- name: RunContinue :execrows
+-- name: RunContinue :one
 -- RunUpdate for a run a person continued (chat.resume): the session is marked active in
 -- the same statement, so the conversation list shows it first at no extra round trip.
--- Counts the sessions marked, which is the runs moved (0: stale or gone).
-WITH moved AS (
+-- moved counts the sessions marked, which is the runs moved (0: stale or gone, or the
+-- owner has max_active runs active already, which active counts; see RunStart).
+WITH active AS (
+    SELECT count(*) AS n FROM runs
+    WHERE @max_active::int > 0
+        AND runs.owner = (SELECT r.owner FROM runs r WHERE r.id = @id)
+        AND runs.status IN ('running', 'awaiting_approval', 'paused')
+), moved AS (
     UPDATE runs
     SET status = @status,
         error_code = @error_code,
@@ -100,10 +135,14 @@ WITH moved AS (
         resume_request_ids = @resume_request_ids::text[],
         superseded_by = @superseded_by
     WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
+        AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING runs.session_id, runs.last_activity_at
+), marked AS (
+    UPDATE sessions SET active_at = moved.last_activity_at
+    FROM moved WHERE sessions.id = moved.session_id
+    RETURNING 1
 )
-UPDATE sessions SET active_at = moved.last_activity_at
-FROM moved WHERE sessions.id = moved.session_id;
+SELECT (SELECT count(*) FROM marked)::bigint AS moved, (SELECT n FROM active)::bigint AS active;
 
 -- name: RunsLockBySession :exec
 -- Deleting a session locks its runs first: a message a process inserts for one of them

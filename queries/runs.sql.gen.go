@@ -12,31 +12,42 @@ import (
 	"github.com/google/uuid"
 )
 
-const runContinue = `-- name: RunContinue :execrows
-WITH moved AS (
+const runContinue = `-- name: RunContinue :one
+WITH active AS (
+    SELECT count(*) AS n FROM runs
+    WHERE $1::int > 0
+        AND runs.owner = (SELECT r.owner FROM runs r WHERE r.id = $2)
+        AND runs.status IN ('running', 'awaiting_approval', 'paused')
+), moved AS (
     UPDATE runs
-    SET status = $1,
-        error_code = $2,
-        error_message = $3,
-        ended_at = $4,
-        last_activity_at = $5,
-        input_tokens = $6,
-        output_tokens = $7,
-        context_tokens = $8,
-        context_window = $9,
-        cancel_reason = $10,
-        recoveries = $11,
-        dismissed_at = $12,
-        resume_request_ids = $13::text[],
-        superseded_by = $14
-    WHERE runs.id = $15 AND runs.status = ANY($16::text[])
+    SET status = $3,
+        error_code = $4,
+        error_message = $5,
+        ended_at = $6,
+        last_activity_at = $7,
+        input_tokens = $8,
+        output_tokens = $9,
+        context_tokens = $10,
+        context_window = $11,
+        cancel_reason = $12,
+        recoveries = $13,
+        dismissed_at = $14,
+        resume_request_ids = $15::text[],
+        superseded_by = $16
+    WHERE runs.id = $2 AND runs.status = ANY($17::text[])
+        AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING runs.session_id, runs.last_activity_at
+), marked AS (
+    UPDATE sessions SET active_at = moved.last_activity_at
+    FROM moved WHERE sessions.id = moved.session_id
+    RETURNING 1
 )
-UPDATE sessions SET active_at = moved.last_activity_at
-FROM moved WHERE sessions.id = moved.session_id
+SELECT (SELECT count(*) FROM marked)::bigint AS moved, (SELECT n FROM active)::bigint AS active
 `
 
 type RunContinueParams struct {
+	MaxActive        int32
+	ID               uuid.UUID
 	Status           string
 	ErrorCode        *string
 	ErrorMessage     *string
@@ -51,15 +62,22 @@ type RunContinueParams struct {
 	DismissedAt      *time.Time
 	ResumeRequestIds []string
 	SupersededBy     *uuid.UUID
-	ID               uuid.UUID
 	FromStatuses     []string
+}
+
+type RunContinueRow struct {
+	Moved  int64
+	Active int64
 }
 
 // RunUpdate for a run a person continued (chat.resume): the session is marked active in
 // the same statement, so the conversation list shows it first at no extra round trip.
-// Counts the sessions marked, which is the runs moved (0: stale or gone).
-func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParams) (int64, error) {
-	result, err := db.Exec(ctx, runContinue,
+// moved counts the sessions marked, which is the runs moved (0: stale or gone, or the
+// owner has max_active runs active already, which active counts; see RunStart).
+func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParams) (RunContinueRow, error) {
+	row := db.QueryRow(ctx, runContinue,
+		arg.MaxActive,
+		arg.ID,
 		arg.Status,
 		arg.ErrorCode,
 		arg.ErrorMessage,
@@ -74,17 +92,15 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 		arg.DismissedAt,
 		arg.ResumeRequestIds,
 		arg.SupersededBy,
-		arg.ID,
 		arg.FromStatuses,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i RunContinueRow
+	err := row.Scan(&i.Moved, &i.Active)
+	return i, err
 }
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -111,12 +127,13 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.ResumeRequestIds,
 		&i.RetryOf,
 		&i.SupersededBy,
+		&i.Owner,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -148,50 +165,67 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.ResumeRequestIds,
 		&i.RetryOf,
 		&i.SupersededBy,
+		&i.Owner,
 	)
 	return i, err
 }
 
-const runInsertRetry = `-- name: RunInsertRetry :execrows
-WITH touched AS (
+const runInsertRetry = `-- name: RunInsertRetry :one
+WITH active AS (
+    SELECT count(*) AS n FROM runs
+    WHERE $1::int > 0
+        AND runs.owner = (SELECT s.owner FROM sessions s WHERE s.id = $2)
+        AND runs.status IN ('running', 'awaiting_approval', 'paused')
+), touched AS (
     UPDATE sessions SET updated_at = $3, active_at = $3
-    WHERE sessions.id = $6 AND sessions.deleted_at IS NULL
-    RETURNING sessions.id
+    WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
+        AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
+    RETURNING sessions.id, sessions.owner
+), new_run AS (
+    INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model, retry_of)
+    SELECT $4::uuid, touched.id, touched.owner, $5::text, 'running', $3, $3, $6::text,
+        $7::uuid
+    FROM touched
+    RETURNING 1
 )
-INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model, retry_of)
-SELECT $1::uuid, touched.id, $2::text, 'running', $3, $3, $4::text,
-    $5::uuid
-FROM touched
+SELECT (SELECT count(*) FROM new_run)::bigint AS stored, (SELECT n FROM active)::bigint AS active
 `
 
 type RunInsertRetryParams struct {
+	MaxActive int32
+	SessionID uuid.UUID
+	StartedAt time.Time
 	RunID     uuid.UUID
 	RequestID string
-	StartedAt time.Time
 	Model     string
 	RetryOf   *uuid.UUID
-	SessionID uuid.UUID
+}
+
+type RunInsertRetryRow struct {
+	Stored int64
+	Active int64
 }
 
 // Stores a run that answers the user message of the run it retries (it has none of its
-// own), and marks the session active, in one statement; nothing for a deleted session.
-func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetryParams) (int64, error) {
-	result, err := db.Exec(ctx, runInsertRetry,
+// own), and marks the session active, in one statement; nothing for a deleted session,
+// or past the owner's limit of active runs (see RunStart).
+func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetryParams) (RunInsertRetryRow, error) {
+	row := db.QueryRow(ctx, runInsertRetry,
+		arg.MaxActive,
+		arg.SessionID,
+		arg.StartedAt,
 		arg.RunID,
 		arg.RequestID,
-		arg.StartedAt,
 		arg.Model,
 		arg.RetryOf,
-		arg.SessionID,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i RunInsertRetryRow
+	err := row.Scan(&i.Stored, &i.Active)
+	return i, err
 }
 
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -219,62 +253,94 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.ResumeRequestIds,
 		&i.RetryOf,
 		&i.SupersededBy,
+		&i.Owner,
 	)
 	return i, err
 }
 
-const runStart = `-- name: RunStart :execrows
-WITH touched AS (
+const runOwnerLock = `-- name: RunOwnerLock :exec
+SELECT pg_advisory_xact_lock(hashtextextended('chatd.runs.' || owner, 0))
+FROM sessions WHERE id = $1
+`
+
+// Serializes the run starts of the session's owner, on every process, until the
+// transaction ends: the limit's count (RunStart, RunInsertRetry, RunContinue) then sees
+// every start before it. Another owner whose key collides only waits its turn.
+func (q *Queries) RunOwnerLock(ctx context.Context, db DBTX, sessionID uuid.UUID) error {
+	_, err := db.Exec(ctx, runOwnerLock, sessionID)
+	return err
+}
+
+const runStart = `-- name: RunStart :one
+WITH active AS (
+    SELECT count(*) AS n FROM runs
+    WHERE $1::int > 0
+        AND runs.owner = (SELECT s.owner FROM sessions s WHERE s.id = $2)
+        AND runs.status IN ('running', 'awaiting_approval', 'paused')
+), touched AS (
     UPDATE sessions
-    SET updated_at = $6, active_at = $6,
-        title = CASE WHEN sessions.title = '' THEN $7::text ELSE sessions.title END
-    WHERE sessions.id = $8 AND sessions.deleted_at IS NULL
-    RETURNING sessions.id
+    SET updated_at = $3, active_at = $3,
+        title = CASE WHEN sessions.title = '' THEN $4::text ELSE sessions.title END
+    WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
+        AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
+    RETURNING sessions.id, sessions.owner
 ), new_run AS (
-    INSERT INTO runs (id, session_id, request_id, status, started_at, last_activity_at, model)
-    SELECT $2::uuid, touched.id, $9::text, 'running', $6, $6, $10::text
+    INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model)
+    SELECT $5::uuid, touched.id, touched.owner, $6::text, 'running', $3, $3, $7::text
     FROM touched
+), new_message AS (
+    INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
+    SELECT $8::uuid, touched.id, $5::uuid, $9::bigint, 'user', $10::text, 'complete',
+        $11::timestamptz, $11::timestamptz
+    FROM touched
+    RETURNING 1
 )
-INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-SELECT $1::uuid, touched.id, $2::uuid, $3::bigint, 'user', $4::text, 'complete',
-    $5::timestamptz, $5::timestamptz
-FROM touched
+SELECT (SELECT count(*) FROM new_message)::bigint AS stored, (SELECT n FROM active)::bigint AS active
 `
 
 type RunStartParams struct {
-	MessageID        uuid.UUID
+	MaxActive        int32
+	SessionID        uuid.UUID
+	StartedAt        time.Time
+	Title            string
 	RunID            uuid.UUID
+	RequestID        string
+	Model            string
+	MessageID        uuid.UUID
 	Position         int64
 	Content          string
 	MessageCreatedAt time.Time
-	StartedAt        time.Time
-	Title            string
-	SessionID        uuid.UUID
-	RequestID        string
-	Model            string
+}
+
+type RunStartRow struct {
+	Stored int64
+	Active int64
 }
 
 // Stores a run and its user message, and marks the session active (and titles it from
 // its first message, unless a person named it), in one statement: a run never exists
 // without its user message, and the storage rule costs one round trip. A deleted session
-// takes neither (no row, 0 counted): a process that still holds it cannot bring it back.
-func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) (int64, error) {
-	result, err := db.Exec(ctx, runStart,
-		arg.MessageID,
+// takes neither (stored 0): a process that still holds it cannot bring it back. Neither
+// does a session whose owner has max_active runs active already (0: no limit); active is
+// how many they had. Exact when the caller holds the owner's RunOwnerLock: this
+// statement's snapshot cannot see a start that commits while it runs.
+func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) (RunStartRow, error) {
+	row := db.QueryRow(ctx, runStart,
+		arg.MaxActive,
+		arg.SessionID,
+		arg.StartedAt,
+		arg.Title,
 		arg.RunID,
+		arg.RequestID,
+		arg.Model,
+		arg.MessageID,
 		arg.Position,
 		arg.Content,
 		arg.MessageCreatedAt,
-		arg.StartedAt,
-		arg.Title,
-		arg.SessionID,
-		arg.RequestID,
-		arg.Model,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i RunStartRow
+	err := row.Scan(&i.Stored, &i.Active)
+	return i, err
 }
 
 const runUpdate = `-- name: RunUpdate :execrows
@@ -391,7 +457,7 @@ func (q *Queries) RunsInterruptUnfinished(ctx context.Context, db DBTX, arg Runs
 }
 
 const runsListUnfinished = `-- name: RunsListUnfinished :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs
 WHERE status IN ('running', 'awaiting_approval', 'paused')
 ORDER BY started_at
 `
@@ -426,6 +492,7 @@ func (q *Queries) RunsListUnfinished(ctx context.Context, db DBTX) ([]Run, error
 			&i.ResumeRequestIds,
 			&i.RetryOf,
 			&i.SupersededBy,
+			&i.Owner,
 		); err != nil {
 			return nil, err
 		}

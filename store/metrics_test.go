@@ -56,7 +56,7 @@ func TestMetricsTimeEveryStatement(t *testing.T) {
 	require.NoError(t, err)
 	run, user := startRun(t, s, b, "r1", 1)
 	// The same request again breaks a unique constraint: a statement error.
-	err = s.RunStart(ctx, run, user)
+	err = s.RunStart(ctx, run, user, 0)
 	require.ErrorIs(t, err, store.ErrConflict)
 	_, err = s.SessionGet(ctx, uuid.New())
 	require.ErrorIs(t, err, store.ErrNotFound)

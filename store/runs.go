@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
@@ -16,28 +17,65 @@ import (
 // marks the session active and, when it has no title yet, titles it from the message
 // (chat.SessionTitle). It returns ErrConflict when the session already has a run with
 // the same RequestID (or, which the caller should never cause, a message at the same
-// position), and ErrNotFound when the session does not exist or was deleted.
-func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message) error {
-	n, err := s.q.RunStart(ctx, s.db, queries.RunStartParams{
-		MessageID: user.ID,
-		SessionID: run.SessionID,
-		RunID:     run.ID,
-		Position:  user.Position,
-		Content:   user.Content,
-		StartedAt: chat.Timestamp(run.StartedAt),
-		// The message keeps its own timestamp: what was sent to clients is what is stored.
-		MessageCreatedAt: chat.Timestamp(user.CreatedAt),
-		RequestID:        run.RequestID,
-		Model:            run.Model,
-		Title:            chat.SessionTitle(user.Content),
+// position), ErrNotFound when the session does not exist or was deleted, and ErrRunLimit
+// when maxActive is above 0 and the session's owner has that many active runs already,
+// in any session, on any process (see withOwnerLock).
+func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error {
+	var row queries.RunStartRow
+	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
+		row, err = s.q.RunStart(ctx, db, queries.RunStartParams{
+			MaxActive: int32(max(maxActive, 0)),
+			MessageID: user.ID,
+			SessionID: run.SessionID,
+			RunID:     run.ID,
+			Position:  user.Position,
+			Content:   user.Content,
+			StartedAt: chat.Timestamp(run.StartedAt),
+			// The message keeps its own timestamp: what was sent to clients is what is stored.
+			MessageCreatedAt: chat.Timestamp(user.CreatedAt),
+			RequestID:        run.RequestID,
+			Model:            run.Model,
+			Title:            chat.SessionTitle(user.Content),
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))
 	}
-	if n == 0 {
-		return fmt.Errorf("start run %s: session %s: %w", run.RequestID, run.SessionID, ErrNotFound)
+	if row.Stored == 0 {
+		return notStarted("start run "+run.RequestID, run.SessionID, row.Active, maxActive)
 	}
 	return nil
+}
+
+// notStarted is the error of a run start or continue that wrote nothing: the owner's
+// limit when the count reached it, else a session that is gone.
+func notStarted(op string, sessionID uuid.UUID, active int64, maxActive int) error {
+	if maxActive > 0 && active >= int64(maxActive) {
+		return fmt.Errorf("%s: %w: %d active, the limit is %d", op, ErrRunLimit, active, maxActive)
+	}
+	return fmt.Errorf("%s: session %s: %w", op, sessionID, ErrNotFound)
+}
+
+// withOwnerLock runs f, which counts the active runs of the session's owner and starts
+// one only under the limit, holding the owner's lock (RunOwnerLock) when there is a
+// limit: f's statement sees every start before it, on every process, so two starts at
+// once cannot both take the last place. Without a limit f runs as it is, at one round
+// trip; with one it costs a transaction (begin, lock, f, commit).
+func (s *Store) withOwnerLock(ctx context.Context, sessionID uuid.UUID, maxActive int, f func(queries.DBTX) error) error {
+	if maxActive <= 0 {
+		return f(s.db)
+	}
+	locked := func(tx pgx.Tx) error {
+		if err := s.q.RunOwnerLock(ctx, tx, sessionID); err != nil {
+			return err
+		}
+		return f(tx)
+	}
+	if tx, ok := s.db.(pgx.Tx); ok { // inside InTx: the lock lasts until that commits
+		return locked(tx)
+	}
+	return pgx.BeginFunc(ctx, s.pool, locked)
 }
 
 // RunGet returns the run with id, or ErrNotFound.
@@ -79,13 +117,39 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 
 // RunContinue is RunUpdate for a run a person continued (chat.resume): the same
 // statement marks its session active, so the conversation list shows it first. Errors
-// are those of RunUpdate.
-func (s *Store) RunContinue(ctx context.Context, run chat.Run, from ...chat.RunStatus) error {
+// are those of RunUpdate, and ErrRunLimit as RunStart's (maxActive 0: no limit).
+func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error {
 	if len(from) == 0 {
 		return fmt.Errorf("continue run %s: no expected status given", run.ID)
 	}
-	n, err := s.q.RunContinue(ctx, s.db, queries.RunContinueParams(runUpdateParams(run, from)))
-	return s.checkRunUpdate(ctx, run.ID, from, n, err)
+	p := runUpdateParams(run, from)
+	var row queries.RunContinueRow
+	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
+		row, err = s.q.RunContinue(ctx, db, queries.RunContinueParams{
+			MaxActive:        int32(max(maxActive, 0)),
+			ID:               p.ID,
+			Status:           p.Status,
+			ErrorCode:        p.ErrorCode,
+			ErrorMessage:     p.ErrorMessage,
+			EndedAt:          p.EndedAt,
+			LastActivityAt:   p.LastActivityAt,
+			InputTokens:      p.InputTokens,
+			OutputTokens:     p.OutputTokens,
+			ContextTokens:    p.ContextTokens,
+			ContextWindow:    p.ContextWindow,
+			CancelReason:     p.CancelReason,
+			Recoveries:       p.Recoveries,
+			DismissedAt:      p.DismissedAt,
+			ResumeRequestIds: p.ResumeRequestIds,
+			SupersededBy:     p.SupersededBy,
+			FromStatuses:     p.FromStatuses,
+		})
+		return err
+	})
+	if err == nil && row.Moved == 0 && maxActive > 0 && row.Active >= int64(maxActive) {
+		return fmt.Errorf("continue run %s: %w: %d active, the limit is %d", run.ID, ErrRunLimit, row.Active, maxActive)
+	}
+	return s.checkRunUpdate(ctx, run.ID, from, row.Moved, err)
 }
 
 func runUpdateParams(run chat.Run, from []chat.RunStatus) queries.RunUpdateParams {
@@ -195,26 +259,29 @@ func runFromRow(r queries.Run) chat.Run {
 }
 
 // RunStartRetry stores run, which retries run.RetryOf: it answers that run's user
-// message and has none of its own. It returns ErrConflict when the session already has a
-// run with the same RequestID, and ErrNotFound when the session does not exist or was
-// deleted.
-func (s *Store) RunStartRetry(ctx context.Context, run chat.Run) error {
+// message and has none of its own. Errors are RunStart's.
+func (s *Store) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error {
 	if run.RetryOf == nil {
 		return fmt.Errorf("start retry %s: no run to retry", run.RequestID)
 	}
-	n, err := s.q.RunInsertRetry(ctx, s.db, queries.RunInsertRetryParams{
-		RunID:     run.ID,
-		SessionID: run.SessionID,
-		RequestID: run.RequestID,
-		StartedAt: chat.Timestamp(run.StartedAt),
-		Model:     run.Model,
-		RetryOf:   run.RetryOf,
+	var row queries.RunInsertRetryRow
+	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
+		row, err = s.q.RunInsertRetry(ctx, db, queries.RunInsertRetryParams{
+			MaxActive: int32(max(maxActive, 0)),
+			RunID:     run.ID,
+			SessionID: run.SessionID,
+			RequestID: run.RequestID,
+			StartedAt: chat.Timestamp(run.StartedAt),
+			Model:     run.Model,
+			RetryOf:   run.RetryOf,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("start retry %s: %w", run.RequestID, mapErr(err))
 	}
-	if n == 0 {
-		return fmt.Errorf("start retry %s: session %s: %w", run.RequestID, run.SessionID, ErrNotFound)
+	if row.Stored == 0 {
+		return notStarted("start retry "+run.RequestID, run.SessionID, row.Active, maxActive)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ func startRunAt(t *testing.T, s *store.Store, b bundle, id uuid.UUID, requestID,
 	t.Helper()
 	run := chat.Run{ID: uuid.New(), SessionID: id, RequestID: requestID, Status: chat.RunRunning, StartedAt: at, LastActivityAt: at}
 	user := chat.Message{ID: uuid.New(), SessionID: id, RunID: &run.ID, Position: pos, Role: chat.RoleUser, Content: content, Status: chat.MessageComplete, CreatedAt: at}
-	require.NoError(t, s.RunStart(b.ctx, run, user))
+	require.NoError(t, s.RunStart(b.ctx, run, user, 0))
 	return run
 }
 
@@ -123,7 +123,7 @@ func TestSessionDeleteLeavesATombstone(t *testing.T) {
 	retry := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r2", Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now, RetryOf: &run.ID}
 	run.Status, run.EndedAt = chat.RunError, &b.now
 	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
-	require.NoError(t, s.RunStartRetry(b.ctx, retry))
+	require.NoError(t, s.RunStartRetry(b.ctx, retry, 0))
 	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb-1", b.now))
 
 	require.ErrorIs(t, s.SessionDelete(b.ctx, "bob", b.session.ID, b.now), store.ErrNotFound, "not bob's to delete")
@@ -144,9 +144,9 @@ func TestSessionDeleteLeavesATombstone(t *testing.T) {
 	// A process that still holds the session writes nothing.
 	late := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r3", Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now}
 	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &late.ID, Position: 2, Role: chat.RoleUser, Content: "again", Status: chat.MessageComplete, CreatedAt: b.now}
-	require.ErrorIs(t, s.RunStart(b.ctx, late, user), store.ErrNotFound)
+	require.ErrorIs(t, s.RunStart(b.ctx, late, user, 0), store.ErrNotFound)
 	late.RetryOf = &run.ID
-	require.ErrorIs(t, s.RunStartRetry(b.ctx, late), store.ErrNotFound)
+	require.ErrorIs(t, s.RunStartRetry(b.ctx, late, 0), store.ErrNotFound)
 	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb-2", b.now), store.ErrNotFound)
 	require.ErrorIs(t, s.RunUpdate(b.ctx, run, chat.RunError), store.ErrNotFound)
 	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 3, Role: chat.RoleAssistant, Kind: chat.KindText, Status: chat.MessageStreaming, CreatedAt: b.now}
@@ -168,8 +168,8 @@ func TestRunContinueMarksTheSessionActive(t *testing.T) {
 
 	later := b.now.Add(time.Hour)
 	run.Status, run.EndedAt, run.LastActivityAt = chat.RunRunning, nil, later
-	require.ErrorIs(t, s.RunContinue(b.ctx, run, chat.RunDone), store.ErrStale)
-	require.NoError(t, s.RunContinue(b.ctx, run, chat.RunInterrupted))
+	require.ErrorIs(t, s.RunContinue(b.ctx, run, 0, chat.RunDone), store.ErrStale)
+	require.NoError(t, s.RunContinue(b.ctx, run, 0, chat.RunInterrupted))
 	sum, err := s.SessionSummary(b.ctx, "alice", b.session.ID)
 	require.NoError(t, err)
 	require.Equal(t, later, sum.ActiveAt)

@@ -24,6 +24,10 @@ var (
 	// ErrStale is returned when the row exists but is not in a state the write expected (a
 	// later writer moved it on, e.g. the run already ended); nothing was written.
 	ErrStale = errors.New("stale")
+	// ErrRunLimit is returned when a run would start (or be continued) while its
+	// session's owner has as many active runs as the limit the caller gave; nothing was
+	// written.
+	ErrRunLimit = errors.New("too many active runs")
 )
 
 // Store reads and writes chatd's tables. Its methods are safe for concurrent use; a Store

@@ -45,7 +45,7 @@ func startRun(t *testing.T, s *store.Store, b bundle, requestID string, pos int6
 	t.Helper()
 	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: requestID, Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now}
 	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: chat.RoleUser, Content: "hi " + requestID, Status: chat.MessageComplete, CreatedAt: b.now}
-	require.NoError(t, s.RunStart(b.ctx, run, user))
+	require.NoError(t, s.RunStart(b.ctx, run, user, 0))
 	return run, user
 }
 
@@ -137,7 +137,7 @@ func TestRunStartKeepsTheMessageTimestamp(t *testing.T) {
 	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
 	later := b.now.Add(7 * time.Microsecond)
 	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "x", Status: chat.MessageComplete, CreatedAt: later}
-	require.NoError(t, s.RunStart(b.ctx, run, user))
+	require.NoError(t, s.RunStart(b.ctx, run, user, 0))
 	msgs, err := s.MessagesByRun(b.ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, later, msgs[0].CreatedAt)
@@ -152,7 +152,7 @@ func TestRunStartDuplicateRequestIsConflictAndWritesNothing(t *testing.T) {
 
 	run := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r1", StartedAt: b.now, LastActivityAt: b.now}
 	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 2, Role: chat.RoleUser, Content: "again", Status: chat.MessageComplete, CreatedAt: b.now}
-	err := s.RunStart(b.ctx, run, user)
+	err := s.RunStart(b.ctx, run, user, 0)
 	require.ErrorIs(t, err, store.ErrConflict)
 
 	msgs, _, err := s.MessagesBefore(b.ctx, b.session.ID, 0, 10)

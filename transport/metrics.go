@@ -24,6 +24,8 @@ const (
 	LimitAddrConns = "addr_conns"
 	// LimitHandshake: an upgrade over its remote address's handshake rate (HTTP 429).
 	LimitHandshake = "handshake"
+	// LimitRuns: a run over its user's limit of active runs (error rate_limited).
+	LimitRuns = "runs"
 )
 
 // NewMetrics returns the transport's metrics, registered with reg unless it is nil:
@@ -46,10 +48,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_rate_limited_total",
-			Help: "Commands, connections and handshakes refused by a limit: command (error rate_limited), user_conns and addr_conns (close 4029), handshake (HTTP 429).",
+			Help: "Commands, connections, handshakes and runs refused by a limit: command and runs (error rate_limited), user_conns and addr_conns (close 4029), handshake (HTTP 429).",
 		}, []string{"limit"}),
 	}
-	for _, l := range []string{LimitCommand, LimitUserConns, LimitAddrConns, LimitHandshake} {
+	for _, l := range []string{LimitCommand, LimitUserConns, LimitAddrConns, LimitHandshake, LimitRuns} {
 		m.rateLimited.WithLabelValues(l) // shown at 0 from the start
 	}
 	if reg != nil {

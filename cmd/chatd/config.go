@@ -73,6 +73,11 @@ type Config struct {
 	// CHATD_MAX_CONNS_PER_ADDR).
 	MaxConnsPerUser int
 	MaxConnsPerAddr int
+	// MaxRunsPerUser bounds the active runs of one authenticated user across their
+	// sessions and every chatd on the database, the anonymous user excepted: a send,
+	// retry or continue over it is answered error rate_limited. 0 is no limit
+	// (CHATD_MAX_RUNS_PER_USER).
+	MaxRunsPerUser int
 	// HandshakeRate and HandshakeBurst are each remote address's token bucket of
 	// WebSocket upgrades; one over it is answered HTTP 429 (CHATD_HANDSHAKE_RATE, e.g.
 	// 20/s or off; CHATD_HANDSHAKE_BURST). rate.Inf is off.
@@ -258,6 +263,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.Var(rateValue{&c.CommandRate}, "command-rate", "commands per connection, e.g. 20/s, 600/m or off; more are answered rate_limited (CHATD_COMMAND_RATE)")
 	fs.IntVar(&c.CommandBurst, "command-burst", env.int("CHATD_COMMAND_BURST", ws.DefaultCommandBurst), "commands a connection may send at once within its rate (CHATD_COMMAND_BURST)")
 	fs.IntVar(&c.MaxConnsPerUser, "max-conns-per-user", env.int("CHATD_MAX_CONNS_PER_USER", ws.DefaultMaxConnsPerUser), "connections per authenticated user, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_USER)")
+	fs.IntVar(&c.MaxRunsPerUser, "max-runs-per-user", env.int("CHATD_MAX_RUNS_PER_USER", conversation.DefaultMaxRunsPerUser), "active runs per authenticated user, 0 for no limit; more are answered rate_limited (CHATD_MAX_RUNS_PER_USER)")
 	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "connections per remote address, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_ADDR)")
 	c.HandshakeRate = env.rate("CHATD_HANDSHAKE_RATE", ws.DefaultHandshakeRate)
 	fs.Var(rateValue{&c.HandshakeRate}, "handshake-rate", "WebSocket upgrades per remote address, e.g. 20/s or off; more are answered 429 (CHATD_HANDSHAKE_RATE)")
@@ -360,6 +366,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_COMMAND_BURST (-command-burst) is %d; it must be at least 1", c.CommandBurst)
 	case c.HandshakeBurst < 1:
 		return fmt.Errorf("CHATD_HANDSHAKE_BURST (-handshake-burst) is %d; it must be at least 1", c.HandshakeBurst)
+	case c.MaxRunsPerUser < 0:
+		return fmt.Errorf("CHATD_MAX_RUNS_PER_USER (-max-runs-per-user) is %d; use 0 (no limit) or more", c.MaxRunsPerUser)
 	case c.MaxConnsPerUser < 0:
 		return fmt.Errorf("CHATD_MAX_CONNS_PER_USER (-max-conns-per-user) is %d; use 0 (no limit) or more", c.MaxConnsPerUser)
 	case c.MaxConnsPerAddr < 0:

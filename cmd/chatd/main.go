@@ -193,6 +193,7 @@ func (m *Main) build() error {
 		IdleTimeout:     m.cfg.IdleEvict,
 		MaxContentBytes: m.cfg.MaxContentBytes,
 		MaxRecoveries:   conversation.DefaultMaxRecoveries,
+		MaxRunsPerUser:  m.cfg.MaxRunsPerUser,
 		// A rolling restart continues every run where it stopped.
 		SuspendOnStop:  m.cfg.Recover == RecoverContinue,
 		ModelName:      m.modelName(),

@@ -477,7 +477,7 @@ func TestDeleteWithoutAnActor(t *testing.T) {
 	require.NoError(t, err)
 	run := chat.Run{ID: uuid.New(), SessionID: id, RequestID: "r1", Status: chat.RunRunning, StartedAt: e.clock.Now(), LastActivityAt: e.clock.Now()}
 	user := chat.Message{ID: uuid.New(), SessionID: id, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "approve it", Status: chat.MessageComplete, CreatedAt: e.clock.Now()}
-	require.NoError(t, e.st.RunStart(ctx, run, user))
+	require.NoError(t, e.st.RunStart(ctx, run, user, 0))
 	run.Status = chat.RunAwaitingApproval
 	require.NoError(t, e.st.RunUpdate(ctx, run, chat.RunRunning))
 	sb, _, err := e.sandboxes.Get(ctx, id)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
 )
 
@@ -18,7 +19,7 @@ import (
 
 const (
 	// codeRateLimited answers a command over its connection's command rate.
-	codeRateLimited = "rate_limited"
+	codeRateLimited = conversation.CodeRateLimited
 	// closeRateLimited closes a connection over a connection limit.
 	closeRateLimited = 4029
 

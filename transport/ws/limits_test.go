@@ -2,6 +2,7 @@ package ws_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
@@ -247,4 +249,56 @@ func TestHandshakeRateLimit(t *testing.T) {
 	served(t, from(e, "carol", "10.0.0.3"), "new")
 	require.Equal(t, 1, ws.HandshakeLimiters(e.ws))
 	require.EqualValues(t, 1, rateLimited(t, reg, transport.LimitHandshake))
+}
+
+// A user's active runs are limited across their sessions: one run over the limit is
+// answered rate_limited, stores nothing and is counted; another user, and the anonymous
+// user (every client of a chatd without authentication), are not held back by it; once
+// one of the runs ends there is room again.
+func TestActiveRunsPerUserLimit(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, envOptions{
+		agent: script.PerRun(func(req conversation.Request) []script.Step {
+			if req.Content == "hold" {
+				return []script.Step{script.Text("working"), script.Hang()}
+			}
+			return []script.Step{script.Text("ok")}
+		}),
+		conv: func(c *conversation.Config) { c.MaxRunsPerUser = 2 },
+		wsConfig: metricsOption(transport.NewMetrics(reg), func(c *ws.Config) {
+			c.Auth = tokenIsUser{}
+			c.PingInterval = 24 * time.Hour
+			c.HelloTimeout = 24 * time.Hour
+		}),
+	})
+	open := func(user string) *wstest.Client {
+		c := from(e, user, "")
+		c.Hello("")
+		return c
+	}
+	a1, a2, a3 := open("alice"), open("alice"), open("alice")
+	require.Equal(t, "ack", a1.Chat("r1", "hold").Type)
+	require.Equal(t, "ack", a2.Chat("r2", "hold").Type)
+	f := a3.Chat("r3", "hold")
+	require.Equal(t, "error", f.Type)
+	require.Equal(t, "rate_limited", f.Code, "reply: %s", f.Raw)
+	require.Contains(t, f.ErrorText, "at most 2")
+	require.Empty(t, e.dbMessages(a3.State.SessionID), "the refused send stored nothing")
+	require.EqualValues(t, 1, rateLimited(t, reg, transport.LimitRuns))
+
+	// Bob, and the anonymous user, are not alice.
+	b := open("bob")
+	require.Equal(t, "ack", b.Chat("b1", "hi").Type)
+	require.Equal(t, "chat.done", b.ReadTerminal().Type)
+	for i := range 3 {
+		anon := open("")
+		require.Equal(t, "ack", anon.Chat(fmt.Sprintf("n%d", i), "hold").Type, "the anonymous user has no limit")
+	}
+
+	// One of alice's runs ends: the refused message can be sent again.
+	a1.Send(map[string]any{"type": "chat.cancel", "requestId": "c1"})
+	require.Equal(t, "chat.cancelled", a1.ReadTerminal().Type)
+	require.Equal(t, "ack", a3.Chat("r3", "hold").Type)
+	require.EqualValues(t, 1, rateLimited(t, reg, transport.LimitRuns))
 }

@@ -28,6 +28,10 @@ func (c *conn) replyErr(requestID *string, err error) {
 	var ce *conversation.Error
 	switch {
 	case errors.As(err, &ce):
+		if ce.Code == conversation.CodeRateLimited {
+			// The conversation's only limit: its user's active runs.
+			c.s.cfg.Metrics.RateLimited(transport.LimitRuns)
+		}
 		c.replyError(requestID, ce.Code, ce.Message)
 	case errors.Is(err, conversation.ErrStopped), errors.Is(err, hub.ErrClosed):
 		c.replyError(requestID, conversation.CodeInternal, "the server is shutting down; reconnect")

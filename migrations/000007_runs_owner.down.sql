@@ -1,0 +1,2 @@
+DROP INDEX runs_owner_active_idx;
+ALTER TABLE runs DROP COLUMN owner;
