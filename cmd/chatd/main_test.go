@@ -650,8 +650,16 @@ func freeAddr(t *testing.T) string {
 // and its log is printed when the test failed.
 func startChild(t *testing.T, name string, env map[string]string) *child {
 	t.Helper()
-	c := &child{t: t, name: name, addr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0], "-addr", c.addr, "-admin-addr", "127.0.0.1:0")
+	addr := freeAddr(t)
+	return startChildOn(t, name, addr, addr, []string{"-admin-addr", "127.0.0.1:0"}, env)
+}
+
+// startChildOn is startChild listening on listen (which may be every interface), reached
+// at addr, with more command-line arguments.
+func startChildOn(t *testing.T, name, listen, addr string, args []string, env map[string]string) *child {
+	t.Helper()
+	c := &child{t: t, name: name, addr: addr, log: &syncBuffer{}, done: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], append([]string{"-addr", listen}, args...)...)
 	c.cmd.Env = append(os.Environ(), childEnv+"=1", "CHATD_LOG_FORMAT=json", "CHATD_LOG_LEVEL=debug")
 	for k, v := range env {
 		c.cmd.Env = append(c.cmd.Env, k+"="+v)

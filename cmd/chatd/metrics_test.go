@@ -52,7 +52,13 @@ type scrape map[string]*dto.MetricFamily
 
 func scrapeMetrics(t *testing.T, m *Main) scrape {
 	t.Helper()
-	status, body := adminGet(t, m, "/metrics")
+	return scrapeAt(t, m.AdminAddr())
+}
+
+// scrapeAt is scrapeMetrics of the admin listener at addr.
+func scrapeAt(t *testing.T, addr string) scrape {
+	t.Helper()
+	status, body := getAt(t, addr, "/metrics")
 	require.Equal(t, http.StatusOK, status, body)
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
