@@ -203,6 +203,30 @@ const AdminOff = "off"
 // visibly stutter, which is not what coalescing is for.
 const maxCoalesceDeltas = time.Second
 
+// defaultSandboxDir is CHATD_SANDBOX_DIR unless told otherwise: a directory of chatd's
+// user's, not one in the shared /tmp, where another user could make it first (or a
+// symbolic link by its name) and read or plant workspaces. As root it is under
+// /var/cache, which the sandbox user (nobody) can traverse, unlike root's home; otherwise
+// the user's cache directory ($XDG_CACHE_HOME, else ~/.cache), and without a home, a
+// directory of the user's own in $TMPDIR (start-up refuses it if someone else made it).
+func defaultSandboxDir(getenv func(string) string, euid int) string {
+	if euid == 0 {
+		return "/var/cache/chatd/sandboxes"
+	}
+	// As os.UserCacheDir, from getenv.
+	cache := getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(cache) {
+		cache = ""
+		if home := getenv("HOME"); filepath.IsAbs(home) {
+			cache = filepath.Join(home, ".cache")
+		}
+	}
+	if cache == "" {
+		return filepath.Join(os.TempDir(), "chatd-sandboxes-"+strconv.Itoa(euid))
+	}
+	return filepath.Join(cache, "chatd", "sandboxes")
+}
+
 // What start-up does with runs a dead process left unfinished (CHATD_RECOVER).
 const (
 	RecoverContinue  = "continue"
@@ -277,7 +301,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
-	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
+	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", defaultSandboxDir(getenv, os.Geteuid())), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
 	fs.StringVar(&c.Sandbox, "sandbox", env.str("CHATD_SANDBOX", ""), "where tools run commands: bwrap (bubblewrap) or local (no isolation, for development); default bwrap when the shell tool is on (CHATD_SANDBOX)")
 	fs.StringVar(&c.Bwrap, "bwrap", env.str("CHATD_BWRAP", ""), "bubblewrap's executable; empty looks for bwrap in PATH (CHATD_BWRAP)")
 	c.SandboxNetwork = env.onOff("CHATD_SANDBOX_NETWORK", false)

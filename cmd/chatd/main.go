@@ -402,6 +402,10 @@ func (m *Main) sandboxKind() string {
 // newSandboxes builds the sandbox provider. With the shell tool on and bubblewrap
 // missing (or unable to start a sandbox), chatd does not start.
 func (m *Main) newSandboxes() (sandboxProvider, error) {
+	// Checked here, for either provider, so that the error names the setting.
+	if _, err := sandbox.PrepareDir(m.cfg.SandboxDir); err != nil {
+		return nil, fmt.Errorf("CHATD_SANDBOX_DIR (-sandbox-dir): %w", err)
+	}
 	if m.sandboxKind() == SandboxLocal {
 		if m.cfg.ShellTool {
 			m.log.Warn().Msg("CHATD_SANDBOX=local: shell commands run unisolated, as chatd's user, and can read its files and environment; use bwrap outside development")

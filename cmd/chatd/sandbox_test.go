@@ -159,3 +159,45 @@ func TestShellToolSandboxEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(id, "bwrap-"), "the command ran in %q", id)
 }
+
+// chatd refuses a CHATD_SANDBOX_DIR that is a symbolic link or that others can write to,
+// with either provider, naming the setting.
+func TestRefusesUnsafeSandboxDir(t *testing.T) {
+	base := t.TempDir()
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(t.TempDir(), link))
+	open := filepath.Join(base, "open")
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o777))
+	for _, dir := range []string{link, open} {
+		for _, shell := range []string{"on", "off"} {
+			var stderr bytes.Buffer
+			code := run(nil, envMap(map[string]string{
+				"DATABASE_URL":      "postgres://127.0.0.1:1/never-reached",
+				"CHATD_SHELL_TOOL":  shell,
+				"CHATD_SANDBOX_DIR": dir,
+				"CHATD_BWRAP":       os.Getenv("CHATD_BWRAP"),
+				"CHATD_LOG_FORMAT":  "json",
+			}), &stderr)
+			require.Equal(t, 1, code, stderr.String())
+			require.Contains(t, stderr.String(), "CHATD_SANDBOX_DIR", stderr.String())
+		}
+	}
+}
+
+// By default the sandboxes are not in the shared /tmp: another user could make the
+// directory first.
+func TestDefaultSandboxDir(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envMap(m)
+	}
+	require.Equal(t, "/var/cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/root"), 0))
+	require.Equal(t, "/home/ann/.cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann"), 1000))
+	require.Equal(t, "/xdg/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann", "XDG_CACHE_HOME", "/xdg"), 1000))
+	require.Equal(t, "/home/ann/.cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann", "XDG_CACHE_HOME", "rel"), 1000))
+	require.Equal(t, filepath.Join(os.TempDir(), "chatd-sandboxes-1000"), defaultSandboxDir(env(), 1000))
+}

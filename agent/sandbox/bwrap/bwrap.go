@@ -184,11 +184,8 @@ func New(cfg Config) (*Provider, error) {
 		}
 		p.cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+	if p.dir, err = sandbox.PrepareDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("sandbox directory: %w", err)
-	}
-	if p.dir, err = filepath.Abs(cfg.Dir); err != nil {
-		return nil, err
 	}
 	if p.cred != nil {
 		// bwrap, running as the sandbox user, must reach the workspaces; nobody else
@@ -245,20 +242,30 @@ func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := idPrefix + hex.EncodeToString(b[:])
-	root := filepath.Join(p.dir, id)
-	mode := os.FileMode(0o700)
+	mode := uint32(0o700)
 	if p.cred != nil {
 		mode = 0o711
 	}
-	if err := os.Mkdir(root, mode); err != nil {
+	// No directory is reached through a symbolic link: each is opened without following
+	// one and the next made in it, and the workspace is given to the sandbox user through
+	// its descriptor.
+	dir, err := os.OpenFile(p.dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	ws := p.Workspace(id)
-	if err := os.Mkdir(ws, 0o700); err != nil {
+	defer dir.Close()
+	root, err := sandbox.MkdirNoFollow(int(dir.Fd()), id, mode)
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	defer root.Close()
+	ws, err := sandbox.MkdirNoFollow(int(root.Fd()), "workspace", 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	defer ws.Close()
 	if p.cred != nil {
-		if err := os.Chown(ws, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+		if err := ws.Chown(int(p.cred.Uid), int(p.cred.Gid)); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
@@ -277,7 +284,7 @@ func (p *Provider) get(id string) (*box, error) {
 		return bx, nil
 	}
 	root := filepath.Join(p.dir, id)
-	if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
+	if fi, err := os.Lstat(filepath.Join(root, "workspace")); err != nil || !fi.IsDir() {
 		return nil, sandbox.ErrGone
 	}
 	bx := &box{spaces: make(map[*space]struct{})}

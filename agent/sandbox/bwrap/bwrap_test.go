@@ -497,3 +497,23 @@ func TestGoneSurvivesProvider(t *testing.T) {
 	}
 	require.True(t, strings.HasPrefix(sb.ID(), "bwrap-"))
 }
+
+// A sandbox directory another user could have made or can write to is refused: it could
+// be a link to theirs, where they read every workspace or plant files in one.
+func TestRefusesUnsafeDir(t *testing.T) {
+	base := openTempDir(t)
+	real := filepath.Join(base, "real")
+	require.NoError(t, os.Mkdir(real, 0o711))
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(real, link))
+	open := filepath.Join(base, "open")
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o1777))
+	for dir, want := range map[string]string{link: "symbolic link", open: "writable by others"} {
+		_, err := bwrap.New(bwrap.Config{Dir: dir, Bwrap: os.Getenv("CHATD_BWRAP")})
+		require.ErrorContains(t, err, want, dir)
+	}
+	entries, err := os.ReadDir(real)
+	require.NoError(t, err)
+	require.Empty(t, entries, "a sandbox was made through the link")
+}
