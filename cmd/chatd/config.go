@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -443,9 +444,12 @@ func (c Config) validateAuth() error {
 		if c.JWTSecret != "" || c.JWKSURL != "" || c.JWTIssuer != "" || c.JWTAudience != "" {
 			return errors.New("CHATD_JWT_SECRET, CHATD_JWKS_URL, CHATD_JWT_ISSUER or CHATD_JWT_AUDIENCE is set but CHATD_AUTH is none: set CHATD_AUTH=jwt to check tokens")
 		}
-		if !loopback(c.Addr) && !c.AuthNoneOnPublic {
-			return fmt.Errorf("CHATD_ADDR (-addr) is %s, which is not a loopback address, and CHATD_AUTH is none: anyone who can reach it would use chatd as the same anonymous user. "+
-				"Set CHATD_AUTH=jwt with CHATD_JWT_SECRET or CHATD_JWKS_URL, listen on 127.0.0.1, or, behind a proxy that authenticates, set CHATD_AUTH_NONE_ON_PUBLIC=yes", c.Addr)
+		if c.AuthNoneOnPublic {
+			break
+		}
+		if why := notLoopback(c.Addr); why != "" {
+			return fmt.Errorf("CHATD_ADDR (-addr) is %s, %s, and CHATD_AUTH is none: anyone who can reach it would use chatd as the same anonymous user. "+
+				"Set CHATD_AUTH=jwt with CHATD_JWT_SECRET or CHATD_JWKS_URL, listen on 127.0.0.1, or, behind a proxy that authenticates, set CHATD_AUTH_NONE_ON_PUBLIC=yes", c.Addr, why)
 		}
 	case AuthJWT:
 		switch {
@@ -469,18 +473,46 @@ func (c Config) validateAuth() error {
 	return nil
 }
 
-// loopback reports whether addr (host:port) listens on a loopback address only:
-// 127.0.0.0/8, ::1 or localhost. An empty host listens on every interface.
-func loopback(addr string) bool {
+// lookupIPAddr resolves a host name of CHATD_ADDR; tests replace it.
+var lookupIPAddr = net.DefaultResolver.LookupIPAddr
+
+// resolveTimeout bounds that resolution: start-up does not wait long on a DNS server.
+const resolveTimeout = 3 * time.Second
+
+// notLoopback says why addr (host:port) does not listen on loopback addresses only
+// (127.0.0.0/8, ::1), or returns "" when it does. An empty host listens on every
+// interface. A host name, localhost too, is resolved as the listener will resolve it,
+// and every address must be loopback: /etc/hosts or DNS may map any name anywhere.
+func notLoopback(addr string) string {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		host = addr
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
+	host = strings.Trim(host, "[]")
+	if host == "" {
+		return "which listens on every interface"
 	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.Unmap().IsLoopback()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Unmap().IsLoopback() {
+			return ""
+		}
+		return "which is not a loopback address"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	addrs, err := lookupIPAddr(ctx, host)
+	if err != nil {
+		return fmt.Sprintf("whose host name does not resolve (%v), so it is not known to be a loopback address", err)
+	}
+	if len(addrs) == 0 {
+		return "whose host name resolves to no address, so it is not known to be a loopback address"
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); !ok || !ip.Unmap().IsLoopback() {
+			return fmt.Sprintf("whose host name resolves to %s, which is not a loopback address", a.IP)
+		}
+	}
+	return ""
 }
 
 // validateAgent checks the model provider's settings.
