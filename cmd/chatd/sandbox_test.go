@@ -201,3 +201,44 @@ func TestDefaultSandboxDir(t *testing.T) {
 	require.Equal(t, "/home/ann/.cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann", "XDG_CACHE_HOME", "rel"), 1000))
 	require.Equal(t, filepath.Join(os.TempDir(), "chatd-sandboxes-1000"), defaultSandboxDir(env(), 1000))
 }
+
+// With CHATD_SANDBOX_NETWORK=on chatd warns at start-up that sandboxes share the host's
+// network, naming what they can then reach: its own listeners and the database
+// (TestEscapeNetwork in agent/sandbox/bwrap shows a networked sandbox reaching a
+// listener on the host's loopback). Without it, no warning.
+func TestSandboxNetworkWarns(t *testing.T) {
+	m, logBuf := startInProcess(t, map[string]string{
+		"CHATD_SHELL_TOOL": "on", "CHATD_SANDBOX_DIR": sandboxDir(t), "CHATD_SANDBOX_NETWORK": "on",
+	})
+	var warning map[string]any
+	for _, line := range strings.Split(logBuf.String(), "\n") {
+		if strings.Contains(line, "CHATD_SANDBOX_NETWORK=on") {
+			require.NoError(t, json.Unmarshal([]byte(line), &warning))
+		}
+	}
+	require.NotNil(t, warning, "no warning in the log:\n%s", logBuf.String())
+	require.Equal(t, "warn", warning["level"])
+	msg := warning["message"].(string)
+	require.Contains(t, msg, m.Addr())
+	require.Contains(t, msg, m.AdminAddr())
+	require.Contains(t, msg, "loopback")
+	require.Contains(t, msg, "PostgreSQL at "+databaseAddr(os.Getenv("DATABASE_URL")))
+
+	_, quiet := startInProcess(t, map[string]string{"CHATD_SHELL_TOOL": "on", "CHATD_SANDBOX_DIR": sandboxDir(t)})
+	require.NotContains(t, quiet.String(), "CHATD_SANDBOX_NETWORK=on")
+}
+
+func TestDatabaseAddr(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://u:p@127.0.0.1:5433/chatd":          "127.0.0.1:5433",
+		"postgresql://db.internal/chatd":               "db.internal:5432",
+		"postgres://[::1]:6000/chatd":                  "[::1]:6000",
+		"postgres:///chatd?host=/var/run/postgresql":   "",
+		"postgres:///chatd":                            "",
+		"host=localhost port=5999 dbname=chatd":        "localhost:5999",
+		"host=/tmp dbname=chatd":                       "",
+		"postgres://u@/chatd?host=10.0.0.5&sslmode=no": "10.0.0.5:5432",
+	} {
+		require.Equal(t, want, databaseAddr(dsn), dsn)
+	}
+}
