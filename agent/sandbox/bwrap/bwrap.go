@@ -15,10 +15,11 @@
 // stopped too); Connect resumes them (SIGCONT). A Pause that cannot see every process
 // stopped within freezeWait (one in an uninterruptible wait, say) resumes them and fails:
 // it never says paused of a sandbox that may still run. (A cgroup freezer would be
-// exact, but needs a delegated cgroup v2 hierarchy, which chatd cannot count on.) Kill ends every namespace: bwrap is killed, and with it the
-// namespace's first process (bwrap's --die-with-parent), and Linux kills everything in a
-// pid namespace whose first process died. The processes are found by their pid namespace
-// (/proc/PID/ns/pid), which a sandboxed process cannot leave.
+// exact, but needs a delegated cgroup v2 hierarchy, which chatd cannot count on.) Kill
+// ends every namespace: bwrap is killed, and with it the namespace's first process
+// (bwrap's --die-with-parent), and Linux kills everything in a pid namespace whose first
+// process died. The processes are found by their pid namespace (/proc/PID/ns/pid), which
+// a sandboxed process cannot leave.
 //
 // Sandbox processes never outlive chatd: bwrap is started with a parent-death signal
 // (from a thread kept for that, package launcher) and passes it on to the namespace's
