@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +237,49 @@ func TestACallWithoutTheSandboxRecordsNothing(t *testing.T) {
 	before := counter.used.Load()
 	require.NoError(t, end(ctx))
 	require.Equal(t, before+1, counter.used.Load(), "its end is recorded")
+}
+
+// flakyPauser is a provider whose Pause fails, leaving the sandbox running, while fail
+// is set: a sandbox with a process that would not stop.
+type flakyPauser struct {
+	*local.Provider
+	fail atomic.Bool
+}
+
+func (f *flakyPauser) Pause(ctx context.Context, id string) error {
+	if f.fail.Load() {
+		return errors.New("its processes could not all be stopped; they run on")
+	}
+	return f.Provider.Pause(ctx, id)
+}
+
+// A pause that fails is an error of the pass, and the sandbox is not taken for paused:
+// it is not killed KillAfter later as a paused one, and a later pass pauses it once it
+// sat idle again.
+func TestJanitorRetriesAPauseThatFailed(t *testing.T) {
+	b := setupJanitor(t)
+	flaky := &flakyPauser{Provider: b.p}
+	flaky.fail.Store(true)
+	sbs := agent.NewSandboxes(flaky, b.st, b.clock)
+	janitor, err := agent.NewJanitor(agent.JanitorConfig{
+		Sandboxes: sbs, Store: b.st, IdlePause: idlePause, KillAfter: killAfter, Clock: b.clock,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	})
+	require.NoError(t, err)
+	sb, _, err := sbs.Get(context.Background(), b.session)
+	require.NoError(t, err)
+	require.NoError(t, exec(sb))
+
+	b.clock.Advance(idlePause)
+	p, err := janitor.Sweep(context.Background())
+	require.ErrorContains(t, err, "could not all be stopped")
+	require.Equal(t, agent.JanitorPass{}, p)
+	require.NoError(t, exec(sb), "the sandbox runs")
+
+	flaky.fail.Store(false)
+	b.clock.Advance(idlePause)
+	p, err = janitor.Sweep(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, agent.JanitorPass{Paused: 1}, p, "the pause is tried again")
+	require.ErrorIs(t, exec(sb), sandbox.ErrPaused)
 }

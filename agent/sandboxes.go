@@ -250,6 +250,12 @@ func (s *Sandboxes) pauseIdle(ctx context.Context, sessionID uuid.UUID, sandboxI
 		return false, err
 	}
 	if err := s.provider.Pause(ctx, sandboxID); err != nil && !errors.Is(err, sandbox.ErrGone) {
+		// Not paused: a provider that cannot stop every process leaves them running. The
+		// record says so again, as if used now, so that it is not killed as paused
+		// KillAfter from now and a later pass tries again once it sat idle IdlePause.
+		if uerr := s.store.SessionSandboxUsed(ctx, sessionID, s.clock.Now()); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
 		return false, fmt.Errorf("pause sandbox %s: %w", sandboxID, err)
 	}
 	return true, nil

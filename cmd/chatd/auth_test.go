@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -15,19 +17,51 @@ import (
 
 const testSecret = "0123456789abcdef0123456789abcdef"
 
+// fakeResolver makes CHATD_ADDR's host names resolve as names says, and any other name
+// not at all, for the rest of the test: what a host name means is the machine's, not
+// the test's.
+func fakeResolver(t *testing.T, names map[string][]string) {
+	t.Helper()
+	old := lookupIPAddr
+	t.Cleanup(func() { lookupIPAddr = old })
+	lookupIPAddr = func(ctx context.Context, host string) ([]net.IPAddr, error) {
+		ips, ok := names[host]
+		if !ok {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		var out []net.IPAddr
+		for _, ip := range ips {
+			out = append(out, net.IPAddr{IP: net.ParseIP(ip)})
+		}
+		return out, nil
+	}
+}
+
+// testNames are the host names of the startup tests.
+var testNames = map[string][]string{
+	"localhost":        {"127.0.0.1", "::1"},
+	"chat.example.com": {"203.0.113.7"},
+	"mixed.example":    {"127.0.0.1", "192.168.1.5"},
+	"loop.example":     {"127.0.1.1"},
+}
+
 // chatd refuses to start anonymous on a public address, and JWT without a key, naming the
 // variables to set.
 func TestAuthStartupRefusals(t *testing.T) {
 	for name, tc := range map[string]struct {
 		env     map[string]string
 		args    []string
+		names   map[string][]string // testNames if nil
 		mention []string
 	}{
 		"none on every interface":     {env: map[string]string{"CHATD_ADDR": ":8080"}, mention: []string{"CHATD_ADDR", "CHATD_AUTH", "CHATD_AUTH_NONE_ON_PUBLIC=yes", "CHATD_JWT_SECRET"}},
 		"none on 0.0.0.0":             {env: map[string]string{"CHATD_ADDR": "0.0.0.0:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC"}},
 		"none on [::]":                {args: []string{"-addr", "[::]:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC"}},
 		"none on a LAN address":       {env: map[string]string{"CHATD_ADDR": "192.168.1.5:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC"}},
-		"none on a host name":         {env: map[string]string{"CHATD_ADDR": "chat.example.com:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC"}},
+		"none on a host name":         {env: map[string]string{"CHATD_ADDR": "chat.example.com:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC", "203.0.113.7"}},
+		"none on a name also public":  {env: map[string]string{"CHATD_ADDR": "mixed.example:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC", "192.168.1.5"}},
+		"none on a name unresolved":   {env: map[string]string{"CHATD_ADDR": "nowhere.example:8080"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC", "does not resolve"}},
+		"none on a public localhost":  {env: map[string]string{"CHATD_ADDR": "localhost:8080"}, names: map[string][]string{"localhost": {"127.0.0.1", "10.1.2.3"}}, mention: []string{"CHATD_ADDR", "10.1.2.3"}},
 		"none with the override off":  {env: map[string]string{"CHATD_ADDR": "0.0.0.0:8080", "CHATD_AUTH_NONE_ON_PUBLIC": "no"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC"}},
 		"jwt without a key":           {env: map[string]string{"CHATD_AUTH": "jwt"}, mention: []string{"CHATD_AUTH", "CHATD_JWT_SECRET", "CHATD_JWKS_URL"}},
 		"jwt with both keys":          {env: map[string]string{"CHATD_AUTH": "jwt", "CHATD_JWT_SECRET": testSecret, "CHATD_JWKS_URL": "https://idp.example/jwks"}, mention: []string{"CHATD_JWT_SECRET", "CHATD_JWKS_URL"}},
@@ -39,6 +73,10 @@ func TestAuthStartupRefusals(t *testing.T) {
 		"an override that is no word": {env: map[string]string{"CHATD_AUTH_NONE_ON_PUBLIC": "perhaps"}, mention: []string{"CHATD_AUTH_NONE_ON_PUBLIC"}},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if tc.names == nil {
+				tc.names = testNames
+			}
+			fakeResolver(t, tc.names)
 			env := map[string]string{"DATABASE_URL": "postgres://db/chatd"}
 			for k, v := range tc.env {
 				env[k] = v
@@ -64,12 +102,14 @@ func TestAuthStartupAccepted(t *testing.T) {
 		"none on 127.3.4.5":               {"CHATD_ADDR": "127.3.4.5:8080"},
 		"none on ::1":                     {"CHATD_ADDR": "[::1]:8080"},
 		"none on localhost":               {"CHATD_ADDR": "localhost:8080"},
+		"none on a name of loopback":      {"CHATD_ADDR": "loop.example:8080"},
 		"none on public with override":    {"CHATD_ADDR": "0.0.0.0:8080", "CHATD_AUTH_NONE_ON_PUBLIC": "yes"},
 		"jwt with a secret on public":     {"CHATD_ADDR": "0.0.0.0:8080", "CHATD_AUTH": "jwt", "CHATD_JWT_SECRET": testSecret},
 		"jwt with a JWKS URL on public":   {"CHATD_ADDR": ":8080", "CHATD_AUTH": "jwt", "CHATD_JWKS_URL": "https://idp.example/.well-known/jwks.json", "CHATD_JWT_ISSUER": "https://idp.example", "CHATD_JWT_AUDIENCE": "chatd"},
 		"none on public with override=on": {"CHATD_ADDR": "[::]:8080", "CHATD_AUTH_NONE_ON_PUBLIC": "on"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			fakeResolver(t, testNames)
 			env["DATABASE_URL"] = "postgres://db/chatd"
 			_, err := parseConfig(nil, envMap(env), &bytes.Buffer{})
 			require.NoError(t, err)
@@ -114,4 +154,9 @@ func TestAuthJWTInProcess(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, get(""))
 	require.Equal(t, http.StatusUnauthorized, get(wrongAud))
 	require.Equal(t, http.StatusOK, get(good))
+}
+
+// localhost, resolved by the machine's own resolver (/etc/hosts), is loopback here.
+func TestLocalhostResolvesToLoopback(t *testing.T) {
+	require.Equal(t, "", notLoopback("localhost:8080"))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -208,6 +209,30 @@ const AdminOff = "off"
 // visibly stutter, which is not what coalescing is for.
 const maxCoalesceDeltas = time.Second
 
+// defaultSandboxDir is CHATD_SANDBOX_DIR unless told otherwise: a directory of chatd's
+// user's, not one in the shared /tmp, where another user could make it first (or a
+// symbolic link by its name) and read or plant workspaces. As root it is under
+// /var/cache, which the sandbox user (nobody) can traverse, unlike root's home; otherwise
+// the user's cache directory ($XDG_CACHE_HOME, else ~/.cache), and without a home, a
+// directory of the user's own in $TMPDIR (start-up refuses it if someone else made it).
+func defaultSandboxDir(getenv func(string) string, euid int) string {
+	if euid == 0 {
+		return "/var/cache/chatd/sandboxes"
+	}
+	// As os.UserCacheDir, from getenv.
+	cache := getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(cache) {
+		cache = ""
+		if home := getenv("HOME"); filepath.IsAbs(home) {
+			cache = filepath.Join(home, ".cache")
+		}
+	}
+	if cache == "" {
+		return filepath.Join(os.TempDir(), "chatd-sandboxes-"+strconv.Itoa(euid))
+	}
+	return filepath.Join(cache, "chatd", "sandboxes")
+}
+
 // What start-up does with runs a dead process left unfinished (CHATD_RECOVER).
 const (
 	RecoverContinue  = "continue"
@@ -283,7 +308,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
-	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", filepath.Join(os.TempDir(), "chatd-sandboxes")), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
+	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", defaultSandboxDir(getenv, os.Geteuid())), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
 	fs.StringVar(&c.Sandbox, "sandbox", env.str("CHATD_SANDBOX", ""), "where tools run commands: bwrap (bubblewrap) or local (no isolation, for development); default bwrap when the shell tool is on (CHATD_SANDBOX)")
 	fs.StringVar(&c.Bwrap, "bwrap", env.str("CHATD_BWRAP", ""), "bubblewrap's executable; empty looks for bwrap in PATH (CHATD_BWRAP)")
 	c.SandboxNetwork = env.onOff("CHATD_SANDBOX_NETWORK", false)
@@ -427,9 +452,12 @@ func (c Config) validateAuth() error {
 		if c.JWTSecret != "" || c.JWKSURL != "" || c.JWTIssuer != "" || c.JWTAudience != "" {
 			return errors.New("CHATD_JWT_SECRET, CHATD_JWKS_URL, CHATD_JWT_ISSUER or CHATD_JWT_AUDIENCE is set but CHATD_AUTH is none: set CHATD_AUTH=jwt to check tokens")
 		}
-		if !loopback(c.Addr) && !c.AuthNoneOnPublic {
-			return fmt.Errorf("CHATD_ADDR (-addr) is %s, which is not a loopback address, and CHATD_AUTH is none: anyone who can reach it would use chatd as the same anonymous user. "+
-				"Set CHATD_AUTH=jwt with CHATD_JWT_SECRET or CHATD_JWKS_URL, listen on 127.0.0.1, or, behind a proxy that authenticates, set CHATD_AUTH_NONE_ON_PUBLIC=yes", c.Addr)
+		if c.AuthNoneOnPublic {
+			break
+		}
+		if why := notLoopback(c.Addr); why != "" {
+			return fmt.Errorf("CHATD_ADDR (-addr) is %s, %s, and CHATD_AUTH is none: anyone who can reach it would use chatd as the same anonymous user. "+
+				"Set CHATD_AUTH=jwt with CHATD_JWT_SECRET or CHATD_JWKS_URL, listen on 127.0.0.1, or, behind a proxy that authenticates, set CHATD_AUTH_NONE_ON_PUBLIC=yes", c.Addr, why)
 		}
 	case AuthJWT:
 		switch {
@@ -453,18 +481,46 @@ func (c Config) validateAuth() error {
 	return nil
 }
 
-// loopback reports whether addr (host:port) listens on a loopback address only:
-// 127.0.0.0/8, ::1 or localhost. An empty host listens on every interface.
-func loopback(addr string) bool {
+// lookupIPAddr resolves a host name of CHATD_ADDR; tests replace it.
+var lookupIPAddr = net.DefaultResolver.LookupIPAddr
+
+// resolveTimeout bounds that resolution: start-up does not wait long on a DNS server.
+const resolveTimeout = 3 * time.Second
+
+// notLoopback says why addr (host:port) does not listen on loopback addresses only
+// (127.0.0.0/8, ::1), or returns "" when it does. An empty host listens on every
+// interface. A host name, localhost too, is resolved as the listener will resolve it,
+// and every address must be loopback: /etc/hosts or DNS may map any name anywhere.
+func notLoopback(addr string) string {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		host = addr
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
+	host = strings.Trim(host, "[]")
+	if host == "" {
+		return "which listens on every interface"
 	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.Unmap().IsLoopback()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Unmap().IsLoopback() {
+			return ""
+		}
+		return "which is not a loopback address"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	addrs, err := lookupIPAddr(ctx, host)
+	if err != nil {
+		return fmt.Sprintf("whose host name does not resolve (%v), so it is not known to be a loopback address", err)
+	}
+	if len(addrs) == 0 {
+		return "whose host name resolves to no address, so it is not known to be a loopback address"
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); !ok || !ip.Unmap().IsLoopback() {
+			return fmt.Sprintf("whose host name resolves to %s, which is not a loopback address", a.IP)
+		}
+	}
+	return ""
 }
 
 // validateAgent checks the model provider's settings.

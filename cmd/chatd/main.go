@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -158,6 +159,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.logListening()
 	m.logAdmin()
+	m.warnSandboxNetwork()
 	return nil
 }
 
@@ -403,6 +405,10 @@ func (m *Main) sandboxKind() string {
 // newSandboxes builds the sandbox provider. With the shell tool on and bubblewrap
 // missing (or unable to start a sandbox), chatd does not start.
 func (m *Main) newSandboxes() (sandboxProvider, error) {
+	// Checked here, for either provider, so that the error names the setting.
+	if _, err := sandbox.PrepareDir(m.cfg.SandboxDir); err != nil {
+		return nil, fmt.Errorf("CHATD_SANDBOX_DIR (-sandbox-dir): %w", err)
+	}
 	if m.sandboxKind() == SandboxLocal {
 		if m.cfg.ShellTool {
 			m.log.Warn().Msg("CHATD_SANDBOX=local: shell commands run unisolated, as chatd's user, and can read its files and environment; use bwrap outside development")
@@ -433,6 +439,60 @@ func (m *Main) newSandboxes() (sandboxProvider, error) {
 		return nil, fmt.Errorf("%s runs commands under bubblewrap (CHATD_SANDBOX=bwrap): %w", what, err)
 	}
 	return p, nil
+}
+
+// warnSandboxNetwork says, loudly, what a command can reach when bwrap sandboxes share
+// the host's network namespace (CHATD_SANDBOX_NETWORK=on): the host's loopback too, and
+// so chatd's own listeners and a database that trusts local connections. Nothing short of
+// a network namespace of its own (slirp4netns, pasta), which chatd does not require,
+// keeps it out.
+func (m *Main) warnSandboxNetwork() {
+	if m.sandboxKind() != SandboxBwrap || !m.cfg.SandboxNetwork {
+		return
+	}
+	reach := []string{"chatd's listener at " + m.Addr()}
+	if admin := m.AdminAddr(); admin != "" {
+		reach = append(reach, "its admin listener at "+admin+" (/metrics, and profiles with CHATD_PPROF=on)")
+	}
+	if db := databaseAddr(m.cfg.DatabaseURL); db != "" {
+		reach = append(reach, "PostgreSQL at "+db)
+	}
+	m.log.Warn().Bool("sandbox_network", true).Strs("sandbox_reaches", reach).
+		Msgf("CHATD_SANDBOX_NETWORK=on: sandboxed commands share the host's network namespace, loopback included. "+
+			"They can reach %s, every other service listening on the host's loopback (127.0.0.1, ::1) or on an abstract Unix socket, "+
+			"the host's networks (a cloud's metadata service at 169.254.169.254 too) and the internet. "+
+			"Turn it off unless the commands need the network and nothing on the host trusts a connection for coming from it", strings.Join(reach, ", "))
+}
+
+// databaseAddr is the host and port of a PostgreSQL URL or key=value string, "" when it
+// names none (libpq then uses a Unix socket) or a Unix socket: a path, which the sandbox
+// does not see.
+func databaseAddr(dsn string) string {
+	host, port := "", "5432"
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		host = u.Host
+		if h := u.Query().Get("host"); host == "" && h != "" {
+			host = h
+		}
+		if _, _, err := net.SplitHostPort(host); err != nil && host != "" && !strings.HasPrefix(host, "/") {
+			host = net.JoinHostPort(strings.Trim(host, "[]"), port)
+		}
+	} else {
+		for _, kv := range strings.Fields(dsn) {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == "host" {
+				host = v
+			} else if ok && k == "port" {
+				port = v
+			}
+		}
+		if host != "" && !strings.HasPrefix(host, "/") {
+			host = net.JoinHostPort(host, port)
+		}
+	}
+	if strings.HasPrefix(host, "/") {
+		return ""
+	}
+	return host
 }
 
 // logAdmin says where the admin listener serves metrics and profiles, if anywhere.

@@ -22,7 +22,9 @@ import (
 func startInProcess(t *testing.T, env map[string]string) (*Main, *syncBuffer) {
 	t.Helper()
 	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug",
-		"CHATD_BWRAP": os.Getenv("CHATD_BWRAP")} // make test-go names bubblewrap (scripts/bwrap.sh)
+		"CHATD_BWRAP": os.Getenv("CHATD_BWRAP"), // make test-go names bubblewrap (scripts/bwrap.sh)
+		// Not the default, which is shared by every test (and, as root, in /var/cache).
+		"CHATD_SANDBOX_DIR": t.TempDir()}
 	for k, v := range env {
 		full[k] = v
 	}

@@ -159,3 +159,86 @@ func TestShellToolSandboxEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(id, "bwrap-"), "the command ran in %q", id)
 }
+
+// chatd refuses a CHATD_SANDBOX_DIR that is a symbolic link or that others can write to,
+// with either provider, naming the setting.
+func TestRefusesUnsafeSandboxDir(t *testing.T) {
+	base := t.TempDir()
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(t.TempDir(), link))
+	open := filepath.Join(base, "open")
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o777))
+	for _, dir := range []string{link, open} {
+		for _, shell := range []string{"on", "off"} {
+			var stderr bytes.Buffer
+			code := run(nil, envMap(map[string]string{
+				"DATABASE_URL":      "postgres://127.0.0.1:1/never-reached",
+				"CHATD_SHELL_TOOL":  shell,
+				"CHATD_SANDBOX_DIR": dir,
+				"CHATD_BWRAP":       os.Getenv("CHATD_BWRAP"),
+				"CHATD_LOG_FORMAT":  "json",
+			}), &stderr)
+			require.Equal(t, 1, code, stderr.String())
+			require.Contains(t, stderr.String(), "CHATD_SANDBOX_DIR", stderr.String())
+		}
+	}
+}
+
+// By default the sandboxes are not in the shared /tmp: another user could make the
+// directory first.
+func TestDefaultSandboxDir(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envMap(m)
+	}
+	require.Equal(t, "/var/cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/root"), 0))
+	require.Equal(t, "/home/ann/.cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann"), 1000))
+	require.Equal(t, "/xdg/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann", "XDG_CACHE_HOME", "/xdg"), 1000))
+	require.Equal(t, "/home/ann/.cache/chatd/sandboxes", defaultSandboxDir(env("HOME", "/home/ann", "XDG_CACHE_HOME", "rel"), 1000))
+	require.Equal(t, filepath.Join(os.TempDir(), "chatd-sandboxes-1000"), defaultSandboxDir(env(), 1000))
+}
+
+// With CHATD_SANDBOX_NETWORK=on chatd warns at start-up that sandboxes share the host's
+// network, naming what they can then reach: its own listeners and the database
+// (TestEscapeNetwork in agent/sandbox/bwrap shows a networked sandbox reaching a
+// listener on the host's loopback). Without it, no warning.
+func TestSandboxNetworkWarns(t *testing.T) {
+	m, logBuf := startInProcess(t, map[string]string{
+		"CHATD_SHELL_TOOL": "on", "CHATD_SANDBOX_DIR": sandboxDir(t), "CHATD_SANDBOX_NETWORK": "on",
+	})
+	var warning map[string]any
+	for _, line := range strings.Split(logBuf.String(), "\n") {
+		if strings.Contains(line, "CHATD_SANDBOX_NETWORK=on") {
+			require.NoError(t, json.Unmarshal([]byte(line), &warning))
+		}
+	}
+	require.NotNil(t, warning, "no warning in the log:\n%s", logBuf.String())
+	require.Equal(t, "warn", warning["level"])
+	msg := warning["message"].(string)
+	require.Contains(t, msg, m.Addr())
+	require.Contains(t, msg, m.AdminAddr())
+	require.Contains(t, msg, "loopback")
+	require.Contains(t, msg, "PostgreSQL at "+databaseAddr(os.Getenv("DATABASE_URL")))
+
+	_, quiet := startInProcess(t, map[string]string{"CHATD_SHELL_TOOL": "on", "CHATD_SANDBOX_DIR": sandboxDir(t)})
+	require.NotContains(t, quiet.String(), "CHATD_SANDBOX_NETWORK=on")
+}
+
+func TestDatabaseAddr(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://u:p@127.0.0.1:5433/chatd":          "127.0.0.1:5433",
+		"postgresql://db.internal/chatd":               "db.internal:5432",
+		"postgres://[::1]:6000/chatd":                  "[::1]:6000",
+		"postgres:///chatd?host=/var/run/postgresql":   "",
+		"postgres:///chatd":                            "",
+		"host=localhost port=5999 dbname=chatd":        "localhost:5999",
+		"host=/tmp dbname=chatd":                       "",
+		"postgres://u@/chatd?host=10.0.0.5&sslmode=no": "10.0.0.5:5432",
+	} {
+		require.Equal(t, want, databaseAddr(dsn), dsn)
+	}
+}

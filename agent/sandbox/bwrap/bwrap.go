@@ -10,12 +10,16 @@
 // command starts in the background ends with it: bwrap exits when the command does, and
 // its namespace dies with it (unlike the local provider, where it runs on).
 //
-// Pause stops every process in the sandbox's pid namespaces (SIGSTOP, repeated until
-// each one is seen stopped, so a process forked meanwhile is stopped too); Connect
-// resumes them (SIGCONT). Kill ends every namespace: bwrap is killed, and with it the
-// namespace's first process (bwrap's --die-with-parent), and Linux kills everything in a
-// pid namespace whose first process died. The processes are found by their pid namespace
-// (/proc/PID/ns/pid), which a sandboxed process cannot leave.
+// Pause stops every process in the sandbox's pid namespaces (SIGSTOP, repeated until a
+// look at them all finds each one stopped and none new, so a process forked meanwhile is
+// stopped too); Connect resumes them (SIGCONT). A Pause that cannot see every process
+// stopped within freezeWait (one in an uninterruptible wait, say) resumes them and fails:
+// it never says paused of a sandbox that may still run. (A cgroup freezer would be
+// exact, but needs a delegated cgroup v2 hierarchy, which chatd cannot count on.) Kill
+// ends every namespace: bwrap is killed, and with it the namespace's first process
+// (bwrap's --die-with-parent), and Linux kills everything in a pid namespace whose first
+// process died. The processes are found by their pid namespace (/proc/PID/ns/pid), which
+// a sandboxed process cannot leave.
 //
 // Sandbox processes never outlive chatd: bwrap is started with a parent-death signal
 // (from a thread kept for that, package launcher) and passes it on to the namespace's
@@ -99,8 +103,8 @@ const (
 	workspacePath = "/workspace"
 	// outputGrace is how long Exec keeps reading output once the command has exited.
 	outputGrace = 500 * time.Millisecond
-	// freezeWait bounds how long Pause waits for the sandbox's processes to stop.
-	freezeWait = 2 * time.Second
+	// defaultFreezeWait bounds how long Pause waits for the sandbox's processes to stop.
+	defaultFreezeWait = 2 * time.Second
 )
 
 // Provider manages bubblewrap sandboxes under a directory.
@@ -115,7 +119,12 @@ type Provider struct {
 
 	launcher launcher.Launcher
 
-	// mu guards boxes and everything in them.
+	// freezeWait bounds how long Pause waits for the sandbox's processes to stop, and
+	// procState reads a process's state; tests change them.
+	freezeWait time.Duration
+	procState  func(pid int) (byte, bool)
+
+	// mu guards boxes and everything in them. It is never held while waiting on bwrap.
 	mu    sync.Mutex
 	boxes map[string]*box
 }
@@ -141,7 +150,10 @@ type box struct {
 // space is one command's bwrap and pid namespace, until bwrap exits.
 type space struct {
 	cmd *exec.Cmd
-	ns  uint64 // the pid namespace's inode; 0 when bwrap never reported it
+	// starting: bwrap runs and has not reported its namespace yet, whose processes
+	// cannot be found meanwhile.
+	starting bool
+	ns       uint64 // the pid namespace's inode; 0 until reported, or when bwrap never did
 }
 
 // New returns a provider keeping sandboxes under cfg.Dir. It checks that bubblewrap is
@@ -173,6 +185,9 @@ func New(cfg Config) (*Provider, error) {
 		network: cfg.Network,
 		limits:  limits,
 		boxes:   make(map[string]*box),
+
+		freezeWait: defaultFreezeWait,
+		procState:  procState,
 	}
 	if os.Geteuid() == 0 {
 		uid, gid := cfg.UID, cfg.GID
@@ -184,11 +199,8 @@ func New(cfg Config) (*Provider, error) {
 		}
 		p.cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+	if p.dir, err = sandbox.PrepareDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("sandbox directory: %w", err)
-	}
-	if p.dir, err = filepath.Abs(cfg.Dir); err != nil {
-		return nil, err
 	}
 	if p.cred != nil {
 		// bwrap, running as the sandbox user, must reach the workspaces; nobody else
@@ -245,20 +257,30 @@ func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := idPrefix + hex.EncodeToString(b[:])
-	root := filepath.Join(p.dir, id)
-	mode := os.FileMode(0o700)
+	mode := uint32(0o700)
 	if p.cred != nil {
 		mode = 0o711
 	}
-	if err := os.Mkdir(root, mode); err != nil {
+	// No directory is reached through a symbolic link: each is opened without following
+	// one and the next made in it, and the workspace is given to the sandbox user through
+	// its descriptor.
+	dir, err := os.OpenFile(p.dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	ws := p.Workspace(id)
-	if err := os.Mkdir(ws, 0o700); err != nil {
+	defer dir.Close()
+	root, err := sandbox.MkdirNoFollow(int(dir.Fd()), id, mode)
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	defer root.Close()
+	ws, err := sandbox.MkdirNoFollow(int(root.Fd()), "workspace", 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	defer ws.Close()
 	if p.cred != nil {
-		if err := os.Chown(ws, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+		if err := ws.Chown(int(p.cred.Uid), int(p.cred.Gid)); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
@@ -277,7 +299,7 @@ func (p *Provider) get(id string) (*box, error) {
 		return bx, nil
 	}
 	root := filepath.Join(p.dir, id)
-	if _, err := os.Stat(filepath.Join(root, "workspace")); err != nil {
+	if fi, err := os.Lstat(filepath.Join(root, "workspace")); err != nil || !fi.IsDir() {
 		return nil, sandbox.ErrGone
 	}
 	bx := &box{spaces: make(map[*space]struct{})}
@@ -330,7 +352,9 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 	case killed:
 		return sandbox.ErrGone
 	case running:
-		p.freeze(bx)
+		if err := p.freeze(bx); err != nil {
+			return fmt.Errorf("pause sandbox %s: %w", id, err)
+		}
 		bx.state = paused
 	}
 	return nil
@@ -386,33 +410,57 @@ func (p *Provider) killAll(bx *box) {
 
 // signal sends sig once to every process in the box's namespaces. p.mu is held.
 func (p *Provider) signal(bx *box, sig syscall.Signal) {
-	for pid := range members(namespaces(bx)) {
+	for pid := range p.members(namespaces(bx)) {
 		_ = syscall.Kill(pid, sig)
 	}
 }
 
-// freeze stops every process in the box's namespaces: it sends SIGSTOP until a look at
-// /proc finds each one stopped, so that a child forked while its parent was being
-// stopped is stopped too (a process stops once it is out of an uninterruptible wait;
-// freeze waits for that up to freezeWait). p.mu is held.
-func (p *Provider) freeze(bx *box) {
+// errFreeze is why Pause failed: the sandbox runs on.
+var errFreeze = errors.New("its processes could not all be stopped; they run on")
+
+// freeze stops every process in the box's namespaces, or fails and leaves them all
+// running. It sends SIGSTOP to each process not stopped until a look at /proc finds
+// every one stopped and none that the look before did not: a child forked while its
+// parent was being stopped (listed after the walk read its place in /proc, as a reused
+// lower pid is) shows in the next look. A process stops once it is out of an
+// uninterruptible wait; freeze waits for that up to p.freezeWait, then sends SIGCONT to
+// all and fails. A command still starting, whose namespace is not known yet, fails it
+// at once. p.mu is held.
+func (p *Provider) freeze(bx *box) error {
+	for sp := range bx.spaces {
+		if sp.starting {
+			return errors.New("a command is starting, and its processes cannot be found yet")
+		}
+	}
 	nss := namespaces(bx)
 	if len(nss) == 0 {
-		return
+		return nil
 	}
-	deadline := time.Now().Add(freezeWait)
+	deadline := time.Now().Add(p.freezeWait)
+	var last map[int]byte
 	for pass := 0; ; pass++ {
-		all := true
-		for pid, st := range members(nss) {
+		now := p.members(nss)
+		settled := len(now) == len(last)
+		running := 0
+		for pid, st := range now {
+			if _, ok := last[pid]; !ok {
+				settled = false
+			}
 			if st == 'T' || st == 't' || st == 'Z' || st == 'X' {
 				continue
 			}
-			all = false
+			settled = false
+			running++
 			_ = syscall.Kill(pid, syscall.SIGSTOP)
 		}
-		if all || time.Now().After(deadline) {
-			return
+		if settled {
+			return nil
 		}
+		if time.Now().After(deadline) {
+			p.signal(bx, syscall.SIGCONT)
+			return fmt.Errorf("%w (%d of %d still running after %s)", errFreeze, running, len(now), p.freezeWait)
+		}
+		last = now
 		if pass < 10 {
 			runtime.Gosched()
 		} else {
@@ -432,7 +480,7 @@ func namespaces(bx *box) map[uint64]bool {
 }
 
 // members lists the processes in the pid namespaces nss, with their states (R, S, T, Z…).
-func members(nss map[uint64]bool) map[int]byte {
+func (p *Provider) members(nss map[uint64]bool) map[int]byte {
 	out := map[int]byte{}
 	if len(nss) == 0 {
 		return out
@@ -447,7 +495,7 @@ func members(nss map[uint64]bool) map[int]byte {
 			continue
 		}
 		if ns, ok := pidNamespace(pid); ok && nss[ns] {
-			if st, ok := procState(pid); ok {
+			if st, ok := p.procState(pid); ok {
 				out[pid] = st
 			}
 		}
@@ -647,21 +695,25 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		p.mu.Unlock()
 		return sandbox.ExecResult{}, fmt.Errorf("start bwrap: %w", err)
 	}
-	// The namespace is known to the box before anything can pause or kill it.
-	dec := json.NewDecoder(statusR)
-	var first status
-	_ = dec.Decode(&first) // on failure bwrap exits, and says why on its output
-	sp := &space{cmd: cmd, ns: first.PIDNamespace}
+	// bwrap is in the box before anything can pause or kill it, known by its process
+	// until it reports its namespace: Kill kills it, Pause fails rather than miss its
+	// processes. The report is awaited without p.mu: a bwrap slow to start holds up no
+	// other sandbox, nor Kill.
+	sp := &space{cmd: cmd, starting: true}
 	bx.spaces[sp] = struct{}{}
 	p.mu.Unlock()
 
-	copied := make(chan struct{})
+	// The first status is the namespace, and a later one the command's exit code.
+	reported := make(chan uint64, 1) // closed without a value when bwrap never reports
+	ended := make(chan int, 1)
 	go func() {
-		defer close(copied)
-		_, _ = io.Copy(out, outR)
-	}()
-	ended := make(chan int, 1) // the command's exit code, as bwrap reports it
-	go func() {
+		dec := json.NewDecoder(statusR)
+		var first status
+		if dec.Decode(&first) != nil { // bwrap failed, and says why on its output
+			close(reported)
+			return
+		}
+		reported <- first.PIDNamespace
 		for {
 			var st status
 			if dec.Decode(&st) != nil {
@@ -673,6 +725,11 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			}
 		}
 	}()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(out, outR)
+	}()
 	exited := make(chan struct{}) // bwrap exited
 	go func() {
 		_ = cmd.Wait()
@@ -683,6 +740,34 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		p.mu.Unlock()
 		close(exited)
 	}()
+	// kill ends the command and its namespace, for a timeout or a cancelled ctx.
+	kill := func() (sandbox.ExecResult, error) {
+		p.mu.Lock()
+		_ = cmd.Process.Kill()
+		p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
+		p.mu.Unlock()
+		<-exited
+		<-copied
+		res := sandbox.ExecResult{ExitCode: -1, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}
+		if !res.TimedOut {
+			return res, ctx.Err()
+		}
+		return res, nil
+	}
+
+	select {
+	case ns := <-reported:
+		p.mu.Lock()
+		sp.starting, sp.ns = false, ns
+		if bx.state == killed {
+			// Killed while it started: bwrap was, and its namespace may have begun.
+			_ = cmd.Process.Kill()
+			p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
+		}
+		p.mu.Unlock()
+	case <-ctx.Done():
+		return kill()
+	}
 
 	res := sandbox.ExecResult{}
 	select {
@@ -698,18 +783,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			res.ExitCode = cmd.ProcessState.ExitCode()
 		}
 	case <-ctx.Done():
-		p.mu.Lock()
-		_ = cmd.Process.Kill()
-		p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
-		p.mu.Unlock()
-		<-exited
-		<-copied
-		res.ExitCode = -1
-		res.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-		if !res.TimedOut {
-			return res, ctx.Err()
-		}
-		return res, nil
+		return kill()
 	}
 	// Everything the command wrote is in the pipe; bwrap is ending, and its namespace
 	// with it. Should anything hold the pipe open longer, reading ends after outputGrace.

@@ -497,3 +497,204 @@ func TestGoneSurvivesProvider(t *testing.T) {
 	}
 	require.True(t, strings.HasPrefix(sb.ID(), "bwrap-"))
 }
+
+// A sandbox directory another user could have made or can write to is refused: it could
+// be a link to theirs, where they read every workspace or plant files in one.
+func TestRefusesUnsafeDir(t *testing.T) {
+	base := openTempDir(t)
+	real := filepath.Join(base, "real")
+	require.NoError(t, os.Mkdir(real, 0o711))
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(real, link))
+	open := filepath.Join(base, "open")
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o1777))
+	for dir, want := range map[string]string{link: "symbolic link", open: "writable by others"} {
+		_, err := bwrap.New(bwrap.Config{Dir: dir, Bwrap: os.Getenv("CHATD_BWRAP")})
+		require.ErrorContains(t, err, want, dir)
+	}
+	entries, err := os.ReadDir(real)
+	require.NoError(t, err)
+	require.Empty(t, entries, "a sandbox was made through the link")
+}
+
+// A Pause that cannot see every process stopped (one in an uninterruptible wait, here
+// one whose state always reads D) fails, within its bound, and leaves the sandbox
+// running, every process resumed: it never claims a pause it did not make.
+func TestPauseFailsWhenAProcessWillNotStop(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "sleep 1000 & sleep 1000"})
+		done <- err
+	}()
+	// bwrap's init, sh and the two sleeps.
+	waitFor(t, "the command to start", func() bool { return len(p.Processes(sb.ID())) >= 4 })
+	stuck := 0
+	for pid := range p.Processes(sb.ID()) {
+		stuck = max(stuck, pid) // a sleep
+	}
+	p.SetFreeze(100*time.Millisecond, func(pid int) (byte, bool) {
+		if pid == stuck {
+			return 'D', true
+		}
+		return bwrap.ProcState(pid)
+	})
+
+	err = p.Pause(context.Background(), sb.ID())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "could not all be stopped")
+	p.SetFreeze(time.Second, nil)
+	procs := p.Processes(sb.ID())
+	require.GreaterOrEqual(t, len(procs), 4)
+	for pid, st := range procs {
+		require.NotContains(t, "Tt", string(st), "process %d is left stopped", pid)
+	}
+	// Not paused: it runs commands, and a later Pause (the process unstuck) works.
+	out, res := run(t, sb, "echo running")
+	require.Equal(t, 0, res.ExitCode, out)
+	require.NoError(t, p.Pause(context.Background(), sb.ID()))
+	for pid, st := range p.Processes(sb.ID()) {
+		require.Contains(t, "TtZ", string(st), "process %d is not stopped", pid)
+	}
+	require.NoError(t, p.Kill(context.Background(), sb.ID()))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return after Kill")
+	}
+}
+
+// Processes that fork without end while Pause walks them are all stopped: a child forked
+// during a pass is found by the next.
+func TestPauseStopsProcessesForkedDuringIt(t *testing.T) {
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{Processes: 64}})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "f() { while :; do sleep 100 & (:) 2>/dev/null; done; }; f 2>/dev/null & f 2>/dev/null"})
+		done <- err
+	}()
+	waitFor(t, "the forks to begin", func() bool { return len(p.Processes(sb.ID())) >= 10 })
+	for range 5 {
+		require.NoError(t, p.Pause(context.Background(), sb.ID()))
+		procs := p.Processes(sb.ID())
+		for pid, st := range procs {
+			require.Contains(t, "TtZ", string(st), "process %d is not stopped (%d processes)", pid, len(procs))
+		}
+		_, err := p.Connect(context.Background(), sb.ID())
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.Kill(context.Background(), sb.ID()))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return after Kill")
+	}
+}
+
+// slowBwrap is bwrap behind a script that, for a command naming hold-me, waits for a
+// line on a FIFO before it starts bwrap: a bwrap that has not reported yet. It returns
+// the script and the FIFO, both reachable by the sandbox user.
+func slowBwrap(t *testing.T) (script, fifo string) {
+	t.Helper()
+	real := os.Getenv("CHATD_BWRAP")
+	if real == "" {
+		var err error
+		real, err = exec.LookPath("bwrap")
+		require.NoError(t, err)
+	}
+	dir := openTempDir(t)
+	fifo = filepath.Join(dir, "hold")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	require.NoError(t, os.Chmod(fifo, 0o666))
+	script = filepath.Join(dir, "bwrap")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\ncase \"$*\" in *hold-me*) read x < "+fifo+" ;; esac\nexec "+real+" \"$@\"\n"), 0o755))
+	return script, fifo
+}
+
+// holding starts command in sb, whose bwrap waits on fifo, and returns once it waits
+// there (the FIFO open for writing), with the writer that releases it and what Exec
+// returns.
+func holding(t *testing.T, sb sandbox.Sandbox, fifo, command string) (*os.File, <-chan sandbox.ExecResult, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	done := make(chan sandbox.ExecResult, 1)
+	go func() {
+		res, _ := sb.Exec(context.Background(), sandbox.ExecRequest{Command: command, Timeout: time.Minute, Output: &out})
+		done <- res
+	}()
+	opened := make(chan *os.File, 1)
+	go func() {
+		// Opening a FIFO for writing returns when a reader opened it: the script.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			opened <- w
+		}
+	}()
+	select {
+	case w := <-opened:
+		t.Cleanup(func() { w.Close() })
+		return w, done, &out
+	case res := <-done:
+		t.Fatalf("the command ended before its bwrap started: %+v %s", res, out.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the script never waited on the FIFO")
+	}
+	return nil, nil, nil
+}
+
+// A bwrap that has not reported its namespace yet holds up no other sandbox: another
+// command runs meanwhile, Pause says it cannot pause the one starting rather than wait
+// or claim it, and Kill ends it.
+func TestSlowStartBlocksNoOtherSandbox(t *testing.T) {
+	script, fifo := slowBwrap(t)
+	p, err := bwrap.New(bwrap.Config{Dir: openTempDir(t), Bwrap: script})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	a, err := p.Create(context.Background())
+	require.NoError(t, err)
+	b, err := p.Create(context.Background())
+	require.NoError(t, err)
+
+	w, aDone, aOut := holding(t, a, fifo, "echo hold-me")
+	bDone := make(chan string, 1)
+	go func() {
+		var out bytes.Buffer
+		_, _ = b.Exec(context.Background(), sandbox.ExecRequest{Command: "echo b ran", Timeout: time.Minute, Output: &out})
+		bDone <- out.String()
+	}()
+	select {
+	case out := <-bDone:
+		require.Equal(t, "b ran\n", out)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second sandbox's command waited on the first's start")
+	}
+	err = p.Pause(context.Background(), a.ID())
+	require.ErrorContains(t, err, "starting")
+
+	_, err = w.WriteString("go\n")
+	require.NoError(t, err)
+	select {
+	case res := <-aDone:
+		require.Equal(t, 0, res.ExitCode, aOut.String())
+		require.Equal(t, "hold-me\n", aOut.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held command did not end once released")
+	}
+
+	// Killed while it starts, it ends.
+	_, aDone, _ = holding(t, a, fifo, "echo hold-me again")
+	require.NoError(t, p.Kill(context.Background(), a.ID()))
+	select {
+	case res := <-aDone:
+		require.NotEqual(t, 0, res.ExitCode)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return after Kill")
+	}
+	require.Empty(t, p.Processes(a.ID()))
+}

@@ -1,5 +1,7 @@
 package bwrap
 
+import "time"
+
 // Processes returns the states (R, S, T, …) of the processes running in sandbox id, by pid.
 func (p *Provider) Processes(id string) map[int]byte {
 	p.mu.Lock()
@@ -8,5 +10,20 @@ func (p *Provider) Processes(id string) map[int]byte {
 	if !ok {
 		return map[int]byte{}
 	}
-	return members(namespaces(bx))
+	return p.members(namespaces(bx))
 }
+
+// SetFreeze changes how long Pause waits for processes to stop, and how it reads a
+// process's state (nil: from /proc), to stand for a process that will not stop.
+func (p *Provider) SetFreeze(wait time.Duration, state func(pid int) (byte, bool)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.freezeWait = wait
+	if state == nil {
+		state = procState
+	}
+	p.procState = state
+}
+
+// ProcState reads a process's state from /proc.
+var ProcState = procState

@@ -89,12 +89,9 @@ var _ sandbox.Provider = (*Provider)(nil)
 
 // New returns a provider that keeps sandboxes under dir, creating it if needed.
 func New(dir string) (*Provider, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox directory: %w", err)
-	}
-	abs, err := filepath.Abs(dir)
+	abs, err := sandbox.PrepareDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
@@ -178,9 +175,22 @@ func (p *Provider) Create(ctx context.Context) (sandbox.Sandbox, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "local-" + hex.EncodeToString(b[:])
-	if err := os.MkdirAll(p.Workspace(id), 0o755); err != nil {
+	// Made without following a symbolic link, as the bwrap provider does.
+	dir, err := os.OpenFile(p.dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	defer dir.Close()
+	root, err := sandbox.MkdirNoFollow(int(dir.Fd()), id, 0o755)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	defer root.Close()
+	ws, err := sandbox.MkdirNoFollow(int(root.Fd()), "workspace", 0o755)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	ws.Close()
 	return &handle{p: p, id: id}, nil
 }
 
