@@ -157,18 +157,19 @@ test('the list pages with Load more', async () => {
   const ids = await page.evaluate(async (n) => {
     const started = [];
     for (let i = 0; i < n; i++) {
-      const id = crypto.randomUUID();
-      await new Promise((resolve, reject) => {
+      const id = await new Promise((resolve, reject) => {
         const ws = new WebSocket(`ws://${location.host}/v1/ws`);
-        ws.onopen = () => {
-          ws.send(JSON.stringify({ type: 'hello', sessionId: id }));
-          ws.send(JSON.stringify({ type: 'chat.send', requestId: 'r1', content: `conversation ${i}` }));
-        };
+        let id = null;
+        // A new session: chatd names it in the snapshot, then the send goes to it.
+        ws.onopen = () => ws.send(JSON.stringify({ type: 'hello' }));
         ws.onmessage = (e) => {
           const f = JSON.parse(e.data);
-          if (f.type === 'ack') {
+          if (f.type === 'snapshot') {
+            id = f.sessionId;
+            ws.send(JSON.stringify({ type: 'chat.send', requestId: 'r1', content: `conversation ${i}` }));
+          } else if (f.type === 'ack') {
             ws.close();
-            resolve();
+            resolve(id);
           } else if (f.type === 'error') reject(new Error(f.message));
         };
       });
