@@ -28,8 +28,10 @@ test('a reply streams into one bubble and ends as stored', async () => {
   const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await openApp(context, env.srv);
   assert.equal(await page.isVisible('[data-testid=empty-state]'), true);
+  assert.equal(await page.getAttribute('#app', 'data-session-id'), null, 'no id before chatd names one');
 
   const sessionId = await send(page, 'hello there');
+  assert.match(sessionId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, "chatd's id: a v4 UUID");
   await page.waitForSelector('[data-testid=message-user] >> text=hello there', { timeout: WAIT });
   await waitStreaming(page, 20);
   // Mark the bubble's node: it must be the very node that ends up holding the reply.

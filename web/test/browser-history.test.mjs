@@ -17,7 +17,6 @@ test('scrolling to the top loads older messages in place', { timeout: 120000 }, 
   const page = await openApp(context, env.srv);
   // 105 runs, one after the other, over a raw socket: 210 messages.
   const id = await page.evaluate(async (n) => {
-    const id = crypto.randomUUID();
     const ws = new WebSocket(`ws://${location.host}/v1/ws`);
     const frames = [];
     let wake = () => {};
@@ -33,8 +32,8 @@ test('scrolling to the top loads older messages in place', { timeout: 120000 }, 
       }
     };
     await new Promise((r) => (ws.onopen = r));
-    ws.send(JSON.stringify({ type: 'hello', sessionId: id }));
-    await next((f) => f.type === 'snapshot');
+    ws.send(JSON.stringify({ type: 'hello' })); // a new session: chatd names it
+    const { sessionId: id } = await next((f) => f.type === 'snapshot');
     for (let i = 0; i < n; i++) {
       ws.send(JSON.stringify({ type: 'chat.send', requestId: `r${i}`, content: `message ${i}` }));
       const end = await next((f) => ['chat.done', 'chat.error', 'chat.cancelled'].includes(f.type) && f.requestId === `r${i}`);

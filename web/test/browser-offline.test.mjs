@@ -81,18 +81,21 @@ test('the app opens offline from the service worker, with the conversation it ha
 test('a message sent offline waits, then is sent once when the tab is back', async () => {
   const context = await env.browser.newContext();
   const page = await openApp(context, env.srv);
-  const sessionId = await page.getAttribute('#app', 'data-session-id');
   await context.setOffline(true);
   await page.waitForSelector('[data-testid=connection][data-state=offline]', { timeout: WAIT });
   await page.fill('[data-testid=composer-input]', 'sent from a tunnel');
   await page.press('[data-testid=composer-input]', 'Enter');
   await page.waitForSelector('[data-testid=message-pending] >> text=sent from a tunnel', { timeout: WAIT });
   assert.equal(await page.$$eval('[data-testid=message-user]', (els) => els.length), 0);
+  // chatd has not named the conversation yet: it has no address.
+  assert.equal(new URL(page.url()).pathname, '/');
+  assert.equal(await page.getAttribute('#app', 'data-session-id'), null);
 
   await context.setOffline(false);
   await page.waitForSelector('[data-testid=message-user] >> text=sent from a tunnel', { timeout: WAIT });
   await page.waitForSelector('[data-testid=message-pending]', { state: 'detached', timeout: WAIT });
   await waitRunEnded(page);
+  const sessionId = await page.getAttribute('#app', 'data-session-id');
   assert.equal(new URL(page.url()).pathname, `/c/${sessionId}`);
   await assertMatchesDatabase(page, env.srv, sessionId);
   const runs = await env.srv.query(`SELECT status FROM runs WHERE session_id = '${sessionId}'`);

@@ -2,16 +2,18 @@
 // against a real chatd: it lists conversations most recent first with their titles and
 // context meters, renames and deletes them, pages with "Load more", and all of it
 // survives a reload. A conversation deleted while a tab shows it sends that tab to a new
-// conversation.
+// conversation; the address of one that does not exist says so.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   assertNoPageErrors,
+  newPage,
   openApp,
   screenshot,
   send,
   setup,
   waitLive,
+  waitNew,
   waitRunEnded,
   WAIT,
 } from './browser.mjs';
@@ -157,18 +159,19 @@ test('the list pages with Load more', async () => {
   const ids = await page.evaluate(async (n) => {
     const started = [];
     for (let i = 0; i < n; i++) {
-      const id = crypto.randomUUID();
-      await new Promise((resolve, reject) => {
+      const id = await new Promise((resolve, reject) => {
         const ws = new WebSocket(`ws://${location.host}/v1/ws`);
-        ws.onopen = () => {
-          ws.send(JSON.stringify({ type: 'hello', sessionId: id }));
-          ws.send(JSON.stringify({ type: 'chat.send', requestId: 'r1', content: `conversation ${i}` }));
-        };
+        let id = null;
+        // A new session: chatd names it in the snapshot, then the send goes to it.
+        ws.onopen = () => ws.send(JSON.stringify({ type: 'hello' }));
         ws.onmessage = (e) => {
           const f = JSON.parse(e.data);
-          if (f.type === 'ack') {
+          if (f.type === 'snapshot') {
+            id = f.sessionId;
+            ws.send(JSON.stringify({ type: 'chat.send', requestId: 'r1', content: `conversation ${i}` }));
+          } else if (f.type === 'ack') {
             ws.close();
-            resolve();
+            resolve(id);
           } else if (f.type === 'error') reject(new Error(f.message));
         };
       });
@@ -206,6 +209,39 @@ test('opening the app, reloading it and starting a new conversation store no ses
   await waitRunEnded(page);
   assert.equal(await count(), before + 1);
   assert.deepEqual(await env.srv.query(`SELECT count(*)::int AS n FROM runs WHERE session_id = '${id}'`), [{ n: 1 }]);
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+test('the address of a conversation that does not exist says "not found" and offers a new one; no reconnects', async () => {
+  await clearSessions();
+  const context = await env.browser.newContext();
+  const page = await newPage(context);
+  const sockets = [];
+  page.on('websocket', (ws) => sockets.push(ws.url()));
+  const made = crypto.randomUUID(); // chatd creates no session a client names
+  await page.goto(`${env.srv.httpURL}/c/${made}`);
+  await page.waitForSelector('[data-testid=not-found]', { state: 'visible', timeout: WAIT });
+  assert.equal(await page.textContent('[data-testid=conversation-title]'), 'Conversation not found');
+  assert.equal(await page.textContent('[data-testid=connection]'), 'Not found');
+  assert.equal(await page.isVisible('[data-testid=empty-state]'), false);
+  assert.equal(await page.isDisabled('[data-testid=composer-input]'), true);
+  assert.equal(new URL(page.url()).pathname, `/c/${made}`, 'the address stays, to show what was not found');
+  await page.waitForTimeout(1500); // a reconnect loop would open more sockets meanwhile
+  assert.equal(sockets.length, 1, 'one connection, refused, and no more');
+  await screenshot(page, 'not-found');
+
+  await page.click('[data-testid=not-found-new]');
+  await page.waitForURL(env.srv.httpURL + '/', { timeout: WAIT });
+  await waitNew(page);
+  assert.equal(await page.isVisible('[data-testid=not-found]'), false);
+  const id = await send(page, 'a new one instead');
+  assert.notEqual(id, made);
+  assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, "chatd's id");
+  await waitRunEnded(page);
+  await waitListed(page, [id]);
+  const rows = await env.srv.query(`SELECT id::text FROM sessions WHERE id = '${made}'`);
+  assert.deepEqual(rows, [], 'the made-up id was not created');
   assertNoPageErrors(page);
   await context.close();
 });

@@ -3,7 +3,8 @@
 // wait on the page's state (selectors, waitForFunction), never on time.
 //
 // The app marks what the tests need with data-testid; the conversation's id is
-// #app[data-session-id] (and the URL, /c/<id>, once something was sent).
+// #app[data-session-id] and the URL is /c/<id> (a new conversation's: once chatd named
+// it, after the first send).
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';

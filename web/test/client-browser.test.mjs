@@ -26,9 +26,12 @@ window.start = (sessionId) => {
     onTrace: (e) => window.trace.push(JSON.parse(JSON.stringify(e))) });
   window.client = client;
   window.initial = client.state;
-  client.subscribe((s) => window.seen.push(s.connection));
+  client.subscribe((s) => {
+    window.seen.push(s.connection);
+    // A new session's id is known once the server named it.
+    if (s.sessionId && location.hash !== '#' + s.sessionId) location.hash = s.sessionId;
+  });
   client.connect();
-  location.hash = client.state.sessionId;
   return client.state.sessionId;
 };
 window.ready = true;
@@ -56,8 +59,10 @@ test('in Chromium: reload mid-reply resumes from sessionStorage; offline and bac
     const tab = await context.newPage();
     await tab.goto(origin + '/');
     await tab.waitForFunction(() => window.ready);
-    const sessionId = await tab.evaluate(() => window.start(null));
+    assert.equal(await tab.evaluate(() => window.start(null)), null, 'a new session has no id until the server names it');
     const runId = await tab.evaluate(async () => (await window.client.send('a long answer, please')).runId);
+    const sessionId = await tab.evaluate(() => window.client.state.sessionId);
+    assert.equal(await tab.evaluate(() => location.hash.slice(1)), sessionId);
     await tab.waitForFunction(() => window.client.state.messages.some((m) => m.role === 'assistant' && m.content.length > 80));
 
     // Reload mid-reply: the new page renders the stored state at once and resumes.

@@ -3,7 +3,7 @@
 // closes. Every test ends comparing the library's state with the database.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ChatClient, MemoryStorage, pendingApprovals } from '../client/dist/index.js';
+import { ChatClient, MemoryStorage, SessionsClient, pendingApprovals, uuid4 } from '../client/dist/index.js';
 import { startChatd } from './chatd.mjs';
 import { waitFor, within, prng, nodeWebSocket, startProxy, dbMessages, clientMessages, watchContent, checkTrace, summary } from './client-util.mjs';
 
@@ -117,11 +117,13 @@ test('a send retried across a reconnect runs once: the server got it, the reply 
     },
   });
   c.traceLog = [];
-  const observer = client(srv.wsURL, { sessionId: c.state.sessionId });
+  let observer = null;
   try {
     c.connect();
-    observer.connect();
     await waitFor(c, (s) => s.connection === 'live');
+    // The session exists, named by the server: another client can follow it.
+    observer = client(srv.wsURL, { sessionId: c.state.sessionId });
+    observer.connect();
     const sent = c.send('hello once');
     // The server ran it (another client sees the run start) but the client saw nothing.
     await waitFor(observer, (s) => s.activeRun !== null || s.lastRun !== null, 10000, 'the run to start');
@@ -142,7 +144,7 @@ test('a send retried across a reconnect runs once: the server got it, the reply 
     assert.equal(db.filter((m) => m.role === 'user').length, 1);
   } finally {
     c.close();
-    observer.close();
+    observer?.close();
     await proxy.close();
     await srv.stop();
   }
@@ -151,13 +153,14 @@ test('a send retried across a reconnect runs once: the server got it, the reply 
 test('two clients on one session: both follow a run, an approval from one, a cancel from the other; both end equal to the database', { timeout: 60000 }, async () => {
   const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200' } });
   const a = client(srv.wsURL);
+  a.connect();
+  await waitFor(a, (s) => s.connection === 'live');
+  // b follows the session the server created for a.
   const b = client(srv.wsURL, { sessionId: a.state.sessionId });
   const watchA = watchContent(a);
   const watchB = watchContent(b);
   try {
-    a.connect();
     b.connect();
-    await waitFor(a, (s) => s.connection === 'live');
     await waitFor(b, (s) => s.connection === 'live');
     // An approval asked in A's run, given from B.
     const ack1 = await a.send('please approve the sandbox call');
@@ -257,6 +260,90 @@ test('a server restart (1001) mid-run: the client reconnects with hello{epoch, l
     assert.deepEqual(watch.check(db), []);
   } finally {
     watch.stop();
+    c.close();
+    await srv.stop();
+  }
+});
+
+const UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+test('a new client: hello without a sessionId, the send waits for the snapshot, and runs in the session chatd named (a v4 UUID)', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '2ms', CHATD_DEMO_WORDS: '20' } });
+  const proxy = await startProxy(Number(new URL(srv.httpURL).port));
+  // The first hello's answer never arrives: the client must not send behind it, and must
+  // say hello without an id again.
+  let stalled = false;
+  const c = client(`ws://127.0.0.1:${proxy.port}/v1/ws`, {
+    onTrace: (e) => {
+      c.traceLog.push(e);
+      if (e.type === 'send' && e.frame.type === 'hello' && !stalled) {
+        stalled = true;
+        proxy.stall();
+        setTimeout(() => proxy.cutAll(), 200);
+      }
+    },
+  });
+  c.traceLog = [];
+  try {
+    assert.equal(c.state.sessionId, null);
+    const sent = c.send('who names me?');
+    c.connect();
+    const ack = await within(sent, 20000, 'the send');
+    await waitFor(c, done(ack.runId), 20000, 'the run to end');
+    const id = c.state.sessionId;
+    assert.match(id, UUID4, 'the server generated the id');
+    const sends = c.traceLog.filter((e) => e.type === 'send');
+    const hellos = sends.filter((e) => e.frame.type === 'hello');
+    assert.equal(hellos.length, 2);
+    assert.ok(hellos.every((e) => !('sessionId' in e.frame)), 'no hello named a session');
+    const chat = sends.filter((e) => e.frame.type === 'chat.send');
+    assert.equal(chat.length, 1, 'sent once, after the snapshot');
+    assert.equal(chat[0].conn, hellos[1].conn);
+    const snap = c.traceLog.findIndex((e) => e.type === 'frame' && e.frame.type === 'snapshot');
+    assert.ok(snap >= 0 && snap < c.traceLog.indexOf(chat[0]), 'the snapshot came before the send');
+    const runs = await srv.query(`SELECT session_id::text FROM runs`);
+    assert.deepEqual(runs, [{ session_id: id }], 'one run, in the named session');
+    // The first hello may have created a session too; without a run it is not listed.
+    const listed = await new SessionsClient({ baseURL: srv.httpURL }).list();
+    assert.deepEqual(listed.sessions.map((x) => x.id), [id]);
+    await assertEqualsDB(srv, c);
+
+    // From now on it is a client of that session: a reconnect says hello with the id.
+    assert.equal(proxy.cutAll(), 1);
+    await waitFor(c, (s) => s.connection !== 'live', 5000, 'the cut to be seen');
+    await waitFor(c, (s) => s.connection === 'live', 10000, 'live again');
+    const last = c.traceLog.filter((e) => e.type === 'send' && e.frame.type === 'hello').at(-1);
+    assert.equal(last.frame.sessionId, id);
+    assert.equal(c.state.sessionId, id);
+  } finally {
+    c.close();
+    await proxy.close();
+    await srv.stop();
+  }
+});
+
+test('a made-up session id is not found: the hello is refused (not_found, 4004), nothing is created, no reconnect', { timeout: 30000 }, async () => {
+  const srv = await startChatd();
+  const made = uuid4();
+  const storage = new MemoryStorage();
+  // As if stored before the database was reset.
+  storage.setItem(`chatd.v1.session.${made}`, JSON.stringify({ v: 1, sessionId: made, epoch: 'gone', lastSeq: 7, messages: [], hasMore: false, activeRun: null, lastRun: null }));
+  const c = client(srv.wsURL, { sessionId: made, storage });
+  try {
+    const sent = c.send('squat');
+    c.connect();
+    await assert.rejects(sent, (e) => e.code === 'closed');
+    assert.deepEqual(c.state.closed, { code: 4004, reason: 'session not found' });
+    assert.equal(c.state.connection, 'offline', 'not connected, and not trying');
+    const refused = c.traceLog.find((e) => e.type === 'frame' && e.frame.type === 'error');
+    assert.equal(refused?.frame.code, 'not_found');
+    assert.equal(storage.getItem(`chatd.v1.session.${made}`), null, 'the stale state is forgotten');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(c.traceLog.filter((e) => e.type === 'open').length, 1);
+    assert.equal(c.traceLog.filter((e) => e.type === 'reconnect').length, 0);
+    const rows = await srv.query(`SELECT (SELECT count(*) FROM sessions)::int AS sessions, (SELECT count(*) FROM runs)::int AS runs`);
+    assert.deepEqual(rows, [{ sessions: 0, runs: 0 }], 'no session was created, nothing ran');
+  } finally {
     c.close();
     await srv.stop();
   }

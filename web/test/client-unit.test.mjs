@@ -133,21 +133,89 @@ test('hello first, then the commands queued before connect; the ack resolves sen
   c.close();
 });
 
-test('a new session is named by the client, so a lost hello cannot create two', async () => {
+/** The chat.send frames sent on every socket so far. */
+function sends(fake) {
+  return fake.sockets.flatMap((ws) => ws.sent.filter((f) => f.type === 'chat.send'));
+}
+
+test('a new session: hello without a sessionId; a send waits for the snapshot that names it, then goes once', async () => {
+  const fake = new Fake();
+  const storage = new MemoryStorage();
+  const c = newClient(fake, { sessionId: null, storage });
+  assert.equal(c.state.sessionId, null);
+  const ids = [];
+  c.subscribe((s) => ids.push(s.sessionId));
+  const p = c.send('hi');
+  c.connect();
+  const ws = await fake.socket(0);
+  ws.accept();
+  const hello = await ws.frame(0);
+  assert.deepEqual(Object.keys(hello).sort(), ['requestId', 'type'], 'no sessionId: the server names the session');
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(ws.sent.map((f) => f.type), ['hello'], 'nothing behind the hello of a session not yet named');
+  ws.push({ ...snapshot(), requestId: hello.requestId });
+  const send = await ws.frame(1);
+  assert.equal(send.type, 'chat.send');
+  assert.equal(send.content, 'hi');
+  assert.equal(c.state.sessionId, S);
+  await Promise.resolve();
+  assert.equal(ids.at(-1), S, 'subscribers see the id');
+  assert.equal(ChatClient.lastSessionId(storage), S);
+  ws.push({ type: 'ack', requestId: send.requestId, runId: R1, duplicate: false, status: 'running' });
+  assert.equal((await within(p, 2000, 'send')).runId, R1);
+  assert.equal(sends(fake).length, 1);
+  c.close();
+  assert.notEqual(storage.getItem(sessionKey(S)), null, 'stored under the named id');
+});
+
+test('a connection lost before the snapshot: the next hello has no sessionId either, and the held send goes once', async () => {
   const fake = new Fake();
   const c = newClient(fake, { sessionId: null });
-  assert.match(c.state.sessionId, UUID);
-  assert.equal(c.state.sessionId[14], '7', 'a UUIDv7');
+  const p = c.send('once');
   c.connect();
   const ws0 = await fake.socket(0);
   ws0.accept();
   const h0 = await ws0.frame(0);
+  assert.equal(h0.sessionId, undefined);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(ws0.sent.length, 1, 'only the hello');
+  ws0.drop(1006); // its answer (a session the client never learns) is lost
+  const ws1 = await fake.socket(1);
+  ws1.accept();
+  const h1 = await ws1.frame(0);
+  assert.equal(h1.sessionId, undefined, 'a fresh session again, not one named by the client');
+  assert.equal(h1.epoch, undefined);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(ws1.sent.length, 1, 'still only the hello');
+  assert.equal(c.state.sessionId, null);
+  ws1.push({ ...snapshot(), requestId: h1.requestId });
+  const send = await ws1.frame(1);
+  assert.equal(send.content, 'once');
+  ws1.push({ type: 'ack', requestId: send.requestId, runId: R1, duplicate: false, status: 'running' });
+  assert.equal((await within(p, 2000, 'send')).runId, R1);
+  assert.equal(sends(fake).length, 1, 'sent exactly once, on the named session');
+  c.close();
+});
+
+test('once named, a new session is followed like a given one: a reconnect says hello with its id and re-sends', async () => {
+  const fake = new Fake();
+  const c = newClient(fake, { sessionId: null });
+  c.connect();
+  const ws0 = await handshake(fake, 0, snapshot({ lastSeq: 2 }), (h) => assert.equal(h.sessionId, undefined));
+  await waitFor(c, (s) => s.connection === 'live' && s.sessionId === S);
+  const p = c.send('again');
+  const first = await ws0.frame(1);
   ws0.drop(1006);
   const ws1 = await fake.socket(1);
   ws1.accept();
   const h1 = await ws1.frame(0);
-  assert.equal(h0.sessionId, c.state.sessionId);
-  assert.equal(h1.sessionId, c.state.sessionId);
+  assert.equal(h1.sessionId, S);
+  assert.equal(h1.epoch, 'e1');
+  assert.equal(h1.lastSeq, 2);
+  assert.deepEqual(await ws1.frame(1), first, 'the same requestId, to the same session');
+  ws1.push({ type: 'resumed', requestId: h1.requestId, sessionId: S, epoch: 'e1', lastSeq: 2 });
+  ws1.push({ type: 'ack', requestId: first.requestId, runId: R1, duplicate: true, status: 'running' });
+  assert.equal((await within(p, 2000, 'send')).duplicate, true);
   c.close();
 });
 
@@ -359,16 +427,28 @@ test('a hello answered with error storage: commands behind it are not failed, th
   c.close();
 });
 
-test('a hello answered not_found stops (4004)', async () => {
+test('a hello answered not_found stops (4004): stored state forgotten, commands rejected, no reconnect', async () => {
+  // A stale stored id (the database was reset) or another user's: chatd does not create
+  // a session a client names.
   const fake = new Fake();
-  const c = newClient(fake);
+  const storage = new MemoryStorage();
+  storage.setItem(sessionKey(S), JSON.stringify({ v: 1, sessionId: S, epoch: 'e1', lastSeq: 3, messages: [], hasMore: false, activeRun: null, lastRun: null }));
+  const c = newClient(fake, { storage });
+  assert.equal(c.state.lastSeq, 3);
+  const p = c.send('lost');
   c.connect();
   const ws = await fake.socket(0);
   ws.accept();
   const h = await ws.frame(0);
+  assert.equal(h.sessionId, S);
   ws.push({ type: 'error', requestId: h.requestId, code: 'not_found', message: 'session not found' });
+  ws.drop(4004, 'session not found');
   await waitFor(c, (s) => s.closed !== null);
-  assert.equal(c.state.closed.code, 4004);
+  assert.deepEqual(c.state.closed, { code: 4004, reason: 'session not found' });
+  await assert.rejects(p, (e) => e instanceof ChatError && e.code === 'closed' && /4004 session not found/.test(e.message));
+  assert.equal(storage.getItem(sessionKey(S)), null, 'the stale stored state is forgotten');
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(fake.sockets.length, 1, 'no reconnect');
 });
 
 test('resumed at another position than ours is not trusted: the client asks for a snapshot', async () => {

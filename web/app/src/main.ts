@@ -67,6 +67,8 @@ class App {
     scroller: byId('transcript'),
     loadOlder: byId<HTMLButtonElement>('load-older'),
     empty: byId('empty'),
+    notFound: byId('not-found'),
+    notFoundNew: byId<HTMLButtonElement>('not-found-new'),
     panels: byId('panels'),
     pending: byId<HTMLOListElement>('pending'),
     composer: byId<HTMLFormElement>('composer'),
@@ -81,11 +83,14 @@ class App {
 
   private client: ChatClient | null = null;
   private unsubscribe: (() => void) | null = null;
-  private sessionId = '';
+  /** sessionId: the open conversation's id; null for a new one until chatd named it. */
+  private sessionId: string | null = null;
   /** closedClient: the client whose fatal close was already handled (onClosed). */
   private closedClient: ChatClient | null = null;
   /** fresh: a new conversation nothing was sent to yet; the URL stays "/". */
   private fresh = true;
+  /** notFound: chatd has no such conversation for this user (4004 "session not found"). */
+  private notFound = false;
   private state: ChatState | null = null;
   /** usage is the latest context usage seen in this conversation. */
   private usage: ContextUsage | null = null;
@@ -101,7 +106,7 @@ class App {
       list: byId<HTMLUListElement>('session-list'),
       status: byId('session-list-status'),
       more: byId<HTMLButtonElement>('load-more'),
-      current: () => (this.fresh ? null : this.sessionId),
+      current: () => this.sessionId,
       open: (id) => this.open(id, 'push'),
       deleted: (id) => {
         if (id === this.sessionId) this.open(null, 'replace');
@@ -148,6 +153,7 @@ class App {
       if (run) void this.act('stop', () => this.client!.cancel(run.runId));
     });
     els.loadOlder.addEventListener('click', () => void this.loadOlder());
+    els.notFoundNew.addEventListener('click', () => this.open(null, 'push'));
     els.scroller.addEventListener('scroll', () => {
       if (els.scroller.scrollTop < 150) void this.loadOlder();
     }, { passive: true });
@@ -176,7 +182,7 @@ class App {
 
     window.addEventListener('popstate', () => {
       const id = sessionFromURL();
-      if (id !== (this.fresh ? null : this.sessionId)) this.open(id, 'none');
+      if (id !== this.sessionId) this.open(id, 'none');
     });
     // The indicator of a new conversation follows the browser's network state.
     window.addEventListener('online', () => this.schedule());
@@ -202,8 +208,11 @@ class App {
     this.unsubscribe?.();
     this.client?.close();
     this.fresh = id === null;
-    this.sessionId = id ?? uuid4();
-    this.els.app.dataset.sessionId = this.sessionId;
+    this.notFound = false;
+    // A new conversation has no id until chatd names it (see named).
+    this.sessionId = id;
+    if (id === null) delete this.els.app.dataset.sessionId;
+    else this.els.app.dataset.sessionId = id;
     const url = id === null ? '/' : `/c/${id}`;
     if (how === 'push' && location.pathname !== url) history.pushState(null, '', url);
     if (how === 'replace' || (how === 'push' && location.pathname === url)) history.replaceState(null, '', url);
@@ -216,21 +225,36 @@ class App {
     this.pending.clear();
     this.loadingOlder = false;
 
-    const client = new ChatClient({ sessionId: this.sessionId });
+    // A new conversation's client has no id: its first hello asks chatd for a new
+    // session, and the snapshot names it.
+    const client = new ChatClient(id === null ? {} : { sessionId: id });
     this.client = client;
     this.state = client.state;
     this.unsubscribe = client.subscribe((s) => {
       if (this.client !== client) return;
+      if (this.sessionId === null && s.sessionId !== null) this.named(s.sessionId);
       this.state = s;
       this.schedule();
     });
-    // A new conversation connects with its first message: the hello would store the
+    // A new conversation connects with its first message: the hello would create the
     // session, and every visit to / would leave an empty one behind.
     if (!this.fresh) client.connect();
     this.sessions.render();
     this.setDrawer(false);
     this.render();
     this.focusInput();
+  }
+
+  /**
+   * named takes the id chatd gave the new conversation: it gets its address, and the
+   * list marks it as the open one (its row comes with the list's refresh when its first
+   * run starts: a session without a run is not listed).
+   */
+  private named(id: string): void {
+    this.sessionId = id;
+    this.els.app.dataset.sessionId = id;
+    history.replaceState(null, '', `/c/${id}`);
+    this.sessions.render();
   }
 
   private render(): void {
@@ -256,7 +280,10 @@ class App {
       const id = p.dataset.requestId;
       if (id && s.messages.some((m: Message) => m.role === 'user' && m.requestId === id)) p.remove();
     }
-    els.empty.hidden = !known || s.messages.length > 0 || s.hasMore || els.pending.childElementCount > 0;
+    els.empty.hidden = this.notFound || !known || s.messages.length > 0 || s.hasMore || els.pending.childElementCount > 0;
+    els.notFound.hidden = !this.notFound;
+    els.input.disabled = this.notFound;
+    els.send.disabled = this.notFound;
     els.loadOlder.hidden = !s.hasMore;
     els.loadOlder.disabled = this.loadingOlder;
 
@@ -265,7 +292,7 @@ class App {
     const unconnected = navigator.onLine ? 'new' : 'offline';
     const conn = s.closed ? 'closed' : this.fresh ? unconnected : s.connection;
     setAttr(els.connection, 'data-state', conn);
-    setText(els.connection, s.closed ? 'Closed' : conn === 'new' ? 'New' : connectionText[conn] ?? conn);
+    setText(els.connection, this.notFound ? 'Not found' : s.closed ? 'Closed' : conn === 'new' ? 'New' : connectionText[conn] ?? conn);
 
     const active = s.activeRun;
     els.send.hidden = !!active;
@@ -277,9 +304,11 @@ class App {
     if (usage) this.usage = usage;
     renderMeter(els.meter, this.usage);
 
-    const listed = this.sessions.find(this.fresh ? null : this.sessionId);
+    const listed = this.sessions.find(this.sessionId);
     const firstUser = s.messages.find((m: Message) => m.role === 'user');
-    const title = listed?.title || (firstUser ? firstLine(firstUser.content) : 'New conversation');
+    const title = this.notFound
+      ? 'Conversation not found'
+      : listed?.title || (firstUser ? firstLine(firstUser.content) : 'New conversation');
     setText(els.title, title);
     document.title = title === 'New conversation' ? 'chatd' : `${title} · chatd`;
 
@@ -297,16 +326,25 @@ class App {
     if (this.closedClient === this.client) return;
     this.closedClient = this.client;
     const id = this.sessionId;
-    if (closed.code === 4004) {
-      this.toast(closed.reason === 'session deleted' ? 'This conversation was deleted.' : 'This conversation was deleted, or is not yours.');
+    if (closed.code === 4004 && closed.reason === 'session deleted') {
+      this.toast('This conversation was deleted.');
       this.open(null, 'replace');
-      ChatClient.forget(id);
+      if (id) ChatClient.forget(id);
       void this.sessions.refresh();
+      return;
+    }
+    if (closed.code === 4004) {
+      // Never there (a made-up or stale address, the database reset) or someone else's:
+      // say so where the conversation would be, keep the address, offer a new one. The
+      // client has stopped and forgotten what it stored.
+      this.notFound = true;
+      this.schedule();
       return;
     }
     this.unsubscribe?.();
     this.unsubscribe = null;
-    this.toast(`Disconnected from ${id.slice(0, 8)}…: ${closed.reason || `close code ${closed.code}`}. Reload to try again.`);
+    const what = id ? `${id.slice(0, 8)}…` : 'the server';
+    this.toast(`Disconnected from ${what}: ${closed.reason || `close code ${closed.code}`}. Reload to try again.`);
   }
 
   /** renderPanels shows, above the composer, what the run needs or how it ended. */
@@ -415,11 +453,10 @@ class App {
     input.value = '';
     this.autosize();
     if (this.fresh) {
-      // The conversation exists once something is sent to it: give it its address, and
-      // connect (the client sends the message right behind the hello).
+      // The conversation exists once something is sent to it: connect. chatd creates the
+      // session and names it (named gives it its address); the client sends the message
+      // once it is named.
       this.fresh = false;
-      history.replaceState(null, '', `/c/${this.sessionId}`);
-      this.sessions.render();
       client.connect();
     }
     // Shown until the server has it: offline, the client keeps the message and sends

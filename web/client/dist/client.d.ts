@@ -64,7 +64,9 @@ export type TraceEvent = {
 export interface ChatClientOptions {
     /** The WebSocket URL; default from location: ws(s)://host/v1/ws. */
     url?: string;
-    /** The session; null/undefined: a new one (the client names it, the server creates it at hello). */
+    /** The session: one that exists (else the client stops with 4004 "session not found").
+     * null/undefined: a new one, created by the server at the first hello, which names it:
+     * state.sessionId is null until then, and commands wait for it. */
     sessionId?: string | null;
     /** Passed in hello. A function is called before every hello, and makes 4001 retryable. */
     token?: TokenSource;
@@ -144,9 +146,14 @@ export declare class ChatClient {
     static forget(sessionId: string, storage?: StorageLike | null): void;
     /** The current state; replaced (never modified) on every change. */
     get state(): ChatState;
-    /** Calls fn after state changes (at most once per microtask, with the latest state). Returns the unsubscribe. */
+    /**
+     * Calls fn after state changes (at most once per microtask, with the latest state), the
+     * server naming a new session (state.sessionId no longer null) included. Returns the
+     * unsubscribe.
+     */
     subscribe(fn: (state: ChatState) => void): () => void;
-    /** Starts connecting (once; later calls do nothing). Commands made before are queued. */
+    /** Starts connecting (once; later calls do nothing). Commands made before are queued
+     * (a new session's until the server has named it). */
     connect(): void;
     /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
     close(): void;

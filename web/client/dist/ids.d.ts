@@ -1,6 +1,4 @@
 /** A random UUID: crypto.randomUUID when present (secure contexts), else the same from getRandomValues. */
 export declare function uuid4(): string;
-/** A UUID version 7: 48 bits of milliseconds, then random bits. */
-export declare function uuid7(now?: number): string;
 /** Whether s is a UUID in its usual text form (and not the nil UUID). */
 export declare function isUuid(s: string): boolean;

@@ -357,17 +357,6 @@ function uuid4() {
   b[8] = b[8] & 63 | 128;
   return format(b);
 }
-function uuid7(now = Date.now()) {
-  const b = randomBytes(16);
-  let t = Math.max(0, Math.floor(now));
-  for (let i = 5; i >= 0; i--) {
-    b[i] = t % 256;
-    t = Math.floor(t / 256);
-  }
-  b[6] = b[6] & 15 | 112;
-  b[8] = b[8] & 63 | 128;
-  return format(b);
-}
 var UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 function isUuid(s) {
   return UUID_RE.test(s) && s !== "00000000-0000-0000-0000-000000000000";
@@ -459,9 +448,8 @@ var ChatClient = class {
     let sessionId = opts.sessionId ?? null;
     if (sessionId !== null && !isUuid(sessionId)) throw new Error(`ChatClient: sessionId must be a UUID, got ${JSON.stringify(sessionId)}`);
     if (sessionId !== null) sessionId = sessionId.toLowerCase();
-    if (sessionId === null) sessionId = uuid7();
     let state = initialState(sessionId);
-    const stored = loadSession(this.storage, sessionId);
+    const stored = sessionId === null ? null : loadSession(this.storage, sessionId);
     if (stored) {
       state = {
         ...state,
@@ -491,14 +479,19 @@ var ChatClient = class {
   get state() {
     return this._state;
   }
-  /** Calls fn after state changes (at most once per microtask, with the latest state). Returns the unsubscribe. */
+  /**
+   * Calls fn after state changes (at most once per microtask, with the latest state), the
+   * server naming a new session (state.sessionId no longer null) included. Returns the
+   * unsubscribe.
+   */
   subscribe(fn) {
     this.subscribers.add(fn);
     return () => {
       this.subscribers.delete(fn);
     };
   }
-  /** Starts connecting (once; later calls do nothing). Commands made before are queued. */
+  /** Starts connecting (once; later calls do nothing). Commands made before are queued
+   * (a new session's until the server has named it). */
   connect() {
     if (this.started || this.stopped) return;
     this.started = true;
@@ -621,6 +614,7 @@ var ChatClient = class {
   /** Sends queued commands on the current connection, in order, up to maxInFlight. */
   flush() {
     if (!this.ws || !this.socketOpen || !this.helloSent) return;
+    if (this._state.sessionId === null) return;
     const conn = this.conn;
     let inFlight = this.helloOk ? 0 : 1;
     for (const p of this.pending.values()) if (p.sentOn === conn) inFlight++;
@@ -710,7 +704,8 @@ var ChatClient = class {
     if (conn !== this.conn || !this.socketOpen) return;
     const s = this._state;
     this.helloRequestId = `hello-${uuid4()}`;
-    const hello = { type: "hello", requestId: this.helloRequestId, sessionId: s.sessionId };
+    const hello = { type: "hello", requestId: this.helloRequestId };
+    if (s.sessionId !== null) hello.sessionId = s.sessionId;
     if (s.epoch !== null && !this.wantSnapshot) {
       hello.epoch = s.epoch;
       hello.lastSeq = s.lastSeq;

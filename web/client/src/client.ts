@@ -28,7 +28,7 @@ import {
   saveSession,
   type StorageLike,
 } from './storage.js';
-import { isUuid, uuid4, uuid7 } from './ids.js';
+import { isUuid, uuid4 } from './ids.js';
 
 /** A token, or a function that gives one (called before every hello, so it can refresh). */
 export type TokenSource = string | (() => string | Promise<string>);
@@ -74,7 +74,9 @@ export type TraceEvent =
 export interface ChatClientOptions {
   /** The WebSocket URL; default from location: ws(s)://host/v1/ws. */
   url?: string;
-  /** The session; null/undefined: a new one (the client names it, the server creates it at hello). */
+  /** The session: one that exists (else the client stops with 4004 "session not found").
+   * null/undefined: a new one, created by the server at the first hello, which names it:
+   * state.sessionId is null until then, and commands wait for it. */
   sessionId?: string | null;
   /** Passed in hello. A function is called before every hello, and makes 4001 retryable. */
   token?: TokenSource;
@@ -227,12 +229,11 @@ export class ChatClient {
     if (sessionId !== null && !isUuid(sessionId)) throw new Error(`ChatClient: sessionId must be a UUID, got ${JSON.stringify(sessionId)}`);
     // The server spells ids in lower case: so does the state, and the storage key.
     if (sessionId !== null) sessionId = sessionId.toLowerCase();
-    // A new session is named here: a hello that creates it may be lost with its
-    // connection, and the next one must name the same session (or a send re-sent after a
-    // reconnect would land in another one).
-    if (sessionId === null) sessionId = uuid7();
+    // A new session is named by the server (a client may not choose the id of a session
+    // that does not exist): it stays null until the answer to a hello without one. See
+    // flush for why commands wait for it.
     let state = initialState(sessionId);
-    const stored = loadSession(this.storage, sessionId);
+    const stored = sessionId === null ? null : loadSession(this.storage, sessionId);
     if (stored) {
       state = {
         ...state,
@@ -266,7 +267,11 @@ export class ChatClient {
     return this._state;
   }
 
-  /** Calls fn after state changes (at most once per microtask, with the latest state). Returns the unsubscribe. */
+  /**
+   * Calls fn after state changes (at most once per microtask, with the latest state), the
+   * server naming a new session (state.sessionId no longer null) included. Returns the
+   * unsubscribe.
+   */
   subscribe(fn: (state: ChatState) => void): () => void {
     this.subscribers.add(fn);
     return () => {
@@ -274,7 +279,8 @@ export class ChatClient {
     };
   }
 
-  /** Starts connecting (once; later calls do nothing). Commands made before are queued. */
+  /** Starts connecting (once; later calls do nothing). Commands made before are queued
+   * (a new session's until the server has named it). */
   connect(): void {
     if (this.started || this.stopped) return;
     this.started = true;
@@ -416,6 +422,11 @@ export class ChatClient {
   /** Sends queued commands on the current connection, in order, up to maxInFlight. */
   private flush(): void {
     if (!this.ws || !this.socketOpen || !this.helloSent) return;
+    // A new session's commands wait until a snapshot named it. Sent behind a hello that
+    // creates a session, a command whose answer is lost with the connection would be
+    // sent again behind the next such hello, which creates another session: one message
+    // could start two runs in two sessions. Held back, it goes once, to the named one.
+    if (this._state.sessionId === null) return;
     const conn = this.conn;
     let inFlight = this.helloOk ? 0 : 1;
     for (const p of this.pending.values()) if (p.sentOn === conn) inFlight++;
@@ -511,7 +522,9 @@ export class ChatClient {
     if (conn !== this.conn || !this.socketOpen) return;
     const s = this._state;
     this.helloRequestId = `hello-${uuid4()}`;
-    const hello: HelloFrame = { type: 'hello', requestId: this.helloRequestId, sessionId: s.sessionId! };
+    // Without a sessionId the hello creates a session; with one, it must exist and be ours.
+    const hello: HelloFrame = { type: 'hello', requestId: this.helloRequestId };
+    if (s.sessionId !== null) hello.sessionId = s.sessionId;
     if (s.epoch !== null && !this.wantSnapshot) {
       hello.epoch = s.epoch;
       hello.lastSeq = s.lastSeq;

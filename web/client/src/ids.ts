@@ -1,5 +1,4 @@
-// Ids the client makes: requestIds (random, v4) and new session ids (v7, time-ordered like
-// the server's own).
+// Ids the client makes: requestIds (random, v4). Session ids are the server's.
 
 function randomBytes(n: number): Uint8Array {
   const b = new Uint8Array(n);
@@ -24,19 +23,6 @@ export function uuid4(): string {
   if (c && typeof c.randomUUID === 'function') return c.randomUUID();
   const b = randomBytes(16);
   b[6] = (b[6]! & 0x0f) | 0x40;
-  b[8] = (b[8]! & 0x3f) | 0x80;
-  return format(b);
-}
-
-/** A UUID version 7: 48 bits of milliseconds, then random bits. */
-export function uuid7(now: number = Date.now()): string {
-  const b = randomBytes(16);
-  let t = Math.max(0, Math.floor(now));
-  for (let i = 5; i >= 0; i--) {
-    b[i] = t % 256;
-    t = Math.floor(t / 256);
-  }
-  b[6] = (b[6]! & 0x0f) | 0x70;
   b[8] = (b[8]! & 0x3f) | 0x80;
   return format(b);
 }

@@ -16,7 +16,7 @@ import { isActiveStatus } from './protocol.js';
 export type ConnectionStatus = 'connecting' | 'catching-up' | 'live' | 'offline';
 
 export interface ChatState {
-  /** The session followed; null until known. */
+  /** The session followed; for a new session null until the server's snapshot names it. */
   sessionId: string | null;
   /** The epoch of the event sequence the state follows; null before the first snapshot. */
   epoch: string | null;
