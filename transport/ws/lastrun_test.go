@@ -17,7 +17,7 @@ func TestRetryWatcherMatchesASnapshot(t *testing.T) {
 	e := newEnv(t, envOptions{agent: script.New(script.Text("answer"), gate.Wait())})
 	a := e.session()
 	first := a.Chat("r1", "go")
-	a.ReadType("chat.delta")
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" }) // it may come before the ack
 	a.Send(map[string]any{"type": "chat.cancel", "requestId": "c1"})
 	require.Equal(t, "chat.cancelled", a.ReadTerminal().Type)
 	a.Send(map[string]any{"type": "chat.resume", "requestId": "again", "runId": first.RunID, "mode": "retry"})
@@ -36,7 +36,7 @@ func TestDismissAndResumeUpdateLastRun(t *testing.T) {
 	e := newEnv(t, envOptions{agent: script.New(script.Text("part "), script.Hang())})
 	a := e.session()
 	ack := a.Chat("r1", "go")
-	a.ReadType("chat.delta")
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" }) // it may come before the ack
 	a.Send(map[string]any{"type": "chat.cancel", "requestId": "c1"})
 	require.Equal(t, "chat.cancelled", a.ReadTerminal().Type)
 	b := e.join(a.State.SessionID)

@@ -20,7 +20,7 @@ func TestResumeAndDismissOverTheWire(t *testing.T) {
 	a := e.session()
 	ack := a.Chat("r1", "go")
 	require.Equal(t, "ack", ack.Type)
-	a.ReadType("chat.delta")
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" }) // it may come before the ack
 	a.Send(map[string]any{"type": "chat.cancel", "requestId": "c1"})
 	end := a.ReadTerminal()
 	require.Equal(t, "chat.cancelled", end.Type)
@@ -65,7 +65,7 @@ func TestRetryOverTheWire(t *testing.T) {
 	e := newEnv(t, envOptions{agent: script.New(script.Text("answer"), gate.Wait())})
 	a := e.session()
 	first := a.Chat("r1", "go")
-	a.ReadType("chat.delta")
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" }) // it may come before the ack
 	a.Send(map[string]any{"type": "chat.cancel", "requestId": "c1"})
 	require.Equal(t, "chat.cancelled", a.ReadTerminal().Type)
 	user := a.State.Sorted()[0]
