@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +51,9 @@ type Actor struct {
 	held      heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
+
+	// leaseToken mirrors the journal's lease token for the hub's renewals.
+	leaseToken atomic.Int64
 }
 
 // Start launches the actor of session id with a new epoch. cfg must be valid (see
@@ -86,6 +90,9 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		a.arm(&a.retryT, d)
 		return true
 	})
+	if cfg.Lease != nil {
+		a.journal.lease, a.journal.now, a.journal.token = cfg.Lease, a.now, &a.leaseToken
+	}
 	go a.loop()
 	return a
 }
@@ -127,8 +134,14 @@ func (a *Actor) loop() {
 		case f := <-a.timerC:
 			a.onTimer(f)
 		}
+		if a.journal.fencedOut {
+			a.moved("a write was refused by the lease's fence")
+		}
 		a.checkTimers()
 	}
+	// A lease the actor still holds goes back at once: another node may then take the
+	// session without waiting for it to expire.
+	a.journal.releaseLease()
 	a.idleT.disarm()
 	a.abandonT.disarm()
 	a.retryT.disarm()
@@ -215,6 +228,11 @@ func (a *Actor) handle(it intent) {
 		it.reply <- result[struct{}]{}
 	case *deleteIntent:
 		a.deleted()
+		it.reply <- result[struct{}]{}
+	case *rescueIntent:
+		it.reply <- result[struct{}]{err: a.rescue()}
+	case *leaseLostIntent:
+		a.moved("a renewal found the lease another node's")
 		it.reply <- result[struct{}]{}
 	case *textIntent:
 		a.onText(it.run, it.text)

@@ -53,6 +53,9 @@ type Store interface {
 	MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
 	RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error
+	LeaseGet(ctx context.Context, id uuid.UUID) (store.Lease, error)
+	LeaseAcquire(ctx context.Context, id uuid.UUID, node, addr string, now time.Time, ttl time.Duration) (chat.Session, store.Lease, error)
+	LeaseRelease(ctx context.Context, id uuid.UUID, node string, token int64) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -94,6 +97,10 @@ type Config struct {
 	// shutdown, which its recovery does not count. Without it Stop ends the run
 	// interrupted.
 	SuspendOnStop bool
+	// Lease, when set, makes this process one node of several on the database: an actor
+	// runs only while it holds its session's lease, and its writes are fenced by it
+	// (see LeaseConfig). Without it the process must be alone on its database.
+	Lease *LeaseConfig
 	// MaxRunsPerUser bounds the active runs (running, awaiting approval or paused) one
 	// user has at once, across their sessions and every process on the database: a send,
 	// retry or continue past it is refused with CodeRateLimited and stores nothing. The
@@ -174,6 +181,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: InboxSize %d is below 1", c.InboxSize)
 	case c.CoalesceDeltas < 0:
 		return fmt.Errorf("conversation config: CoalesceDeltas %s is negative", c.CoalesceDeltas)
+	case c.Lease != nil && (c.Lease.Node == nil || c.Lease.Addr == nil || c.Lease.TTL <= 0):
+		return errors.New("conversation config: Lease needs a Node, an Addr and a positive TTL")
 	}
 	return nil
 }

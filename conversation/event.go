@@ -198,6 +198,9 @@ const (
 	// DropDeleted: the session was deleted. Queued frames should still be sent; the
 	// client must not reconnect to it.
 	DropDeleted
+	// DropMoved: another node holds the session now. Queued frames should still be
+	// sent; the client should reconnect at once (and reaches the new holder).
+	DropMoved
 )
 
 // Subscriber receives a session's events. The actor calls its methods from its own

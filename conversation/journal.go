@@ -3,6 +3,7 @@ package conversation
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +57,15 @@ type journal struct {
 	unsaved    []pendingWrite     // oldest first; one entry per row
 	lost       map[uuid.UUID]bool // runs with an insert whose outcome is unknown
 	retryDelay time.Duration
+
+	// The session's lease (nil lease: none is held, the process is alone on its
+	// database): token is what it was acquired with (0 until then), and the fence of
+	// every write. fencedOut is set once a write was refused by the fence: the actor
+	// then stops, and no further write reaches the database.
+	lease     *LeaseConfig
+	now       func() time.Time
+	token     *atomic.Int64
+	fencedOut bool
 }
 
 // pendingWrite is a write the database has not taken: the newest version of a message
@@ -89,22 +99,38 @@ func (w pendingWrite) key() writeKey {
 }
 
 func newJournal(st Store, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, retry func(time.Duration) bool) *journal {
-	return &journal{st: st, session: session, metrics: metrics, log: log, retry: retry}
+	j := &journal{session: session, metrics: metrics, log: log, retry: retry}
+	j.st = fencing{st, j}
+	return j
 }
 
+// ctx bounds one database call and carries the lease's fence, when one is held.
 func (j *journal) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), storeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	if j.token != nil {
+		if t := j.token.Load(); t != 0 {
+			ctx = store.WithFence(ctx, t)
+		}
+	}
+	return ctx, cancel
 }
 
 // pending reports whether writes wait for a retry.
 func (j *journal) pending() bool { return len(j.unsaved) > 0 }
 
 // load reads the session (nil when it does not exist) and, once, the next message
-// position. It is read again after an insert whose outcome is unknown.
+// position. It is read again after an insert whose outcome is unknown. With leases, the
+// first load acquires the session's lease: *ElsewhereError when another node holds it.
 func (j *journal) load() (*chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	sess, err := j.st.SessionGet(ctx, j.session)
+	var sess chat.Session
+	var err error
+	if j.lease != nil && j.token.Load() == 0 {
+		sess, err = j.acquire(ctx)
+	} else {
+		sess, err = j.st.SessionGet(ctx, j.session)
+	}
 	var found *chat.Session
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -135,11 +161,56 @@ func (j *journal) loadPosition(ctx context.Context) error {
 func (j *journal) position() int64 { return j.nextPos }
 
 // createSession stores a new session unless one with its id exists, and returns the
-// stored one: compare its owner.
+// stored one: compare its owner. With leases it then acquires the new session's lease.
 func (j *journal) createSession(sess chat.Session) (chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	return j.st.SessionCreate(ctx, sess)
+	created, err := j.st.SessionCreate(ctx, sess)
+	if err != nil || j.lease == nil {
+		return created, err
+	}
+	return j.acquire(ctx)
+}
+
+// acquire takes the session's lease: store.ErrNotFound for a session that does not
+// exist, *ElsewhereError when another node holds a live lease.
+func (j *journal) acquire(ctx context.Context) (chat.Session, error) {
+	now := j.now()
+	prev, _ := j.st.LeaseGet(ctx, j.session) // only to count takeovers; the acquire decides
+	sess, l, err := j.st.LeaseAcquire(ctx, j.session, j.lease.Node(), j.lease.Addr(), now, j.lease.TTL)
+	if err != nil {
+		return chat.Session{}, err
+	}
+	node := j.lease.Node()
+	if l.Node != node {
+		return chat.Session{}, &ElsewhereError{Lease: l}
+	}
+	if prev.Node != "" && prev.Node != node {
+		j.metrics.leaseTakeover.Inc()
+		j.log().Warn().Str("from_node", prev.Node).Int64("token", l.Token).Msg("took the session over from a node whose lease expired")
+	} else {
+		j.metrics.leaseAcquired.Inc()
+	}
+	j.token.Store(l.Token)
+	return sess, nil
+}
+
+// releaseLease gives the session's lease back, when the journal holds it: the actor has
+// stopped, and another node may take the session at once.
+func (j *journal) releaseLease() {
+	if j.lease == nil || j.fencedOut {
+		return
+	}
+	t := j.token.Swap(0)
+	if t == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := j.st.LeaseRelease(ctx, j.session, j.lease.Node(), t); err != nil {
+		// It expires on its own, a TTL from its last renewal.
+		j.log().Warn().Err(err).Msg("could not release the session's lease")
+	}
 }
 
 // messagesBefore reads up to limit messages before position before (0: the newest), as
@@ -352,6 +423,8 @@ func (j *journal) refused(w pendingWrite, err error) bool {
 		return false // settling refuses nothing: it only ends what still streams
 	}
 	switch {
+	case errors.Is(err, store.ErrFenced):
+		return true // counted by fencing; the actor stops
 	case errors.Is(err, store.ErrStale):
 		j.metrics.writesRefused[k.table].Inc()
 		j.log().Warn().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a write was refused: the row has moved on")

@@ -19,6 +19,13 @@ type Metrics struct {
 	runsActive      map[chat.RunStatus]prometheus.Gauge
 	runDuration     map[chat.RunStatus]prometheus.Observer
 	writesRefused   map[string]prometheus.Counter // by table
+	// Leases (Config.Lease): acquisitions, sessions taken from a node whose lease had
+	// expired, writes the fence refused, and actors stopped because another node holds
+	// their session.
+	leaseAcquired prometheus.Counter
+	leaseTakeover prometheus.Counter
+	fencedWrites  prometheus.Counter
+	movedAway     prometheus.Counter
 }
 
 // activeStatuses are the statuses of a run that has not ended.
@@ -29,8 +36,9 @@ var endStatuses = []chat.RunStatus{chat.RunDone, chat.RunError, chat.RunCancelle
 
 // NewMetrics returns the actors' metrics, registered with reg unless it is nil:
 // chatd_events_published_total, chatd_ring_evictions_total, chatd_catchups_total{kind},
-// chatd_runs_active{status}, chatd_run_duration_seconds{status} and
-// chatd_writes_refused_total{table}. Pass it to every
+// chatd_runs_active{status}, chatd_run_duration_seconds{status},
+// chatd_writes_refused_total{table}, chatd_lease_acquisitions_total{kind},
+// chatd_fenced_writes_total and chatd_sessions_moved_total. Pass it to every
 // actor in Config.Metrics.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	events := prometheus.NewCounter(prometheus.CounterOpts{
@@ -60,7 +68,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "chatd_writes_refused_total",
 		Help: "Updates the database refused because the row was no longer in a state they may be written from (a run that had ended, a message that was no longer streaming), or was gone, by table. Nothing was written.",
 	}, []string{"table"})
+	leases := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatd_lease_acquisitions_total",
+		Help: "Session leases this node acquired, by kind: free (no node held it, or this one), takeover (another node's lease had expired).",
+	}, []string{"kind"})
+	fenced := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatd_fenced_writes_total",
+		Help: "Writes the database refused because the session's lease had been taken over by another node. Nothing was written.",
+	})
+	moved := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatd_sessions_moved_total",
+		Help: "Conversation actors stopped because another node holds their session (their clients are closed with 4010 and reconnect).",
+	})
 	m := &Metrics{
+		leaseAcquired:   leases.WithLabelValues("free"),
+		leaseTakeover:   leases.WithLabelValues("takeover"),
+		fencedWrites:    fenced,
+		movedAway:       moved,
 		eventsPublished: events,
 		ringEvictions:   evictions,
 		catchUpReplay:   catchUps.WithLabelValues("replay"),
@@ -79,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		reg.MustRegister(events, evictions, catchUps, active, duration, refused)
+		reg.MustRegister(events, evictions, catchUps, active, duration, refused, leases, fenced, moved)
 	}
 	return m
 }

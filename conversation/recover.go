@@ -91,7 +91,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 		return a.retryRun(req)
 	}
 	if err := a.load(); err != nil {
-		return SendResult{}, a.storageError("load the session", err)
+		return SendResult{}, a.loadError(err)
 	}
 	if err := a.live(); err != nil {
 		return SendResult{}, err
@@ -173,7 +173,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	}
 	a.journal.reload() // the seam may have removed a row: read the next position again
 	if err := a.load(); err != nil {
-		return SendResult{}, a.storageError("load the session", err)
+		return SendResult{}, a.loadError(err)
 	}
 
 	state := newRunState(info)
@@ -247,7 +247,7 @@ func (a *Actor) takeUpLoaded() error {
 		return nil
 	}
 	if err := a.load(); err != nil {
-		return a.storageError("load the session", err)
+		return a.loadError(err)
 	}
 	if a.session == nil {
 		return nil
@@ -344,7 +344,7 @@ func (a *Actor) seam(msgs []chat.Message) ([]chat.Message, error) {
 // model's context from now on), and the old run is no longer resumable.
 func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err := a.load(); err != nil {
-		return SendResult{}, a.storageError("load the session", err)
+		return SendResult{}, a.loadError(err)
 	}
 	if err := a.live(); err != nil {
 		return SendResult{}, err
@@ -439,12 +439,21 @@ func (a *Actor) suspend(run *runState) {
 // giveUp ends a run that crashed its process too often as interrupted, with what its
 // streaming rows hold.
 func (a *Actor) giveUp(info chat.Run, from []chat.RunStatus) (SendResult, error) {
+	a.logger().Error().Str("run_id", info.ID.String()).Int("recoveries", info.Recoveries).Msg("a run's process died too often; ending it interrupted")
+	return a.interrupt(info, fmt.Sprintf("the server stopped during this run %d times; it was not continued again", info.Recoveries), from...)
+}
+
+// interrupt ends a run no agent drives as interrupted with message, with what its
+// streaming rows hold, from its stored status (or from).
+func (a *Actor) interrupt(info chat.Run, message string, from ...chat.RunStatus) (SendResult, error) {
+	if len(from) == 0 {
+		from = []chat.RunStatus{info.Status}
+	}
 	now := a.now()
 	info.Status = chat.RunInterrupted
-	info.Error = &chat.ErrorInfo{Code: CodeInterrupted, Message: fmt.Sprintf("the server stopped during this run %d times; it was not continued again", info.Recoveries)}
+	info.Error = &chat.ErrorInfo{Code: CodeInterrupted, Message: message}
 	info.EndedAt, info.LastActivityAt = &now, now
 	info.PendingApproval = nil
-	a.logger().Error().Str("run_id", info.ID.String()).Int("recoveries", info.Recoveries).Msg("a run's process died too often; ending it interrupted")
 	if err := a.journal.moveRun(info, from...); err != nil {
 		return SendResult{}, a.storageError("store the run", err)
 	}
@@ -453,7 +462,7 @@ func (a *Actor) giveUp(info chat.Run, from []chat.RunStatus) (SendResult, error)
 	}
 	a.journal.lost[info.ID] = true // settle its streaming rows
 	if err := a.journal.settle(info.ID, chat.MessageInterrupted, now); err != nil {
-		a.logger().Error().Err(err).Msg("settle the rows of a run given up")
+		a.logger().Error().Err(err).Msg("settle the rows of an interrupted run")
 	}
 	r := withResumable(info)
 	a.publish(Event{Type: EventChatError, RunID: info.ID, RequestID: info.RequestID, Run: &r})
@@ -462,7 +471,7 @@ func (a *Actor) giveUp(info chat.Run, from []chat.RunStatus) (SendResult, error)
 
 func (a *Actor) dismiss(runID uuid.UUID) (SendResult, error) {
 	if err := a.load(); err != nil {
-		return SendResult{}, a.storageError("load the session", err)
+		return SendResult{}, a.loadError(err)
 	}
 	if err := a.live(); err != nil {
 		return SendResult{}, err

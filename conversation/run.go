@@ -56,7 +56,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		return SendResult{}, err
 	}
 	if err := a.load(); err != nil {
-		return SendResult{}, a.storageError("load the session", err)
+		return SendResult{}, a.loadError(err)
 	}
 	if err := a.live(); err != nil {
 		return SendResult{}, err
@@ -154,7 +154,7 @@ func (a *Actor) adopt(prev chat.Run) (SendResult, error) {
 	}
 	a.journal.reload() // positions moved under the actor
 	if err := a.load(); err != nil {
-		return SendResult{}, a.storageError("load the session", err)
+		return SendResult{}, a.loadError(err)
 	}
 	a.logger().Warn().Str("run_id", prev.ID.String()).Msg("starting a run whose start was stored but reported as failed")
 	prev.LastActivityAt = a.now()

@@ -10,7 +10,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 		return HelloResult{}, errorf(CodeBadRequest, "already subscribed")
 	}
 	if err := a.load(); err != nil {
-		return HelloResult{}, a.storageError("load the session", err)
+		return HelloResult{}, a.loadError(err)
 	}
 	if a.session == nil {
 		if !req.Create {

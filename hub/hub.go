@@ -231,3 +231,42 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Held returns the sessions whose actors hold a lease on this node, with its token (see
+// lease.Holder).
+func (h *Hub) Held() map[uuid.UUID]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	held := make(map[uuid.UUID]int64, len(h.actors))
+	for id, a := range h.actors {
+		if t := a.LeaseToken(); t != 0 {
+			held[id] = t
+		}
+	}
+	return held
+}
+
+// Lost stops the actors of sessions whose lease another node holds now: their clients
+// are closed with 4010 and reconnect to the holder.
+func (h *Hub) Lost(ctx context.Context, ids []uuid.UUID) {
+	for _, id := range ids {
+		if a, ok := h.Lookup(id); ok {
+			a.LeaseLost(ctx)
+		}
+	}
+}
+
+// Rescue takes up session id, whose run no live node drives (see Actor.Rescue).
+func (h *Hub) Rescue(ctx context.Context, id uuid.UUID) error {
+	for attempt := 0; ; attempt++ {
+		a, err := h.get(ctx, id)
+		if err != nil {
+			return err
+		}
+		err = a.Rescue(ctx)
+		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
+			continue
+		}
+		return err
+	}
+}

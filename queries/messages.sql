@@ -1,11 +1,15 @@
--- name: MessageInsert :exec
+-- name: MessageInsert :execrows
+-- Fenced (every write of an actor is): with a fence other than 0, nothing is written
+-- unless it is the session's lease token. FOR SHARE holds the session row until the
+-- write commits, so a takeover either comes before (and the write sees its new token)
+-- or waits for it.
 INSERT INTO messages (
     id, session_id, run_id, position, role, kind, content, status,
     tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
-) VALUES (
-    @id, @session_id, @run_id, @position, @role, @kind, @content, @status,
+)
+SELECT @id, @session_id, @run_id, @position, @role, @kind, @content, @status,
     @tool_call_id, @tool_name, @tool_input, @tool_status, @created_at, @created_at
-);
+WHERE (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = @session_id AND f.lease_token = @fence FOR SHARE));
 
 -- name: MessageUpdate :execrows
 -- Writes everything about a message that can change after it is inserted: an assistant
@@ -21,7 +25,8 @@ SET content = @content,
     tool_status = @tool_status,
     provider_data = @provider_data,
     updated_at = @updated_at
-WHERE id = @id AND status = ANY(@from_statuses::text[]);
+WHERE messages.id = @id AND messages.status = ANY(@from_statuses::text[])
+    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = @fence FOR SHARE));
 
 -- name: MessageGet :one
 SELECT sqlc.embed(m), r.request_id
@@ -57,12 +62,14 @@ UPDATE messages
 SET status = @status,
     tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
     updated_at = @updated_at
-WHERE run_id = ANY(@run_ids::uuid[]) AND status = 'streaming'
-  AND NOT (id = ANY(COALESCE(@except_ids::uuid[], '{}')));
+WHERE messages.run_id = ANY(@run_ids::uuid[]) AND messages.status = 'streaming'
+  AND NOT (messages.id = ANY(COALESCE(@except_ids::uuid[], '{}')))
+  AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = @fence FOR SHARE));
 
 -- name: MessageDeleteEmpty :execrows
 -- Removes a segment a process opened and died in before any of its text was stored.
-DELETE FROM messages WHERE id = @id AND status = 'streaming' AND content = '' AND tool_call_id IS NULL;
+DELETE FROM messages WHERE messages.id = @id AND messages.status = 'streaming' AND messages.content = '' AND messages.tool_call_id IS NULL
+    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = @fence FOR SHARE));
 
 -- name: MessagesDeleteBySession :exec
 DELETE FROM messages WHERE session_id = @session_id;

@@ -14,12 +14,18 @@ import (
 )
 
 const messageDeleteEmpty = `-- name: MessageDeleteEmpty :execrows
-DELETE FROM messages WHERE id = $1 AND status = 'streaming' AND content = '' AND tool_call_id IS NULL
+DELETE FROM messages WHERE messages.id = $1 AND messages.status = 'streaming' AND messages.content = '' AND messages.tool_call_id IS NULL
+    AND ($2::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = $2 FOR SHARE))
 `
 
+type MessageDeleteEmptyParams struct {
+	ID    uuid.UUID
+	Fence int64
+}
+
 // Removes a segment a process opened and died in before any of its text was stored.
-func (q *Queries) MessageDeleteEmpty(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
-	result, err := db.Exec(ctx, messageDeleteEmpty, id)
+func (q *Queries) MessageDeleteEmpty(ctx context.Context, db DBTX, arg MessageDeleteEmptyParams) (int64, error) {
+	result, err := db.Exec(ctx, messageDeleteEmpty, arg.ID, arg.Fence)
 	if err != nil {
 		return 0, err
 	}
@@ -65,14 +71,14 @@ func (q *Queries) MessageGet(ctx context.Context, db DBTX, id uuid.UUID) (Messag
 	return i, err
 }
 
-const messageInsert = `-- name: MessageInsert :exec
+const messageInsert = `-- name: MessageInsert :execrows
 INSERT INTO messages (
     id, session_id, run_id, position, role, kind, content, status,
     tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
-) VALUES (
-    $1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13, $13
 )
+SELECT $1, $2, $3, $4, $5, $6, $7, $8,
+    $9, $10, $11, $12, $13, $13
+WHERE ($14::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = $2 AND f.lease_token = $14 FOR SHARE))
 `
 
 type MessageInsertParams struct {
@@ -89,10 +95,15 @@ type MessageInsertParams struct {
 	ToolInput  json.RawMessage
 	ToolStatus *string
 	CreatedAt  time.Time
+	Fence      int64
 }
 
-func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertParams) error {
-	_, err := db.Exec(ctx, messageInsert,
+// Fenced (every write of an actor is): with a fence other than 0, nothing is written
+// unless it is the session's lease token. FOR SHARE holds the session row until the
+// write commits, so a takeover either comes before (and the write sees its new token)
+// or waits for it.
+func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertParams) (int64, error) {
+	result, err := db.Exec(ctx, messageInsert,
 		arg.ID,
 		arg.SessionID,
 		arg.RunID,
@@ -106,8 +117,12 @@ func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertP
 		arg.ToolInput,
 		arg.ToolStatus,
 		arg.CreatedAt,
+		arg.Fence,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const messagePositionMax = `-- name: MessagePositionMax :one
@@ -131,7 +146,8 @@ SET content = $1,
     tool_status = $6,
     provider_data = $7,
     updated_at = $8
-WHERE id = $9 AND status = ANY($10::text[])
+WHERE messages.id = $9 AND messages.status = ANY($10::text[])
+    AND ($11::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = $11 FOR SHARE))
 `
 
 type MessageUpdateParams struct {
@@ -145,6 +161,7 @@ type MessageUpdateParams struct {
 	UpdatedAt    time.Time
 	ID           uuid.UUID
 	FromStatuses []string
+	Fence        int64
 }
 
 // Writes everything about a message that can change after it is inserted: an assistant
@@ -163,6 +180,7 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 		arg.UpdatedAt,
 		arg.ID,
 		arg.FromStatuses,
+		arg.Fence,
 	)
 	if err != nil {
 		return 0, err
@@ -303,8 +321,9 @@ UPDATE messages
 SET status = $1,
     tool_status = CASE WHEN tool_status IN ('running', 'awaiting_approval') THEN 'cancelled' ELSE tool_status END,
     updated_at = $2
-WHERE run_id = ANY($3::uuid[]) AND status = 'streaming'
-  AND NOT (id = ANY(COALESCE($4::uuid[], '{}')))
+WHERE messages.run_id = ANY($3::uuid[]) AND messages.status = 'streaming'
+  AND NOT (messages.id = ANY(COALESCE($4::uuid[], '{}')))
+  AND ($5::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = $5 FOR SHARE))
 `
 
 type MessagesSettleRunsParams struct {
@@ -312,6 +331,7 @@ type MessagesSettleRunsParams struct {
 	UpdatedAt time.Time
 	RunIds    []uuid.UUID
 	ExceptIds []uuid.UUID
+	Fence     int64
 }
 
 // Ends what runs left in progress: rows still streaming (open segments, tool calls that
@@ -323,6 +343,7 @@ func (q *Queries) MessagesSettleRuns(ctx context.Context, db DBTX, arg MessagesS
 		arg.UpdatedAt,
 		arg.RunIds,
 		arg.ExceptIds,
+		arg.Fence,
 	)
 	if err != nil {
 		return 0, err

@@ -68,4 +68,9 @@ type Session struct {
 	SandboxKilledAt *time.Time
 	ActiveAt        *time.Time
 	DeletedAt       *time.Time
+	LeaseNode       *string
+	LeaseAddr       *string
+	LeaseExpiresAt  *time.Time
+	LeaseToken      int64
+	SandboxNode     *string
 }

@@ -16,6 +16,7 @@ WITH active AS (
     SET updated_at = @started_at, active_at = @started_at,
         title = CASE WHEN sessions.title = '' THEN @title::text ELSE sessions.title END
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
+        AND (@fence::bigint = 0 OR sessions.lease_token = @fence)
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
@@ -62,7 +63,8 @@ SET status = @status,
     dismissed_at = @dismissed_at,
     resume_request_ids = @resume_request_ids::text[],
     superseded_by = @superseded_by
-WHERE id = @id AND status = ANY(@from_statuses::text[]);
+WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
+    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = @fence FOR SHARE));
 
 -- name: RunsListUnfinished :many
 SELECT * FROM runs
@@ -97,6 +99,7 @@ WITH active AS (
 ), touched AS (
     UPDATE sessions SET updated_at = @started_at, active_at = @started_at
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
+        AND (@fence::bigint = 0 OR sessions.lease_token = @fence)
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
@@ -135,6 +138,7 @@ WITH active AS (
         resume_request_ids = @resume_request_ids::text[],
         superseded_by = @superseded_by
     WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
+        AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = @fence FOR SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (

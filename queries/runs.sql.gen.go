@@ -35,6 +35,7 @@ WITH active AS (
         resume_request_ids = $15::text[],
         superseded_by = $16
     WHERE runs.id = $2 AND runs.status = ANY($17::text[])
+        AND ($18::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = $18 FOR SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (
@@ -63,6 +64,7 @@ type RunContinueParams struct {
 	ResumeRequestIds []string
 	SupersededBy     *uuid.UUID
 	FromStatuses     []string
+	Fence            int64
 }
 
 type RunContinueRow struct {
@@ -93,6 +95,7 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 		arg.ResumeRequestIds,
 		arg.SupersededBy,
 		arg.FromStatuses,
+		arg.Fence,
 	)
 	var i RunContinueRow
 	err := row.Scan(&i.Moved, &i.Active)
@@ -179,12 +182,13 @@ WITH active AS (
 ), touched AS (
     UPDATE sessions SET updated_at = $3, active_at = $3
     WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
+        AND ($4::bigint = 0 OR sessions.lease_token = $4)
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
     INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model, retry_of)
-    SELECT $4::uuid, touched.id, touched.owner, $5::text, 'running', $3, $3, $6::text,
-        $7::uuid
+    SELECT $5::uuid, touched.id, touched.owner, $6::text, 'running', $3, $3, $7::text,
+        $8::uuid
     FROM touched
     RETURNING 1
 )
@@ -195,6 +199,7 @@ type RunInsertRetryParams struct {
 	MaxActive int32
 	SessionID uuid.UUID
 	StartedAt time.Time
+	Fence     int64
 	RunID     uuid.UUID
 	RequestID string
 	Model     string
@@ -214,6 +219,7 @@ func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetr
 		arg.MaxActive,
 		arg.SessionID,
 		arg.StartedAt,
+		arg.Fence,
 		arg.RunID,
 		arg.RequestID,
 		arg.Model,
@@ -282,16 +288,17 @@ WITH active AS (
     SET updated_at = $3, active_at = $3,
         title = CASE WHEN sessions.title = '' THEN $4::text ELSE sessions.title END
     WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
+        AND ($5::bigint = 0 OR sessions.lease_token = $5)
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
     INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model)
-    SELECT $5::uuid, touched.id, touched.owner, $6::text, 'running', $3, $3, $7::text
+    SELECT $6::uuid, touched.id, touched.owner, $7::text, 'running', $3, $3, $8::text
     FROM touched
 ), new_message AS (
     INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-    SELECT $8::uuid, touched.id, $5::uuid, $9::bigint, 'user', $10::text, 'complete',
-        $11::timestamptz, $11::timestamptz
+    SELECT $9::uuid, touched.id, $6::uuid, $10::bigint, 'user', $11::text, 'complete',
+        $12::timestamptz, $12::timestamptz
     FROM touched
     RETURNING 1
 )
@@ -303,6 +310,7 @@ type RunStartParams struct {
 	SessionID        uuid.UUID
 	StartedAt        time.Time
 	Title            string
+	Fence            int64
 	RunID            uuid.UUID
 	RequestID        string
 	Model            string
@@ -330,6 +338,7 @@ func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) (Ru
 		arg.SessionID,
 		arg.StartedAt,
 		arg.Title,
+		arg.Fence,
 		arg.RunID,
 		arg.RequestID,
 		arg.Model,
@@ -359,7 +368,8 @@ SET status = $1,
     dismissed_at = $12,
     resume_request_ids = $13::text[],
     superseded_by = $14
-WHERE id = $15 AND status = ANY($16::text[])
+WHERE runs.id = $15 AND runs.status = ANY($16::text[])
+    AND ($17::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = $17 FOR SHARE))
 `
 
 type RunUpdateParams struct {
@@ -379,6 +389,7 @@ type RunUpdateParams struct {
 	SupersededBy     *uuid.UUID
 	ID               uuid.UUID
 	FromStatuses     []string
+	Fence            int64
 }
 
 // Writes a run only while it is in one of the statuses the writer expects, so a late
@@ -401,6 +412,7 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.SupersededBy,
 		arg.ID,
 		arg.FromStatuses,
+		arg.Fence,
 	)
 	if err != nil {
 		return 0, err

@@ -13,7 +13,7 @@ import (
 )
 
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -31,6 +31,11 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.SandboxKilledAt,
 		&i.ActiveAt,
 		&i.DeletedAt,
+		&i.LeaseNode,
+		&i.LeaseAddr,
+		&i.LeaseExpiresAt,
+		&i.LeaseToken,
+		&i.SandboxNode,
 	)
 	return i, err
 }
@@ -39,7 +44,7 @@ const sessionInsert = `-- name: SessionInsert :one
 INSERT INTO sessions (id, owner, title, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $4)
 ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at
+RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node
 `
 
 type SessionInsertParams struct {
@@ -73,6 +78,11 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.SandboxKilledAt,
 		&i.ActiveAt,
 		&i.DeletedAt,
+		&i.LeaseNode,
+		&i.LeaseAddr,
+		&i.LeaseExpiresAt,
+		&i.LeaseToken,
+		&i.SandboxNode,
 	)
 	return i, err
 }

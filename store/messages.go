@@ -31,8 +31,13 @@ func (s *Store) MessageInsert(ctx context.Context, m chat.Message) error {
 		p.ToolInput = m.Tool.Input
 		p.ToolStatus = ptr(string(m.Tool.Status))
 	}
-	if err := s.q.MessageInsert(ctx, s.db, p); err != nil {
+	p.Fence = fenceOf(ctx)
+	n, err := s.q.MessageInsert(ctx, s.db, p)
+	if err != nil {
 		return fmt.Errorf("insert message %d: %w", m.Position, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("insert message %d of session %s: %w", m.Position, m.SessionID, ErrFenced)
 	}
 	return nil
 }
@@ -74,6 +79,7 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.
 		p.ToolOutput = m.Tool.Output
 		p.ToolStatus = ptr(string(m.Tool.Status))
 	}
+	p.Fence = fenceOf(ctx)
 	n, err := s.q.MessageUpdate(ctx, s.db, p)
 	if err != nil {
 		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
@@ -81,10 +87,14 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.
 	if n > 0 {
 		return nil
 	}
-	// Rare, so the read that tells a missing message from a stale write is paid only here.
+	// Rare, so the read that tells a missing message from a stale or fenced write is paid
+	// only here.
 	cur, err := s.q.MessageGet(ctx, s.db, m.ID)
 	if err != nil {
 		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
+	}
+	if s.fenced(ctx, cur.Message.SessionID) {
+		return fmt.Errorf("update message %s: %w", m.ID, ErrFenced)
 	}
 	return fmt.Errorf("update message %s: %w: status is %s, not %s", m.ID, ErrStale, cur.Message.Status, orList(from))
 }
@@ -148,6 +158,7 @@ func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status c
 		UpdatedAt: chat.Timestamp(now),
 		RunIds:    []uuid.UUID{runID},
 		ExceptIds: except,
+		Fence:     fenceOf(ctx),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("settle messages of run %s: %w", runID, mapErr(err))
@@ -203,7 +214,7 @@ func messageFromRow(r queries.Message, requestID *string) chat.Message {
 // MessageDeleteEmpty removes a segment that is still streaming and holds no text (a
 // process opened it and died before storing any), and reports whether it did.
 func (s *Store) MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error) {
-	n, err := s.q.MessageDeleteEmpty(ctx, s.db, id)
+	n, err := s.q.MessageDeleteEmpty(ctx, s.db, queries.MessageDeleteEmptyParams{ID: id, Fence: fenceOf(ctx)})
 	if err != nil {
 		return false, fmt.Errorf("delete empty message %s: %w", id, mapErr(err))
 	}

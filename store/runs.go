@@ -24,6 +24,7 @@ func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message, m
 	var row queries.RunStartRow
 	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
 		row, err = s.q.RunStart(ctx, db, queries.RunStartParams{
+			Fence:     fenceOf(ctx),
 			MaxActive: int32(max(maxActive, 0)),
 			MessageID: user.ID,
 			SessionID: run.SessionID,
@@ -43,14 +44,17 @@ func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message, m
 		return fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))
 	}
 	if row.Stored == 0 {
-		return notStarted("start run "+run.RequestID, run.SessionID, row.Active, maxActive)
+		return s.notStarted(ctx, "start run "+run.RequestID, run.SessionID, row.Active, maxActive)
 	}
 	return nil
 }
 
-// notStarted is the error of a run start or continue that wrote nothing: the owner's
-// limit when the count reached it, else a session that is gone.
-func notStarted(op string, sessionID uuid.UUID, active int64, maxActive int) error {
+// notStarted is the error of a run start that wrote nothing: the owner's limit when the
+// count reached it, the fence when the lease was taken over, else a session that is gone.
+func (s *Store) notStarted(ctx context.Context, op string, sessionID uuid.UUID, active int64, maxActive int) error {
+	if s.fenced(ctx, sessionID) {
+		return fmt.Errorf("%s: session %s: %w", op, sessionID, ErrFenced)
+	}
 	if maxActive > 0 && active >= int64(maxActive) {
 		return fmt.Errorf("%s: %w: %d active, the limit is %d", op, ErrRunLimit, active, maxActive)
 	}
@@ -111,7 +115,9 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 	if len(from) == 0 {
 		return fmt.Errorf("update run %s: no expected status given", run.ID)
 	}
-	n, err := s.q.RunUpdate(ctx, s.db, runUpdateParams(run, from))
+	p := runUpdateParams(run, from)
+	p.Fence = fenceOf(ctx)
+	n, err := s.q.RunUpdate(ctx, s.db, p)
 	return s.checkRunUpdate(ctx, run.ID, from, n, err)
 }
 
@@ -127,6 +133,7 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
 		row, err = s.q.RunContinue(ctx, db, queries.RunContinueParams{
 			MaxActive:        int32(max(maxActive, 0)),
+			Fence:            fenceOf(ctx),
 			ID:               p.ID,
 			Status:           p.Status,
 			ErrorCode:        p.ErrorCode,
@@ -146,7 +153,7 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 		})
 		return err
 	})
-	if err == nil && row.Moved == 0 && maxActive > 0 && row.Active >= int64(maxActive) {
+	if err == nil && row.Moved == 0 && maxActive > 0 && row.Active >= int64(maxActive) && !s.fenced(ctx, run.SessionID) {
 		return fmt.Errorf("continue run %s: %w: %d active, the limit is %d", run.ID, ErrRunLimit, row.Active, maxActive)
 	}
 	return s.checkRunUpdate(ctx, run.ID, from, row.Moved, err)
@@ -182,10 +189,14 @@ func (s *Store) checkRunUpdate(ctx context.Context, id uuid.UUID, from []chat.Ru
 	if n > 0 {
 		return nil
 	}
-	// Rare, so the read that tells a missing run from a stale write is paid only here.
+	// Rare, so the read that tells a missing run from a stale or fenced write is paid
+	// only here.
 	cur, err := s.q.RunGet(ctx, s.db, id)
 	if err != nil {
 		return fmt.Errorf("update run %s: %w", id, mapErr(err))
+	}
+	if s.fenced(ctx, cur.SessionID) {
+		return fmt.Errorf("update run %s: %w", id, ErrFenced)
 	}
 	return fmt.Errorf("update run %s: %w: status is %s, not %s", id, ErrStale, cur.Status, orList(from))
 }
@@ -267,6 +278,7 @@ func (s *Store) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) 
 	var row queries.RunInsertRetryRow
 	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
 		row, err = s.q.RunInsertRetry(ctx, db, queries.RunInsertRetryParams{
+			Fence:     fenceOf(ctx),
 			MaxActive: int32(max(maxActive, 0)),
 			RunID:     run.ID,
 			SessionID: run.SessionID,
@@ -281,7 +293,7 @@ func (s *Store) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) 
 		return fmt.Errorf("start retry %s: %w", run.RequestID, mapErr(err))
 	}
 	if row.Stored == 0 {
-		return notStarted("start retry "+run.RequestID, run.SessionID, row.Active, maxActive)
+		return s.notStarted(ctx, "start retry "+run.RequestID, run.SessionID, row.Active, maxActive)
 	}
 	return nil
 }

@@ -22,4 +22,8 @@ var (
 	// DisconnectDeleted: the session was deleted. The client stops: the session is gone
 	// for good, and a hello with its id is refused with the same code.
 	DisconnectDeleted = Disconnect{Code: 4004, Reason: "session deleted"}
+	// DisconnectMoved: another node holds the session now (several chatd nodes on one
+	// database). The client reconnects at once and resumes; the node it reaches serves
+	// it, or relays it to the holder.
+	DisconnectMoved = Disconnect{Code: 4010, Reason: "session moved to another node"}
 )

@@ -132,6 +132,8 @@ func (q *Outbox) Dropped(reason conversation.DropReason) {
 		}
 	case conversation.DropDeleted:
 		q.Close(DisconnectDeleted, true)
+	case conversation.DropMoved:
+		q.Close(DisconnectMoved, true)
 	default:
 		q.Close(DisconnectShutdown, true)
 	}

@@ -116,6 +116,17 @@ type Config struct {
 	// AbandonAfter cancels a streaming run nobody has watched for this long
 	// (CHATD_ABANDON_AFTER).
 	AbandonAfter time.Duration
+	// LeaseTTL is how long a node holds a session's lease without renewing it
+	// (CHATD_LEASE_TTL): the longest a dead node's runs wait before another node
+	// continues them. Renewals come every third of it.
+	LeaseTTL time.Duration
+	// NodeAddr is where the other nodes of a cluster reach this one (CHATD_NODE_ADDR):
+	// host:port of its listener. By default the listener's address, or this host's name
+	// with its port when it listens on every interface.
+	NodeAddr string
+	// NodeID names this node among those on the database (CHATD_NODE_ID); by default
+	// NodeAddr. Each node's must be its own.
+	NodeID string
 	// Recover says what start-up does with the runs a process that died left
 	// unfinished (CHATD_RECOVER): RecoverContinue continues each from its checkpoint as
 	// the same run; RecoverInterrupt ends them interrupted.
@@ -233,6 +244,15 @@ func defaultSandboxDir(getenv func(string) string, euid int) string {
 	return filepath.Join(cache, "chatd", "sandboxes")
 }
 
+// DefaultLeaseTTL is CHATD_LEASE_TTL's default.
+const DefaultLeaseTTL = 10 * time.Second
+
+// validHostPort reports whether s is host:port with a host and a port.
+func validHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	return err == nil && host != "" && port != ""
+}
+
 // What start-up does with runs a dead process left unfinished (CHATD_RECOVER).
 const (
 	RecoverContinue  = "continue"
@@ -303,6 +323,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", DefaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
+	fs.StringVar(&c.NodeAddr, "node-addr", env.str("CHATD_NODE_ADDR", ""), "host:port where the other chatd nodes reach this one; default: the listener's address, or this host's name with its port (CHATD_NODE_ADDR)")
+	fs.StringVar(&c.NodeID, "node-id", env.str("CHATD_NODE_ID", ""), "this node's id among the chatd nodes on the database, its own; default: its address (CHATD_NODE_ID)")
 	fs.StringVar(&c.Recover, "recover", env.str("CHATD_RECOVER", RecoverContinue), "what start-up does with runs a dead process left unfinished: continue or interrupt (CHATD_RECOVER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
@@ -415,6 +438,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
 	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:
 		return fmt.Errorf("CHATD_RECOVER (-recover) is %q; use continue or interrupt", c.Recover)
+	case c.LeaseTTL < 300*time.Millisecond:
+		return fmt.Errorf("CHATD_LEASE_TTL (-lease-ttl) is %s; use 300ms or more (the default is %s)", c.LeaseTTL, DefaultLeaseTTL)
+	case c.NodeAddr != "" && !validHostPort(c.NodeAddr):
+		return fmt.Errorf("CHATD_NODE_ADDR (-node-addr) is %q; use host:port, e.g. 10.0.0.5:8080", c.NodeAddr)
 	case c.AbandonAfter <= 0:
 		return fmt.Errorf("CHATD_ABANDON_AFTER (-abandon-after) is %s; it must be positive", c.AbandonAfter)
 	case c.MaxSteps < 1:

@@ -18,7 +18,9 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,9 +38,9 @@ import (
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/synth"
 	"github.com/chatd/chatd/agent/tools"
-	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/lease"
 	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
@@ -124,6 +126,10 @@ type Main struct {
 	http             *listener
 	// admin serves /metrics and pprof; nil when CHATD_ADMIN_ADDR is off.
 	admin *listener
+	// nodeAddr is where the other nodes reach this one, once the listener has started.
+	nodeAddr atomic.Pointer[string]
+	renewer  *lease.Renewer
+	rescuer  *lease.Rescuer
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
 }
@@ -196,6 +202,8 @@ func (m *Main) build() error {
 		MaxContentBytes: m.cfg.MaxContentBytes,
 		MaxRecoveries:   conversation.DefaultMaxRecoveries,
 		MaxRunsPerUser:  m.cfg.MaxRunsPerUser,
+		// Every chatd is a node, one or several on the database.
+		Lease: &conversation.LeaseConfig{Node: m.Node, Addr: m.NodeAddr, TTL: m.cfg.LeaseTTL},
 		// A rolling restart continues every run where it stopped.
 		SuspendOnStop:  m.cfg.Recover == RecoverContinue,
 		ModelName:      m.modelName(),
@@ -252,15 +260,25 @@ func (m *Main) build() error {
 	// 1001, then the sandboxes' processes are killed, then the pool closes. A service
 	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
 	// one the hub's writes rely on (lease renewal) goes before it.
+	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger()}
+	m.renewer, m.rescuer = lease.NewRenewer(leases), lease.NewRescuer(leases)
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chatd_leases_held",
+		Help: "Session leases this node holds: the sessions whose actors run here.",
+	}, func() float64 { return float64(len(m.hub.Held())) }))
 	m.services.Add("database", m.db)
-	m.services.Add("startup-sweep", service.Func(m.interruptUnfinished, nil))
+	// Renewals stop after the hub, whose actors give their leases back as they stop;
+	// then the renewer gives back any left.
+	m.services.Add("lease-renewal", m.renewer)
 	m.services.Add("sandboxes", service.Func(m.sweepSandboxes, m.closeSandboxes))
 	m.services.Add("sandbox-janitor", m.janitor)
 	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
 	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
-	m.services.Add("recovery", service.Func(m.recoverUnfinished, nil))
 	m.services.Add("eviction", evictions)
 	m.services.Add("abandonment", abandonments)
+	// Its first pass, before the listener serves, takes up the runs of nodes that died,
+	// this one's last life among them.
+	m.services.Add("rescue", m.rescuer)
 	if authService != nil {
 		m.services.Add("auth", authService)
 	}
@@ -271,50 +289,45 @@ func (m *Main) build() error {
 	return nil
 }
 
-// interruptUnfinished ends the runs a process that died left unfinished: no actor holds
-// them, so nothing else ever would.
-func (m *Main) interruptUnfinished(ctx context.Context) error {
-	if m.cfg.Recover == RecoverContinue {
-		return nil // the recovery service continues them once the hub runs
+// Node is this node's id among those on the database: CHATD_NODE_ID, else its address
+// (NodeAddr). Two live processes cannot listen on one address, and a chatd that restarts
+// on its address takes its sessions back at once instead of after their leases expire.
+func (m *Main) Node() string {
+	if m.cfg.NodeID != "" {
+		return m.cfg.NodeID
 	}
-	ids, err := m.db.Store().RunsInterruptUnfinished(ctx, time.Now(), chat.ErrorInfo{
-		Code:    conversation.CodeInterrupted,
-		Message: "the server stopped during this run",
-	})
-	if err != nil {
-		return err
-	}
-	if len(ids) > 0 {
-		m.log.Warn().Int("runs", len(ids)).Msg("marked runs left unfinished by a previous process as interrupted")
-	}
-	return nil
+	return m.NodeAddr()
 }
 
-// recoverUnfinished continues, from their checkpoints, the runs a process that died left
-// unfinished (CHATD_RECOVER=continue): each as the same run, on its session's actor. A
-// run that was streaming counts a recovery, and one recovered too often ends
-// interrupted. With several nodes this will act only on the sessions this node owns.
-func (m *Main) recoverUnfinished(ctx context.Context) error {
-	if m.cfg.Recover != RecoverContinue {
-		return nil
+// NodeAddr is where the other nodes reach this one: CHATD_NODE_ADDR, else the
+// listener's address (with this host's name when it listens on every interface); ""
+// before the listener has started.
+func (m *Main) NodeAddr() string {
+	if m.cfg.NodeAddr != "" {
+		return m.cfg.NodeAddr
 	}
-	runs, err := m.db.Store().RunsUnfinished(ctx)
+	if p := m.nodeAddr.Load(); p != nil {
+		return *p
+	}
+	host, port, err := net.SplitHostPort(m.cfg.Addr)
 	if err != nil {
-		return err
+		return ""
 	}
-	for _, r := range runs {
-		res, err := m.hub.Continue(ctx, r.SessionID, conversation.ContinueRequest{RunID: r.ID, Recovery: true})
-		if err != nil {
-			// One run that cannot be continued must not keep chatd from serving the rest.
-			m.log.Error().Err(err).Str("run_id", r.ID.String()).Str("session_id", r.SessionID.String()).Msg("could not continue a run a previous process left unfinished")
-			continue
+	if port == "0" {
+		// Known once the listener has started.
+		if m.http == nil || m.http.ln == nil {
+			return ""
 		}
-		m.log.Info().Str("run_id", r.ID.String()).Str("status", string(res.Status)).Msg("continuing a run a previous process left unfinished")
+		port = strconv.Itoa(m.http.Addr().(*net.TCPAddr).Port)
 	}
-	if len(runs) > 0 {
-		m.log.Warn().Int("runs", len(runs)).Msg("continued runs left unfinished by a previous process")
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
 	}
-	return nil
+	a := net.JoinHostPort(host, port)
+	m.nodeAddr.Store(&a)
+	return a
 }
 
 // sandboxProvider is what chatd needs of its sandbox provider.

@@ -89,6 +89,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		SandboxIdlePause: 15 * time.Minute,
 		SandboxKillAfter: 24 * time.Hour,
 		AbandonAfter:     30 * time.Minute,
+		LeaseTTL:         10 * time.Second,
 		Recover:          RecoverContinue,
 		MaxSteps:         20,
 		ShellTool:        false,
@@ -143,6 +144,9 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_SANDBOX_KILL_AFTER": "1h",
 		"CHATD_SANDBOX_IDLE_PAUSE": "20m",
 		"CHATD_ABANDON_AFTER":      "2m",
+		"CHATD_LEASE_TTL":          "3s",
+		"CHATD_NODE_ADDR":          "10.0.0.7:8080",
+		"CHATD_NODE_ID":            "node-7",
 		"CHATD_MAX_STEPS":          "5",
 		"CHATD_SHELL_TOOL":         "on",
 		"CHATD_SANDBOX_DIR":        "/srv/sandboxes",
@@ -206,6 +210,9 @@ func TestParseConfigValues(t *testing.T) {
 		SandboxIdlePause: 20 * time.Minute,
 		SandboxKillAfter: time.Hour,
 		AbandonAfter:     2 * time.Minute,
+		LeaseTTL:         3 * time.Second,
+		NodeAddr:         "10.0.0.7:8080",
+		NodeID:           "node-7",
 		Recover:          RecoverContinue,
 		MaxSteps:         5,
 		ShellTool:        true,
@@ -279,6 +286,9 @@ func TestParseConfigValues(t *testing.T) {
 				"-sandbox-kill-after", "2h",
 				"-sandbox-idle-pause", "30m",
 				"-abandon-after", "3m",
+				"-lease-ttl", "1s",
+				"-node-addr", "node-b:8080",
+				"-node-id", "b",
 				"-max-steps", "4",
 				"-shell-tool=off",
 				"-sandbox-dir", "/tmp/sb",
@@ -336,6 +346,9 @@ func TestParseConfigValues(t *testing.T) {
 					SandboxIdlePause: 30 * time.Minute,
 					SandboxKillAfter: 2 * time.Hour,
 					AbandonAfter:     3 * time.Minute,
+					LeaseTTL:         time.Second,
+					NodeAddr:         "node-b:8080",
+					NodeID:           "b",
 					Recover:          RecoverContinue,
 					MaxSteps:         4,
 					ShellTool:        false,
@@ -381,7 +394,7 @@ func TestParseConfigValues(t *testing.T) {
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
 					CommandRate: 20, CommandBurst: 40, MaxConnsPerUser: 64, MaxConnsPerAddr: 256, MaxRunsPerUser: 8, HandshakeRate: 20, HandshakeBurst: 100,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
-					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, Recover: RecoverContinue,
+					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, LeaseTTL: 10 * time.Second, Recover: RecoverContinue,
 					MaxSteps: 20, SandboxDir: defaultSandboxDir(envMap(nil), os.Geteuid()),
 					SandboxCPUTime: 10 * time.Minute, SandboxMemory: 4 << 30, SandboxProcesses: 256,
 					SandboxFileSize: 1 << 30, SandboxTmpSize: 256 << 20,
@@ -493,6 +506,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "approval timeout zero", env: map[string]string{"CHATD_APPROVAL_TIMEOUT": "0s"}, mention: []string{"CHATD_APPROVAL_TIMEOUT"}},
 		{name: "sandbox idle pause zero", env: map[string]string{"CHATD_SANDBOX_IDLE_PAUSE": "0s"}, mention: []string{"CHATD_SANDBOX_IDLE_PAUSE"}},
 		{name: "sandbox kill after bad", env: map[string]string{"CHATD_SANDBOX_KILL_AFTER": "soon"}, mention: []string{"CHATD_SANDBOX_KILL_AFTER"}},
+		{name: "lease ttl too short", env: map[string]string{"CHATD_LEASE_TTL": "100ms"}, mention: []string{"CHATD_LEASE_TTL", "300ms"}},
+		{name: "node addr without port", env: map[string]string{"CHATD_NODE_ADDR": "10.0.0.7"}, mention: []string{"CHATD_NODE_ADDR", "host:port"}},
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},
 		{name: "max steps zero", env: map[string]string{"CHATD_MAX_STEPS": "0"}, mention: []string{"CHATD_MAX_STEPS"}},
 		{name: "shell tool maybe", env: map[string]string{"CHATD_SHELL_TOOL": "maybe"}, mention: []string{"CHATD_SHELL_TOOL"}},
@@ -652,6 +667,13 @@ func startChild(t *testing.T, name string, env map[string]string) *child {
 	t.Helper()
 	addr := freeAddr(t)
 	return startChildOn(t, name, addr, addr, []string{"-admin-addr", "127.0.0.1:0"}, env)
+}
+
+// restartChild starts chatd again where prev listened (prev has exited): the same node,
+// as a restarted process on its host is.
+func restartChild(t *testing.T, prev *child, name string, env map[string]string) *child {
+	t.Helper()
+	return startChildOn(t, name, prev.addr, prev.addr, []string{"-admin-addr", "127.0.0.1:0"}, env)
 }
 
 // startChildOn is startChild listening on listen (which may be every interface), reached
@@ -894,7 +916,8 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 			t.Logf("log of the restarted chatd:\n%s", logBuf.String())
 		}
 	})
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
+	// On the dead one's address: the same node, which takes its sessions back at once.
+	cfg, err := parseConfig([]string{"-addr", first.addr, "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
 		"DATABASE_URL":     dbURL,
 		"CHATD_LOG_FORMAT": "json",
 		"CHATD_LOG_LEVEL":  "debug",
@@ -915,7 +938,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	runCtx, cancelRun := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelRun()
 	require.NoError(t, m.Run(runCtx))
-	require.Contains(t, logBuf.String(), "marked runs left unfinished")
+	require.Contains(t, logBuf.String(), "took up runs whose node died or shut down")
 
 	run = getRun(t, st, runID)
 	require.Equal(t, chat.RunInterrupted, run.Status)
@@ -1090,9 +1113,10 @@ func serviceLog(t *testing.T, log string) []string {
 	return got
 }
 
-// Main's parts start in one order and stop in the reverse: the listener first, then the
-// hub (so interrupted runs' last events are queued), the transport's sockets, the
-// sandboxes, and the database last.
+// Main's parts start in one order and stop in the reverse: the rescuer first, the
+// listener, then the hub (so interrupted runs' last events are queued, and its actors give
+// their leases back), the transport's sockets, the sandboxes, the lease renewal (which
+// gives back any lease left), and the database last.
 func TestServicesStartAndStopInOrder(t *testing.T) {
 	m, logBuf := startInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -1100,10 +1124,10 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx))
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
-		"database started", "startup-sweep started", "sandboxes started", "sandbox-janitor started",
-		"transport started", "hub started", "recovery started", "eviction started", "abandonment started", "admin-http started", "http started",
-		"http stopped", "admin-http stopped", "abandonment stopped", "eviction stopped", "recovery stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
-		"sandboxes stopped", "startup-sweep stopped", "database stopped",
+		"database started", "lease-renewal started", "sandboxes started", "sandbox-janitor started",
+		"transport started", "hub started", "eviction started", "abandonment started", "rescue started", "admin-http started", "http started",
+		"http stopped", "admin-http stopped", "rescue stopped", "abandonment stopped", "eviction stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
+		"sandboxes stopped", "lease-renewal stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }
 

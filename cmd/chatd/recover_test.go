@@ -64,7 +64,7 @@ func TestCrashedRunContinuesAfterRestart(t *testing.T) {
 	first.wait(15 * time.Second)
 	require.Equal(t, chat.RunRunning, getRun(t, st, ack.RunID).Status)
 
-	second := startChild(t, "chatd (restarted)", env)
+	second := restartChild(t, first, "chatd (restarted)", env)
 	again := wstest.Dial(t, second.wsURL(), nil)
 	again.State = c.State // the old tab reconnects with what it had
 	catchUp := again.Hello(sessionID)
@@ -153,7 +153,7 @@ func TestCrashAnywhereProperty(t *testing.T) {
 		}
 		proc.wait(15 * time.Second)
 
-		proc = startChild(t, fmt.Sprintf("chatd %d", seed), env)
+		proc = restartChild(t, proc, fmt.Sprintf("chatd %d", seed), env)
 		back := wstest.Dial(t, proc.wsURL(), nil)
 		back.State = c.State
 		back.Hello(session)
@@ -218,7 +218,7 @@ func TestApprovalSurvivesARestart(t *testing.T) {
 			run := getRun(t, st, ack.RunID)
 			require.Equal(t, chat.RunAwaitingApproval, run.Status, "the run still waits, not interrupted")
 
-			second := startChild(t, "chatd (restarted)", env)
+			second := restartChild(t, first, "chatd (restarted)", env)
 			tab := wstest.Dial(t, second.wsURL(), nil)
 			snap := tab.Hello(session)
 			require.Equal(t, "snapshot", snap.Type)
@@ -273,7 +273,7 @@ func TestCrashLoopEndsInterruptedAfterThreeRecoveries(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		proc.signal(syscall.SIGKILL)
 		proc.wait(15 * time.Second)
-		proc = startChild(t, fmt.Sprintf("chatd %d", i), env)
+		proc = restartChild(t, proc, fmt.Sprintf("chatd %d", i), env)
 		require.Equal(t, i, getRun(t, st, ack.RunID).Recoveries)
 		c = wstest.Dial(t, proc.wsURL(), nil)
 		c.Hello(session)
@@ -282,7 +282,7 @@ func TestCrashLoopEndsInterruptedAfterThreeRecoveries(t *testing.T) {
 	proc.signal(syscall.SIGKILL)
 	proc.wait(15 * time.Second)
 
-	proc = startChild(t, "chatd 4", env)
+	proc = restartChild(t, proc, "chatd 4", env)
 	run := getRun(t, st, ack.RunID)
 	require.Equal(t, chat.RunInterrupted, run.Status)
 	require.Equal(t, 4, run.Recoveries)

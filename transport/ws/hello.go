@@ -117,6 +117,12 @@ func (c *conn) hello(f clientFrame) {
 		actor.Unsubscribe(ctx, c.out)
 		cancel()
 	}
+	if errors.Is(err, conversation.ErrElsewhere) {
+		// Another node holds the session: the client reconnects, and reaches it.
+		c.replyError(f.RequestID, codeMoved, "the session is held by another node; reconnect")
+		c.out.Close(transport.DisconnectMoved, true)
+		return
+	}
 	if errors.Is(err, conversation.ErrNotYours) || errors.Is(err, conversation.ErrNoSession) {
 		c.replyError(f.RequestID, conversation.CodeNotFound, "session not found")
 		c.out.Close(disconnectNotFound, true)

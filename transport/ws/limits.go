@@ -20,6 +20,8 @@ import (
 const (
 	// codeRateLimited answers a command over its connection's command rate.
 	codeRateLimited = conversation.CodeRateLimited
+	// codeMoved answers a hello for a session another node holds (close 4010).
+	codeMoved = "moved"
 	// closeRateLimited closes a connection over a connection limit.
 	closeRateLimited = 4029
 

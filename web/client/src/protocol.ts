@@ -28,6 +28,7 @@ export type ErrorCode =
   | 'conflict'
   | 'too_large'
   | 'rate_limited'
+  | 'moved'
   | 'busy'
   | 'storage'
   | 'internal';

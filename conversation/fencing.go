@@ -1,0 +1,96 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store"
+)
+
+// fencing is the journal's Store: every write of the actor passes through it, and the
+// first one the lease's fence refuses (store.ErrFenced: another node took the session
+// over) marks the journal fenced out. From then on writes fail at once, without asking
+// the database, and the actor stops at the end of the step it is in.
+type fencing struct {
+	Store
+	j *journal
+}
+
+func (f fencing) check(err error) error {
+	if errors.Is(err, store.ErrFenced) && !f.j.fencedOut {
+		f.j.fencedOut = true
+		f.j.metrics.fencedWrites.Inc()
+		f.j.log().Warn().Err(err).Msg("a write was refused by the lease's fence: another node holds the session")
+	}
+	return err
+}
+
+// out is the error of a write attempted once the journal is fenced out.
+func (f fencing) out() error {
+	if f.j.fencedOut {
+		return store.ErrFenced
+	}
+	return nil
+}
+
+func (f fencing) MessageInsert(ctx context.Context, m chat.Message) error {
+	if err := f.out(); err != nil {
+		return err
+	}
+	return f.check(f.Store.MessageInsert(ctx, m))
+}
+
+func (f fencing) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error {
+	if err := f.out(); err != nil {
+		return err
+	}
+	return f.check(f.Store.MessageUpdate(ctx, m, from...))
+}
+
+func (f fencing) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error) {
+	if err := f.out(); err != nil {
+		return 0, err
+	}
+	n, err := f.Store.MessagesSettleRun(ctx, runID, status, now, except...)
+	return n, f.check(err)
+}
+
+func (f fencing) RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error {
+	if err := f.out(); err != nil {
+		return err
+	}
+	return f.check(f.Store.RunStart(ctx, run, user, maxActive))
+}
+
+func (f fencing) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error {
+	if err := f.out(); err != nil {
+		return err
+	}
+	return f.check(f.Store.RunStartRetry(ctx, run, maxActive))
+}
+
+func (f fencing) MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error) {
+	if err := f.out(); err != nil {
+		return false, err
+	}
+	ok, err := f.Store.MessageDeleteEmpty(ctx, id)
+	return ok, f.check(err)
+}
+
+func (f fencing) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error {
+	if err := f.out(); err != nil {
+		return err
+	}
+	return f.check(f.Store.RunUpdate(ctx, run, from...))
+}
+
+func (f fencing) RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error {
+	if err := f.out(); err != nil {
+		return err
+	}
+	return f.check(f.Store.RunContinue(ctx, run, maxActive, from...))
+}

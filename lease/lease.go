@@ -1,0 +1,121 @@
+// Package lease keeps a node's session leases: several chatd nodes share one database,
+// and each session is owned by the one node holding its lease (store.Lease). The
+// Renewer extends every lease the node holds in one statement per interval and stops
+// the actors whose lease another node took; the Rescuer finds sessions whose run no
+// live node drives (their node died or shut down) and takes them up, so a node's death
+// costs its runs a few seconds, not their end.
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/store"
+)
+
+// Holder is what runs the sessions of this node: the hub.
+type Holder interface {
+	// Held returns the sessions whose actors hold a lease here, with its token.
+	Held() map[uuid.UUID]int64
+	// Lost stops the actors of sessions whose lease this node no longer holds.
+	Lost(ctx context.Context, ids []uuid.UUID)
+	// Rescue takes up session id, whose run no live node drives: it acquires the
+	// session's lease and continues (or ends) the run. An error wrapping
+	// conversation.ErrElsewhere means another node took it first.
+	Rescue(ctx context.Context, id uuid.UUID) error
+}
+
+// Store is what the services need of the database.
+type Store interface {
+	LeaseRenew(ctx context.Context, node string, now time.Time, ttl time.Duration) ([]store.HeldLease, error)
+	LeaseReleaseAll(ctx context.Context, node string) (int64, error)
+	SessionsToRescue(ctx context.Context, now time.Time, own string, limit int) ([]uuid.UUID, error)
+}
+
+// Config configures the services of one node.
+type Config struct {
+	Store  Store
+	Holder Holder
+	// Node returns this node's id, as its actors acquire leases with ("" while it is
+	// not known yet: nothing is renewed or rescued then).
+	Node func() string
+	// TTL is a lease's life: renewals and rescue passes come every TTL/3.
+	TTL    time.Duration
+	Clock  clockwork.Clock
+	Logger zerolog.Logger
+	// RescueBatch bounds the sessions one rescue pass takes up (default 50); a full
+	// pass is followed at once by another.
+	RescueBatch int
+	// Rescued, when set, is told the sessions each rescue pass took up (for tests).
+	Rescued func(ids []uuid.UUID)
+}
+
+// every runs f at once and then every interval on clock until stop is closed.
+func every(clock clockwork.Clock, interval time.Duration, stop <-chan struct{}, f func()) {
+	t := clock.NewTicker(interval)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-t.Chan():
+		case <-stop:
+			return
+		}
+	}
+}
+
+// loop is a started service's goroutine.
+type loop struct {
+	mu   sync.Mutex
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (l *loop) start(run func(stop <-chan struct{})) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done != nil {
+		return errors.New("lease: already started")
+	}
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	stop, done := l.stop, l.done
+	go func() {
+		defer close(done)
+		run(stop)
+	}()
+	return nil
+}
+
+func (l *loop) halt(ctx context.Context) error {
+	l.mu.Lock()
+	stop, done := l.stop, l.done
+	l.stop = nil
+	l.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	if stop != nil {
+		close(stop)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Config) defaults() {
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.RescueBatch <= 0 {
+		c.RescueBatch = 50
+	}
+}
