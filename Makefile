@@ -1,6 +1,7 @@
 # chatd: `make run` serves the demo on 127.0.0.1:8080, `make test` runs every test.
 # Both start the project's private PostgreSQL (scripts/devdb.sh) unless DATABASE_URL is set.
-# test-go also installs Debian's bubblewrap when missing (scripts/bwrap.sh), for the shell tool's sandbox.
+# test-go also installs Debian's bubblewrap when missing (scripts/bwrap.sh), for the shell tool's sandbox,
+# and Debian's haproxy (scripts/haproxy.sh), for the tests of several chatd nodes behind HAProxy.
 
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
@@ -23,9 +24,10 @@ bench: build
 
 test: vet check-generated check-web test-go test-js
 
-# The shell tool's sandbox tests run real bubblewrap (scripts/bwrap.sh installs it).
+# The shell tool's sandbox tests run real bubblewrap (scripts/bwrap.sh installs it), the
+# tests behind a load balancer real HAProxy (scripts/haproxy.sh installs it).
 test-go:
-	CHATD_BWRAP=$$(scripts/bwrap.sh) $(DEVDB) exec go test -race -count=1 ./...
+	CHATD_BWRAP=$$(scripts/bwrap.sh) CHATD_HAPROXY=$$(scripts/haproxy.sh) $(DEVDB) exec go test -race -count=1 ./...
 
 # Every fuzz target (the client-frame decoder, a whole connection fed arbitrary frames,
 # the event encoder), one after another, each for FUZZTIME. Their seed corpora in
