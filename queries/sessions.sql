@@ -4,9 +4,16 @@ SELECT * FROM sessions WHERE id = @id;
 -- name: SessionSetSandbox :execrows
 -- A new sandbox (or none): used now, running. A deleted session takes none: its
 -- sandbox would outlive it.
+-- node ("" for none) is the node whose provider made it: sandboxes are per node.
 UPDATE sessions SET sandbox_id = @sandbox_id, sandbox_used_at = @used_at,
-    sandbox_paused_at = NULL, sandbox_killed_at = NULL
+    sandbox_paused_at = NULL, sandbox_killed_at = NULL, sandbox_node = NULLIF(@node::text, '')
 WHERE id = @id AND deleted_at IS NULL;
+
+-- name: SessionSandboxOf :one
+-- The session's sandbox and the node that made it.
+SELECT COALESCE(sandbox_id::text, '')::text AS sandbox_id, COALESCE(sandbox_node, '')::text AS sandbox_node,
+    sandbox_used_at, sandbox_killed_at
+FROM sessions WHERE id = @id;
 
 -- name: SessionSandboxKilledAt :one
 -- When the janitor last killed the session's sandbox; NULL when it did not, or when the
@@ -41,8 +48,10 @@ WHERE id = @id AND sandbox_id = @sandbox_id AND sandbox_paused_at <= @kill_befor
 
 -- name: SessionSandboxesIdle :many
 -- Running sandboxes unused since idle_before, the longest idle first.
+-- Only node's own ("" for every node's): a node's janitor acts on its own sandboxes.
 SELECT id, sandbox_id::text AS sandbox_id FROM sessions
 WHERE sandbox_id IS NOT NULL AND sandbox_paused_at IS NULL AND sandbox_used_at <= @idle_before
+    AND (@node::text = '' OR sandbox_node = @node::text)
 ORDER BY sandbox_used_at
 LIMIT @max;
 
@@ -50,6 +59,7 @@ LIMIT @max;
 -- Sandboxes paused since before paused_before, the longest paused first.
 SELECT id, sandbox_id::text AS sandbox_id FROM sessions
 WHERE sandbox_id IS NOT NULL AND sandbox_paused_at IS NOT NULL AND sandbox_paused_at <= @paused_before
+    AND (@node::text = '' OR sandbox_node = @node::text)
 ORDER BY sandbox_paused_at
 LIMIT @max;
 

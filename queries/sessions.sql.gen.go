@@ -148,6 +148,32 @@ func (q *Queries) SessionSandboxKilledAt(ctx context.Context, db DBTX, id uuid.U
 	return sandbox_killed_at, err
 }
 
+const sessionSandboxOf = `-- name: SessionSandboxOf :one
+SELECT COALESCE(sandbox_id::text, '')::text AS sandbox_id, COALESCE(sandbox_node, '')::text AS sandbox_node,
+    sandbox_used_at, sandbox_killed_at
+FROM sessions WHERE id = $1
+`
+
+type SessionSandboxOfRow struct {
+	SandboxID       string
+	SandboxNode     string
+	SandboxUsedAt   *time.Time
+	SandboxKilledAt *time.Time
+}
+
+// The session's sandbox and the node that made it.
+func (q *Queries) SessionSandboxOf(ctx context.Context, db DBTX, id uuid.UUID) (SessionSandboxOfRow, error) {
+	row := db.QueryRow(ctx, sessionSandboxOf, id)
+	var i SessionSandboxOfRow
+	err := row.Scan(
+		&i.SandboxID,
+		&i.SandboxNode,
+		&i.SandboxUsedAt,
+		&i.SandboxKilledAt,
+	)
+	return i, err
+}
+
 const sessionSandboxPause = `-- name: SessionSandboxPause :execrows
 UPDATE sessions SET sandbox_paused_at = $1
 WHERE id = $2 AND sandbox_id = $3 AND sandbox_paused_at IS NULL
@@ -220,12 +246,14 @@ func (q *Queries) SessionSandboxUsed(ctx context.Context, db DBTX, arg SessionSa
 const sessionSandboxesIdle = `-- name: SessionSandboxesIdle :many
 SELECT id, sandbox_id::text AS sandbox_id FROM sessions
 WHERE sandbox_id IS NOT NULL AND sandbox_paused_at IS NULL AND sandbox_used_at <= $1
+    AND ($2::text = '' OR sandbox_node = $2::text)
 ORDER BY sandbox_used_at
-LIMIT $2
+LIMIT $3
 `
 
 type SessionSandboxesIdleParams struct {
 	IdleBefore *time.Time
+	Node       string
 	Max        int32
 }
 
@@ -235,8 +263,9 @@ type SessionSandboxesIdleRow struct {
 }
 
 // Running sandboxes unused since idle_before, the longest idle first.
+// Only node's own ("" for every node's): a node's janitor acts on its own sandboxes.
 func (q *Queries) SessionSandboxesIdle(ctx context.Context, db DBTX, arg SessionSandboxesIdleParams) ([]SessionSandboxesIdleRow, error) {
-	rows, err := db.Query(ctx, sessionSandboxesIdle, arg.IdleBefore, arg.Max)
+	rows, err := db.Query(ctx, sessionSandboxesIdle, arg.IdleBefore, arg.Node, arg.Max)
 	if err != nil {
 		return nil, err
 	}
@@ -258,12 +287,14 @@ func (q *Queries) SessionSandboxesIdle(ctx context.Context, db DBTX, arg Session
 const sessionSandboxesPaused = `-- name: SessionSandboxesPaused :many
 SELECT id, sandbox_id::text AS sandbox_id FROM sessions
 WHERE sandbox_id IS NOT NULL AND sandbox_paused_at IS NOT NULL AND sandbox_paused_at <= $1
+    AND ($2::text = '' OR sandbox_node = $2::text)
 ORDER BY sandbox_paused_at
-LIMIT $2
+LIMIT $3
 `
 
 type SessionSandboxesPausedParams struct {
 	PausedBefore *time.Time
+	Node         string
 	Max          int32
 }
 
@@ -274,7 +305,7 @@ type SessionSandboxesPausedRow struct {
 
 // Sandboxes paused since before paused_before, the longest paused first.
 func (q *Queries) SessionSandboxesPaused(ctx context.Context, db DBTX, arg SessionSandboxesPausedParams) ([]SessionSandboxesPausedRow, error) {
-	rows, err := db.Query(ctx, sessionSandboxesPaused, arg.PausedBefore, arg.Max)
+	rows, err := db.Query(ctx, sessionSandboxesPaused, arg.PausedBefore, arg.Node, arg.Max)
 	if err != nil {
 		return nil, err
 	}
@@ -295,20 +326,27 @@ func (q *Queries) SessionSandboxesPaused(ctx context.Context, db DBTX, arg Sessi
 
 const sessionSetSandbox = `-- name: SessionSetSandbox :execrows
 UPDATE sessions SET sandbox_id = $1, sandbox_used_at = $2,
-    sandbox_paused_at = NULL, sandbox_killed_at = NULL
-WHERE id = $3 AND deleted_at IS NULL
+    sandbox_paused_at = NULL, sandbox_killed_at = NULL, sandbox_node = NULLIF($3::text, '')
+WHERE id = $4 AND deleted_at IS NULL
 `
 
 type SessionSetSandboxParams struct {
 	SandboxID *string
 	UsedAt    *time.Time
+	Node      string
 	ID        uuid.UUID
 }
 
 // A new sandbox (or none): used now, running. A deleted session takes none: its
 // sandbox would outlive it.
+// node ("" for none) is the node whose provider made it: sandboxes are per node.
 func (q *Queries) SessionSetSandbox(ctx context.Context, db DBTX, arg SessionSetSandboxParams) (int64, error) {
-	result, err := db.Exec(ctx, sessionSetSandbox, arg.SandboxID, arg.UsedAt, arg.ID)
+	result, err := db.Exec(ctx, sessionSetSandbox,
+		arg.SandboxID,
+		arg.UsedAt,
+		arg.Node,
+		arg.ID,
+	)
 	if err != nil {
 		return 0, err
 	}

@@ -155,3 +155,45 @@ func sessionState(t *testing.T, s *store.Store, ctx context.Context, id uuid.UUI
 			(SELECT jsonb_agg(to_jsonb(m) ORDER BY m.position, m.id) FROM messages m WHERE m.session_id = $1))::text`, id).Scan(&out))
 	return out
 }
+
+// Sandboxes are per node: another node sees no sandbox for a session whose sandbox this
+// one made (it counts as killed, so the session gets a new one and is told), and each
+// node's janitor lists only its own.
+func TestNodeSandboxes(t *testing.T) {
+	s, b := setup(t)
+	a := s.NodeSandboxes(func() string { return "a" })
+	other := s.NodeSandboxes(func() string { return "b" })
+	id := b.session.ID
+	require.NoError(t, a.SessionSetSandbox(b.ctx, id, "bwrap-1", b.now))
+
+	got, err := a.SessionSandbox(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "bwrap-1", got)
+	killed, err := a.SessionSandboxKilledAt(b.ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, killed)
+
+	got, err = other.SessionSandbox(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "", got, "b's provider does not know a's sandbox")
+	killed, err = other.SessionSandboxKilledAt(b.ctx, id)
+	require.NoError(t, err)
+	require.NotNil(t, killed, "to b it is as if killed")
+
+	later := b.now.Add(time.Hour)
+	idle, err := a.SessionSandboxesIdle(b.ctx, later, 10)
+	require.NoError(t, err)
+	require.Len(t, idle, 1)
+	idle, err = other.SessionSandboxesIdle(b.ctx, later, 10)
+	require.NoError(t, err)
+	require.Empty(t, idle, "b's janitor leaves a's sandbox alone")
+
+	// b gives the session a sandbox of its own: now it is b's.
+	require.NoError(t, other.SessionSetSandbox(b.ctx, id, "bwrap-2", later))
+	got, err = other.SessionSandbox(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "bwrap-2", got)
+	got, err = a.SessionSandbox(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "", got)
+}

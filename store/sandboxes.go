@@ -14,12 +14,16 @@ import (
 // SessionSetSandbox records the session's sandbox ("" for none), new at now: used now
 // and running. It returns ErrNotFound for an unknown session.
 func (s *Store) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID string, now time.Time) error {
+	return s.setSandbox(ctx, id, sandboxID, now, "")
+}
+
+func (s *Store) setSandbox(ctx context.Context, id uuid.UUID, sandboxID string, now time.Time, node string) error {
 	var sb *string
 	var used *time.Time
 	if sandboxID != "" {
 		sb, used = &sandboxID, &now
 	}
-	n, err := s.q.SessionSetSandbox(ctx, s.db, queries.SessionSetSandboxParams{ID: id, SandboxID: sb, UsedAt: used})
+	n, err := s.q.SessionSetSandbox(ctx, s.db, queries.SessionSetSandboxParams{ID: id, SandboxID: sb, UsedAt: used, Node: node})
 	if err != nil {
 		return fmt.Errorf("set sandbox of session %s: %w", id, mapErr(err))
 	}
@@ -91,7 +95,11 @@ func (s *Store) SessionSandboxKilled(ctx context.Context, id uuid.UUID, sandboxI
 // SessionSandboxesIdle returns up to limit sessions whose sandbox runs and was last used
 // no later than before, the longest idle first.
 func (s *Store) SessionSandboxesIdle(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
-	rows, err := s.q.SessionSandboxesIdle(ctx, s.db, queries.SessionSandboxesIdleParams{IdleBefore: &before, Max: int32(limit)})
+	return s.sandboxesIdle(ctx, before, limit, "")
+}
+
+func (s *Store) sandboxesIdle(ctx context.Context, before time.Time, limit int, node string) ([]chat.SessionSandbox, error) {
+	rows, err := s.q.SessionSandboxesIdle(ctx, s.db, queries.SessionSandboxesIdleParams{IdleBefore: &before, Max: int32(limit), Node: node})
 	if err != nil {
 		return nil, fmt.Errorf("list idle sandboxes: %w", mapErr(err))
 	}
@@ -105,7 +113,11 @@ func (s *Store) SessionSandboxesIdle(ctx context.Context, before time.Time, limi
 // SessionSandboxesPaused returns up to limit sessions whose sandbox has been paused since
 // no later than before, the longest paused first.
 func (s *Store) SessionSandboxesPaused(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
-	rows, err := s.q.SessionSandboxesPaused(ctx, s.db, queries.SessionSandboxesPausedParams{PausedBefore: &before, Max: int32(limit)})
+	return s.sandboxesPaused(ctx, before, limit, "")
+}
+
+func (s *Store) sandboxesPaused(ctx context.Context, before time.Time, limit int, node string) ([]chat.SessionSandbox, error) {
+	rows, err := s.q.SessionSandboxesPaused(ctx, s.db, queries.SessionSandboxesPausedParams{PausedBefore: &before, Max: int32(limit), Node: node})
 	if err != nil {
 		return nil, fmt.Errorf("list paused sandboxes: %w", mapErr(err))
 	}
@@ -114,4 +126,68 @@ func (s *Store) SessionSandboxesPaused(ctx context.Context, before time.Time, li
 		out[i] = chat.SessionSandbox{SessionID: r.ID, SandboxID: r.SandboxID}
 	}
 	return out, nil
+}
+
+// NodeSandboxes is the store as one node's sandboxes see it (the agent's SandboxStore
+// and JanitorStore). Sandboxes are per node: a node's provider knows only the sandboxes
+// it made. A session whose sandbox another node made (it moved here) has none here, and
+// counts as one whose sandbox was killed: it gets a new one, and its transcript says so.
+// The janitor lists only this node's sandboxes.
+type NodeSandboxes struct {
+	*Store
+	node func() string
+}
+
+// NodeSandboxes returns the store for the sandboxes of node (an id, "" for none).
+func (s *Store) NodeSandboxes(node func() string) NodeSandboxes {
+	return NodeSandboxes{Store: s, node: node}
+}
+
+func (n NodeSandboxes) elsewhere(r queries.SessionSandboxOfRow) bool {
+	return r.SandboxID != "" && r.SandboxNode != "" && r.SandboxNode != n.node()
+}
+
+// SessionSandbox returns the session's sandbox, "" for none or another node's.
+func (n NodeSandboxes) SessionSandbox(ctx context.Context, id uuid.UUID) (string, error) {
+	r, err := n.q.SessionSandboxOf(ctx, n.db, id)
+	if err != nil {
+		return "", fmt.Errorf("get sandbox of session %s: %w", id, mapErr(err))
+	}
+	if n.elsewhere(r) {
+		return "", nil
+	}
+	return r.SandboxID, nil
+}
+
+// SessionSandboxKilledAt is Store's, and for a sandbox another node made, when it was
+// last used there.
+func (n NodeSandboxes) SessionSandboxKilledAt(ctx context.Context, id uuid.UUID) (*time.Time, error) {
+	r, err := n.q.SessionSandboxOf(ctx, n.db, id)
+	if err != nil {
+		return nil, fmt.Errorf("get sandbox of session %s: %w", id, mapErr(err))
+	}
+	t := r.SandboxKilledAt
+	if n.elsewhere(r) {
+		t = r.SandboxUsedAt
+	}
+	if t != nil {
+		u := t.UTC()
+		t = &u
+	}
+	return t, nil
+}
+
+// SessionSetSandbox is Store's, recording this node as the sandbox's.
+func (n NodeSandboxes) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID string, now time.Time) error {
+	return n.setSandbox(ctx, id, sandboxID, now, n.node())
+}
+
+// SessionSandboxesIdle is Store's for this node's sandboxes.
+func (n NodeSandboxes) SessionSandboxesIdle(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
+	return n.sandboxesIdle(ctx, before, limit, n.node())
+}
+
+// SessionSandboxesPaused is Store's for this node's sandboxes.
+func (n NodeSandboxes) SessionSandboxesPaused(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
+	return n.sandboxesPaused(ctx, before, limit, n.node())
 }

@@ -544,10 +544,12 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	if err != nil {
 		return nil, err
 	}
-	m.sessionSandboxes = agent.NewSandboxes(m.sandboxes, st, clock)
+	// Sandboxes are this node's: one that moved here gets a new one.
+	sandboxStore := st.NodeSandboxes(m.Node)
+	m.sessionSandboxes = agent.NewSandboxes(m.sandboxes, sandboxStore, clock)
 	m.janitor, err = agent.NewJanitor(agent.JanitorConfig{
 		Sandboxes: m.sessionSandboxes,
-		Store:     st,
+		Store:     sandboxStore,
 		IdlePause: m.cfg.SandboxIdlePause,
 		KillAfter: m.cfg.SandboxKillAfter,
 		Clock:     clock,
