@@ -6,7 +6,7 @@
 SQLC_VERSION := v1.31.1
 DEVDB := scripts/devdb.sh
 
-.PHONY: run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js fuzz
+.PHONY: cluster cluster-stop run test vet generate check-generated db-url db-stop db-status build bench web check-web test-go test-js fuzz
 
 # Built, then run directly (not with go run, which exits 1 when interrupted).
 run: build
@@ -14,6 +14,14 @@ run: build
 
 build:
 	go build -o bin/chatd ./cmd/chatd
+
+# Three chatd nodes behind HAProxy on this machine (docs/cluster.md): the app at
+# http://127.0.0.1:8080/. scripts/cluster.sh kill N, start N, status, stop.
+cluster:
+	scripts/cluster.sh start
+
+cluster-stop:
+	scripts/cluster.sh stop
 
 # The benchmark harness: chatd as its own process on the project's PostgreSQL, real
 # WebSocket clients, a raw baseline server. Quick mode by default (under 2 minutes);

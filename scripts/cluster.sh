@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# cluster.sh: three chatd nodes on the project's PostgreSQL behind HAProxy, on this
+# machine, to try what docs/cluster.md describes.
+#
+#   scripts/cluster.sh start    build bin/chatd, start nodes 1-3 and HAProxy (installing
+#                               Debian's haproxy when missing); the app at
+#                               http://127.0.0.1:8080/
+#   scripts/cluster.sh kill N   SIGKILL node N (1-3), as a crash would
+#   scripts/cluster.sh start N  start node N again (on its address: the same node)
+#   scripts/cluster.sh stop     stop everything (SIGTERM)
+#   scripts/cluster.sh status   what runs, and which node holds how many sessions
+#
+# Node N listens on 127.0.0.1:808N (admin: 127.0.0.1:909N) with its own sandbox
+# directory; HAProxy listens on CHATD_CLUSTER_PORT (default 8080) with the shipped
+# deploy/haproxy/chatd.cfg, its servers set to the three nodes. Logs and pids are in
+# .cluster/ (git ignores it). DATABASE_URL, when set, is used instead of the private
+# PostgreSQL. CHATD_* variables in the environment reach every node.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIR="$ROOT/.cluster"
+PORT=${CHATD_CLUSTER_PORT:-8080}
+
+say() { printf 'cluster: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+start_node() {
+	local n=$1 pidf="$DIR/node$n.pid"
+	if running "$pidf"; then
+		say "node $n already runs (pid $(cat "$pidf"))"
+		return
+	fi
+	mkdir -p "$DIR/node$n"
+	chmod 700 "$DIR/node$n"
+	# Behind HAProxy every client is HAProxy's address: per-address limits are off.
+	CHATD_SANDBOX_DIR="$DIR/node$n/sandboxes" \
+		CHATD_MAX_CONNS_PER_ADDR=${CHATD_MAX_CONNS_PER_ADDR:-0} \
+		CHATD_HANDSHAKE_RATE=${CHATD_HANDSHAKE_RATE:-off} \
+		DATABASE_URL="$DATABASE_URL" \
+		nohup "$ROOT/bin/chatd" -addr "127.0.0.1:808$n" -admin-addr "127.0.0.1:909$n" \
+		>"$DIR/node$n.log" 2>&1 &
+	echo $! >"$pidf"
+	local i
+	for i in $(seq 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/808$n") 2>/dev/null; then
+			say "node $n: http://127.0.0.1:808$n (pid $(cat "$pidf"), log .cluster/node$n.log)"
+			return
+		fi
+		running "$pidf" || die "node $n exited: see .cluster/node$n.log"
+		sleep 0.1
+	done
+	die "node $n did not become ready: see .cluster/node$n.log"
+}
+
+start_haproxy() {
+	local pidf="$DIR/haproxy.pid" bin cfg="$DIR/haproxy.cfg"
+	if running "$pidf"; then
+		return
+	fi
+	bin=$("$ROOT/scripts/haproxy.sh")
+	# The shipped configuration with a local log, bind address and servers.
+	sed -e 's|^\tlog /dev/log local0|\tlog stderr format raw local0 info|' \
+		-e 's|^\tmaxconn .*|\tmaxconn 4000|' \
+		-e "s|^\tbind :8080|\tbind 127.0.0.1:$PORT|" \
+		-e '/^\tserver chatd/d' \
+		"$ROOT/deploy/haproxy/chatd.cfg" >"$cfg"
+	for n in 1 2 3; do
+		printf '\tserver chatd%s 127.0.0.1:808%s\n' "$n" "$n" >>"$cfg"
+	done
+	"$bin" -c -q -f "$cfg" || die "the generated $cfg is not valid"
+	nohup "$bin" -db -f "$cfg" >"$DIR/haproxy.log" 2>&1 &
+	echo $! >"$pidf"
+	local i
+	for i in $(seq 50); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+			say "HAProxy: http://127.0.0.1:$PORT/ (the app; log .cluster/haproxy.log)"
+			return
+		fi
+		running "$pidf" || die "HAProxy exited: see .cluster/haproxy.log"
+		sleep 0.1
+	done
+	die "HAProxy did not listen on $PORT: see .cluster/haproxy.log"
+}
+
+stop_pid() {
+	local pidf=$1 i
+	running "$pidf" || { rm -f "$pidf"; return; }
+	kill -TERM "$(cat "$pidf")"
+	for i in $(seq 200); do
+		running "$pidf" || break
+		sleep 0.1
+	done
+	rm -f "$pidf"
+}
+
+cmd=${1:-}
+case "$cmd" in
+start)
+	mkdir -p "$DIR"
+	if [ -z "${DATABASE_URL:-}" ]; then
+		DATABASE_URL=$("$ROOT/scripts/devdb.sh" url)
+	fi
+	export DATABASE_URL
+	(cd "$ROOT" && go build -o bin/chatd ./cmd/chatd)
+	if [ $# -ge 2 ]; then
+		start_node "$2"
+	else
+		for n in 1 2 3; do start_node "$n"; done
+		start_haproxy
+	fi
+	;;
+kill)
+	[ $# -ge 2 ] || die "usage: cluster.sh kill N"
+	running "$DIR/node$2.pid" || die "node $2 does not run"
+	kill -KILL "$(cat "$DIR/node$2.pid")"
+	rm -f "$DIR/node$2.pid"
+	say "killed node $2: its sessions continue on the other nodes within CHATD_LEASE_TTL (10s) and a few seconds"
+	;;
+stop)
+	stop_pid "$DIR/haproxy.pid"
+	for n in 1 2 3; do stop_pid "$DIR/node$n.pid"; done
+	say "stopped"
+	;;
+status)
+	for n in 1 2 3; do
+		if running "$DIR/node$n.pid"; then
+			held=$(command -v curl >/dev/null && curl -fsS "http://127.0.0.1:909$n/metrics" 2>/dev/null | awk '$1 == "chatd_leases_held" { print $2 }' || true)
+			say "node $n runs (pid $(cat "$DIR/node$n.pid")), holds ${held:-?} sessions"
+		else
+			say "node $n is down"
+		fi
+	done
+	if running "$DIR/haproxy.pid"; then say "HAProxy runs on 127.0.0.1:$PORT"; else say "HAProxy is down"; fi
+	;;
+*)
+	die "usage: cluster.sh start [N] | kill N | stop | status"
+	;;
+esac
