@@ -83,6 +83,14 @@ type conn struct {
 	// cmdLimiter its bucket of commands, nil for no limit. Reader only.
 	host       string
 	cmdLimiter *rate.Limiter
+	// closed is how the client closed the connection (-1: without a close frame), for
+	// the relay to pass on. Reader only; read by serve after the reader returns.
+	closed       websocket.StatusCode
+	closedReason string
+
+	// relay is the link to the node holding the session, once the hello was relayed
+	// there (relay.go): the reader forwards every frame to it. Under cmdMu; set once.
+	relay *relay
 }
 
 var _ transport.Writer = (*conn)(nil)
@@ -125,6 +133,12 @@ func (c *conn) serve() {
 	c.helloTimer.Stop()
 	c.stopPings()
 	c.stopExpiry()
+	c.cmdMu.Lock()
+	r := c.relay
+	c.cmdMu.Unlock()
+	if r != nil {
+		r.close(c.closed, c.closedReason)
+	}
 	// Gone: refuse frames from now on instead of queueing them for nobody until the
 	// actor hears of the unsubscribe. No writer starts after this.
 	c.out.Detach()
