@@ -336,10 +336,10 @@ func (m *Main) NodeAddr() string {
 	}
 	if port == "0" {
 		// Known once the listener has started.
-		if m.http == nil || m.http.ln == nil {
+		if m.http == nil || m.http.Bound() == nil {
 			return ""
 		}
-		port = strconv.Itoa(m.http.Addr().(*net.TCPAddr).Port)
+		port = strconv.Itoa(m.http.Bound().Port)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		if h, err := os.Hostname(); err == nil {
