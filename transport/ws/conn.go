@@ -133,18 +133,19 @@ func (c *conn) serve() {
 	c.helloTimer.Stop()
 	c.stopPings()
 	c.stopExpiry()
-	c.cmdMu.Lock()
-	r := c.relay
-	c.cmdMu.Unlock()
-	if r != nil {
-		r.close(c.closed, c.closedReason)
-	}
 	// Gone: refuse frames from now on instead of queueing them for nobody until the
 	// actor hears of the unsubscribe. No writer starts after this.
 	c.out.Detach()
 	// No worker starts either: only the reader, which has returned, starts one. Once it
 	// is done, c.actor is the session a hello subscribed to, if any.
 	c.worker.Wait()
+	// The worker, which relays a hello, is done: the relay, if any, is set.
+	c.cmdMu.Lock()
+	r := c.relay
+	c.cmdMu.Unlock()
+	if r != nil {
+		r.close(c.closed, c.closedReason)
+	}
 	c.writers.Wait()
 	if c.userCounted {
 		c.s.releaseUser(c.user)
