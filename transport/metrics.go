@@ -12,7 +12,19 @@ type Metrics struct {
 	framesSent      prometheus.Counter
 	slowDrops       prometheus.Counter
 	rateLimited     *prometheus.CounterVec
+	relayedConns    *prometheus.CounterVec
+	relayedOpen     prometheus.Gauge
+	relayedRequests prometheus.Counter
 }
+
+// How a connection was relayed, chatd_relayed_connections_total's label "via".
+const (
+	// RelayViaHello: after its hello, to the node holding the session it named.
+	RelayViaHello = "hello"
+	// RelayViaUpgrade: its upgrade request, whose ?session= named a session another
+	// node holds, was proxied whole.
+	RelayViaUpgrade = "upgrade"
+)
 
 // The limits chatd_rate_limited_total counts, its label "limit".
 const (
@@ -30,7 +42,8 @@ const (
 
 // NewMetrics returns the transport's metrics, registered with reg unless it is nil:
 // chatd_connections_open, chatd_frames_sent_total, chatd_slow_consumer_drops_total and
-// chatd_rate_limited_total{limit}.
+// chatd_rate_limited_total{limit}, chatd_relayed_connections_total{via},
+// chatd_relayed_connections_open and chatd_relayed_requests_total.
 // Pass it to the transports (ws.Config.Metrics).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -50,12 +63,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "chatd_rate_limited_total",
 			Help: "Commands, connections, handshakes and runs refused by a limit: command and runs (error rate_limited), user_conns and addr_conns (close 4029), handshake (HTTP 429).",
 		}, []string{"limit"}),
+		relayedConns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatd_relayed_connections_total",
+			Help: "WebSocket connections relayed to the node holding their session: via hello (after the hello) or upgrade (?session= proxied the upgrade).",
+		}, []string{"via"}),
+		relayedOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chatd_relayed_connections_open",
+			Help: "WebSocket connections currently relayed to another node.",
+		}),
+		relayedRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_relayed_requests_total",
+			Help: "HTTP API requests proxied to the node holding their session.",
+		}),
+	}
+	for _, v := range []string{RelayViaHello, RelayViaUpgrade} {
+		m.relayedConns.WithLabelValues(v)
 	}
 	for _, l := range []string{LimitCommand, LimitUserConns, LimitAddrConns, LimitHandshake, LimitRuns} {
 		m.rateLimited.WithLabelValues(l) // shown at 0 from the start
 	}
 	if reg != nil {
-		reg.MustRegister(m.connectionsOpen, m.framesSent, m.slowDrops, m.rateLimited)
+		reg.MustRegister(m.connectionsOpen, m.framesSent, m.slowDrops, m.rateLimited, m.relayedConns, m.relayedOpen, m.relayedRequests)
 	}
 	return m
 }
@@ -64,6 +92,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) RateLimited(limit string) {
 	if m != nil {
 		m.rateLimited.WithLabelValues(limit).Inc()
+	}
+}
+
+// RelayOpened counts a connection now relayed to another node, via RelayViaHello or
+// RelayViaUpgrade; RelayClosed counts it gone.
+func (m *Metrics) RelayOpened(via string) {
+	if m != nil {
+		m.relayedConns.WithLabelValues(via).Inc()
+		m.relayedOpen.Inc()
+	}
+}
+
+// RelayClosed counts a relayed connection that has ended.
+func (m *Metrics) RelayClosed() {
+	if m != nil {
+		m.relayedOpen.Dec()
+	}
+}
+
+// RequestRelayed counts an HTTP request proxied to another node.
+func (m *Metrics) RequestRelayed() {
+	if m != nil {
+		m.relayedRequests.Inc()
 	}
 }
 

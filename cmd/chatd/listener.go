@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,9 @@ type listener struct {
 	srv  *http.Server
 
 	ln net.Listener
+	// bound is ln's address once it listens: read by other goroutines (the lease
+	// services ask for the node's address while the listeners start).
+	bound atomic.Pointer[net.TCPAddr]
 	// served receives Serve's result.
 	served chan error
 }
@@ -31,12 +35,19 @@ func newListener(addr string, h http.Handler) *listener {
 // Addr is the address it listens on, once started.
 func (l *listener) Addr() net.Addr { return l.ln.Addr() }
 
+// Bound is the address it listens on, nil before it has started. Safe from any
+// goroutine.
+func (l *listener) Bound() *net.TCPAddr { return l.bound.Load() }
+
 func (l *listener) Start(ctx context.Context) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", l.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", l.addr, err)
 	}
 	l.ln = ln
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		l.bound.Store(a)
+	}
 	l.served = make(chan error, 1)
 	go func() { l.served <- l.srv.Serve(ln) }()
 	return nil

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
@@ -215,6 +216,24 @@ func (m *Main) build() error {
 	}
 	// The WebSocket and the HTTP API know users the same way.
 	auth, authService := m.newAuthenticator()
+	transportMetrics := transport.NewMetrics(m.registry)
+	// Any node takes any connection or request: one for a session another live node
+	// holds is relayed there.
+	relay := transport.NewRelay(transport.Relay{
+		OwnerOf: func(ctx context.Context, id uuid.UUID) (string, bool, error) {
+			l, err := st.LeaseGet(ctx, id)
+			if errors.Is(err, store.ErrNotFound) {
+				return "", false, nil
+			}
+			if err != nil {
+				return "", false, err
+			}
+			return l.Addr, l.Node != m.Node() && l.Live(clock.Now()), nil
+		},
+		Node:    m.Node,
+		Metrics: transportMetrics,
+		Logger:  m.log,
+	})
 	wsSrv, err := ws.New(ws.Config{
 		Hub:               m.hub,
 		Auth:              auth,
@@ -224,7 +243,8 @@ func (m *Main) build() error {
 		SendQueueBytes:    m.cfg.SendQueueBytes,
 		PingInterval:      m.cfg.PingInterval,
 		PingTimeout:       m.cfg.PingTimeout,
-		Metrics:           transport.NewMetrics(m.registry),
+		Metrics:           transportMetrics,
+		Relay:             relay,
 		MaxQueuedCommands: m.cfg.MaxQueuedCommands,
 		CommandRate:       m.cfg.CommandRate,
 		CommandBurst:      m.cfg.CommandBurst,
@@ -241,6 +261,7 @@ func (m *Main) build() error {
 		Auth:           auth,
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		Logger:         m.log,
+		Relay:          relay,
 	})
 	if err != nil {
 		return err
@@ -315,10 +336,10 @@ func (m *Main) NodeAddr() string {
 	}
 	if port == "0" {
 		// Known once the listener has started.
-		if m.http == nil || m.http.ln == nil {
+		if m.http == nil || m.http.Bound() == nil {
 			return ""
 		}
-		port = strconv.Itoa(m.http.Addr().(*net.TCPAddr).Port)
+		port = strconv.Itoa(m.http.Bound().Port)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		if h, err := os.Hostname(); err == nil {

@@ -44,6 +44,9 @@ type Config struct {
 	AllowedOrigins []string
 	// Logger is the parent logger.
 	Logger zerolog.Logger
+	// Relay sends a rename or a deletion of a session another live node holds to that
+	// node, whose actor then renames or deletes it. nil: one node, nothing is relayed.
+	Relay *transport.Relay
 }
 
 // API serves the HTTP JSON API.
@@ -63,8 +66,8 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{cfg: cfg, log: cfg.Logger.With().Str("component", "httpapi").Logger(), mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /v1/sessions", a.authed(a.list))
-	a.mux.HandleFunc("PATCH /v1/sessions/{id}", a.authed(a.rename))
-	a.mux.HandleFunc("DELETE /v1/sessions/{id}", a.authed(a.delete))
+	a.mux.HandleFunc("PATCH /v1/sessions/{id}", a.authed(a.relayed(a.rename)))
+	a.mux.HandleFunc("DELETE /v1/sessions/{id}", a.authed(a.relayed(a.delete)))
 	// What the routes above do not match is answered in JSON too.
 	a.mux.HandleFunc("/v1/sessions", methodNotAllowed("GET"))
 	a.mux.HandleFunc("/v1/sessions/{id}", methodNotAllowed("PATCH, DELETE"))

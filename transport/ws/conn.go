@@ -83,6 +83,14 @@ type conn struct {
 	// cmdLimiter its bucket of commands, nil for no limit. Reader only.
 	host       string
 	cmdLimiter *rate.Limiter
+	// closed is how the client closed the connection (-1: without a close frame), for
+	// the relay to pass on. Reader only; read by serve after the reader returns.
+	closed       websocket.StatusCode
+	closedReason string
+
+	// relay is the link to the node holding the session, once the hello was relayed
+	// there (relay.go): the reader forwards every frame to it. Under cmdMu; set once.
+	relay *relay
 }
 
 var _ transport.Writer = (*conn)(nil)
@@ -131,6 +139,13 @@ func (c *conn) serve() {
 	// No worker starts either: only the reader, which has returned, starts one. Once it
 	// is done, c.actor is the session a hello subscribed to, if any.
 	c.worker.Wait()
+	// The worker, which relays a hello, is done: the relay, if any, is set.
+	c.cmdMu.Lock()
+	r := c.relay
+	c.cmdMu.Unlock()
+	if r != nil {
+		r.close(c.closed, c.closedReason)
+	}
 	c.writers.Wait()
 	if c.userCounted {
 		c.s.releaseUser(c.user)

@@ -102,7 +102,7 @@ func (c *conn) hello(f clientFrame) {
 		}
 		lastSeq = *f.LastSeq
 	}
-	actor, res, err := c.s.cfg.Hub.Hello(c.ctx, id, conversation.HelloRequest{
+	req := conversation.HelloRequest{
 		Owner:      owner,
 		Create:     create,
 		Epoch:      f.Epoch,
@@ -110,12 +110,21 @@ func (c *conn) hello(f clientFrame) {
 		Subscriber: c.out,
 		Format:     Format,
 		RequestID:  deref(f.RequestID),
-	})
-	if err != nil && actor != nil {
-		// A hello whose ctx ended may have subscribed all the same; make sure it did not.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		actor.Unsubscribe(ctx, c.out)
-		cancel()
+	}
+	actor, res, err := c.helloHere(id, req)
+	if ee := (*conversation.ElsewhereError)(nil); errors.As(err, &ee) && c.s.cfg.Relay != nil && transport.Relayed(c.req) == "" {
+		// Another node holds the session: relay the connection there. A relayed hello
+		// is never relayed again (the holder changed meanwhile): the client reconnects.
+		if ee.Lease.Addr != "" && c.startRelay(f, ee.Lease.Addr) {
+			ok = true
+			c.helloed.Store(true)
+			c.helloTimer.Stop()
+			c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Str("node", ee.Lease.Node).Str("node_addr", ee.Lease.Addr).Msg("hello relayed to the session's node")
+			return
+		}
+		// Unreachable: it may have died or given the session back meanwhile. Once more
+		// here, which acquires the session when its lease has expired.
+		actor, res, err = c.helloHere(id, req)
 	}
 	if errors.Is(err, conversation.ErrElsewhere) {
 		// Another node holds the session: the client reconnects, and reaches it.
@@ -145,6 +154,18 @@ func (c *conn) hello(f clientFrame) {
 	c.helloed.Store(true)
 	c.helloTimer.Stop()
 	c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
+}
+
+// helloHere subscribes the connection to session id's actor on this node.
+func (c *conn) helloHere(id uuid.UUID, req conversation.HelloRequest) (*conversation.Actor, conversation.HelloResult, error) {
+	actor, res, err := c.s.cfg.Hub.Hello(c.ctx, id, req)
+	if err != nil && actor != nil {
+		// A hello whose ctx ended may have subscribed all the same; make sure it did not.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		actor.Unsubscribe(ctx, c.out)
+		cancel()
+	}
+	return actor, res, err
 }
 
 func deref(p *string) string {

@@ -17,6 +17,10 @@ func (c *conn) readLoop() {
 	for {
 		typ, data, err := c.ws.Read(c.ctx)
 		if err != nil {
+			c.closed = websocket.CloseStatus(err)
+			if ce := (websocket.CloseError{}); errors.As(err, &ce) {
+				c.closedReason = ce.Reason
+			}
 			c.logReadError(err)
 			return
 		}
@@ -57,10 +61,14 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 		c.replyError(id, codeRateLimited, fmt.Sprintf("too many commands on this connection (at most %g a second, %d at once): not handled; send it again later", float64(c.s.cfg.CommandRate), c.s.cfg.CommandBurst))
 		return
 	}
+	if c.forward(typ, data) {
+		return // relayed: the session's node answers
+	}
 	if bad != nil {
 		c.replyError(bad.requestID, bad.code, bad.message)
 		return
 	}
+	f.raw = data
 	c.queue(f)
 }
 

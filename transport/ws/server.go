@@ -97,6 +97,10 @@ type Config struct {
 	RemoteHost func(r *http.Request) string
 	// Metrics counts connections and frames. nil counts nothing.
 	Metrics *transport.Metrics
+	// Relay sends connections for sessions another live node holds to that node
+	// (relay.go): after their hello, or as a whole when the upgrade's ?session= names
+	// such a session. nil: one node, nothing is relayed.
+	Relay *transport.Relay
 }
 
 func (c Config) withDefaults() Config {
@@ -197,6 +201,10 @@ type Server struct {
 	hsMu       sync.Mutex
 	handshakes map[string]*handshakeLimiter
 	hsSwept    time.Time
+
+	// proxies is cancelled by Shutdown: it cuts the upgrades proxied to other nodes.
+	proxies     context.Context
+	stopProxies context.CancelFunc
 }
 
 var _ transport.Endpoint = (*Server)(nil)
@@ -208,10 +216,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With().Str("component", "ws").Logger()
+	proxies, stopProxies := context.WithCancel(context.Background())
 	return &Server{
-		cfg:   cfg,
-		log:   log,
-		clock: cfg.Clock,
+		proxies:     proxies,
+		stopProxies: stopProxies,
+		cfg:         cfg,
+		log:         log,
+		clock:       cfg.Clock,
 		out: transport.OutboxOptions{
 			Format:        Format,
 			EncodeCatchUp: EncodeCatchUp,
@@ -240,6 +251,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuseHandshake(w, delay)
 		return
 	}
+	if addr, ok := s.relayTarget(r); ok {
+		s.proxyUpgrade(w, r, addr, host)
+		return
+	}
+	s.serveHere(w, r, host)
+}
+
+// serveHere upgrades the request and serves the connection on this node (which relays
+// it after its hello when another node holds its session).
+func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) {
 	pongs := new(atomic.Int64)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{Subprotocol},
@@ -307,6 +328,7 @@ func (s *Server) untrack(c *conn) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
+	s.stopProxies()
 	for c := range s.conns {
 		c.out.Close(transport.DisconnectShutdown, true)
 	}

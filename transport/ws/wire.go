@@ -55,6 +55,9 @@ type clientFrame struct {
 	Before     *int64  `json:"before"`
 	Limit      *int    `json:"limit"`
 	Mode       string  `json:"mode"`
+
+	// raw is the frame as it came, for a relay to send on.
+	raw []byte
 }
 
 type wireError struct {

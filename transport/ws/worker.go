@@ -2,6 +2,8 @@ package ws
 
 import (
 	"fmt"
+
+	"github.com/coder/websocket"
 )
 
 // Commands (hello included) run on a worker goroutine of the connection, one at a time
@@ -17,6 +19,12 @@ import (
 // never waits for the worker.
 func (c *conn) queue(f clientFrame) {
 	c.cmdMu.Lock()
+	if c.relay != nil {
+		// Relayed since the reader looked (forward): after the frames queued before it.
+		c.relay.forward(websocket.MessageText, f.raw)
+		c.cmdMu.Unlock()
+		return
+	}
 	if len(c.cmds) >= c.s.cfg.MaxQueuedCommands {
 		c.cmdMu.Unlock()
 		c.replyError(f.RequestID, codeBusy, fmt.Sprintf("too many commands in flight on this connection (at most %d): wait for their replies", c.s.cfg.MaxQueuedCommands))
@@ -32,6 +40,18 @@ func (c *conn) queue(f clientFrame) {
 		go c.work()
 	}
 	c.cmdMu.Unlock()
+}
+
+// forward sends a frame to the node holding the session when the connection is relayed
+// there, and reports whether it is.
+func (c *conn) forward(typ websocket.MessageType, data []byte) bool {
+	c.cmdMu.Lock()
+	defer c.cmdMu.Unlock()
+	if c.relay == nil {
+		return false
+	}
+	c.relay.forward(typ, data)
+	return true
 }
 
 // work handles queued commands until none is left. The command being handled stays at

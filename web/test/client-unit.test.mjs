@@ -113,7 +113,7 @@ test('hello first, then the commands queued before connect; the ack resolves sen
   const sent = c.send('hi');
   c.connect();
   const ws = await fake.socket(0);
-  assert.equal(ws.url, 'ws://chatd.test/v1/ws');
+  assert.equal(ws.url, `ws://chatd.test/v1/ws?session=${S}`, 'the session in the URL, for load balancers');
   assert.equal(ws.protocols, 'chatd.v1');
   assert.equal(c.state.connection, 'connecting');
   ws.accept();
@@ -405,6 +405,53 @@ test('1001, 4008 and 1006 reconnect with hello{epoch, lastSeq}', async () => {
   c.close();
   assert.equal(ws.closedByClient.code, 1000);
   assert.deepEqual(c.state.closed, { code: 1000, reason: 'closed by the client' });
+});
+
+test('4010 (the session moved to another node) reconnects at once, without backoff, and resumes', async () => {
+  const fake = new Fake();
+  const trace = [];
+  // A backoff this long would fail the test: only an immediate reconnect gets a socket.
+  const c = newClient(fake, { backoff: { initialMs: 60000, maxMs: 60000 }, onTrace: (e) => trace.push(e) });
+  c.connect();
+  const ws = await handshake(fake, 0, snapshot({ epoch: 'e9', lastSeq: 3 }));
+  ws.drop(4010, 'session moved to another node');
+  await handshake(fake, 1, { type: 'resumed', sessionId: S, epoch: 'e9', lastSeq: 3 }, (h) => {
+    assert.equal(h.epoch, 'e9');
+    assert.equal(h.lastSeq, 3);
+  });
+  await waitFor(c, (s) => s.connection === 'live');
+  assert.equal(c.state.closed, null, 'not fatal');
+  assert.deepEqual(trace.filter((e) => e.type === 'reconnect').map((e) => e.delayMs), [0]);
+  c.close();
+});
+
+test('a hello answered moved is not fatal: the client reconnects at once, to ?session= with its query kept', async () => {
+  const fake = new Fake();
+  const c = newClient(fake, { url: 'ws://chatd.test/v1/ws?tenant=a', backoff: { initialMs: 60000, maxMs: 60000 } });
+  c.connect();
+  const ws = await fake.socket(0);
+  assert.equal(ws.url, `ws://chatd.test/v1/ws?tenant=a&session=${S}`);
+  ws.accept();
+  const hello = await ws.frame(0);
+  ws.push({ type: 'error', requestId: hello.requestId, code: 'moved', message: 'the session is held by another node; reconnect' });
+  const again = await handshake(fake, 1);
+  assert.equal(again.url, `ws://chatd.test/v1/ws?tenant=a&session=${S}`);
+  assert.equal(ws.closedByClient?.code, 1000, 'the refused socket is closed');
+  await waitFor(c, (s) => s.connection === 'live');
+  assert.equal(c.state.closed, null);
+  c.close();
+});
+
+test('a new session: the first URL has no session; once named, reconnects dial ?session=<id>', async () => {
+  const fake = new Fake();
+  const c = newClient(fake, { sessionId: null });
+  c.connect();
+  const ws = await handshake(fake, 0);
+  assert.equal(ws.url, 'ws://chatd.test/v1/ws');
+  ws.drop(1001, 'x');
+  const again = await handshake(fake, 1, { type: 'resumed', sessionId: S, epoch: 'e1', lastSeq: 0 });
+  assert.equal(again.url, `ws://chatd.test/v1/ws?session=${S}`);
+  c.close();
 });
 
 test('a hello answered with error storage: commands behind it are not failed, they go again after the next hello', async () => {

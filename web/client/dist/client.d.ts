@@ -183,6 +183,12 @@ export declare class ChatClient {
     private flush;
     private transmit;
     private open;
+    /**
+     * The URL to dial: the given one, with ?session=<id> once the session is known, so a
+     * load balancer that hashes on it sends the client straight to the node holding the
+     * session (any node serves it all the same). The URL's own query is kept.
+     */
+    private dialURL;
     private onOpen;
     private onMessage;
     /**

@@ -662,8 +662,9 @@ var ChatClient = class {
     this.clearReconnect();
     const conn = ++this.conn;
     let ws;
+    const url = this.dialURL();
     try {
-      ws = new this.WS(this.url, "chatd.v1");
+      ws = new this.WS(url, "chatd.v1");
     } catch {
       this.scheduleReconnect("WebSocket constructor failed");
       return;
@@ -674,7 +675,7 @@ var ChatClient = class {
     this.helloOk = false;
     this.openedAt = Date.now();
     ws.onopen = () => {
-      if (conn === this.conn) void this.onOpen(conn);
+      if (conn === this.conn) void this.onOpen(conn, url);
     };
     ws.onmessage = (ev) => {
       if (conn === this.conn) this.onMessage(conn, ev.data);
@@ -687,10 +688,26 @@ var ChatClient = class {
     this.updateConnection();
     this.armWatchdog();
   }
-  async onOpen(conn) {
+  /**
+   * The URL to dial: the given one, with ?session=<id> once the session is known, so a
+   * load balancer that hashes on it sends the client straight to the node holding the
+   * session (any node serves it all the same). The URL's own query is kept.
+   */
+  dialURL() {
+    const id = this._state.sessionId;
+    if (id === null) return this.url;
+    try {
+      const u = new URL(this.url);
+      u.searchParams.set("session", id);
+      return u.toString();
+    } catch {
+      return `${this.url}${this.url.includes("?") ? "&" : "?"}session=${encodeURIComponent(id)}`;
+    }
+  }
+  async onOpen(conn, url) {
     this.socketOpen = true;
     this.offline = false;
-    this.trace?.({ type: "open", conn, url: this.url });
+    this.trace?.({ type: "open", conn, url });
     this.updateConnection();
     let token;
     try {
@@ -880,6 +897,9 @@ var ChatClient = class {
       case "bad_request":
         this.fatal(4e3, `hello refused: ${e.message}`);
         return;
+      case "moved":
+        this.forceReconnect("hello: moved");
+        return;
     }
     this.drop(`hello failed: ${e.code}`);
     this.scheduleReconnect(`hello failed: ${e.code}`);
@@ -891,6 +911,10 @@ var ChatClient = class {
     const deadline = code === 4e3 && !helloOk;
     if (!deadline && isFatalClose(code, typeof this.token === "function")) {
       this.fatal(code, reason || `closed with ${code}`);
+      return;
+    }
+    if (code === 4010) {
+      this.forceReconnect(`closed 4010${reason ? " " + reason : ""}`);
       return;
     }
     this.scheduleReconnect(`closed ${code}${reason ? " " + reason : ""}`);

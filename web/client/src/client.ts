@@ -477,8 +477,9 @@ export class ChatClient {
     this.clearReconnect();
     const conn = ++this.conn;
     let ws: WebSocketLike;
+    const url = this.dialURL();
     try {
-      ws = new this.WS(this.url, 'chatd.v1');
+      ws = new this.WS(url, 'chatd.v1');
     } catch {
       this.scheduleReconnect('WebSocket constructor failed');
       return;
@@ -489,7 +490,7 @@ export class ChatClient {
     this.helloOk = false;
     this.openedAt = Date.now();
     ws.onopen = () => {
-      if (conn === this.conn) void this.onOpen(conn);
+      if (conn === this.conn) void this.onOpen(conn, url);
     };
     ws.onmessage = (ev) => {
       if (conn === this.conn) this.onMessage(conn, ev.data);
@@ -504,11 +505,28 @@ export class ChatClient {
     this.armWatchdog();
   }
 
-  private async onOpen(conn: number): Promise<void> {
+  /**
+   * The URL to dial: the given one, with ?session=<id> once the session is known, so a
+   * load balancer that hashes on it sends the client straight to the node holding the
+   * session (any node serves it all the same). The URL's own query is kept.
+   */
+  private dialURL(): string {
+    const id = this._state.sessionId;
+    if (id === null) return this.url;
+    try {
+      const u = new URL(this.url);
+      u.searchParams.set('session', id);
+      return u.toString();
+    } catch {
+      return `${this.url}${this.url.includes('?') ? '&' : '?'}session=${encodeURIComponent(id)}`;
+    }
+  }
+
+  private async onOpen(conn: number, url: string): Promise<void> {
     this.socketOpen = true;
     // A socket that opens proves the network works, whatever the browser said.
     this.offline = false;
-    this.trace?.({ type: 'open', conn, url: this.url });
+    this.trace?.({ type: 'open', conn, url });
     this.updateConnection();
     let token: string | undefined;
     try {
@@ -719,6 +737,11 @@ export class ChatClient {
       case 'bad_request':
         this.fatal(4000, `hello refused: ${e.message}`);
         return;
+      case 'moved':
+        // Another node holds the session and this one could not reach it; 4010 follows.
+        // Reconnect at once: the next node (or this one, once the lease is free) serves it.
+        this.forceReconnect('hello: moved');
+        return;
     }
     // storage, internal, ...: say hello again later, on a new connection. Commands sent
     // behind this hello are not handled; they go again after the next hello.
@@ -736,6 +759,12 @@ export class ChatClient {
     const deadline = code === 4000 && !helloOk;
     if (!deadline && isFatalClose(code, typeof this.token === 'function')) {
       this.fatal(code, reason || `closed with ${code}`);
+      return;
+    }
+    if (code === 4010) {
+      // The session moved to another node: reconnect at once (forceReconnect backs off
+      // only if it keeps happening), and resume.
+      this.forceReconnect(`closed 4010${reason ? ' ' + reason : ''}`);
       return;
     }
     this.scheduleReconnect(`closed ${code}${reason ? ' ' + reason : ''}`);

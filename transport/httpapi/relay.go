@@ -1,0 +1,54 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+)
+
+// relayed sends a request about one session on to the node holding it (Config.Relay),
+// and serves it here otherwise: when no other live node holds it, when it was relayed
+// already (the holder does not relay again), or when the holder cannot be reached. The
+// holder authenticates the request again. Listing stays local: it reads the database
+// only.
+func (a *API) relayed(h func(w http.ResponseWriter, r *http.Request, owner string)) func(w http.ResponseWriter, r *http.Request, owner string) {
+	return func(w http.ResponseWriter, r *http.Request, owner string) {
+		id, err := uuid.Parse(r.PathValue("id"))
+		if a.cfg.Relay == nil || err != nil {
+			h(w, r, owner)
+			return
+		}
+		addr, ok := a.cfg.Relay.Owner(r, id)
+		if !ok {
+			h(w, r, owner)
+			return
+		}
+		// Read the body first, so that it is still there when the holder cannot be
+		// reached and the request is served here.
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
+			a.writeError(w, r, badRequest(fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)))
+			return
+		}
+		if err != nil {
+			a.writeError(w, r, badRequest("could not read the body"))
+			return
+		}
+		reset := func(r *http.Request) {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
+		reset(r)
+		a.cfg.Relay.Proxy(w, r, addr, func(*http.Response) {
+			a.cfg.Relay.Metrics.RequestRelayed()
+		}, func(w http.ResponseWriter, r *http.Request) {
+			reset(r)
+			h(w, r, owner)
+		})
+	}
+}
