@@ -141,10 +141,12 @@ func newJWKS(cfg Config) (jwt.Keyfunc, context.CancelFunc, error) {
 	kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.JWKSURL}, keyfunc.Override{
 		Client:          client,
 		RefreshInterval: refresh,
-		// One fetch per interval for unknown key ids; a token that finds the limiter
-		// spent is refused at once rather than held until the next fetch is allowed.
+		// One fetch per interval for unknown key ids. The wait bounds the limiter's wait
+		// and the fetch together (jwkset uses one context for both): a token that finds
+		// the limiter spent for longer is refused at once (rate.Limiter.Wait gives up
+		// when the deadline comes first), and the fetch has the client's whole timeout.
 		RefreshUnknownKID: rate.NewLimiter(rate.Every(unknown), 1),
-		RateLimitWaitMax:  time.Millisecond,
+		RateLimitWaitMax:  max(client.Timeout, time.Second),
 		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 			return func(_ context.Context, err error) {
 				log.Warn().Err(err).Str("url", u).Msg("fetching the JWK Set failed")

@@ -128,6 +128,9 @@ func TestJWKSRotationVerifiesTheNewKey(t *testing.T) {
 	require.NoError(t, err)
 
 	idp.SetKeys(k2)
+	// The identity provider is across a network: its answer takes a while, and the
+	// token waits for it (a fetch once bounded by the limiter's 1 ms wait never came).
+	idp.Latency.Store(int64(50 * time.Millisecond))
 	user, err := j.Authenticate(context.Background(), nil, k2.RS256(t, good()))
 	require.NoError(t, err)
 	require.Equal(t, "alice", user)

@@ -124,6 +124,8 @@ type JWKS struct {
 	mu      sync.Mutex
 	keys    []Key
 	Fetches atomic.Int64
+	// Latency, in nanoseconds, is how long each answer takes, as over a network.
+	Latency atomic.Int64
 }
 
 // NewJWKS serves keys at its URL until the test ends.
@@ -131,6 +133,7 @@ func NewJWKS(t testing.TB, keys ...Key) *JWKS {
 	j := &JWKS{keys: keys}
 	j.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		j.Fetches.Add(1)
+		time.Sleep(time.Duration(j.Latency.Load()))
 		j.mu.Lock()
 		set := struct {
 			Keys []map[string]string `json:"keys"`
