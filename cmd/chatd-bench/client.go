@@ -64,7 +64,7 @@ type tab struct {
 	caughtUp     time.Duration // from reconnectAt to the first token due after it
 	caughtUpDone bool
 	resumeIdx    int           // index of that first token
-	snapNext     int           // the token the last snapshot's text says comes next (-1: unknown)
+	snap         transcript    // the last snapshot's text, checked
 	sentAt       time.Time     // when this tab last sent chat.send
 	firstToken   time.Duration // from sentAt to the run's first token
 	gotFirst     bool
@@ -236,15 +236,18 @@ func (t *tab) handle(f []byte, now time.Time) {
 		t.epoch, t.lastSeq = fr.Epoch, fr.LastSeq
 		// The next token follows the newest one the snapshot's text holds.
 		next := -1
+		var texts []string
 		for _, m := range fr.Messages {
 			if m.Role == "assistant" && m.Kind == "" {
+				texts = append(texts, m.Content)
 				if idx, ok := lastToken(m.Content); ok {
 					next = idx + 1
 				}
 			}
 		}
 		t.mu.Lock()
-		t.nextTok, t.snapNext = next, next
+		t.nextTok = next
+		t.snap = checkTranscript(texts, t.reconnectAt)
 		t.mu.Unlock()
 		t.markReady()
 	case "resumed":
@@ -351,4 +354,39 @@ func lastToken(s string) (int, bool) {
 	idx, _, ok := strings.Cut(fields[len(fields)-1], ":")
 	n, err := strconv.Atoi(idx)
 	return n, ok && err == nil
+}
+
+// transcript is what a snapshot's text holds of a run's tokens.
+type transcript struct {
+	next       int // the token after the last one; 0 for none
+	gaps, dups int // tokens skipped or repeated in the text
+	// firstNew is the first token stamped at or after a time (a node's death: then it
+	// is the first its successor streamed); -1 for none.
+	firstNew int
+}
+
+// checkTranscript reads the tokens of a run's text segments, in order.
+func checkTranscript(texts []string, since time.Time) transcript {
+	tr := transcript{firstNew: -1}
+	for _, text := range texts {
+		for _, f := range strings.Fields(text) {
+			idxS, stampS, ok := strings.Cut(f, ":")
+			idx, err1 := strconv.Atoi(idxS)
+			stamp, err2 := strconv.ParseInt(stampS, 10, 64)
+			if !ok || err1 != nil || err2 != nil {
+				continue
+			}
+			switch {
+			case idx < tr.next:
+				tr.dups++
+			case idx > tr.next:
+				tr.gaps++
+			}
+			tr.next = idx + 1
+			if tr.firstNew < 0 && !time.Unix(0, stamp).Before(since) {
+				tr.firstNew = idx
+			}
+		}
+	}
+	return tr
 }

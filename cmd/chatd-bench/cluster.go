@@ -36,22 +36,25 @@ type clusterResult struct {
 	rate, tokens, tool int
 	ttl                time.Duration
 
-	failover     hist // kill to the first token the new owner streamed, per session
-	accepted     hist // kill to the hello a node accepted
-	expiryWait   hist // kill to the dead node's lease expiry
-	takeover     hist // lease expiry to the first token
-	implied      hist // failover scaled to the default TTL (see impliedFailover)
-	notRecovered int
-	moved        int64 // hellos answered moved
-	attempts     int64 // hellos sent to reconnect
-	takenBy      map[string]int
-	gaps, dups   int64
-	restreamed   int64 // tokens seen before the kill that the new owner streamed again
-	snapOnly     int64 // tokens not seen before the kill that came in the snapshot's text
-	offBoundary  int   // snapshots whose text did not end at a segment boundary
-	wrongResume  int   // continued runs whose first token was not the one the snapshot implies
-	incomplete   int   // runs that did not end with their last token
-	firstFail    string
+	failover         hist // kill to the first token the new owner streamed, per session
+	accepted         hist // kill to the hello a node accepted
+	expiryWait       hist // kill to the dead node's lease expiry
+	takeover         hist // lease expiry to the first token
+	implied          hist // failover scaled to the default TTL (see impliedFailover)
+	notRecovered     int
+	moved            int64 // hellos answered moved
+	attempts         int64 // hellos sent to reconnect
+	takenBy          map[string]int
+	gaps, dups       int64
+	restreamed       int64 // tokens seen before the kill that the new owner streamed again
+	snapOnly         int64 // tokens not seen before the kill that came in the snapshot's text
+	offBoundary      int   // continued runs that did not go on from a segment boundary
+	wrongResume      int   // continued runs whose first token was not the one the snapshot implies
+	badText          int   // snapshots whose text skipped or repeated tokens
+	incomplete       int   // runs that did not end with their last token
+	interrupted      int   // assistant segments stored interrupted (the ones open at the kill that were kept)
+	interruptedEmpty int
+	firstFail        string
 
 	relay *relayResult
 }
@@ -77,33 +80,40 @@ func stepStarts(n, k int) []int {
 // continuation is what one client saw of a run whose node was killed, and that it then
 // followed on another node.
 type continuation struct {
-	seenBefore int // tokens 0..seenBefore-1 had arrived when the node died
-	snapNext   int // the token the reconnect's snapshot text implies comes next; -1: no text
-	resumeIdx  int // the first token the new owner streamed
-	finalNext  int // the token expected next once the run ended
+	seenBefore int        // tokens 0..seenBefore-1 had arrived when the node died
+	snap       transcript // the reconnect's snapshot's text (firstNew: since the kill)
+	resumeIdx  int        // the first token streamed after the snapshot
+	finalNext  int        // the token expected next once the run ended
 }
 
 type continuationCheck struct {
 	restreamed  int  // tokens seen live before the kill and streamed again
 	snapOnly    int  // tokens the client first saw in the snapshot's text
-	offBoundary bool // the snapshot's text did not end at a step's start
-	wrongResume bool // the new owner did not go on from where the snapshot's text ends
+	offBoundary bool // the new owner did not go on from a step's start
+	wrongResume bool // the first token after the snapshot does not follow its text
+	badText     bool // the snapshot's text skips or repeats tokens
 	incomplete  bool // the run did not end with its last token
 }
 
 // checkContinuation checks a continued run of n tokens with k tool calls. The stored text
 // of a run is its finished segments (an open segment's text is stored when it ends), so
-// the snapshot must end at a step's start, and the new owner must stream from there:
-// anything else is a lost or repeated token in the transcript. Tokens the client had seen
-// past that point are streamed again in a new segment (the old one ended interrupted
-// with the dead node): they are reported, not counted as duplicates.
+// the new owner must go on from a step's start: where the snapshot's text ends, or, when
+// the new owner had streamed some before the client's hello, its first token stamped
+// after the kill. The snapshot's text must hold every token once, and the first token
+// after it must follow it. Tokens the client had seen past the continuation point are
+// streamed again in a new segment (the old one ended with the dead node): they are
+// reported, not counted as duplicates.
 func checkContinuation(c continuation, n, k int) continuationCheck {
-	next := max(c.snapNext, 0)
+	from := c.snap.next
+	if c.snap.firstNew >= 0 {
+		from = c.snap.firstNew
+	}
 	return continuationCheck{
-		restreamed:  max(c.seenBefore-next, 0),
-		snapOnly:    max(next-c.seenBefore, 0),
-		offBoundary: !slices.Contains(stepStarts(n, k), next),
-		wrongResume: c.resumeIdx != next,
+		restreamed:  max(c.seenBefore-from, 0),
+		snapOnly:    max(from-c.seenBefore, 0),
+		offBoundary: !slices.Contains(stepStarts(n, k), from),
+		wrongResume: c.resumeIdx != c.snap.next,
+		badText:     c.snap.gaps+c.snap.dups > 0,
 		incomplete:  c.finalNext != n,
 	}
 }
@@ -279,10 +289,13 @@ func (b *bench) failover(ctx context.Context, dbURL string, nodes []*server, res
 	if err != nil {
 		return err
 	}
+	if res.interrupted, res.interruptedEmpty, err = interruptedSegments(ctx, dbURL); err != nil {
+		return err
+	}
 	res.takenBy = map[string]int{}
 	for i, t := range tabs {
 		t.mu.Lock()
-		done, caughtUp, resume, snap, final := t.caughtUpDone, t.caughtUp, t.resumeIdx, t.snapNext, t.nextTok
+		done, caughtUp, resume, snap, final := t.caughtUpDone, t.caughtUp, t.resumeIdx, t.snap, t.nextTok
 		t.mu.Unlock()
 		res.takenBy[owners[t.sess.id].node]++
 		if !acceptedAt[i].IsZero() {
@@ -298,7 +311,14 @@ func (b *bench) failover(ctx context.Context, dbURL string, nodes []*server, res
 			res.takeover.add(max(killAt.Add(caughtUp).Sub(e), 0))
 			res.implied.add(impliedFailover(e.Sub(killAt), killAt.Add(caughtUp).Sub(e), res.ttl, defaultLeaseTTL))
 		}
-		c := checkContinuation(continuation{seenBefore: seenBefore[t], snapNext: snap, resumeIdx: resume, finalNext: final}, res.tokens, res.tool)
+		c := checkContinuation(continuation{seenBefore: seenBefore[t], snap: snap, resumeIdx: resume, finalNext: final}, res.tokens, res.tool)
+		if c.offBoundary || c.wrongResume || c.badText || c.incomplete || t.gaps.Load()+t.dups.Load() > 0 {
+			logf("cluster: session %s: seen %d before the kill, snapshot %+v, then %d, ended expecting %d; gaps %d dups %d; held by %s",
+				t.sess.id, seenBefore[t], snap, resume, final, t.gaps.Load(), t.dups.Load(), owners[t.sess.id].node)
+		}
+		if c.badText {
+			res.badText++
+		}
 		res.restreamed += int64(c.restreamed)
 		res.snapOnly += int64(c.snapOnly)
 		if c.offBoundary {
@@ -358,6 +378,19 @@ func leases(ctx context.Context, dbURL string) (map[string]leaseRow, error) {
 		out[id] = l
 	}
 	return out, rows.Err()
+}
+
+// interruptedSegments counts the assistant text segments stored interrupted, and those
+// of them that are empty.
+func interruptedSegments(ctx context.Context, dbURL string) (all, empty int, err error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close(ctx)
+	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE content = '')
+		FROM messages WHERE role = 'assistant' AND status = 'interrupted'`).Scan(&all, &empty)
+	return all, empty, err
 }
 
 // relayCost measures the same streaming sessions, owned by owner, with their tabs

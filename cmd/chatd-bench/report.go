@@ -172,15 +172,17 @@ func (r *report) clusterMarkdown() string {
 		w("| %s | %s | %s | %s |", row.name, ms(row.h.quantile(0.5)), ms(row.h.quantile(0.99)), ms(row.h.max))
 	}
 	w("")
-	w("| not recovered | hellos | answered moved | gaps | dups | re-streamed tokens | tokens only in the snapshot | snapshot off a segment boundary | resumed elsewhere than the snapshot's end | runs not ended | taken up by |")
-	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	w("| not recovered | hellos | answered moved | gaps | dups | re-streamed tokens | tokens only in the snapshot | continued off a segment boundary | snapshot text with gaps or dups | first token not after the snapshot's | runs not ended | taken up by |")
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	var by []string
 	for node, n := range c.takenBy {
 		by = append(by, fmt.Sprintf("%s %d", node, n))
 	}
 	sort.Strings(by)
-	w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |", c.notRecovered, c.attempts, c.moved, c.gaps, c.dups,
-		c.restreamed, c.snapOnly, c.offBoundary, c.wrongResume, c.incomplete, strings.Join(by, ", "))
+	w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |", c.notRecovered, c.attempts, c.moved, c.gaps, c.dups,
+		c.restreamed, c.snapOnly, c.offBoundary, c.badText, c.wrongResume, c.incomplete, strings.Join(by, ", "))
+	w("")
+	w("Segments stored interrupted (open when node1 died, and kept because a client was subscribed when the run was taken up): %d, %d of them empty.", c.interrupted, c.interruptedEmpty)
 	w("")
 	w("Implied with the default TTL: each session's wait for the lease to expire scaled by %v/%v, plus its takeover after expiry. Re-streamed: tokens a tab had seen live before the kill that the new owner streamed again, in a new segment (the text of an open segment is stored when it ends, so the run continues from its last finished segment); they are not counted as duplicates.", defaultLeaseTTL, c.ttl)
 	if c.firstFail != "" {
