@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +65,10 @@ type relayResult struct {
 	sessions, tabs, rate int
 	warmup, window       time.Duration
 	rows                 []fanRow
-	skipped              string
+	// via is, per relayed row, how the relaying node says it relayed the connections
+	// (chatd_relayed_connections_total by "via"), to show each went the intended way.
+	via     []string
+	skipped string
 }
 
 // stepStarts returns the token indices where the synthetic model's steps start in a run
@@ -431,8 +436,12 @@ func (b *bench) relayCost(ctx context.Context, owner, other *server) (*relayResu
 	} {
 		// Reconnect every tab to the other node, resuming: the owner's ring replays
 		// what it missed.
+		m0, err := scrape(other.adminAddr)
+		if err != nil {
+			return nil, err
+		}
 		var moved sync.Map
-		err := parallel(ctx, 64, len(tabs), func(i int) error {
+		err = parallel(ctx, 64, len(tabs), func(i int) error {
 			t := tabs[i]
 			t.close()
 			t.addr, t.query = other.addr, ""
@@ -456,14 +465,37 @@ func (b *bench) relayCost(ctx context.Context, owner, other *server) (*relayResu
 			logf("cluster: %s", res.skipped)
 			return res, nil
 		}
-		logf("cluster: %s", mode.name)
+		m1, err := scrape(other.adminAddr)
+		if err != nil {
+			return nil, err
+		}
+		via := relayedVia(m0, m1)
+		logf("cluster: %s (%s)", mode.name, via)
 		row, err := measure(ctx, g, owner, ss, res.warmup, res.window, other)
 		if err != nil {
 			return nil, err
 		}
 		row.target = mode.name
 		res.rows = append(res.rows, row)
+		res.via = append(res.via, via)
 		logf("cluster: %s: p50 %v p99 %v, %v CPU/frame", mode.name, row.p50, row.p99, row.cpuPerFrame)
 	}
 	return res, nil
+}
+
+// relayedVia says how many connections a node relayed between two scrapes, by how.
+func relayedVia(m0, m1 metrics) string {
+	const name = "chatd_relayed_connections_total"
+	d := m1.byLabel(name, "via")
+	if len(d) == 0 {
+		return "the node does not report chatd_relayed_connections_total"
+	}
+	for k, v := range m0.byLabel(name, "via") {
+		d[k] -= v
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		parts = append(parts, fmt.Sprintf("%.0f via %s", d[k], k))
+	}
+	return "relayed " + strings.Join(parts, ", ")
 }

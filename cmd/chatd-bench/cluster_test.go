@@ -85,3 +85,10 @@ func TestImpliedFailover(t *testing.T) {
 	// A takeover before the recorded expiry (clock granularity) adds nothing.
 	assert.Equal(t, 5*time.Second, impliedFailover(time.Second, -time.Millisecond, 2*time.Second, 10*time.Second))
 }
+
+func TestRelayedVia(t *testing.T) {
+	m0 := metrics{`chatd_relayed_connections_total{via="hello"}`: 2, `chatd_relayed_connections_total{via="upgrade"}`: 0}
+	m1 := metrics{`chatd_relayed_connections_total{via="hello"}`: 302, `chatd_relayed_connections_total{via="upgrade"}`: 0}
+	assert.Equal(t, "relayed 300 via hello, 0 via upgrade", relayedVia(m0, m1))
+	assert.Equal(t, "the node does not report chatd_relayed_connections_total", relayedVia(metrics{}, metrics{}))
+}

@@ -205,8 +205,11 @@ func (r *report) clusterMarkdown() string {
 			w("| %s | %.0f | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %d | %d | %d |", f.target, f.framesPerSec, ms(f.p50), ms(f.p99), ms(f.p999),
 				us(f.cpuPerFrame), ratio, cores[0], cores[1], f.clientCPU, f.gaps, f.dups, f.closed)
 		}
+		w("")
+		for i, v := range rl.via {
+			w("- %s: node3 %s.", rl.rows[i+1].target, v)
+		}
 		if rl.skipped != "" {
-			w("")
 			w("Relayed and proxied not measured: %s.", rl.skipped)
 		}
 		w("")
