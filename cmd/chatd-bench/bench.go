@@ -288,10 +288,22 @@ type fanRow struct {
 	latencySamples  int64
 	serverRSS       int64
 	firstClientFail string
+	// nodeCores is the cores each measured server used (srv, then the others), when
+	// more than one is measured.
+	nodeCores []float64
 }
 
-// measure waits out the warm-up, then measures the window.
-func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warmup, window time.Duration) (fanRow, error) {
+// measure waits out the warm-up, then measures the window. The server CPU is srv's and
+// the others' together (the nodes of a cluster that a frame passes through).
+func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warmup, window time.Duration, others ...*server) (fanRow, error) {
+	srvs := append([]*server{srv}, others...)
+	cpus := func() []time.Duration {
+		c := make([]time.Duration, len(srvs))
+		for i, s := range srvs {
+			c[i] = must(s.cpu())
+		}
+		return c
+	}
 	tabs := allTabs(sessions)
 	select {
 	case <-time.After(warmup):
@@ -303,7 +315,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		t.lat = hist{}
 		t.mu.Unlock()
 	}
-	c0, cpu0, self0, t0 := sumCounts(tabs), must(srv.cpu()), selfCPU(), time.Now()
+	c0, cpus0, self0, t0 := sumCounts(tabs), cpus(), selfCPU(), time.Now()
 	g.measuring.Store(true)
 	select {
 	case <-time.After(window):
@@ -311,7 +323,13 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		return fanRow{}, ctx.Err()
 	}
 	g.measuring.Store(false)
-	c1, cpu1, self1, t1 := sumCounts(tabs), must(srv.cpu()), selfCPU(), time.Now()
+	c1, cpus1, self1, t1 := sumCounts(tabs), cpus(), selfCPU(), time.Now()
+	var cpu0, cpu1 time.Duration
+	var nodeCores []float64
+	for i := range srvs {
+		cpu0, cpu1 = cpu0+cpus0[i], cpu1+cpus1[i]
+		nodeCores = append(nodeCores, (cpus1[i]-cpus0[i]).Seconds()/t1.Sub(t0).Seconds())
+	}
 	var h hist
 	for _, t := range tabs {
 		t.mu.Lock()
@@ -334,6 +352,9 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		closed:         c1.closed,
 		errors:         c1.errors,
 		latencySamples: h.n,
+	}
+	if len(srvs) > 1 {
+		row.nodeCores = nodeCores
 	}
 	if frames > 0 {
 		row.cpuPerFrame = (cpu1 - cpu0) / time.Duration(frames)

@@ -31,6 +31,9 @@ type tab struct {
 	g    *gen
 	sess *session
 	addr string
+	// query is added to /v1/ws (e.g. "?session=<id>", which a node reverse-proxies to
+	// the session's owner); "" for none.
+	query string
 
 	ws       *websocket.Conn
 	readDone chan struct{}
@@ -50,12 +53,18 @@ type tab struct {
 	snapshots atomic.Int64
 	errors    atomic.Int64
 	closeCode atomic.Int32 // of an unexpected close
+	// moved counts hellos answered `moved` (another node holds the session; the
+	// connection then closes with 4010, which is expected and not an error).
+	moved    atomic.Int64
+	wasMoved atomic.Bool // the current connection's hello was answered moved
 
 	mu           sync.Mutex
 	lat          hist
 	reconnectAt  time.Time     // when the last reconnect began
 	caughtUp     time.Duration // from reconnectAt to the first token due after it
 	caughtUpDone bool
+	resumeIdx    int           // index of that first token
+	snap         transcript    // the last snapshot's text, checked
 	sentAt       time.Time     // when this tab last sent chat.send
 	firstToken   time.Duration // from sentAt to the run's first token
 	gotFirst     bool
@@ -72,20 +81,25 @@ func (g *gen) noteErr(format string, args ...any) {
 	g.firstErr.CompareAndSwap(nil, &s)
 }
 
-var errNotAnswered = errors.New("hello not answered")
+var (
+	errNotAnswered = errors.New("hello not answered")
+	// errMoved: the hello was answered `moved` and the connection closed with 4010.
+	errMoved = errors.New("hello answered moved (4010)")
+)
 
 // connect dials and says hello (resuming from the tab's epoch and lastSeq when it has
 // them), then reads in the background. It returns once the hello is answered.
 func (t *tab) connect(ctx context.Context, resume bool) error {
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws", nil)
+	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws"+t.query, nil)
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
 	ws.SetReadLimit(64 << 20)
 	t.ws = ws
 	t.expected.Store(false)
+	t.wasMoved.Store(false)
 	t.ready = make(chan struct{})
 	t.readDone = make(chan struct{})
 	hello := map[string]any{"type": "hello"}
@@ -107,6 +121,9 @@ func (t *tab) connect(ctx context.Context, resume bool) error {
 	case <-t.ready:
 		return nil
 	case <-t.readDone:
+		if t.wasMoved.Load() {
+			return errMoved
+		}
 		return fmt.Errorf("%w: connection closed (code %d)", errNotAnswered, t.closeCode.Load())
 	case <-dctx.Done():
 		ws.CloseNow()
@@ -218,14 +235,20 @@ func (t *tab) handle(f []byte, now time.Time) {
 		}
 		t.epoch, t.lastSeq = fr.Epoch, fr.LastSeq
 		// The next token follows the newest one the snapshot's text holds.
-		t.nextTok = -1
+		next := -1
+		var texts []string
 		for _, m := range fr.Messages {
 			if m.Role == "assistant" && m.Kind == "" {
+				texts = append(texts, m.Content)
 				if idx, ok := lastToken(m.Content); ok {
-					t.nextTok = idx + 1
+					next = idx + 1
 				}
 			}
 		}
+		t.mu.Lock()
+		t.nextTok = next
+		t.snap = checkTranscript(texts, t.reconnectAt)
+		t.mu.Unlock()
 		t.markReady()
 	case "resumed":
 		t.replays.Add(1)
@@ -235,6 +258,14 @@ func (t *tab) handle(f []byte, now time.Time) {
 		t.markReady()
 	case "ack", "history":
 	case "error":
+		if fr.Code == "moved" {
+			// Another node holds the session: the server closes with 4010 next, and
+			// the client reconnects. Not an error.
+			t.moved.Add(1)
+			t.wasMoved.Store(true)
+			t.expected.Store(true)
+			return
+		}
 		t.errors.Add(1)
 		t.g.noteErr("error frame: %s: %s", fr.Code, string(fr.Message))
 	default: // a sequenced event
@@ -309,6 +340,7 @@ func (t *tab) tokens(text []byte, now time.Time) {
 		if !t.reconnectAt.IsZero() && !t.caughtUpDone && !emitted.Before(t.reconnectAt) {
 			t.caughtUp = now.Sub(t.reconnectAt)
 			t.caughtUpDone = true
+			t.resumeIdx = idx
 		}
 	}
 }
@@ -322,4 +354,39 @@ func lastToken(s string) (int, bool) {
 	idx, _, ok := strings.Cut(fields[len(fields)-1], ":")
 	n, err := strconv.Atoi(idx)
 	return n, ok && err == nil
+}
+
+// transcript is what a snapshot's text holds of a run's tokens.
+type transcript struct {
+	next       int // the token after the last one; 0 for none
+	gaps, dups int // tokens skipped or repeated in the text
+	// firstNew is the first token stamped at or after a time (a node's death: then it
+	// is the first its successor streamed); -1 for none.
+	firstNew int
+}
+
+// checkTranscript reads the tokens of a run's text segments, in order.
+func checkTranscript(texts []string, since time.Time) transcript {
+	tr := transcript{firstNew: -1}
+	for _, text := range texts {
+		for _, f := range strings.Fields(text) {
+			idxS, stampS, ok := strings.Cut(f, ":")
+			idx, err1 := strconv.Atoi(idxS)
+			stamp, err2 := strconv.ParseInt(stampS, 10, 64)
+			if !ok || err1 != nil || err2 != nil {
+				continue
+			}
+			switch {
+			case idx < tr.next:
+				tr.dups++
+			case idx > tr.next:
+				tr.gaps++
+			}
+			tr.next = idx + 1
+			if tr.firstNew < 0 && !time.Unix(0, stamp).Before(since) {
+				tr.firstNew = idx
+			}
+		}
+	}
+	return tr
 }

@@ -48,6 +48,11 @@ type options struct {
 	dbDelay       time.Duration
 	delaySessions int
 
+	clusterSessions int
+	leaseTTL        time.Duration
+	relaySessions   int
+	relayTabs       int
+
 	profileDir string
 }
 
@@ -82,7 +87,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
-	scen := fs.String("scenarios", "fanout,storm,idle,storage", "scenarios to run, comma-separated: fanout, storm, idle, storage (storm runs on the fan-out's sessions)")
+	scen := fs.String("scenarios", "fanout,storm,idle,storage", "scenarios to run, comma-separated: fanout, storm, idle, storage, cluster (storm runs on the fan-out's sessions; cluster, three chatd nodes on one database, is not in the default set)")
 	fs.IntVar(&o.sessions, "sessions", 1000, "fan-out: sessions (S)")
 	fs.IntVar(&o.tabs, "tabs", 3, "fan-out: tabs per session (T)")
 	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
@@ -98,6 +103,10 @@ func parseFlags(args []string) (options, error) {
 	tokens := fs.String("storage-tokens", "", "storage cost: tokens per run to compare (default 10,100,1000; full adds 10000)")
 	fs.DurationVar(&o.dbDelay, "db-delay", 200*time.Millisecond, "storage cost: delay injected between chatd and PostgreSQL")
 	fs.IntVar(&o.delaySessions, "delay-sessions", 100, "storage cost: sessions streaming (one tab each, at -rate) while the database is slow")
+	fs.IntVar(&o.clusterSessions, "cluster-sessions", 50, "cluster: sessions (one tab each) streaming on the node that is killed")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "cluster: the nodes' CHATD_LEASE_TTL (failover times are also scaled to the default, 10s)")
+	fs.IntVar(&o.relaySessions, "relay-sessions", 100, "cluster: sessions streaming (at -rate) for the relay's cost")
+	fs.IntVar(&o.relayTabs, "relay-tabs", 3, "cluster: tabs per session for the relay's cost")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "save chatd's CPU profile of each fan-out window and its heap and goroutine profiles with the idle connections here (go tool pprof reads them)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -111,7 +120,7 @@ func parseFlags(args []string) (options, error) {
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "fanout", "storm", "idle", "storage":
+		case "fanout", "storm", "idle", "storage", "cluster":
 			o.scenarios[s] = true
 		case "":
 		default:
@@ -159,6 +168,10 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-sessions, -tabs and -rate must be at least 1")
 	case o.idle < 1 || o.idleTabs < 1 || o.storageRuns < 1 || o.delaySessions < 1:
 		return o, errors.New("-idle, -idle-tabs, -storage-runs and -delay-sessions must be at least 1")
+	case o.clusterSessions < 1 || o.relaySessions < 1 || o.relayTabs < 1:
+		return o, errors.New("-cluster-sessions, -relay-sessions and -relay-tabs must be at least 1")
+	case o.leaseTTL < 300*time.Millisecond:
+		return o, errors.New("-lease-ttl must be at least 300ms (chatd refuses less)")
 	}
 	return o, nil
 }
@@ -185,14 +198,21 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	r.elapsed = time.Since(started)
-	text := r.markdown()
-	fmt.Println(text)
-	if o.out != "" {
-		if err := r.write(o.out, text); err != nil {
+	if o.scenarios["cluster"] {
+		if err := b.cluster(ctx); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "chatd-bench: results written to %s\n", o.out)
+	}
+	r.elapsed = time.Since(started)
+	for _, blk := range r.blocks() {
+		fmt.Println(blk.text)
+		fmt.Println()
+		if o.out != "" {
+			if err := write(o.out, blk.name, blk.text); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "chatd-bench: %s results written to %s\n", blk.name, o.out)
+		}
 	}
 	return nil
 }
@@ -208,7 +228,13 @@ func raiseFileLimit() {
 }
 
 func commandLine() string {
-	args := os.Args[1:]
+	args := make([]string, 0, len(os.Args)-1)
+	for _, a := range os.Args[1:] {
+		if a == "" {
+			a = `""` // -out "" must still read as such
+		}
+		args = append(args, a)
+	}
 	return strings.TrimSpace("chatd-bench " + strings.Join(args, " "))
 }
 

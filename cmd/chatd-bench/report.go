@@ -5,18 +5,46 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 )
 
-// Each mode's latest results live between its own pair of markers.
-func markers(full bool) (begin, end string) {
+// Each mode's latest results live between their own pair of markers: the single-node
+// scenarios' in one block ("quick", "full"), the cluster's in another ("quick cluster",
+// "full cluster"), so that running either leaves the other's results in place.
+func markers(block string) (begin, end string) {
+	return "<!-- chatd-bench " + block + " results: begin (generated; edit outside the markers) -->",
+		"<!-- chatd-bench " + block + " results: end -->"
+}
+
+// resultBlock is the results of one run that go between one pair of markers.
+type resultBlock struct{ name, text string }
+
+// blocks returns the run's results block by block (see markers), only those of the
+// scenarios that ran.
+func (r *report) blocks() []resultBlock {
 	mode := "quick"
-	if full {
+	if r.opts.full {
 		mode = "full"
 	}
-	return "<!-- chatd-bench " + mode + " results: begin (generated; edit outside the markers) -->",
-		"<!-- chatd-bench " + mode + " results: end -->"
+	var out []resultBlock
+	if len(r.fanout) > 0 || r.storm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil {
+		out = append(out, resultBlock{mode, r.markdown()})
+	}
+	if r.cluster != nil {
+		out = append(out, resultBlock{mode + " cluster", r.clusterMarkdown()})
+	}
+	return out
+}
+
+func (r *report) header() string {
+	mode := "quick"
+	if r.opts.full {
+		mode = "full"
+	}
+	return fmt.Sprintf("### Run of %s (%s mode, %v)\n\n- Machine: %s\n- Command: `make bench%s` (runs `%s`)\n",
+		r.started.Format("2006-01-02 15:04 MST"), mode, r.elapsed.Round(time.Second), machine(), makeFlags(r.command), r.command)
 }
 
 type report struct {
@@ -30,20 +58,13 @@ type report struct {
 	idle    *idleResult
 	storage []storageRow
 	delay   *delayResult
+	cluster *clusterResult
 }
 
 func (r *report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	mode := "quick"
-	if r.opts.full {
-		mode = "full"
-	}
-	w("### Run of %s (%s mode, %v)", r.started.Format("2006-01-02 15:04 MST"), mode, r.elapsed.Round(time.Second))
-	w("")
-	w("- Machine: %s", machine())
-	w("- Command: `make bench%s` (runs `%s`)", makeFlags(r.command), r.command)
-	w("")
+	w("%s", r.header())
 	if len(r.fanout) > 0 {
 		var base *fanRow
 		for i := range r.fanout {
@@ -127,15 +148,84 @@ func (r *report) markdown() string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// write puts text between the markers of path, keeping what is outside them; a file
-// without markers gets them appended.
-func (r *report) write(path, text string) error {
+// clusterMarkdown is the cluster scenario's results, under their own heading.
+func (r *report) clusterMarkdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	c := r.cluster
+	w("%s", r.header())
+	w("**Failover**: %d chatd nodes on one database, `CHATD_LEASE_TTL=%v`. %d sessions (one tab each) on node1, each streaming a run of %d tokens at R=%d in %d segments (%d tool calls); node1 is killed (SIGKILL) %v after the last run started, and every tab reconnects at once to node2 or node3 with `hello{sessionId, epoch, lastSeq}`, again every %v while the answer is `moved`.",
+		c.nodes, c.ttl, c.sessions, c.tokens, c.rate, c.tool+1, c.tool, failoverKillAt, reconnectBackoff)
+	w("")
+	w("| | p50 | p99 | max |")
+	w("|---|---:|---:|---:|")
+	for _, row := range []struct {
+		name string
+		h    *hist
+	}{
+		{"kill → first token from the new owner", &c.failover},
+		{"kill → hello accepted", &c.accepted},
+		{"kill → dead node's lease expired", &c.expiryWait},
+		{"lease expired → first token", &c.takeover},
+		{fmt.Sprintf("implied with the default TTL (%v)", defaultLeaseTTL), &c.implied},
+	} {
+		w("| %s | %s | %s | %s |", row.name, ms(row.h.quantile(0.5)), ms(row.h.quantile(0.99)), ms(row.h.max))
+	}
+	w("")
+	w("| not recovered | hellos | answered moved | gaps | dups | re-streamed tokens | tokens only in the snapshot | continued off a segment boundary | snapshot text with gaps or dups | first token not after the snapshot's | runs not ended | taken up by |")
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	var by []string
+	for node, n := range c.takenBy {
+		by = append(by, fmt.Sprintf("%s %d", node, n))
+	}
+	sort.Strings(by)
+	w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |", c.notRecovered, c.attempts, c.moved, c.gaps, c.dups,
+		c.restreamed, c.snapOnly, c.offBoundary, c.badText, c.wrongResume, c.incomplete, strings.Join(by, ", "))
+	w("")
+	w("Segments stored interrupted (open when node1 died, and kept because a client was subscribed when the run was taken up): %d, %d of them empty.", c.interrupted, c.interruptedEmpty)
+	w("")
+	w("Implied with the default TTL: each session's wait for the lease to expire scaled by %v/%v, plus its takeover after expiry. Re-streamed: tokens a tab had seen live before the kill that the new owner streamed again, in a new segment (the text of an open segment is stored when it ends, so the run continues from its last finished segment); they are not counted as duplicates.", defaultLeaseTTL, c.ttl)
+	if c.firstFail != "" {
+		w("")
+		w("- first client problem: `%s`", c.firstFail)
+	}
+	w("")
+	if rl := c.relay; rl != nil {
+		w("**Relay cost**: %d sessions × %d tabs owned by node2, R=%d, coalescing off, %v window after %v warm-up; the same runs measured with every tab connected to node2 directly, then to node3 (which relays the hello to node2), then to node3's `/v1/ws?session=<id>` (reverse-proxied to node2). Server CPU is node2's and node3's together.",
+			rl.sessions, rl.tabs, rl.rate, rl.window, rl.warmup)
+		w("")
+		w("| connection | frames/s | p50 | p99 | p999 | server CPU/frame | ×direct CPU | node2 cores | node3 cores | client cores | gaps | dups | dropped |")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, f := range rl.rows {
+			ratio := ""
+			if d := rl.rows[0]; f.target != d.target && d.cpuPerFrame > 0 {
+				ratio = fmt.Sprintf("%.2f", float64(f.cpuPerFrame)/float64(d.cpuPerFrame))
+			}
+			cores := append(f.nodeCores, 0, 0)
+			w("| %s | %.0f | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %d | %d | %d |", f.target, f.framesPerSec, ms(f.p50), ms(f.p99), ms(f.p999),
+				us(f.cpuPerFrame), ratio, cores[0], cores[1], f.clientCPU, f.gaps, f.dups, f.closed)
+		}
+		w("")
+		for i, v := range rl.via {
+			w("- %s: node3 %s.", rl.rows[i+1].target, v)
+		}
+		if rl.skipped != "" {
+			w("Relayed and proxied not measured: %s.", rl.skipped)
+		}
+		w("")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// write puts text between block's markers in path, keeping what is outside them; a file
+// without them gets them appended.
+func write(path, name, text string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	s := string(old)
-	beginMarker, endMarker := markers(r.opts.full)
+	beginMarker, endMarker := markers(name)
 	block := beginMarker + "\n\n" + text + "\n\n" + endMarker
 	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
 	if i >= 0 && j > i {

@@ -17,12 +17,12 @@ func TestMakeFlags(t *testing.T) {
 // Results replace their own mode's block and keep everything else.
 func TestReportWriteKeepsTheRest(t *testing.T) {
 	path := t.TempDir() + "/b.md"
-	quick := &report{opts: options{full: false}}
-	full := &report{opts: options{full: true}}
 	assert.NoError(t, os.WriteFile(path, []byte("# Benchmarks\n\nhand-written\n"), 0o644))
-	assert.NoError(t, quick.write(path, "quick 1"))
-	assert.NoError(t, full.write(path, "full 1"))
-	assert.NoError(t, quick.write(path, "quick 2"))
+	assert.NoError(t, write(path, "quick", "quick 1"))
+	assert.NoError(t, write(path, "full", "full 1"))
+	assert.NoError(t, write(path, "quick cluster", "cluster 1"))
+	assert.NoError(t, write(path, "quick", "quick 2"))
+	assert.NoError(t, write(path, "quick cluster", "cluster 2"))
 	b, err := os.ReadFile(path)
 	assert.NoError(t, err)
 	s := string(b)
@@ -30,7 +30,26 @@ func TestReportWriteKeepsTheRest(t *testing.T) {
 	assert.Contains(t, s, "quick 2")
 	assert.Contains(t, s, "full 1")
 	assert.NotContains(t, s, "quick 1")
+	assert.Contains(t, s, "cluster 2")
+	assert.NotContains(t, s, "cluster 1")
 	assert.Equal(t, 1, strings.Count(s, "quick results: begin"))
+	assert.Equal(t, 1, strings.Count(s, "quick cluster results: begin"))
+}
+
+// A run of the cluster scenario alone writes only the cluster's block, and a run
+// without it leaves that block alone.
+func TestReportBlocks(t *testing.T) {
+	names := func(r *report) []string {
+		var n []string
+		for _, b := range r.blocks() {
+			n = append(n, b.name)
+		}
+		return n
+	}
+	assert.Equal(t, []string{"quick cluster"}, names(&report{cluster: &clusterResult{}}))
+	assert.Equal(t, []string{"full"}, names(&report{opts: options{full: true}, idle: &idleResult{}}))
+	assert.Equal(t, []string{"quick", "quick cluster"}, names(&report{storage: []storageRow{{}}, cluster: &clusterResult{}}))
+	assert.Empty(t, names(&report{}))
 }
 
 func TestLastToken(t *testing.T) {
