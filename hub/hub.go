@@ -270,3 +270,21 @@ func (h *Hub) Rescue(ctx context.Context, id uuid.UUID) error {
 		return err
 	}
 }
+
+// Do calls f with session id's actor, starting it if needed, and again with a new one
+// when the actor stopped meanwhile (idle eviction): for commands of callers that reach
+// a session without subscribing to it (the HTTP APIs). f's errors are returned as they
+// are; conversation.ErrStopped after a few tries, and ErrClosed.
+func (h *Hub) Do(ctx context.Context, id uuid.UUID, f func(*conversation.Actor) error) error {
+	for attempt := 0; ; attempt++ {
+		a, err := h.get(ctx, id)
+		if err != nil {
+			return err
+		}
+		err = f(a)
+		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
+			continue
+		}
+		return err
+	}
+}

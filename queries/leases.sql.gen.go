@@ -17,7 +17,7 @@ UPDATE sessions
 SET lease_node = $1, lease_addr = $2, lease_expires_at = $3,
     lease_token = lease_token + 1
 WHERE id = $4 AND (lease_node IS NULL OR lease_node = $1 OR lease_expires_at <= $5)
-RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node
+RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node, client_id
 `
 
 type LeaseAcquireParams struct {
@@ -58,6 +58,7 @@ func (q *Queries) LeaseAcquire(ctx context.Context, db DBTX, arg LeaseAcquirePar
 		&i.LeaseExpiresAt,
 		&i.LeaseToken,
 		&i.SandboxNode,
+		&i.ClientID,
 	)
 	return i, err
 }

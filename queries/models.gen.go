@@ -73,4 +73,5 @@ type Session struct {
 	LeaseExpiresAt  *time.Time
 	LeaseToken      int64
 	SandboxNode     *string
+	ClientID        *string
 }

@@ -143,3 +143,15 @@ UPDATE sessions
 SET deleted_at = @deleted_at, title = '', sandbox_id = NULL, sandbox_used_at = NULL,
     sandbox_paused_at = NULL, sandbox_killed_at = NULL
 WHERE id = @id AND owner = @owner AND deleted_at IS NULL;
+
+-- name: SessionForClientID :one
+-- The session of owner's chat client_id (the AI SDK's chat id), created with id when it
+-- has none yet; either way the stored one. DO UPDATE (a no-op) returns the existing row.
+INSERT INTO sessions (id, owner, title, created_at, updated_at, client_id)
+VALUES (@id, @owner, '', @created_at, @created_at, @client_id::text)
+ON CONFLICT (owner, client_id) WHERE client_id IS NOT NULL DO UPDATE SET client_id = EXCLUDED.client_id
+RETURNING id, deleted_at;
+
+-- name: SessionByClientID :one
+-- The session of owner's chat client_id, if any.
+SELECT id, deleted_at FROM sessions WHERE owner = @owner AND client_id = @client_id::text;

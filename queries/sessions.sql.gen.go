@@ -12,8 +12,63 @@ import (
 	"github.com/google/uuid"
 )
 
+const sessionByClientID = `-- name: SessionByClientID :one
+SELECT id, deleted_at FROM sessions WHERE owner = $1 AND client_id = $2::text
+`
+
+type SessionByClientIDParams struct {
+	Owner    string
+	ClientID string
+}
+
+type SessionByClientIDRow struct {
+	ID        uuid.UUID
+	DeletedAt *time.Time
+}
+
+// The session of owner's chat client_id, if any.
+func (q *Queries) SessionByClientID(ctx context.Context, db DBTX, arg SessionByClientIDParams) (SessionByClientIDRow, error) {
+	row := db.QueryRow(ctx, sessionByClientID, arg.Owner, arg.ClientID)
+	var i SessionByClientIDRow
+	err := row.Scan(&i.ID, &i.DeletedAt)
+	return i, err
+}
+
+const sessionForClientID = `-- name: SessionForClientID :one
+INSERT INTO sessions (id, owner, title, created_at, updated_at, client_id)
+VALUES ($1, $2, '', $3, $3, $4::text)
+ON CONFLICT (owner, client_id) WHERE client_id IS NOT NULL DO UPDATE SET client_id = EXCLUDED.client_id
+RETURNING id, deleted_at
+`
+
+type SessionForClientIDParams struct {
+	ID        uuid.UUID
+	Owner     string
+	CreatedAt time.Time
+	ClientID  string
+}
+
+type SessionForClientIDRow struct {
+	ID        uuid.UUID
+	DeletedAt *time.Time
+}
+
+// The session of owner's chat client_id (the AI SDK's chat id), created with id when it
+// has none yet; either way the stored one. DO UPDATE (a no-op) returns the existing row.
+func (q *Queries) SessionForClientID(ctx context.Context, db DBTX, arg SessionForClientIDParams) (SessionForClientIDRow, error) {
+	row := db.QueryRow(ctx, sessionForClientID,
+		arg.ID,
+		arg.Owner,
+		arg.CreatedAt,
+		arg.ClientID,
+	)
+	var i SessionForClientIDRow
+	err := row.Scan(&i.ID, &i.DeletedAt)
+	return i, err
+}
+
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node, client_id FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -36,6 +91,7 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.LeaseExpiresAt,
 		&i.LeaseToken,
 		&i.SandboxNode,
+		&i.ClientID,
 	)
 	return i, err
 }
@@ -44,7 +100,7 @@ const sessionInsert = `-- name: SessionInsert :one
 INSERT INTO sessions (id, owner, title, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $4)
 ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node
+RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node, client_id
 `
 
 type SessionInsertParams struct {
@@ -83,6 +139,7 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.LeaseExpiresAt,
 		&i.LeaseToken,
 		&i.SandboxNode,
+		&i.ClientID,
 	)
 	return i, err
 }

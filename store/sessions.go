@@ -149,3 +149,25 @@ func summaryFromRow(r queries.SessionSummaryGetRow) chat.SessionSummary {
 	}
 	return sum
 }
+
+// SessionForClientID returns the session of owner's chat clientID (an id the client
+// chose, such as the AI SDK's chat id), creating it at now when it has none; deleted
+// tells a tombstone, whose chat id stays taken.
+func (s *Store) SessionForClientID(ctx context.Context, owner, clientID string, now time.Time) (id uuid.UUID, deleted bool, err error) {
+	row, err := s.q.SessionForClientID(ctx, s.db, queries.SessionForClientIDParams{
+		ID: uuid.New(), Owner: owner, CreatedAt: chat.Timestamp(now), ClientID: clientID,
+	})
+	if err != nil {
+		return uuid.Nil, false, fmt.Errorf("session of chat %q: %w", clientID, mapErr(err))
+	}
+	return row.ID, row.DeletedAt != nil, nil
+}
+
+// SessionByClientID returns the session of owner's chat clientID, or ErrNotFound.
+func (s *Store) SessionByClientID(ctx context.Context, owner, clientID string) (id uuid.UUID, deleted bool, err error) {
+	row, err := s.q.SessionByClientID(ctx, s.db, queries.SessionByClientIDParams{Owner: owner, ClientID: clientID})
+	if err != nil {
+		return uuid.Nil, false, fmt.Errorf("session of chat %q: %w", clientID, mapErr(err))
+	}
+	return row.ID, row.DeletedAt != nil, nil
+}

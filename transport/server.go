@@ -24,6 +24,9 @@ type Endpoint interface {
 type Config struct {
 	// WebSocket serves GET /v1/ws (a *ws.Server). Required.
 	WebSocket Endpoint
+	// AISDK serves the Vercel AI SDK's chat transport under /v1/aisdk/ (an
+	// *aisdk.Handler); nil for none.
+	AISDK http.Handler
 	// API serves the HTTP JSON API, everything under /v1/sessions (an *httpapi.API).
 	// Optional.
 	API http.Handler
@@ -66,6 +69,9 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.API != nil {
 		mux.Handle("/v1/sessions", s.cfg.API)
 		mux.Handle("/v1/sessions/", s.cfg.API)
+	}
+	if s.cfg.AISDK != nil {
+		mux.Handle("/v1/aisdk/", s.cfg.AISDK)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -45,6 +45,7 @@ import (
 	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/aisdk"
 	"github.com/chatd/chatd/transport/httpapi"
 	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/web"
@@ -266,7 +267,17 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
-	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, Ready: st.Ping, App: web.Handler(), Logger: m.log})
+	aisdkHandler := aisdk.New(aisdk.Config{
+		Hub:            m.hub,
+		Store:          st,
+		Auth:           auth,
+		SendQueueBytes: m.cfg.SendQueueBytes,
+		Clock:          clock,
+		Metrics:        transportMetrics,
+		AllowedOrigins: m.cfg.AllowedOrigins,
+		Logger:         m.log,
+	})
+	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, AISDK: aisdkHandler, Ready: st.Ping, App: web.Handler(), Logger: m.log})
 	if err != nil {
 		return err
 	}

@@ -194,3 +194,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
+
+// Bearer returns the token of an Authorization header ("" when there is none), and
+// false for a header of another scheme: for chatd's other HTTP endpoints.
+func Bearer(header string) (string, bool) { return bearer(header) }
+
+// Status is the HTTP status chatd answers an error code with.
+func Status(code string) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	switch code {
+	case conversation.CodeRunActive, conversation.CodeNoRun:
+		return http.StatusConflict
+	case conversation.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case conversation.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusInternalServerError
+}

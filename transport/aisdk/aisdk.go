@@ -1,0 +1,394 @@
+// Package aisdk serves the Vercel AI SDK's chat transport: useChat with
+// DefaultChatTransport (and resume: true) uses chatd as its backend. Its streams are the
+// SDK's UI message stream protocol over Server-Sent Events, and each is a subscriber of
+// the session's actor like a WebSocket tab: a run started here is live on the session's
+// WebSocket tabs, and the other way round. docs/ai-sdk.md says how each chatd event maps
+// to a stream part.
+package aisdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/transport"
+	"github.com/chatd/chatd/transport/httpapi"
+)
+
+// MaxBodyBytes bounds a POST's body: useChat sends the whole conversation with each.
+const MaxBodyBytes = 4 << 20
+
+// MaxChatIDLen bounds a chat id.
+const MaxChatIDLen = 200
+
+// Store is what the endpoints need of the database.
+type Store interface {
+	SessionForClientID(ctx context.Context, owner, clientID string, now time.Time) (uuid.UUID, bool, error)
+	SessionByClientID(ctx context.Context, owner, clientID string) (uuid.UUID, bool, error)
+	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
+	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
+}
+
+// Config configures the endpoints.
+type Config struct {
+	Hub   *hub.Hub
+	Store Store
+	// Auth is the WebSocket's and the API's: the token is the Authorization header's.
+	Auth transport.Authenticator
+	// SendQueueBytes is each stream's budget of queued events, as a WebSocket's; a
+	// stream that does not keep up is ended.
+	SendQueueBytes int
+	Clock          clockwork.Clock
+	Metrics        *transport.Metrics
+	AllowedOrigins []string
+	Logger         zerolog.Logger
+}
+
+// Handler serves /v1/aisdk/.
+type Handler struct {
+	cfg Config
+	log zerolog.Logger
+	mux *http.ServeMux
+}
+
+// New returns the endpoints.
+func New(cfg Config) *Handler {
+	if cfg.Auth == nil {
+		cfg.Auth = transport.Anonymous{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger.With().Str("component", "aisdk").Logger(), mux: http.NewServeMux()}
+	h.mux.HandleFunc("POST /v1/aisdk/chat", h.authed(h.send))
+	h.mux.HandleFunc("GET /v1/aisdk/chat/{id}/stream", h.authed(h.resume))
+	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/stop", h.authed(h.stop))
+	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/approve", h.authed(h.approve))
+	h.mux.HandleFunc("GET /v1/aisdk/chat/{id}", h.authed(h.transcript))
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(conversation.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return h
+}
+
+// ServeHTTP serves the endpoints, with CORS for the allowed origins (a UI's own server).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); origin != "" && transport.OriginAllowed(r, h.cfg.AllowedOrigins) {
+		hd := w.Header()
+		hd.Set("Access-Control-Allow-Origin", origin)
+		hd.Add("Vary", "Origin")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			hd.Set("Access-Control-Allow-Methods", "GET, POST")
+			hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+			hd.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func errorf(code, format string, args ...any) *conversation.Error {
+	return &conversation.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	ce := (*conversation.Error)(nil)
+	if !errors.As(err, &ce) {
+		ce = errorf(conversation.CodeInternal, "internal error")
+	}
+	status := httpapi.Status(ce.Code)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": ce.Code, "message": ce.Message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (h *Handler) authed(f func(w http.ResponseWriter, r *http.Request, owner string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := httpapi.Bearer(r.Header.Get("Authorization"))
+		if !ok {
+			writeError(w, errorf(conversation.CodeUnauthorized, `the Authorization header must be "Bearer <token>"`))
+			return
+		}
+		owner, err := h.cfg.Auth.Authenticate(r.Context(), r, token)
+		if err != nil {
+			writeError(w, errorf(conversation.CodeUnauthorized, "unauthorized"))
+			return
+		}
+		f(w, r, owner)
+	}
+}
+
+// internal answers a failure that is not the client's: logged, then 500 or the error's
+// own code.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if ce := (*conversation.Error)(nil); errors.As(err, &ce) {
+		writeError(w, ce)
+		return
+	}
+	if r.Context().Err() != nil {
+		return
+	}
+	if errors.Is(err, conversation.ErrElsewhere) {
+		writeError(w, errorf("moved", "the chat is held by another chatd node; retry"))
+		return
+	}
+	h.log.Error().Err(err).Str("path", r.URL.Path).Msg("request failed")
+	writeError(w, err)
+}
+
+func validChatID(id string) *conversation.Error {
+	if id == "" || len(id) > MaxChatIDLen || strings.ContainsRune(id, 0) {
+		return errorf(conversation.CodeBadRequest, "the chat id must be 1 to %d bytes", MaxChatIDLen)
+	}
+	return nil
+}
+
+// session returns the caller's session of chat id: created when create is set, else
+// found (ok false when there is none). A deleted chat is not_found.
+func (h *Handler) session(ctx context.Context, owner, id string, create bool) (uuid.UUID, bool, error) {
+	if err := validChatID(id); err != nil {
+		return uuid.Nil, false, err
+	}
+	var sid uuid.UUID
+	var deleted bool
+	var err error
+	if create {
+		sid, deleted, err = h.cfg.Store.SessionForClientID(ctx, owner, id, h.cfg.Clock.Now())
+	} else {
+		sid, deleted, err = h.cfg.Store.SessionByClientID(ctx, owner, id)
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return uuid.Nil, false, nil
+	case err != nil:
+		return uuid.Nil, false, errorf(conversation.CodeStorage, "the database is unavailable")
+	case deleted:
+		return uuid.Nil, false, errorf(conversation.CodeNotFound, "the chat was deleted")
+	}
+	return sid, true, nil
+}
+
+// uiMessage is the part of useChat's messages chatd reads.
+type uiMessage struct {
+	ID    string `json:"id"`
+	Role  string `json:"role"`
+	Parts []struct {
+		Type       string `json:"type"`
+		Text       string `json:"text"`
+		ToolCallID string `json:"toolCallId"`
+		State      string `json:"state"`
+		Approval   *struct {
+			ID       string `json:"id"`
+			Approved *bool  `json:"approved"`
+		} `json:"approval"`
+	} `json:"parts"`
+}
+
+type sendBody struct {
+	ID        string      `json:"id"`
+	Messages  []uiMessage `json:"messages"`
+	Trigger   string      `json:"trigger"`
+	MessageID string      `json:"messageId"`
+}
+
+// send is POST /v1/aisdk/chat: the last user message starts a run (its id is the
+// idempotency key), regenerate-message retries the latest run, and an assistant message
+// whose tool parts carry approval responses decides them; the answer is the run's stream.
+func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		writeError(w, errorf(conversation.CodeTooLarge, "the body is over %d bytes, or could not be read", MaxBodyBytes))
+		return
+	}
+	var req sendBody
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, errorf(conversation.CodeBadRequest, "the body is not the JSON useChat sends: %v", err))
+		return
+	}
+	if len(req.Messages) == 0 && req.Trigger != "regenerate-message" {
+		writeError(w, errorf(conversation.CodeBadRequest, "messages is empty"))
+		return
+	}
+	sid, _, err := h.session(r.Context(), owner, req.ID, true)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var runID uuid.UUID
+	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
+		var err error
+		runID, err = h.act(r.Context(), a, sid, req)
+		return err
+	})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.stream(w, r, owner, sid, runID, false)
+}
+
+// act does what a POST asks of the session's actor and returns the run to stream.
+func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID, req sendBody) (uuid.UUID, error) {
+	if req.Trigger == "regenerate-message" {
+		latest, err := h.cfg.Store.RunLatest(ctx, sid)
+		if err != nil {
+			return uuid.Nil, errorf(conversation.CodeNoRun, "the chat has no answer to regenerate")
+		}
+		key := req.MessageID
+		if key == "" {
+			key = latest.ID.String()
+		}
+		res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: latest.ID, RequestID: "regenerate:" + key, Retry: true})
+		return res.RunID, err
+	}
+	last := req.Messages[len(req.Messages)-1]
+	switch last.Role {
+	case "user":
+		var text []string
+		for _, p := range last.Parts {
+			if p.Type == "text" {
+				text = append(text, p.Text)
+			}
+		}
+		if last.ID == "" {
+			return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message has no id")
+		}
+		res, err := a.Send(ctx, conversation.SendRequest{RequestID: last.ID, Content: strings.Join(text, "\n")})
+		return res.RunID, err
+	case "assistant":
+		// useChat sends the conversation again after addToolApprovalResponse: decide what
+		// its tool parts answered, then stream the run on.
+		var runID uuid.UUID
+		for _, p := range last.Parts {
+			if p.State != "approval-responded" || p.Approval == nil || p.Approval.Approved == nil {
+				continue
+			}
+			call := p.ToolCallID
+			if call == "" {
+				call = p.Approval.ID
+			}
+			res, err := a.Decide(ctx, uuid.Nil, call, *p.Approval.Approved)
+			if err != nil && !isDecided(err) {
+				return uuid.Nil, err
+			}
+			runID = res.RunID
+		}
+		if runID == uuid.Nil {
+			if id, err := uuid.Parse(last.ID); err == nil {
+				runID = id // the assistant message is a run: stream it as it is
+			} else {
+				return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message is an assistant message without an approval response")
+			}
+		}
+		return runID, nil
+	}
+	return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message's role is %q; chatd answers user messages", last.Role)
+}
+
+// isDecided: a decision that came before this one (a retried POST).
+func isDecided(err error) bool {
+	ce := (*conversation.Error)(nil)
+	return errors.As(err, &ce) && ce.Code == conversation.CodeConflict
+}
+
+// resume is GET /v1/aisdk/chat/{id}/stream: the active run from its start, then live;
+// 204 when there is none.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, owner string) {
+	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+	if err != nil {
+		if ce := (*conversation.Error)(nil); errors.As(err, &ce) && ce.Code == conversation.CodeNotFound {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h.fail(w, r, err)
+		return
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	latest, err := h.cfg.Store.RunLatest(r.Context(), sid)
+	if err != nil || !latest.Status.Active() {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	h.stream(w, r, owner, sid, latest.ID, true)
+}
+
+// stop is POST /v1/aisdk/chat/{id}/stop: cancels the active run, for every client.
+func (h *Handler) stop(w http.ResponseWriter, r *http.Request, owner string) {
+	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !ok {
+		writeJSON(w, http.StatusOK, map[string]bool{"stopped": false})
+		return
+	}
+	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
+		_, err := a.Cancel(r.Context(), uuid.Nil)
+		return err
+	})
+	if ce := (*conversation.Error)(nil); errors.As(err, &ce) && ce.Code == conversation.CodeNoRun {
+		writeJSON(w, http.StatusOK, map[string]bool{"stopped": false})
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"stopped": true})
+}
+
+// approve is POST /v1/aisdk/chat/{id}/approve {toolCallId, approved}.
+func (h *Handler) approve(w http.ResponseWriter, r *http.Request, owner string) {
+	var body struct {
+		ToolCallID string `json:"toolCallId"`
+		Approved   *bool  `json:"approved"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10)).Decode(&body); err != nil || body.ToolCallID == "" || body.Approved == nil {
+		writeError(w, errorf(conversation.CodeBadRequest, `the body must be {"toolCallId": "...", "approved": true|false}`))
+		return
+	}
+	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !ok {
+		writeError(w, errorf(conversation.CodeNotFound, "no such chat"))
+		return
+	}
+	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
+		_, err := a.Decide(r.Context(), uuid.Nil, body.ToolCallID, *body.Approved)
+		return err
+	})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}

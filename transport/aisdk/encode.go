@@ -1,0 +1,272 @@
+package aisdk
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+)
+
+// done ends every stream: the SDK's end-of-stream marker.
+const done = "data: [DONE]\n\n"
+
+// encoder turns the events of one run into UI message stream chunks, as Server-Sent
+// Events. It keeps what the events alone do not say (which segments are reasoning, what a
+// tool has printed so far), so each stream has its own: one per connection, used only by
+// the session's actor goroutine (catch-up and live events alike).
+type encoder struct {
+	run     uuid.UUID
+	started bool
+	ended   bool
+	// active: the catch-up found the run still running (for the resume endpoint).
+	active bool
+	kinds  map[uuid.UUID]chat.MessageKind // open segments
+	output map[string]string              // tool call id → output so far
+	asked  map[string]bool                // tool calls whose approval request was sent
+	// callIDs: tool message id → call id (tool.output events name the message).
+	callIDs map[uuid.UUID]string
+}
+
+func newEncoder(run uuid.UUID) *encoder {
+	return &encoder{run: run, kinds: map[uuid.UUID]chat.MessageKind{}, output: map[string]string{}, asked: map[string]bool{}}
+}
+
+// chunks accumulates SSE lines.
+type chunks struct{ b strings.Builder }
+
+func (c *chunks) add(v map[string]any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		data = []byte(`{"type":"error","errorText":"chatd could not encode a part"}`)
+	}
+	c.b.WriteString("data: ")
+	c.b.Write(data)
+	c.b.WriteString("\n\n")
+}
+
+func (c *chunks) bytes() []byte { return []byte(c.b.String()) }
+
+func (e *encoder) start(c *chunks) {
+	if e.started {
+		return
+	}
+	e.started = true
+	c.add(map[string]any{"type": "start", "messageId": e.run.String()})
+	c.add(map[string]any{"type": "start-step"})
+}
+
+// event encodes one live event (nothing for another run's, or after the end).
+func (e *encoder) event(ev *conversation.Event) []byte {
+	var c chunks
+	if e.ended || (ev.RunID != uuid.Nil && ev.RunID != e.run) {
+		return nil
+	}
+	switch ev.Type {
+	case conversation.EventChatStarted:
+		e.start(&c)
+	case conversation.EventSegmentStarted:
+		if ev.Message != nil {
+			e.start(&c)
+			e.open(&c, *ev.Message)
+		}
+	case conversation.EventDelta:
+		e.start(&c)
+		if e.kinds[ev.MessageID] == chat.KindReasoning {
+			c.add(map[string]any{"type": "reasoning-delta", "id": ev.MessageID.String(), "delta": ev.Text})
+		} else {
+			c.add(map[string]any{"type": "text-delta", "id": ev.MessageID.String(), "delta": ev.Text})
+		}
+	case conversation.EventSegmentEnded:
+		e.close(&c, ev.MessageID)
+	case conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd:
+		if ev.Message != nil && ev.Message.Tool != nil {
+			e.start(&c)
+			e.tool(&c, *ev.Message, ev.Type == conversation.EventToolStart)
+		}
+	case conversation.EventToolOutput:
+		if id := e.callOf(ev); id != "" {
+			e.output[id] += ev.Text
+			c.add(map[string]any{"type": "tool-output-available", "toolCallId": id, "output": e.output[id], "preliminary": true})
+		}
+	case conversation.EventRunStatus:
+		if ev.Run != nil && ev.Run.PendingApproval != nil {
+			e.askApproval(&c, ev.Run.PendingApproval.ToolCallID)
+		}
+	case conversation.EventChatDone, conversation.EventChatError, conversation.EventChatCancelled:
+		e.start(&c)
+		e.end(&c, ev.Type, ev.Run)
+	}
+	return c.bytes()
+}
+
+// callOf is the call id of a tool.output event's tool message.
+func (e *encoder) callOf(ev *conversation.Event) string {
+	if ev.Message != nil && ev.Message.Tool != nil {
+		return ev.Message.Tool.CallID
+	}
+	return e.callIDs[ev.MessageID]
+}
+
+func (e *encoder) open(c *chunks, m chat.Message) {
+	if m.Role != chat.RoleAssistant {
+		return
+	}
+	e.kinds[m.ID] = m.Kind
+	if m.Kind == chat.KindReasoning {
+		c.add(map[string]any{"type": "reasoning-start", "id": m.ID.String()})
+	} else {
+		c.add(map[string]any{"type": "text-start", "id": m.ID.String()})
+	}
+}
+
+func (e *encoder) close(c *chunks, id uuid.UUID) {
+	kind, ok := e.kinds[id]
+	if !ok {
+		return
+	}
+	delete(e.kinds, id)
+	if kind == chat.KindReasoning {
+		c.add(map[string]any{"type": "reasoning-end", "id": id.String()})
+	} else {
+		c.add(map[string]any{"type": "text-end", "id": id.String()})
+	}
+}
+
+// tool encodes a tool message in its current state; fresh is its start.
+func (e *encoder) tool(c *chunks, m chat.Message, fresh bool) {
+	t := m.Tool
+	if e.callIDs == nil {
+		e.callIDs = map[uuid.UUID]string{}
+	}
+	if _, seen := e.callIDs[m.ID]; !seen || fresh {
+		e.callIDs[m.ID] = t.CallID
+		c.add(map[string]any{"type": "tool-input-start", "toolCallId": t.CallID, "toolName": t.Name})
+		c.add(map[string]any{"type": "tool-input-available", "toolCallId": t.CallID, "toolName": t.Name, "input": rawOrNull(t.Input)})
+	}
+	switch t.Status {
+	case chat.ToolAwaitingApproval:
+		e.askApproval(c, t.CallID)
+	case chat.ToolOK:
+		c.add(map[string]any{"type": "tool-output-available", "toolCallId": t.CallID, "output": deref(t.Output)})
+	case chat.ToolDenied:
+		c.add(map[string]any{"type": "tool-output-denied", "toolCallId": t.CallID})
+	case chat.ToolError, chat.ToolCancelled:
+		text := deref(t.Output)
+		if m.Error != nil && m.Error.Message != "" {
+			text = m.Error.Message
+		}
+		if text == "" {
+			text = "the tool call " + string(t.Status)
+		}
+		c.add(map[string]any{"type": "tool-output-error", "toolCallId": t.CallID, "errorText": text})
+	}
+}
+
+func (e *encoder) askApproval(c *chunks, callID string) {
+	if e.asked[callID] {
+		return
+	}
+	e.asked[callID] = true
+	c.add(map[string]any{"type": "tool-approval-request", "approvalId": callID, "toolCallId": callID})
+}
+
+// end closes what is open and ends the stream as the run ended.
+func (e *encoder) end(c *chunks, typ conversation.EventType, run *chat.Run) {
+	for id := range e.kinds {
+		e.close(c, id)
+	}
+	switch typ {
+	case conversation.EventChatDone:
+		c.add(map[string]any{"type": "finish-step"})
+		c.add(map[string]any{"type": "finish", "finishReason": "stop"})
+	case conversation.EventChatCancelled:
+		c.add(map[string]any{"type": "abort", "reason": "the run was cancelled"})
+	default:
+		text := "the run failed"
+		if run != nil && run.Error != nil {
+			text = run.Error.Message
+		}
+		c.add(map[string]any{"type": "error", "errorText": text})
+	}
+	c.b.WriteString(done)
+	e.ended = true
+}
+
+// catchUp encodes the run from its start out of a snapshot: what it produced so far,
+// and its end when it has ended. A replay (resumed) cannot happen: every stream says
+// hello without an epoch.
+func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
+	snap := cu.Snapshot
+	if snap == nil {
+		return nil, nil
+	}
+	var c chunks
+	var last *chat.Run
+	switch {
+	case snap.ActiveRun != nil && snap.ActiveRun.ID == e.run:
+		e.active = true
+	case snap.LastRun != nil && snap.LastRun.ID == e.run:
+		last = snap.LastRun
+	default:
+		return nil, nil // not this run's: another is active, or it is older than the snapshot
+	}
+	e.start(&c)
+	for _, m := range snap.Messages {
+		if m.RunID == nil || *m.RunID != e.run || m.Role == chat.RoleUser {
+			continue
+		}
+		switch {
+		case m.Tool != nil:
+			if m.Tool.Output != nil && m.Tool.Status == chat.ToolRunning {
+				e.output[m.Tool.CallID] = *m.Tool.Output
+			}
+			e.tool(&c, m, true)
+			if m.Tool.Status == chat.ToolRunning && m.Tool.Output != nil {
+				c.add(map[string]any{"type": "tool-output-available", "toolCallId": m.Tool.CallID, "output": *m.Tool.Output, "preliminary": true})
+			}
+		case m.Role == chat.RoleAssistant && (m.Kind == chat.KindText || m.Kind == chat.KindReasoning || m.Kind == ""):
+			e.open(&c, m)
+			if m.Content != "" {
+				typ := "text-delta"
+				if m.Kind == chat.KindReasoning {
+					typ = "reasoning-delta"
+				}
+				c.add(map[string]any{"type": typ, "id": m.ID.String(), "delta": m.Content})
+			}
+			if m.Status != chat.MessageStreaming {
+				e.close(&c, m.ID)
+			}
+		}
+	}
+	if snap.ActiveRun != nil && snap.ActiveRun.PendingApproval != nil {
+		e.askApproval(&c, snap.ActiveRun.PendingApproval.ToolCallID)
+	}
+	if last != nil {
+		typ := conversation.EventChatDone
+		switch last.Status {
+		case chat.RunCancelled:
+			typ = conversation.EventChatCancelled
+		case chat.RunError, chat.RunInterrupted:
+			typ = conversation.EventChatError
+		}
+		e.end(&c, typ, last)
+	}
+	return [][]byte{c.bytes()}, nil
+}
+
+func rawOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,115 @@
+package aisdk
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport"
+)
+
+// closeGrace bounds how long a stream asked to end may take to.
+const closeGrace = 5 * time.Second
+
+// sseWriter is a stream's transport.Writer: the handler's goroutine writes, woken here.
+type sseWriter struct {
+	wake chan struct{}
+	cut  context.CancelFunc
+}
+
+func (s *sseWriter) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sseWriter) Cut() { s.cut() }
+
+// stream answers with run runID of session sid as a UI message stream: the run from its
+// start (a snapshot's worth), then its live events, until it ends. The stream is a
+// subscriber of the session's actor like a WebSocket tab, with the same bounded queue: one
+// that does not keep up is ended. With resume, a run that is not the session's latest is
+// answered 204 (nothing to resume).
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, owner string, sid, runID uuid.UUID, resume bool) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	enc := newEncoder(runID)
+	// A format of its own: the encoder keeps state per stream.
+	format := conversation.NewFormat("aisdk", enc.event)
+	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel}
+	out := transport.NewOutbox(&transport.OutboxOptions{
+		Format:        format,
+		EncodeCatchUp: enc.catchUp,
+		Budget:        h.cfg.SendQueueBytes,
+		CloseGrace:    closeGrace,
+		Clock:         h.cfg.Clock,
+		Metrics:       h.cfg.Metrics,
+		Logger:        h.log,
+	}, sw, r.RemoteAddr)
+	actor, _, err := h.cfg.Hub.Hello(ctx, sid, conversation.HelloRequest{Owner: owner, Subscriber: out, Format: format})
+	if actor != nil {
+		defer func() {
+			out.Detach()
+			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer ucancel()
+			actor.Unsubscribe(uctx, out)
+		}()
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !enc.started && resume {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no")
+	hd.Set("x-vercel-ai-ui-message-stream", "v1")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+
+	var spare [][]byte
+	for {
+		frames, req, ok := out.Take(spare)
+		if !ok {
+			select {
+			case <-sw.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		ended := false
+		for _, f := range frames {
+			if len(f) == 0 {
+				continue
+			}
+			if _, err := w.Write(f); err != nil {
+				return
+			}
+			ended = ended || bytes.HasSuffix(f, []byte(done))
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		out.Sent(len(frames))
+		spare = frames[:0]
+		if ended {
+			return
+		}
+		if req != nil && (!req.Flush || !out.Pending()) {
+			// The actor let go of the stream (too slow, shut down, moved, deleted): the
+			// client resumes (GET .../stream) and gets the run from its start.
+			return
+		}
+	}
+}

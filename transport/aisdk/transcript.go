@@ -1,0 +1,107 @@
+package aisdk
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+)
+
+// maxTranscript bounds the messages GET /v1/aisdk/chat/{id} reads.
+const maxTranscript = 10000
+
+// transcript is GET /v1/aisdk/chat/{id}: the stored conversation as useChat's
+// UIMessage[], to seed its messages on load. A user message keeps the id useChat gave it
+// (its run's requestId); each run's answer is one assistant message whose id is the run's.
+// A run's open segment shows what is stored of it; resume (GET .../stream) streams the
+// rest.
+func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, owner string) {
+	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !ok {
+		writeJSON(w, http.StatusOK, map[string]any{"messages": []any{}})
+		return
+	}
+	msgs, _, err := h.cfg.Store.MessagesBefore(r.Context(), sid, 0, maxTranscript)
+	if err != nil {
+		writeError(w, errorf(conversation.CodeStorage, "the database is unavailable"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs)})
+}
+
+// UIMessages turns stored messages into the AI SDK's UIMessages: user text messages as
+// they are, each run's assistant and tool messages as one assistant message. Notices and
+// answers a retry superseded are left out.
+func UIMessages(msgs []chat.Message) []map[string]any {
+	out := []map[string]any{}
+	var cur map[string]any
+	curRun := ""
+	for _, m := range msgs {
+		if m.Superseded {
+			continue
+		}
+		run := ""
+		if m.RunID != nil {
+			run = m.RunID.String()
+		}
+		switch {
+		case m.Role == chat.RoleUser:
+			id := m.RequestID
+			if id == "" {
+				id = m.ID.String()
+			}
+			out = append(out, map[string]any{"id": id, "role": "user", "parts": []any{map[string]any{"type": "text", "text": m.Content}}})
+			cur, curRun = nil, ""
+		case m.Role == chat.RoleAssistant || m.Role == chat.RoleTool:
+			if cur == nil || curRun != run {
+				cur = map[string]any{"id": run, "role": "assistant", "parts": []any{map[string]any{"type": "step-start"}}}
+				curRun = run
+				out = append(out, cur)
+			}
+			if p := uiPart(m); p != nil {
+				cur["parts"] = append(cur["parts"].([]any), p)
+			}
+		}
+	}
+	return out
+}
+
+func uiPart(m chat.Message) map[string]any {
+	if m.Tool != nil {
+		t := m.Tool
+		p := map[string]any{"type": "tool-" + t.Name, "toolCallId": t.CallID, "input": rawOrNull(t.Input)}
+		switch t.Status {
+		case chat.ToolOK:
+			p["state"], p["output"] = "output-available", deref(t.Output)
+		case chat.ToolAwaitingApproval:
+			p["state"], p["approval"] = "approval-requested", map[string]any{"id": t.CallID}
+		case chat.ToolDenied:
+			p["state"], p["approval"] = "output-denied", map[string]any{"id": t.CallID, "approved": false}
+		case chat.ToolRunning:
+			p["state"] = "input-available"
+		default:
+			text := deref(t.Output)
+			if m.Error != nil && m.Error.Message != "" {
+				text = m.Error.Message
+			}
+			if strings.TrimSpace(text) == "" {
+				text = "the tool call " + string(t.Status)
+			}
+			p["state"], p["errorText"] = "output-error", text
+		}
+		return p
+	}
+	if m.Kind == chat.KindReasoning {
+		return map[string]any{"type": "reasoning", "text": m.Content, "state": "done"}
+	}
+	if m.Kind == chat.KindText || m.Kind == "" {
+		return map[string]any{"type": "text", "text": m.Content, "state": "done"}
+	}
+	return nil
+}
+
