@@ -104,4 +104,3 @@ func uiPart(m chat.Message) map[string]any {
 	}
 	return nil
 }
-
