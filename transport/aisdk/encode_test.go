@@ -1,0 +1,143 @@
+package aisdk
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+)
+
+// chunksOf splits an encoded stream into its JSON chunks, checking the SSE framing.
+func chunksOf(t testing.TB, stream string) (out []map[string]any, ended bool) {
+	t.Helper()
+	for _, ev := range strings.Split(strings.TrimSuffix(stream, "\n\n"), "\n\n") {
+		if ev == "" {
+			continue
+		}
+		require.True(t, strings.HasPrefix(ev, "data: "), "an event that is not one data line: %q", ev)
+		data := strings.TrimPrefix(ev, "data: ")
+		require.NotContains(t, data, "\n", "a data line holds a raw newline")
+		if data == "[DONE]" {
+			require.False(t, ended, "[DONE] twice")
+			ended = true
+			continue
+		}
+		require.False(t, ended, "a chunk after [DONE]")
+		var c map[string]any
+		require.NoError(t, json.Unmarshal([]byte(data), &c), data)
+		out = append(out, c)
+	}
+	return out, ended
+}
+
+// A run joined part way (resume) is streamed from its start out of the snapshot: the
+// stored text of a closed segment, the open one's text so far (left open for the live
+// deltas), a finished tool call and a pending approval; then live events continue it.
+func TestCatchUpStreamsTheRunFromItsStart(t *testing.T) {
+	run := uuid.New()
+	closed := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText, Content: "first", Status: chat.MessageComplete}
+	out := "it is noon"
+	tool := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleTool, Status: chat.MessageComplete, Tool: &chat.ToolCall{CallID: "c1", Name: "clock", Input: json.RawMessage(`{}`), Output: &out, Status: chat.ToolOK}}
+	ask := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleTool, Status: chat.MessageStreaming, Tool: &chat.ToolCall{CallID: "c2", Name: "shell", Input: json.RawMessage(`{"command":"ls"}`), Status: chat.ToolAwaitingApproval}}
+	open := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText, Content: "sec", Status: chat.MessageStreaming}
+	user := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleUser, Content: "go"}
+	enc := newEncoder(run)
+	frames, err := enc.catchUp(conversation.CatchUp{Snapshot: &conversation.Snapshot{
+		Messages:  []chat.Message{user, closed, tool, ask, open},
+		ActiveRun: &chat.Run{ID: run, Status: chat.RunRunning},
+	}})
+	require.NoError(t, err)
+	require.True(t, enc.active)
+	live := enc.event(&conversation.Event{Type: conversation.EventDelta, RunID: run, MessageID: open.ID, Text: "ond"})
+	live = append(live, enc.event(&conversation.Event{Type: conversation.EventSegmentEnded, RunID: run, MessageID: open.ID})...)
+	live = append(live, enc.event(&conversation.Event{Type: conversation.EventChatDone, RunID: run})...)
+	// Another run's event, or one after the end, is not this stream's.
+	require.Empty(t, enc.event(&conversation.Event{Type: conversation.EventDelta, RunID: uuid.New(), Text: "x"}))
+	chunks, ended := chunksOf(t, string(frames[0])+string(live))
+	require.True(t, ended)
+	var types []string
+	for _, c := range chunks {
+		types = append(types, c["type"].(string))
+	}
+	require.Equal(t, []string{
+		"start", "start-step",
+		"text-start", "text-delta", "text-end",
+		"tool-input-start", "tool-input-available", "tool-output-available",
+		"tool-input-start", "tool-input-available", "tool-approval-request",
+		"text-start", "text-delta", // the open segment, so far
+		"text-delta", "text-end", "finish-step", "finish",
+	}, types)
+	require.Equal(t, run.String(), chunks[0]["messageId"])
+	require.Equal(t, "sec", chunks[12]["delta"])
+	require.Equal(t, "ond", chunks[13]["delta"])
+}
+
+// An ended run seen by a late stream is the whole message and its end; a run that is not
+// the snapshot's (another is active) gives nothing, so the resume endpoint says 204.
+func TestCatchUpOfAnEndedOrOtherRun(t *testing.T) {
+	run := uuid.New()
+	enc := newEncoder(run)
+	frames, err := enc.catchUp(conversation.CatchUp{Snapshot: &conversation.Snapshot{LastRun: &chat.Run{ID: run, Status: chat.RunCancelled}}})
+	require.NoError(t, err)
+	chunks, ended := chunksOf(t, string(frames[0]))
+	require.True(t, ended)
+	require.Equal(t, "abort", chunks[len(chunks)-1]["type"])
+	require.False(t, enc.active)
+
+	other := newEncoder(run)
+	frames, err = other.catchUp(conversation.CatchUp{Snapshot: &conversation.Snapshot{ActiveRun: &chat.Run{ID: uuid.New()}}})
+	require.NoError(t, err)
+	require.Empty(t, frames)
+	require.False(t, other.started)
+}
+
+// Random runs: every stream is one data line per chunk, valid JSON, [DONE] once at the
+// end, and each text delta belongs to a part that was started and not yet ended. The
+// JavaScript conformance test parses the same streams with the SDK itself.
+func TestRandomRunsAreWellFormed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		stream, _, _ := RandomRun(rng)
+		chunks, ended := chunksOf(t, stream)
+		require.True(t, ended)
+		open := map[string]bool{}
+		for _, c := range chunks {
+			id, _ := c["id"].(string)
+			switch c["type"] {
+			case "text-start", "reasoning-start":
+				open[id] = true
+			case "text-delta", "reasoning-delta":
+				require.True(t, open[id], "a delta of a part not started: %v", c)
+			case "text-end", "reasoning-end":
+				require.True(t, open[id])
+				delete(open, id)
+			}
+		}
+		require.Empty(t, open, "parts left open at the end")
+	}
+}
+
+func FuzzEncodeDelta(f *testing.F) {
+	f.Add("hello")
+	f.Add("data: [DONE]\n\n")
+	f.Add("\u2028\x00\xff")
+	f.Fuzz(func(t *testing.T, text string) {
+		run, seg := uuid.New(), uuid.New()
+		enc := newEncoder(run)
+		m := chat.Message{ID: seg, RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText}
+		s := string(enc.event(&conversation.Event{Type: conversation.EventSegmentStarted, RunID: run, Message: &m}))
+		s += string(enc.event(&conversation.Event{Type: conversation.EventDelta, RunID: run, MessageID: seg, Text: text}))
+		s += string(enc.event(&conversation.Event{Type: conversation.EventChatDone, RunID: run}))
+		chunks, ended := chunksOf(t, s)
+		require.True(t, ended)
+		if strings.ToValidUTF8(text, "\uFFFD") == text {
+			require.Equal(t, text, chunks[3]["delta"], "the delta round-trips")
+		}
+	})
+}
