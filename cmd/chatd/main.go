@@ -276,6 +276,7 @@ func (m *Main) build() error {
 		Metrics:        transportMetrics,
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		Logger:         m.log,
+		Relay:          relay,
 	})
 	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, AISDK: aisdkHandler, Ready: st.Ping, App: web.Handler(), Logger: m.log})
 	if err != nil {

@@ -7,6 +7,7 @@
 package aisdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,9 @@ type Config struct {
 	Metrics        *transport.Metrics
 	AllowedOrigins []string
 	Logger         zerolog.Logger
+	// Relay sends a request for a chat another live node holds to that node (several
+	// nodes on one database); nil: one node.
+	Relay *transport.Relay
 }
 
 // Handler serves /v1/aisdk/.
@@ -150,12 +154,33 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return
 	}
-	if errors.Is(err, conversation.ErrElsewhere) {
-		writeError(w, errorf("moved", "the chat is held by another chatd node; retry"))
+	if ee := (*conversation.ElsewhereError)(nil); errors.As(err, &ee) {
+		h.relay(w, r, ee.Lease.Addr)
 		return
 	}
 	h.log.Error().Err(err).Str("path", r.URL.Path).Msg("request failed")
 	writeError(w, err)
+}
+
+// relay sends the request on to the node at addr, which holds its chat's session (the
+// request's body, read already, is sent again: see withBody). A request that was relayed
+// already, or a node that cannot be reached, is answered moved: the client retries.
+func (h *Handler) relay(w http.ResponseWriter, r *http.Request, addr string) {
+	moved := func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, errorf("moved", "the chat is held by another chatd node; retry"))
+	}
+	if h.cfg.Relay == nil || transport.Relayed(r) != "" || addr == "" {
+		moved(w, r)
+		return
+	}
+	h.cfg.Relay.Proxy(w, r, addr, func(*http.Response) { h.cfg.Relay.Metrics.RequestRelayed() }, moved)
+}
+
+// withBody makes r's body body again, for a request relayed after it was read.
+func withBody(r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 }
 
 func validChatID(id string) *conversation.Error {
@@ -222,6 +247,7 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
 		writeError(w, errorf(conversation.CodeTooLarge, "the body is over %d bytes, or could not be read", MaxBodyBytes))
 		return
 	}
+	withBody(r, body) // for a relay to the chat's node
 	var req sendBody
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, errorf(conversation.CodeBadRequest, "the body is not the JSON useChat sends: %v", err))
@@ -369,7 +395,12 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request, owner string) 
 		ToolCallID string `json:"toolCallId"`
 		Approved   *bool  `json:"approved"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10)).Decode(&body); err != nil || body.ToolCallID == "" || body.Approved == nil {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
+	withBody(r, raw)
+	if err == nil {
+		err = json.Unmarshal(raw, &body)
+	}
+	if err != nil || body.ToolCallID == "" || body.Approved == nil {
 		writeError(w, errorf(conversation.CodeBadRequest, `the body must be {"toolCallId": "...", "approved": true|false}`))
 		return
 	}
