@@ -132,6 +132,9 @@ type Main struct {
 	nodeAddr atomic.Pointer[string]
 	renewer  *lease.Renewer
 	rescuer  *lease.Rescuer
+	// needsApproval names the tools whose calls wait for a person (the AI SDK's
+	// transcript says such a call that ran was approved).
+	needsApproval map[string]bool
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
 }
@@ -277,6 +280,7 @@ func (m *Main) build() error {
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		Logger:         m.log,
 		Relay:          relay,
+		NeedsApproval:  func(tool string) bool { return m.needsApproval[tool] },
 	})
 	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, AISDK: aisdkHandler, Ready: st.Ping, App: web.Handler(), Logger: m.log})
 	if err != nil {
@@ -576,6 +580,10 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	registry, err := agent.NewRegistry(ts...)
 	if err != nil {
 		return nil, err
+	}
+	m.needsApproval = map[string]bool{}
+	for _, spec := range registry.Specs() {
+		m.needsApproval[spec.Name] = spec.NeedsApproval
 	}
 	// Sandboxes are this node's: one that moved here gets a new one.
 	sandboxStore := st.NodeSandboxes(m.Node)

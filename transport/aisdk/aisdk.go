@@ -59,6 +59,9 @@ type Config struct {
 	// Relay sends a request for a chat another live node holds to that node (several
 	// nodes on one database); nil: one node.
 	Relay *transport.Relay
+	// NeedsApproval tells the tools whose calls wait for a person: the transcript shows
+	// such a call that ran as approved, as the stream did. nil: none.
+	NeedsApproval func(tool string) bool
 }
 
 // Handler serves /v1/aisdk/.

@@ -26,12 +26,14 @@ type encoder struct {
 	kinds  map[uuid.UUID]chat.MessageKind // open segments
 	output map[string]string              // tool call id → output so far
 	asked  map[string]bool                // tool calls whose approval request was sent
+	// answered: tool calls whose approval response was sent.
+	answered map[string]bool
 	// callIDs: tool message id → call id (tool.output events name the message).
 	callIDs map[uuid.UUID]string
 }
 
 func newEncoder(run uuid.UUID) *encoder {
-	return &encoder{run: run, kinds: map[uuid.UUID]chat.MessageKind{}, output: map[string]string{}, asked: map[string]bool{}}
+	return &encoder{run: run, kinds: map[uuid.UUID]chat.MessageKind{}, output: map[string]string{}, asked: map[string]bool{}, answered: map[string]bool{}}
 }
 
 // chunks accumulates SSE lines.
@@ -145,6 +147,11 @@ func (e *encoder) tool(c *chunks, m chat.Message, fresh bool) {
 		e.callIDs[m.ID] = t.CallID
 		c.add(map[string]any{"type": "tool-input-start", "toolCallId": t.CallID, "toolName": t.Name})
 		c.add(map[string]any{"type": "tool-input-available", "toolCallId": t.CallID, "toolName": t.Name, "input": rawOrNull(t.Input)})
+	}
+	if t.Status != chat.ToolAwaitingApproval && e.asked[t.CallID] && !e.answered[t.CallID] {
+		// The person decided (here or in another tab): the part shows the answer.
+		e.answered[t.CallID] = true
+		c.add(map[string]any{"type": "tool-approval-response", "approvalId": t.CallID, "approved": t.Status != chat.ToolDenied})
 	}
 	switch t.Status {
 	case chat.ToolAwaitingApproval:

@@ -31,13 +31,15 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, owner strin
 		writeError(w, errorf(conversation.CodeStorage, "the database is unavailable"))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs)})
+	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs, h.cfg.NeedsApproval)})
 }
 
 // UIMessages turns stored messages into the AI SDK's UIMessages: user text messages as
 // they are, each run's assistant and tool messages as one assistant message. Notices and
 // answers a retry superseded are left out.
-func UIMessages(msgs []chat.Message) []map[string]any {
+// needsApproval (nil: none) names the tools whose calls waited for a person: a call of
+// one that ran shows as approved.
+func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map[string]any {
 	out := []map[string]any{}
 	var cur map[string]any
 	curRun := ""
@@ -63,7 +65,7 @@ func UIMessages(msgs []chat.Message) []map[string]any {
 				curRun = run
 				out = append(out, cur)
 			}
-			if p := uiPart(m); p != nil {
+			if p := uiPart(m, needsApproval); p != nil {
 				cur["parts"] = append(cur["parts"].([]any), p)
 			}
 		}
@@ -71,10 +73,15 @@ func UIMessages(msgs []chat.Message) []map[string]any {
 	return out
 }
 
-func uiPart(m chat.Message) map[string]any {
+func uiPart(m chat.Message, needsApproval func(string) bool) map[string]any {
 	if m.Tool != nil {
 		t := m.Tool
 		p := map[string]any{"type": "tool-" + t.Name, "toolCallId": t.CallID, "input": rawOrNull(t.Input)}
+		asked := needsApproval != nil && needsApproval(t.Name)
+		if asked && t.Status != chat.ToolAwaitingApproval && t.Status != chat.ToolDenied && t.Status != chat.ToolRunning {
+			// It ran, so a person approved it (the stream said so: tool-approval-response).
+			p["approval"] = map[string]any{"id": t.CallID, "approved": true}
+		}
 		switch t.Status {
 		case chat.ToolOK:
 			p["state"], p["output"] = "output-available", deref(t.Output)
