@@ -72,7 +72,8 @@ for await (message of readUIMessageStream({ stream, onError: (e) => console.erro
         process.stdout.write(part.text.slice(done));
         printed.set(i, part.text.length);
       }
-    } else if (part.type.startsWith('tool-')) {
+    } else if (part.type.startsWith('tool-') && !part.preliminary) {
+      // (preliminary: a running tool's output so far; the final one follows)
       const key = `${part.toolCallId}:${part.state}`;
       if (announced.has(key)) return;
       announced.add(key);

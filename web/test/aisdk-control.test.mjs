@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { startChatd } from './chatd.mjs';
 import {
   API,
+  NodeChat,
   approve,
   chatId,
   checkWire,
@@ -92,7 +93,7 @@ test('a tool call is a tool part with its input and output, as stored', { timeou
     assert.equal(typeof tool.output, 'string', 'the output is the tool\'s text');
     assert.ok(tool.output.length > 0);
     // The chunks that made it: start, then the input, then the output.
-    const order = chunks.filter((c) => c.toolCallId === tool.toolCallId).map((c) => c.type);
+    const order = chunks.filter((c) => c.toolCallId === tool.toolCallId && !c.preliminary).map((c) => c.type);
     assert.deepEqual(order, ['tool-input-start', 'tool-input-available', 'tool-output-available']);
     assert.equal(chunks.find((c) => c.type === 'tool-input-start').toolName, 'current_time');
     // Text before the call and after it (the demo says what the tool said).
@@ -206,6 +207,55 @@ test('stop while a call waits for approval: the stream ends with abort, the run 
     const late = await approve(srv, id, toolCallId, true);
     assert.ok([404, 409].includes(late.status), `an approval after the stop is refused: ${late.status}`);
     assert.deepEqual(stored(await transcript(srv, id), r.message.id).parts.filter((p) => p.type !== 'tool-demo_sandbox'), plain(r.message).parts.filter((p) => p.type !== 'tool-demo_sandbox'));
+    await checkWire(rec);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('the SDK\'s own approval flow: addToolApprovalResponse then sendMessage() decides the call, and the chat\'s message ends equal to the transcript, nothing twice', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '2ms', CHATD_DEMO_WORDS: '30' } });
+  try {
+    const rec = recorder();
+    const id = chatId();
+    const chat = new NodeChat({ id, transport: transport(srv, rec) });
+    const sent = chat.sendMessage({ text: 'approve the sandbox call, the SDK way' });
+    const isWaiting = (p) => p.type === 'tool-demo_sandbox' && p.state === 'approval-requested';
+    await chat.waitFor((c) => c.lastMessage?.parts.some(isWaiting), 20000, 'the approval request in the chat');
+    const part = chat.lastMessage.parts.find(isWaiting);
+    const runId = chat.lastMessage.id;
+    assert.equal(part.approval.id, part.toolCallId);
+    // chatd's stream stays open while the call waits; the SDK's flow sends once the chat
+    // is not streaming: here after this client stopped reading (the run still waits).
+    await chat.stop();
+    await sent;
+    assert.equal((await runRow(srv, runId)).status, 'awaiting_approval');
+
+    await chat.addToolApprovalResponse({ id: part.approval.id, approved: true });
+    await chat.sendMessage();
+    assert.equal(chat.status, 'ready', String(chat.error));
+
+    // What the SDK sent: the conversation, its last message the assistant's with the answer.
+    const body = rec.requests.filter((r) => r.method === 'POST' && r.url === srv.httpURL + API).at(-1).body;
+    assert.equal(body.trigger, 'submit-message');
+    assert.equal(body.messageId, runId);
+    const last = body.messages.at(-1);
+    assert.equal(last.role, 'assistant');
+    assert.equal(last.id, runId);
+    const answered = last.parts.find((p) => p.toolCallId === part.toolCallId);
+    assert.equal(answered.state, 'approval-responded');
+    assert.deepEqual(answered.approval, { id: part.toolCallId, approved: true });
+
+    const msg = chat.messages.at(-1);
+    assert.equal(msg.id, runId);
+    assert.equal(chat.messages.length, 2);
+    assert.equal(msg.parts.filter((p) => p.type === 'step-start').length, 1, JSON.stringify(plain(msg.parts)));
+    assert.equal(msg.parts.filter((p) => p.toolCallId === part.toolCallId).length, 1, 'the call once');
+    const tool = msg.parts.find((p) => p.toolCallId === part.toolCallId);
+    assert.equal(tool.state, 'output-available');
+    assert.match(tool.output, /hello from your sandbox/);
+    assert.deepEqual(plain(msg), stored(await transcript(srv, id), runId));
+    assert.equal((await runRow(srv, runId)).status, 'done');
     await checkWire(rec);
   } finally {
     await srv.stop();

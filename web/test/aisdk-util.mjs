@@ -350,7 +350,24 @@ export function checkGrammar(chunks, where = 'stream', { complete = true } = {})
         assert.equal(tools.get(c.approvalId), 'waiting', `${at}: response without request`);
         tools.set(c.approvalId, 'decided');
         break;
+      case 'reset-step':
+        // Drops the current step's parts: a continuation that replays its step (the
+        // answer to an approval sent with addToolApprovalResponse) may start with it.
+        assert.ok(i === 1, `${at}: reset-step only right after start`);
+        inStep = true;
+        open.text.clear();
+        open.reasoning.clear();
+        seen.text.clear();
+        seen.reasoning.clear();
+        tools.clear();
+        break;
       case 'tool-output-available':
+        if (c.preliminary) {
+          // Output so far of a call still running: more may follow, then the final one.
+          assert.ok(['available', 'decided'].includes(tools.get(c.toolCallId)), `${at}: preliminary output of a call not running`);
+          break;
+        }
+      // falls through
       case 'tool-output-error':
       case 'tool-output-denied':
         assert.ok(['available', 'waiting', 'decided'].includes(tools.get(c.toolCallId)), `${at}: output of a call not announced (or twice)`);
