@@ -261,3 +261,32 @@ test('the SDK\'s own approval flow: addToolApprovalResponse then sendMessage() d
     await srv.stop();
   }
 });
+
+test('a reader that joins after the approval was given (a reload) assembles the message as stored, the decision included', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200' } });
+  try {
+    const rec = recorder();
+    const id = chatId();
+    const run = consume(
+      await transport(srv, rec).sendMessages({ chatId: id, messages: [userMessage('approve and keep talking')], trigger: 'submit-message' }),
+    );
+    const { toolCallId } = await until(() => run.chunks.find((c) => c.type === 'tool-approval-request'), 30000, 'the approval request');
+    assert.equal((await approve(srv, id, toolCallId, true)).status, 200);
+    await until(() => run.chunks.some((c) => c.type === 'tool-output-available' && !c.preliminary), 20000, 'the tool output');
+    // The run still streams the rest of its answer: a reload now resumes it from the start.
+    const late = consume(await transport(srv, rec).reconnectToStream({ chatId: id }));
+    const [r, rl] = await Promise.all([run.result, late.result]);
+    assert.equal(rl.chunks.at(-1).type, 'finish');
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(plain(r.message), stored(msgs, r.message.id));
+    assert.deepEqual(plain(rl.message), stored(msgs, r.message.id), 'the late reader\'s message (approval included) is the stored one');
+    // And a retry of the POST after the run ended streams the same stored message.
+    const again = await consume(
+      await transport(srv, rec).sendMessages({ chatId: id, messages: [{ ...msgs[0] }], trigger: 'submit-message' }),
+    ).result;
+    assert.deepEqual(plain(again.message), stored(msgs, r.message.id));
+    await checkWire(rec);
+  } finally {
+    await srv.stop();
+  }
+});
