@@ -265,6 +265,22 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
 		h.fail(w, r, err)
 		return
 	}
+	if decisions, runID, ok := approvals(req); ok {
+		// useChat sending the conversation back after addToolApprovalResponse: it has
+		// the run so far and appends what follows. Subscribe first, then decide, so the
+		// stream misses nothing the decision sets going.
+		h.streamWith(w, r, owner, sid, runID, streamOptions{continuation: true, then: func(ctx context.Context) error {
+			return h.cfg.Hub.Do(ctx, sid, func(a *conversation.Actor) error {
+				for call, approved := range decisions {
+					if _, err := a.Decide(ctx, uuid.Nil, call, approved); err != nil && !isDecided(err) {
+						return err
+					}
+				}
+				return nil
+			})
+		}})
+		return
+	}
 	var runID uuid.UUID
 	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
 		var err error
@@ -276,6 +292,35 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
 		return
 	}
 	h.stream(w, r, owner, sid, runID, false)
+}
+
+// approvals reads the decisions of a POST whose last message is the assistant's with
+// tool parts answered by addToolApprovalResponse (state approval-responded): call id →
+// approved, and the run (the message's id).
+func approvals(req sendBody) (map[string]bool, uuid.UUID, bool) {
+	if len(req.Messages) == 0 || req.Trigger == "regenerate-message" {
+		return nil, uuid.Nil, false
+	}
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role != "assistant" {
+		return nil, uuid.Nil, false
+	}
+	run, err := uuid.Parse(last.ID)
+	if err != nil {
+		return nil, uuid.Nil, false
+	}
+	decisions := map[string]bool{}
+	for _, p := range last.Parts {
+		if p.State != "approval-responded" || p.Approval == nil || p.Approval.Approved == nil {
+			continue
+		}
+		call := p.ToolCallID
+		if call == "" {
+			call = p.Approval.ID
+		}
+		decisions[call] = *p.Approval.Approved
+	}
+	return decisions, run, len(decisions) > 0
 }
 
 // act does what a POST asks of the session's actor and returns the run to stream.

@@ -30,6 +30,13 @@ type encoder struct {
 	answered map[string]bool
 	// callIDs: tool message id → call id (tool.output events name the message).
 	callIDs map[uuid.UUID]string
+	// needsApproval names the tools whose calls wait for a person (nil: none): a
+	// catch-up replays such a call's request and decision.
+	needsApproval func(string) bool
+	// continuation: the client has the run up to now (useChat sending an approval back
+	// appends the answer to its message); a catch-up then starts with reset-step, which
+	// drops the step the client has, and replays it.
+	continuation bool
 }
 
 func newEncoder(run uuid.UUID) *encoder {
@@ -211,6 +218,22 @@ func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
 		return nil, nil
 	}
 	var c chunks
+	if e.continuation {
+		// The client has the run's step so far and appends what comes: reset-step drops
+		// it, and the replay gives it back as it is now, then the live events follow.
+		if (snap.ActiveRun == nil || snap.ActiveRun.ID != e.run) && (snap.LastRun == nil || snap.LastRun.ID != e.run) {
+			return nil, nil
+		}
+		c.add(map[string]any{"type": "start", "messageId": e.run.String()})
+		c.add(map[string]any{"type": "reset-step"})
+		e.started = true
+	}
+	return e.replay(cu, &c)
+}
+
+// replay encodes the run from its start into c out of the catch-up's snapshot.
+func (e *encoder) replay(cu conversation.CatchUp, c *chunks) ([][]byte, error) {
+	snap := cu.Snapshot
 	var last *chat.Run
 	switch {
 	case snap.ActiveRun != nil && snap.ActiveRun.ID == e.run:
@@ -220,7 +243,7 @@ func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
 	default:
 		return nil, nil // not this run's: another is active, or it is older than the snapshot
 	}
-	e.start(&c)
+	e.start(c)
 	for _, m := range snap.Messages {
 		if m.RunID == nil || *m.RunID != e.run || m.Role == chat.RoleUser {
 			continue
@@ -230,12 +253,12 @@ func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
 			if m.Tool.Output != nil && m.Tool.Status == chat.ToolRunning {
 				e.output[m.Tool.CallID] = *m.Tool.Output
 			}
-			e.tool(&c, m, true)
+			e.replayTool(c, m)
 			if m.Tool.Status == chat.ToolRunning && m.Tool.Output != nil {
 				c.add(map[string]any{"type": "tool-output-available", "toolCallId": m.Tool.CallID, "output": *m.Tool.Output, "preliminary": true})
 			}
 		case m.Role == chat.RoleAssistant && (m.Kind == chat.KindText || m.Kind == chat.KindReasoning || m.Kind == ""):
-			e.open(&c, m)
+			e.open(c, m)
 			if m.Content != "" {
 				typ := "text-delta"
 				if m.Kind == chat.KindReasoning {
@@ -244,12 +267,12 @@ func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
 				c.add(map[string]any{"type": typ, "id": m.ID.String(), "delta": m.Content})
 			}
 			if m.Status != chat.MessageStreaming {
-				e.close(&c, m.ID)
+				e.close(c, m.ID)
 			}
 		}
 	}
 	if snap.ActiveRun != nil && snap.ActiveRun.PendingApproval != nil {
-		e.askApproval(&c, snap.ActiveRun.PendingApproval.ToolCallID)
+		e.askApproval(c, snap.ActiveRun.PendingApproval.ToolCallID)
 	}
 	if last != nil {
 		typ := conversation.EventChatDone
@@ -259,9 +282,25 @@ func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
 		case chat.RunError, chat.RunInterrupted:
 			typ = conversation.EventChatError
 		}
-		e.end(&c, typ, last)
+		e.end(c, typ, last)
 	}
 	return [][]byte{c.bytes()}, nil
+}
+
+// replayTool encodes a stored tool call: a call of a tool that needs approval and that was
+// decided says its request and decision first, as the live stream did.
+func (e *encoder) replayTool(c *chunks, m chat.Message) {
+	t := m.Tool
+	if e.needsApproval != nil && e.needsApproval(t.Name) && t.Status != chat.ToolAwaitingApproval {
+		pending := *t
+		pending.Status = chat.ToolAwaitingApproval
+		waiting := m
+		waiting.Tool = &pending
+		e.tool(c, waiting, true)
+		e.tool(c, m, false)
+		return
+	}
+	e.tool(c, m, true)
 }
 
 func rawOrNull(b json.RawMessage) json.RawMessage {

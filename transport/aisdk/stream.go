@@ -36,9 +36,24 @@ func (s *sseWriter) Cut() { s.cut() }
 // that does not keep up is ended. With resume, a run that is not the session's latest is
 // answered 204 (nothing to resume).
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, owner string, sid, runID uuid.UUID, resume bool) {
+	h.streamWith(w, r, owner, sid, runID, streamOptions{resume: resume})
+}
+
+// streamOptions: resume answers 204 for a run that is not the session's latest;
+// continuation streams only what follows (the client has the run so far), after then
+// has run, subscribed already, so nothing it causes is missed.
+type streamOptions struct {
+	resume       bool
+	continuation bool
+	then         func(ctx context.Context) error
+}
+
+func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner string, sid, runID uuid.UUID, o streamOptions) {
+	resume := o.resume
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	enc := newEncoder(runID)
+	enc.needsApproval, enc.continuation = h.cfg.NeedsApproval, o.continuation
 	// A format of its own: the encoder keeps state per stream.
 	format := conversation.NewFormat("aisdk", enc.event)
 	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel}
@@ -67,6 +82,12 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, owner string, s
 	if !enc.started && resume {
 		w.WriteHeader(http.StatusNoContent)
 		return
+	}
+	if o.then != nil {
+		if err := o.then(ctx); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 	}
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
