@@ -30,6 +30,9 @@ type ContinueRequest struct {
 	// RequestID) instead of continuing it: the run's answer stays in the transcript but
 	// leaves the model's context (it is superseded).
 	Retry bool
+	// Regenerate lets Retry answer again a latest run that ended done, too (the AI
+	// SDK's regenerate-message); chat.resume retries only a resumable run.
+	Regenerate bool
 }
 
 // Continue continues run req.RunID from what it stored. For a recovery the run must be
@@ -274,6 +277,22 @@ func (a *Actor) checkResumable(run chat.Run) error {
 	return nil
 }
 
+// checkRetryable is checkResumable, and with regenerate also lets a latest run that ended
+// done be answered again.
+func (a *Actor) checkRetryable(run chat.Run, regenerate bool) error {
+	if !regenerate || run.Status != chat.RunDone {
+		return a.checkResumable(run)
+	}
+	latest, err := a.journal.runLatest()
+	if err != nil {
+		return a.storageError("read the session's runs", err)
+	}
+	if latest.ID != run.ID {
+		return errorf(CodeConflict, "run %s is not the session's latest run", run.ID)
+	}
+	return nil
+}
+
 func resumableWhy(r chat.Run) string {
 	if r.DismissedAt != nil {
 		return "dismissed"
@@ -362,7 +381,7 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, a.storageError("read the run", err)
 	}
-	if err := a.checkResumable(old); err != nil {
+	if err := a.checkRetryable(old, req.Regenerate); err != nil {
 		return SendResult{}, err
 	}
 	user, _, err := a.userMessageOf(old)

@@ -334,7 +334,7 @@ func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID,
 		if key == "" {
 			key = latest.ID.String()
 		}
-		res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: latest.ID, RequestID: "regenerate:" + key, Retry: true})
+		res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: latest.ID, RequestID: "regenerate:" + key, Retry: true, Regenerate: true})
 		return res.RunID, err
 	}
 	last := req.Messages[len(req.Messages)-1]

@@ -229,3 +229,36 @@ test('cross-transport: a WebSocket tab on the chat\'s session follows a run star
     await srv.stop();
   }
 });
+
+test('regenerate-message answers the last user message again as a new run; the transcript shows the new answer only', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '1ms', CHATD_DEMO_WORDS: '12' } });
+  try {
+    const rec = recorder();
+    const t = transport(srv, rec);
+    const id = chatId();
+    const user = userMessage('say it twice', 'msg-regen-1');
+    const first = await consume(await t.sendMessages({ chatId: id, messages: [user], trigger: 'submit-message' })).result;
+    assert.equal(first.chunks.at(-1).type, 'finish');
+    const firstRun = first.chunks[0].messageId;
+
+    const again = () => t.sendMessages({ chatId: id, messages: [user, first.message], trigger: 'regenerate-message', messageId: firstRun });
+    const second = await consume(await again()).result;
+    assert.deepEqual(second.errors, []);
+    assert.equal(second.chunks.at(-1).type, 'finish');
+    const secondRun = second.chunks[0].messageId;
+    assert.notEqual(secondRun, firstRun, 'a new run');
+    assert.equal(textOf(second.message), textOf(first.message), 'the demo says the same again');
+
+    // Retried (a lost answer): the same new run, no third.
+    const retried = await consume(await again()).result;
+    assert.equal(retried.chunks[0].messageId, secondRun);
+
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(msgs.map((m) => [m.role, m.id]), [['user', 'msg-regen-1'], ['assistant', secondRun]], 'the superseded answer is not shown');
+    assert.deepEqual(stored(msgs, secondRun), plain(second.message));
+    assert.equal((await runRow(srv, firstRun)).status, 'done');
+    await checkWire(rec);
+  } finally {
+    await srv.stop();
+  }
+});
