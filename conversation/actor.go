@@ -232,7 +232,9 @@ func (a *Actor) handle(it intent) {
 	case *rescueIntent:
 		it.reply <- result[struct{}]{err: a.rescue()}
 	case *leaseLostIntent:
-		a.moved("a renewal found the lease another node's")
+		if it.token != 0 && it.token == a.leaseToken.Load() {
+			a.moved("a renewal found the lease another node's")
+		}
 		it.reply <- result[struct{}]{}
 	case *textIntent:
 		a.onText(it.run, it.text)

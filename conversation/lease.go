@@ -43,13 +43,17 @@ func (e *ElsewhereError) Unwrap() error { return ErrElsewhere }
 // any goroutine.
 func (a *Actor) LeaseToken() int64 { return a.leaseToken.Load() }
 
-// LeaseLost tells the actor that its lease is another node's now (a renewal did not find
-// it): it stops as moved. A stopped actor ignores it.
-func (a *Actor) LeaseLost(ctx context.Context) {
-	_, _ = call(ctx, a, func(r chan result[struct{}]) intent { return &leaseLostIntent{r} })
+// LeaseLost tells the actor that its lease acquired with token is another node's now (a
+// renewal did not find it): it stops as moved. An actor that holds another token, or has
+// stopped, ignores it.
+func (a *Actor) LeaseLost(ctx context.Context, token int64) {
+	_, _ = call(ctx, a, func(r chan result[struct{}]) intent { return &leaseLostIntent{token, r} })
 }
 
-type leaseLostIntent struct{ reply chan result[struct{}] }
+type leaseLostIntent struct {
+	token int64
+	reply chan result[struct{}]
+}
 
 // loadError is the error of an intent whose session could not be loaded: where the
 // session is, when another node holds it (the actor then stops), else a storage error.

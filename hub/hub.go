@@ -246,12 +246,13 @@ func (h *Hub) Held() map[uuid.UUID]int64 {
 	return held
 }
 
-// Lost stops the actors of sessions whose lease another node holds now: their clients
-// are closed with 4010 and reconnect to the holder.
-func (h *Hub) Lost(ctx context.Context, ids []uuid.UUID) {
-	for _, id := range ids {
+// Lost stops the actors of sessions whose lease (with the token given) another node
+// holds now: their clients are closed with 4010 and reconnect to the holder. An actor
+// that holds another token (it acquired anew meanwhile) is left alone.
+func (h *Hub) Lost(ctx context.Context, lost map[uuid.UUID]int64) {
+	for id, token := range lost {
 		if a, ok := h.Lookup(id); ok {
-			a.LeaseLost(ctx)
+			a.LeaseLost(ctx, token)
 		}
 	}
 }

@@ -23,8 +23,9 @@ import (
 type Holder interface {
 	// Held returns the sessions whose actors hold a lease here, with its token.
 	Held() map[uuid.UUID]int64
-	// Lost stops the actors of sessions whose lease this node no longer holds.
-	Lost(ctx context.Context, ids []uuid.UUID)
+	// Lost stops the actors of sessions whose lease this node no longer holds: each
+	// only if it still holds the token given (an actor that acquired anew is left).
+	Lost(ctx context.Context, lost map[uuid.UUID]int64)
 	// Rescue takes up session id, whose run no live node drives: it acquires the
 	// session's lease and continues (or ends) the run. An error wrapping
 	// conversation.ErrElsewhere means another node took it first.
@@ -33,9 +34,9 @@ type Holder interface {
 
 // Store is what the services need of the database.
 type Store interface {
-	LeaseRenew(ctx context.Context, node string, now time.Time, ttl time.Duration) ([]store.HeldLease, error)
+	LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, now time.Time, ttl time.Duration) ([]store.HeldLease, error)
 	LeaseReleaseAll(ctx context.Context, node string) (int64, error)
-	SessionsToRescue(ctx context.Context, now time.Time, own string, limit int) ([]uuid.UUID, error)
+	SessionsToRescue(ctx context.Context, now time.Time, own string, waiting bool, limit int) ([]uuid.UUID, error)
 }
 
 // Config configures the services of one node.
@@ -52,6 +53,9 @@ type Config struct {
 	// RescueBatch bounds the sessions one rescue pass takes up (default 50); a full
 	// pass is followed at once by another.
 	RescueBatch int
+	// RescueWaiting takes up runs waiting for a person too: when runs are not continued
+	// (CHATD_RECOVER=interrupt) the rescue ends them, and nothing else would.
+	RescueWaiting bool
 	// Rescued, when set, is told the sessions each rescue pass took up (for tests).
 	Rescued func(ids []uuid.UUID)
 }

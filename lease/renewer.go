@@ -11,9 +11,8 @@ import (
 // them in one statement, and stops the actors whose lease is another node's now (a
 // node that was paused or cut off past the TTL finds out here, if its writes have not
 // been refused first). When renewals keep failing for a whole TTL it can no longer
-// know what it holds, and stops every actor. Stop gives back every lease the node still
-// holds, so a rolling restart moves sessions without waiting for the TTL: start it
-// before the hub, so it stops after it.
+// know what it holds, and stops every actor. Start it before the hub, so it renews
+// while the hub's actors stop (and give their leases back) at shutdown.
 type Renewer struct {
 	cfg    Config
 	loop   loop
@@ -34,24 +33,11 @@ func (r *Renewer) Start(context.Context) error {
 	})
 }
 
-// Stop stops the renewals and releases every lease the node holds.
-func (r *Renewer) Stop(ctx context.Context) error {
-	if err := r.loop.halt(ctx); err != nil {
-		return err
-	}
-	node := r.cfg.Node()
-	if node == "" {
-		return nil
-	}
-	n, err := r.cfg.Store.LeaseReleaseAll(ctx, node)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		r.cfg.Logger.Info().Int64("leases", n).Msg("released this node's session leases")
-	}
-	return nil
-}
+// Stop stops the renewals. The actors give their leases back as they stop (the hub's
+// shutdown, before this); one whose release failed expires a TTL after its last renewal.
+// Nothing else is released: a process that restarted on this node's address may hold
+// the same node's leases already.
+func (r *Renewer) Stop(ctx context.Context) error { return r.loop.halt(ctx) }
 
 // Renew makes one renewal: the running service calls it every TTL/3.
 func (r *Renewer) Renew(ctx context.Context) {
@@ -61,20 +47,19 @@ func (r *Renewer) Renew(ctx context.Context) {
 	}
 	held := r.cfg.Holder.Held()
 	now := r.cfg.Clock.Now()
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.TTL/3)
-	defer cancel()
-	renewed, err := r.cfg.Store.LeaseRenew(ctx, node, now, r.cfg.TTL)
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.TTL/3)
+	renewed, err := r.cfg.Store.LeaseRenew(rctx, node, held, now, r.cfg.TTL)
+	cancel()
+	// Telling the actors has its own time: the renewal's may be spent.
+	lctx, lcancel := context.WithTimeout(context.Background(), r.cfg.TTL/3)
+	defer lcancel()
 	if err != nil {
 		r.cfg.Logger.Error().Err(err).Msg("could not renew this node's session leases")
 		if now.Sub(r.lastOK) >= r.cfg.TTL && len(held) > 0 {
 			// Some may have expired and been taken: the actors stop rather than work on
 			// sessions that may be another node's (their writes would be refused).
-			ids := make([]uuid.UUID, 0, len(held))
-			for id := range held {
-				ids = append(ids, id)
-			}
-			r.cfg.Logger.Warn().Int("sessions", len(ids)).Msg("stopping every actor: the leases could not be renewed for a whole TTL")
-			r.cfg.Holder.Lost(ctx, ids)
+			r.cfg.Logger.Warn().Int("sessions", len(held)).Msg("stopping every actor: the leases could not be renewed for a whole TTL")
+			r.cfg.Holder.Lost(lctx, held)
 		}
 		return
 	}
@@ -83,14 +68,14 @@ func (r *Renewer) Renew(ctx context.Context) {
 	for _, h := range renewed {
 		tokens[h.SessionID] = h.Token
 	}
-	var lost []uuid.UUID
+	lost := map[uuid.UUID]int64{}
 	for id, token := range held {
 		if token != 0 && tokens[id] != token {
-			lost = append(lost, id)
+			lost[id] = token
 		}
 	}
 	if len(lost) > 0 {
 		r.cfg.Logger.Warn().Int("sessions", len(lost)).Msg("leases taken over by other nodes: stopping their actors here")
-		r.cfg.Holder.Lost(ctx, lost)
+		r.cfg.Holder.Lost(lctx, lost)
 	}
 }

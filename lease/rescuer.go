@@ -60,14 +60,19 @@ func (r *Rescuer) Pass(ctx context.Context) []uuid.UUID {
 		own = node
 	}
 	var took []uuid.UUID
+	handled := map[uuid.UUID]bool{}
 	for {
-		ids, err := r.cfg.Store.SessionsToRescue(ctx, r.cfg.Clock.Now(), own, r.cfg.RescueBatch)
+		ids, err := r.cfg.Store.SessionsToRescue(ctx, r.cfg.Clock.Now(), own, r.cfg.RescueWaiting, r.cfg.RescueBatch)
 		if err != nil {
 			r.cfg.Logger.Error().Err(err).Msg("could not look for runs to rescue")
 			break
 		}
 		n := 0
 		for _, id := range ids {
+			if handled[id] {
+				continue // taken up by this pass already (its lease names this node)
+			}
+			handled[id] = true
 			err := r.cfg.Holder.Rescue(ctx, id)
 			switch {
 			case err == nil:

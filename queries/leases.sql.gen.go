@@ -125,12 +125,15 @@ func (q *Queries) LeaseReleaseAll(ctx context.Context, db DBTX, node *string) (i
 const leaseRenew = `-- name: LeaseRenew :many
 UPDATE sessions SET lease_expires_at = $1
 WHERE lease_node = $2
+    AND (id, lease_token) IN (SELECT unnest($3::uuid[]), unnest($4::bigint[]))
 RETURNING id, lease_token
 `
 
 type LeaseRenewParams struct {
 	ExpiresAt *time.Time
 	Node      *string
+	Ids       []uuid.UUID
+	Tokens    []int64
 }
 
 type LeaseRenewRow struct {
@@ -138,10 +141,17 @@ type LeaseRenewRow struct {
 	LeaseToken int64
 }
 
-// Extends every lease node holds, in one statement whatever their number, and returns
-// them. A lease the node believes it holds that is not among them was taken over.
+// Extends the leases node's actors hold (ids with their tokens), in one statement
+// whatever their number, and returns those it extended. A lease the node believes it
+// holds that is not among them was taken over. Only those: a lease whose actor is gone
+// (it stopped as moved, or its release failed) expires on its own.
 func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams) ([]LeaseRenewRow, error) {
-	rows, err := db.Query(ctx, leaseRenew, arg.ExpiresAt, arg.Node)
+	rows, err := db.Query(ctx, leaseRenew,
+		arg.ExpiresAt,
+		arg.Node,
+		arg.Ids,
+		arg.Tokens,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -162,12 +172,14 @@ func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams)
 
 const sessionsToRescue = `-- name: SessionsToRescue :many
 SELECT DISTINCT r.session_id FROM runs r JOIN sessions s ON s.id = r.session_id
-WHERE r.status = 'running' AND s.deleted_at IS NULL
-    AND (s.lease_node IS NULL OR s.lease_expires_at <= $1 OR s.lease_node = $2::text)
-LIMIT $3
+WHERE (r.status = 'running' OR ($1::bool AND r.status IN ('awaiting_approval', 'paused')))
+    AND s.deleted_at IS NULL
+    AND (s.lease_node IS NULL OR s.lease_expires_at <= $2 OR s.lease_node = $3::text)
+LIMIT $4
 `
 
 type SessionsToRescueParams struct {
+	Waiting bool
 	Now     *time.Time
 	Own     string
 	MaxRows int32
@@ -175,11 +187,17 @@ type SessionsToRescueParams struct {
 
 // Sessions with a run that streams (running: an agent must drive it) and no live lease:
 // their node died or shut down. Runs waiting for a person (awaiting_approval, paused)
-// wait on, and are taken up by the next hello. own, when not ”, also names the node's
+// wait on, and are taken up by the next hello, unless waiting is set (runs are not
+// continued: each is ended as interrupted instead). own, when not ”, also names the node's
 // own leases: at its start-up, those of its previous life. The partial index of
 // unfinished runs keeps this to the runs in progress.
 func (q *Queries) SessionsToRescue(ctx context.Context, db DBTX, arg SessionsToRescueParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, sessionsToRescue, arg.Now, arg.Own, arg.MaxRows)
+	rows, err := db.Query(ctx, sessionsToRescue,
+		arg.Waiting,
+		arg.Now,
+		arg.Own,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -51,14 +51,21 @@ func fenceOf(ctx context.Context) int64 {
 }
 
 // fenced tells, after a fenced write changed no row, whether the fence is why: the
-// session's token is no longer ctx's.
-func (s *Store) fenced(ctx context.Context, sessionID uuid.UUID) bool {
+// session's token is no longer ctx's. An error means it cannot tell (the caller reports
+// a storage failure, never a deletion).
+func (s *Store) fenced(ctx context.Context, sessionID uuid.UUID) (bool, error) {
 	fence := fenceOf(ctx)
 	if fence == 0 {
-		return false
+		return false, nil
 	}
 	l, err := s.q.LeaseGet(ctx, s.db, sessionID)
-	return err == nil && l.LeaseToken != fence
+	if errors.Is(mapErr(err), ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("check the session's lease: %w", mapErr(err))
+	}
+	return l.LeaseToken != fence, nil
 }
 
 // LeaseAcquire takes session id's lease for node (reached at addr) until now+ttl, unless
@@ -92,19 +99,25 @@ func (s *Store) LeaseGet(ctx context.Context, id uuid.UUID) (Lease, error) {
 	return leaseOf(row.LeaseNode, row.LeaseAddr, row.LeaseExpiresAt, row.LeaseToken), nil
 }
 
-// LeaseRenew extends every lease node holds to now+ttl, in one statement, and returns
-// them.
-func (s *Store) LeaseRenew(ctx context.Context, node string, now time.Time, ttl time.Duration) ([]HeldLease, error) {
+// LeaseRenew extends the leases held (session → token) by node to now+ttl, in one
+// statement, and returns those it extended: a held lease missing from them is another
+// node's now.
+func (s *Store) LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, now time.Time, ttl time.Duration) ([]HeldLease, error) {
 	exp := chat.Timestamp(now.Add(ttl))
-	rows, err := s.q.LeaseRenew(ctx, s.db, queries.LeaseRenewParams{ExpiresAt: &exp, Node: &node})
+	p := queries.LeaseRenewParams{ExpiresAt: &exp, Node: &node, Ids: make([]uuid.UUID, 0, len(held)), Tokens: make([]int64, 0, len(held))}
+	for id, token := range held {
+		p.Ids = append(p.Ids, id)
+		p.Tokens = append(p.Tokens, token)
+	}
+	rows, err := s.q.LeaseRenew(ctx, s.db, p)
 	if err != nil {
 		return nil, fmt.Errorf("renew the leases of node %s: %w", node, mapErr(err))
 	}
-	held := make([]HeldLease, len(rows))
+	renewed := make([]HeldLease, len(rows))
 	for i, r := range rows {
-		held[i] = HeldLease{SessionID: r.ID, Token: r.LeaseToken}
+		renewed[i] = HeldLease{SessionID: r.ID, Token: r.LeaseToken}
 	}
-	return held, nil
+	return renewed, nil
 }
 
 // LeaseRelease gives session id's lease back, unless it was acquired again since token.
@@ -128,8 +141,10 @@ func (s *Store) LeaseReleaseAll(ctx context.Context, node string) (int64, error)
 // now: their node died or shut down, and no agent drives the run. own ("" for none) adds
 // the sessions whose lease names that node: a node starting again under its id finds
 // those of its previous life.
-func (s *Store) SessionsToRescue(ctx context.Context, now time.Time, own string, limit int) ([]uuid.UUID, error) {
-	ids, err := s.q.SessionsToRescue(ctx, s.db, queries.SessionsToRescueParams{Now: ptr(chat.Timestamp(now)), Own: own, MaxRows: int32(limit)})
+// With waiting, runs waiting for a person count too (when runs are not continued, they
+// are ended).
+func (s *Store) SessionsToRescue(ctx context.Context, now time.Time, own string, waiting bool, limit int) ([]uuid.UUID, error) {
+	ids, err := s.q.SessionsToRescue(ctx, s.db, queries.SessionsToRescueParams{Now: ptr(chat.Timestamp(now)), Own: own, Waiting: waiting, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("find sessions to rescue: %w", mapErr(err))
 	}

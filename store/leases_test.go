@@ -33,7 +33,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	require.Equal(t, "a", l.Node, "a holds it: b gets who does")
 	require.Equal(t, chat.Session{}, sess)
 
-	held, err := s.LeaseRenew(b.ctx, "a", now.Add(ttl/2), ttl)
+	held, err := s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, now.Add(ttl/2), ttl)
 	require.NoError(t, err)
 	require.Equal(t, []store.HeldLease{{SessionID: id, Token: 1}}, held)
 	_, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", now.Add(ttl+time.Second), ttl)
@@ -46,9 +46,12 @@ func TestLeaseLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.Lease{Node: "b", Addr: "10.0.0.2:8080", ExpiresAt: later.Add(ttl), Token: 2}, l)
 	require.Equal(t, id, sess.ID)
-	held, err = s.LeaseRenew(b.ctx, "a", later, ttl)
+	held, err = s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, later, ttl)
 	require.NoError(t, err)
 	require.Empty(t, held, "a learns that it lost it")
+	held, err = s.LeaseRenew(b.ctx, "b", map[uuid.UUID]int64{id: 1}, later, ttl)
+	require.NoError(t, err)
+	require.Empty(t, held, "a token that is not the lease's renews nothing")
 
 	require.NoError(t, s.LeaseRelease(b.ctx, id, "a", 1))
 	got, err := s.LeaseGet(b.ctx, id)

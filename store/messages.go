@@ -93,7 +93,10 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.
 	if err != nil {
 		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
 	}
-	if s.fenced(ctx, cur.Message.SessionID) {
+	if fenced, err := s.fenced(ctx, cur.Message.SessionID); err != nil || fenced {
+		if err != nil {
+			return fmt.Errorf("update message %s: %w", m.ID, err)
+		}
 		return fmt.Errorf("update message %s: %w", m.ID, ErrFenced)
 	}
 	return fmt.Errorf("update message %s: %w: status is %s, not %s", m.ID, ErrStale, cur.Message.Status, orList(from))

@@ -52,7 +52,10 @@ func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message, m
 // notStarted is the error of a run start that wrote nothing: the owner's limit when the
 // count reached it, the fence when the lease was taken over, else a session that is gone.
 func (s *Store) notStarted(ctx context.Context, op string, sessionID uuid.UUID, active int64, maxActive int) error {
-	if s.fenced(ctx, sessionID) {
+	if fenced, err := s.fenced(ctx, sessionID); err != nil || fenced {
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
 		return fmt.Errorf("%s: session %s: %w", op, sessionID, ErrFenced)
 	}
 	if maxActive > 0 && active >= int64(maxActive) {
@@ -153,8 +156,14 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 		})
 		return err
 	})
-	if err == nil && row.Moved == 0 && maxActive > 0 && row.Active >= int64(maxActive) && !s.fenced(ctx, run.SessionID) {
-		return fmt.Errorf("continue run %s: %w: %d active, the limit is %d", run.ID, ErrRunLimit, row.Active, maxActive)
+	if err == nil && row.Moved == 0 && maxActive > 0 && row.Active >= int64(maxActive) {
+		fenced, ferr := s.fenced(ctx, run.SessionID)
+		if ferr != nil {
+			return fmt.Errorf("continue run %s: %w", run.ID, ferr)
+		}
+		if !fenced {
+			return fmt.Errorf("continue run %s: %w: %d active, the limit is %d", run.ID, ErrRunLimit, row.Active, maxActive)
+		}
 	}
 	return s.checkRunUpdate(ctx, run.ID, from, row.Moved, err)
 }
@@ -195,7 +204,10 @@ func (s *Store) checkRunUpdate(ctx context.Context, id uuid.UUID, from []chat.Ru
 	if err != nil {
 		return fmt.Errorf("update run %s: %w", id, mapErr(err))
 	}
-	if s.fenced(ctx, cur.SessionID) {
+	if fenced, err := s.fenced(ctx, cur.SessionID); err != nil || fenced {
+		if err != nil {
+			return fmt.Errorf("update run %s: %w", id, err)
+		}
 		return fmt.Errorf("update run %s: %w", id, ErrFenced)
 	}
 	return fmt.Errorf("update run %s: %w: status is %s, not %s", id, ErrStale, cur.Status, orList(from))

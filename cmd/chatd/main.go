@@ -287,6 +287,9 @@ func (m *Main) build() error {
 		return err
 	}
 	m.http = newListener(m.cfg.Addr, m.srv.Handler())
+	// The HTTP server's Shutdown waits for its requests: the AI SDK's streams end first
+	// (their clients resume), or one waiting for an approval would hold it up.
+	m.http.srv.RegisterOnShutdown(aisdkHandler.Shutdown)
 	if m.cfg.AdminAddr != AdminOff {
 		m.admin = newListener(m.cfg.AdminAddr, m.adminHandler(m.registry))
 	}
@@ -297,7 +300,9 @@ func (m *Main) build() error {
 	// 1001, then the sandboxes' processes are killed, then the pool closes. A service
 	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
 	// one the hub's writes rely on (lease renewal) goes before it.
-	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger()}
+	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger(),
+		// Runs are not continued: a dead node's runs that wait for a person end too.
+		RescueWaiting: m.cfg.Recover != RecoverContinue}
 	m.renewer, m.rescuer = lease.NewRenewer(leases), lease.NewRescuer(leases)
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatd_leases_held",

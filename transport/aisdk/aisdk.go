@@ -66,9 +66,10 @@ type Config struct {
 
 // Handler serves /v1/aisdk/.
 type Handler struct {
-	cfg Config
-	log zerolog.Logger
-	mux *http.ServeMux
+	cfg     Config
+	log     zerolog.Logger
+	mux     *http.ServeMux
+	streams streams
 }
 
 // New returns the endpoints.

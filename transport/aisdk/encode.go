@@ -3,6 +3,7 @@ package aisdk
 import (
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 
@@ -21,8 +22,10 @@ type encoder struct {
 	run     uuid.UUID
 	started bool
 	ended   bool
-	// active: the catch-up found the run still running (for the resume endpoint).
+	// active: the catch-up found the run still running; found: it found the run at all.
+	// Written by the actor's goroutine, read by the handler's after the hello.
 	active bool
+	found  atomic.Bool
 	kinds  map[uuid.UUID]chat.MessageKind // open segments
 	output map[string]string              // tool call id → output so far
 	asked  map[string]bool                // tool calls whose approval request was sent
@@ -243,6 +246,7 @@ func (e *encoder) replay(cu conversation.CatchUp, c *chunks) ([][]byte, error) {
 	default:
 		return nil, nil // not this run's: another is active, or it is older than the snapshot
 	}
+	e.found.Store(true)
 	e.start(c)
 	for _, m := range snap.Messages {
 		if m.RunID == nil || *m.RunID != e.run || m.Role == chat.RoleUser {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,10 +16,43 @@ import (
 // closeGrace bounds how long a stream asked to end may take to.
 const closeGrace = 5 * time.Second
 
+// streams are the open streams, so a shutdown can end them: an HTTP server's Shutdown
+// waits for its requests, and a stream lasts as long as its run.
+type streams struct {
+	mu  sync.Mutex
+	set map[*transport.Outbox]struct{}
+}
+
+func (s *streams) add(o *transport.Outbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set == nil {
+		s.set = map[*transport.Outbox]struct{}{}
+	}
+	s.set[o] = struct{}{}
+}
+
+func (s *streams) remove(o *transport.Outbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.set, o)
+}
+
+// Shutdown ends every open stream after what it has queued (its clients resume, on
+// another node or this one back): register it with the HTTP server's RegisterOnShutdown.
+func (h *Handler) Shutdown() {
+	h.streams.mu.Lock()
+	defer h.streams.mu.Unlock()
+	for o := range h.streams.set {
+		o.Close(transport.DisconnectShutdown, true)
+	}
+}
+
 // sseWriter is a stream's transport.Writer: the handler's goroutine writes, woken here.
 type sseWriter struct {
 	wake chan struct{}
 	cut  context.CancelFunc
+	rc   *http.ResponseController
 }
 
 func (s *sseWriter) Wake() {
@@ -28,7 +62,12 @@ func (s *sseWriter) Wake() {
 	}
 }
 
-func (s *sseWriter) Cut() { s.cut() }
+// Cut ends a stream whose close did not go through in time: a write stuck on a client
+// that does not read fails at once.
+func (s *sseWriter) Cut() {
+	s.cut()
+	_ = s.rc.SetWriteDeadline(time.Now())
+}
 
 // stream answers with run runID of session sid as a UI message stream: the run from its
 // start (a snapshot's worth), then its live events, until it ends. The stream is a
@@ -56,7 +95,7 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner strin
 	enc.needsApproval, enc.continuation = h.cfg.NeedsApproval, o.continuation
 	// A format of its own: the encoder keeps state per stream.
 	format := conversation.NewFormat("aisdk", enc.event)
-	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel}
+	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel, rc: http.NewResponseController(w)}
 	out := transport.NewOutbox(&transport.OutboxOptions{
 		Format:        format,
 		EncodeCatchUp: enc.catchUp,
@@ -79,10 +118,18 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner strin
 		h.fail(w, r, err)
 		return
 	}
-	if !enc.started && resume {
-		w.WriteHeader(http.StatusNoContent)
+	if !enc.found.Load() {
+		if resume {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		// The run is not the session's latest any more (a retry of an older message):
+		// it will publish nothing, and what it was is in the transcript.
+		writeError(w, errorf(conversation.CodeConflict, "run %s is not the chat's latest; GET the transcript for it", runID))
 		return
 	}
+	h.streams.add(out)
+	defer h.streams.remove(out)
 	if o.then != nil {
 		if err := o.then(ctx); err != nil {
 			h.fail(w, r, err)
@@ -95,7 +142,7 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner strin
 	hd.Set("X-Accel-Buffering", "no")
 	hd.Set("x-vercel-ai-ui-message-stream", "v1")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	rc := sw.rc
 	_ = rc.Flush()
 
 	var spare [][]byte
