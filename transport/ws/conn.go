@@ -22,10 +22,13 @@ import (
 // (writer.go). The outbox is the conversation.Subscriber of the session: the actor
 // queues frames on it without ever blocking.
 type conn struct {
-	s   *Server
-	ws  *websocket.Conn
-	req *http.Request
-	ctx context.Context
+	s  *Server
+	ws *websocket.Conn
+	// batch gathers a batch of frames into one write(2) (nil in tests that build a
+	// conn without the server's Accept).
+	batch *batchConn
+	req   *http.Request
+	ctx   context.Context
 	// stop cancels ctx; cut also closes the socket.
 	stop context.CancelFunc
 	out  *transport.Outbox

@@ -262,7 +262,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // it after its hello when another node holds its session).
 func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) {
 	pongs := new(atomic.Int64)
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	bw := &batchingWriter{ResponseWriter: w}
+	ws, err := websocket.Accept(bw, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{Subprotocol},
 		InsecureSkipVerify: true,
 		OnPongReceived:     func(context.Context, []byte) { pongs.Add(1) },
@@ -280,6 +281,7 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 	ws.SetReadLimit(s.cfg.ReadLimit)
 
 	c := newConn(s, ws, r)
+	c.batch = bw.conn
 	c.pongs = pongs
 	c.host = host
 	if d, ok := s.track(c); !ok {

@@ -56,7 +56,16 @@ func (c *conn) writeLoop() {
 // registers and removes a context.AfterFunc around every frame, 5% of chatd's CPU when
 // fanning out. A write stuck on a peer that does not read ends when cut closes the
 // socket (the close grace period, a failed ping, shutdown).
-func (c *conn) write(frames [][]byte) (int, error) {
+func (c *conn) write(frames [][]byte) (n int, err error) {
+	if c.batch != nil && len(frames) > 1 {
+		// Several frames leave in one write(2) (see batchConn).
+		c.batch.begin()
+		defer func() {
+			if ferr := c.batch.end(); err == nil {
+				err = ferr
+			}
+		}()
+	}
 	for i, f := range frames {
 		if err := c.ws.Write(context.Background(), websocket.MessageText, f); err != nil {
 			return i, err
