@@ -20,7 +20,14 @@ type fencing struct {
 	j *journal
 }
 
-func (f fencing) check(err error) error {
+// write makes one write of the actor, unless the journal is fenced out (then it fails at
+// once, without asking the database), and marks the journal fenced out when the
+// database refuses it for the fence.
+func (f fencing) write(w func() error) error {
+	if f.j.fencedOut {
+		return store.ErrFenced
+	}
+	err := w()
 	if errors.Is(err, store.ErrFenced) && !f.j.fencedOut {
 		f.j.fencedOut = true
 		f.j.metrics.fencedWrites.Inc()
@@ -29,68 +36,42 @@ func (f fencing) check(err error) error {
 	return err
 }
 
-// out is the error of a write attempted once the journal is fenced out.
-func (f fencing) out() error {
-	if f.j.fencedOut {
-		return store.ErrFenced
-	}
-	return nil
-}
-
 func (f fencing) MessageInsert(ctx context.Context, m chat.Message) error {
-	if err := f.out(); err != nil {
-		return err
-	}
-	return f.check(f.Store.MessageInsert(ctx, m))
+	return f.write(func() error { return f.Store.MessageInsert(ctx, m) })
 }
 
 func (f fencing) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error {
-	if err := f.out(); err != nil {
-		return err
-	}
-	return f.check(f.Store.MessageUpdate(ctx, m, from...))
+	return f.write(func() error { return f.Store.MessageUpdate(ctx, m, from...) })
 }
 
-func (f fencing) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error) {
-	if err := f.out(); err != nil {
-		return 0, err
-	}
-	n, err := f.Store.MessagesSettleRun(ctx, runID, status, now, except...)
-	return n, f.check(err)
+func (f fencing) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (n int64, err error) {
+	err = f.write(func() (err error) {
+		n, err = f.Store.MessagesSettleRun(ctx, runID, status, now, except...)
+		return err
+	})
+	return n, err
 }
 
 func (f fencing) RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error {
-	if err := f.out(); err != nil {
-		return err
-	}
-	return f.check(f.Store.RunStart(ctx, run, user, maxActive))
+	return f.write(func() error { return f.Store.RunStart(ctx, run, user, maxActive) })
 }
 
 func (f fencing) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error {
-	if err := f.out(); err != nil {
-		return err
-	}
-	return f.check(f.Store.RunStartRetry(ctx, run, maxActive))
+	return f.write(func() error { return f.Store.RunStartRetry(ctx, run, maxActive) })
 }
 
-func (f fencing) MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error) {
-	if err := f.out(); err != nil {
-		return false, err
-	}
-	ok, err := f.Store.MessageDeleteEmpty(ctx, id)
-	return ok, f.check(err)
+func (f fencing) MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (deleted bool, err error) {
+	err = f.write(func() (err error) {
+		deleted, err = f.Store.MessageDeleteEmpty(ctx, id)
+		return err
+	})
+	return deleted, err
 }
 
 func (f fencing) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error {
-	if err := f.out(); err != nil {
-		return err
-	}
-	return f.check(f.Store.RunUpdate(ctx, run, from...))
+	return f.write(func() error { return f.Store.RunUpdate(ctx, run, from...) })
 }
 
 func (f fencing) RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error {
-	if err := f.out(); err != nil {
-		return err
-	}
-	return f.check(f.Store.RunContinue(ctx, run, maxActive, from...))
+	return f.write(func() error { return f.Store.RunContinue(ctx, run, maxActive, from...) })
 }

@@ -75,18 +75,12 @@ func (h *Hub) Hello(ctx context.Context, id uuid.UUID, req conversation.HelloReq
 // Continue continues a run of session id from its checkpoint (see Actor.Continue),
 // starting the session's actor if needed. Errors are those of Actor.Continue, and
 // ErrClosed.
-func (h *Hub) Continue(ctx context.Context, id uuid.UUID, req conversation.ContinueRequest) (conversation.SendResult, error) {
-	for attempt := 0; ; attempt++ {
-		a, err := h.get(ctx, id)
-		if err != nil {
-			return conversation.SendResult{}, err
-		}
-		res, err := a.Continue(ctx, req)
-		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
-			continue
-		}
-		return res, err
-	}
+func (h *Hub) Continue(ctx context.Context, id uuid.UUID, req conversation.ContinueRequest) (res conversation.SendResult, err error) {
+	err = h.Do(ctx, id, func(a *conversation.Actor) (err error) {
+		res, err = a.Continue(ctx, req)
+		return err
+	})
+	return res, err
 }
 
 // get returns the actor of session id, starting one if needed. While the session is
@@ -259,17 +253,7 @@ func (h *Hub) Lost(ctx context.Context, lost map[uuid.UUID]int64) {
 
 // Rescue takes up session id, whose run no live node drives (see Actor.Rescue).
 func (h *Hub) Rescue(ctx context.Context, id uuid.UUID) error {
-	for attempt := 0; ; attempt++ {
-		a, err := h.get(ctx, id)
-		if err != nil {
-			return err
-		}
-		err = a.Rescue(ctx)
-		if errors.Is(err, conversation.ErrStopped) && attempt < 8 {
-			continue
-		}
-		return err
-	}
+	return h.Do(ctx, id, func(a *conversation.Actor) error { return a.Rescue(ctx) })
 }
 
 // Do calls f with session id's actor, starting it if needed, and again with a new one

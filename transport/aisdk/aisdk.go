@@ -94,17 +94,8 @@ func New(cfg Config) *Handler {
 
 // ServeHTTP serves the endpoints, with CORS for the allowed origins (a UI's own server).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if origin := r.Header.Get("Origin"); origin != "" && transport.OriginAllowed(r, h.cfg.AllowedOrigins) {
-		hd := w.Header()
-		hd.Set("Access-Control-Allow-Origin", origin)
-		hd.Add("Vary", "Origin")
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			hd.Set("Access-Control-Allow-Methods", "GET, POST")
-			hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
-			hd.Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
+	if httpapi.CORS(w, r, h.cfg.AllowedOrigins, "GET, POST") {
+		return
 	}
 	h.mux.ServeHTTP(w, r)
 }
@@ -125,11 +116,10 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": ce.Code, "message": ce.Message}})
 }
 
+// writeJSON answers with v: per user and changing, never from a cache.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	httpapi.WriteJSON(w, status, v)
 }
 
 func (h *Handler) authed(f func(w http.ResponseWriter, r *http.Request, owner string)) http.HandlerFunc {
@@ -353,31 +343,12 @@ func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID,
 		res, err := a.Send(ctx, conversation.SendRequest{RequestID: last.ID, Content: strings.Join(text, "\n")})
 		return res.RunID, err
 	case "assistant":
-		// useChat sends the conversation again after addToolApprovalResponse: decide what
-		// its tool parts answered, then stream the run on.
-		var runID uuid.UUID
-		for _, p := range last.Parts {
-			if p.State != "approval-responded" || p.Approval == nil || p.Approval.Approved == nil {
-				continue
-			}
-			call := p.ToolCallID
-			if call == "" {
-				call = p.Approval.ID
-			}
-			res, err := a.Decide(ctx, uuid.Nil, call, *p.Approval.Approved)
-			if err != nil && !isDecided(err) {
-				return uuid.Nil, err
-			}
-			runID = res.RunID
+		// An assistant message without approval answers (send decides those): the
+		// message is a run, streamed as it is.
+		if id, err := uuid.Parse(last.ID); err == nil {
+			return id, nil
 		}
-		if runID == uuid.Nil {
-			if id, err := uuid.Parse(last.ID); err == nil {
-				runID = id // the assistant message is a run: stream it as it is
-			} else {
-				return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message is an assistant message without an approval response")
-			}
-		}
-		return runID, nil
+		return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message is an assistant message without an approval response")
 	}
 	return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message's role is %q; chatd answers user messages", last.Role)
 }

@@ -81,22 +81,34 @@ func New(cfg Config) (*API, error) {
 // elsewhere (a UI's own dev server, say) may list, rename and delete. Tokens travel in
 // the Authorization header, never in cookies, so credentials are not allowed.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	origin := r.Header.Get("Origin")
-	if origin != "" && transport.OriginAllowed(r, a.cfg.AllowedOrigins) {
-		h := w.Header()
-		h.Set("Access-Control-Allow-Origin", origin)
-		h.Add("Vary", "Origin")
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h.Set("Access-Control-Allow-Methods", "GET, PATCH, DELETE")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
-			h.Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
+	if CORS(w, r, a.cfg.AllowedOrigins, "GET, PATCH, DELETE") {
+		return
 	}
-	// Another origin gets no CORS headers: its page cannot read the answer, and its
-	// preflight (needed for PATCH and DELETE) fails, so they are never sent.
 	a.mux.ServeHTTP(w, r)
+}
+
+// CORS answers chatd's HTTP endpoints' cross-origin part: a request from an allowed
+// origin gets its Access-Control-Allow-Origin, and its preflight (methods, the
+// Authorization and Content-Type headers) is answered here, when CORS reports true.
+// Another origin gets no CORS headers: its page cannot read the answer, and its
+// preflight fails, so what needs one is never sent. Tokens travel in the Authorization
+// header, never in cookies, so credentials are not allowed.
+func CORS(w http.ResponseWriter, r *http.Request, origins []string, methods string) (answered bool) {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !transport.OriginAllowed(r, origins) {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Methods", methods)
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 // authed authenticates the request's bearer token and passes the user on.
@@ -188,7 +200,10 @@ func badRequest(message string) error {
 }
 
 // writeJSON answers with v, which always encodes (the package's own wire types).
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(w http.ResponseWriter, status int, v any) { WriteJSON(w, status, v) }
+
+// WriteJSON answers with v as JSON, for chatd's HTTP endpoints.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
