@@ -32,7 +32,7 @@ func (s *Store) MessageInsert(ctx context.Context, m chat.Message) error {
 		p.ToolStatus = ptr(string(m.Tool.Status))
 	}
 	p.Fence = fenceOf(ctx)
-	n, err := s.q.MessageInsert(ctx, s.db, p)
+	n, err := s.q.MessageInsert(ctx, s.w, p)
 	if err != nil {
 		return fmt.Errorf("insert message %d: %w", m.Position, mapErr(err))
 	}
@@ -80,7 +80,7 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.
 		p.ToolStatus = ptr(string(m.Tool.Status))
 	}
 	p.Fence = fenceOf(ctx)
-	n, err := s.q.MessageUpdate(ctx, s.db, p)
+	n, err := s.q.MessageUpdate(ctx, s.w, p)
 	if err != nil {
 		return fmt.Errorf("update message %s: %w", m.ID, mapErr(err))
 	}
@@ -156,7 +156,7 @@ func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status c
 	if except == nil {
 		except = []uuid.UUID{}
 	}
-	n, err := s.q.MessagesSettleRuns(ctx, s.db, queries.MessagesSettleRunsParams{
+	n, err := s.q.MessagesSettleRuns(ctx, s.w, queries.MessagesSettleRunsParams{
 		Status:    string(status),
 		UpdatedAt: chat.Timestamp(now),
 		RunIds:    []uuid.UUID{runID},

@@ -128,6 +128,28 @@ func (m *Metrics) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 	return context.WithValue(ctx, traceKey{}, trace{start: time.Now(), stmt: m.statement(data.SQL)})
 }
 
+// TraceBatchStart implements pgx.BatchTracer: each statement of a batch is counted like
+// one sent alone, its duration from the batch's start to its own result.
+func (m *Metrics) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, traceKey{}, trace{start: time.Now()})
+}
+
+// TraceBatchQuery implements pgx.BatchTracer.
+func (m *Metrics) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	t, ok := ctx.Value(traceKey{}).(trace)
+	if !ok {
+		return
+	}
+	stmt := m.statement(data.SQL)
+	stmt.duration.Observe(time.Since(t.start).Seconds())
+	if data.Err != nil {
+		stmt.errors.Inc()
+	}
+}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (m *Metrics) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // TraceQueryEnd implements pgx.QueryTracer.
 func (m *Metrics) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
 	t, ok := ctx.Value(traceKey{}).(trace)

@@ -2,12 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
@@ -67,22 +70,59 @@ func (s *Store) notStarted(ctx context.Context, op string, sessionID uuid.UUID, 
 // withOwnerLock runs f, which counts the active runs of the session's owner and starts
 // one only under the limit, holding the owner's lock (RunOwnerLock) when there is a
 // limit: f's statement sees every start before it, on every process, so two starts at
-// once cannot both take the last place. Without a limit f runs as it is, at one round
-// trip; with one it costs a transaction (begin, lock, f, commit).
+// once cannot both take the last place. Without a limit f runs as it is. With one, the
+// lock and f's statement go out as one batch: one round trip, and one implicit
+// transaction, so the lock is held until the statement commits, and the statement,
+// whose snapshot is taken after the lock, sees every start committed before. Either
+// way a run starts in one round trip, which a slow database makes the whole cost of a
+// first token.
 func (s *Store) withOwnerLock(ctx context.Context, sessionID uuid.UUID, maxActive int, f func(queries.DBTX) error) error {
 	if maxActive <= 0 {
-		return f(s.db)
+		return f(s.w)
 	}
-	locked := func(tx pgx.Tx) error {
+	if tx, ok := s.db.(pgx.Tx); ok { // inside InTx: the lock lasts until that commits
 		if err := s.q.RunOwnerLock(ctx, tx, sessionID); err != nil {
 			return err
 		}
 		return f(tx)
 	}
-	if tx, ok := s.db.(pgx.Tx); ok { // inside InTx: the lock lasts until that commits
-		return locked(tx)
+	b := &lockedBatch{pool: s.pool}
+	if err := s.q.RunOwnerLock(ctx, b, sessionID); err != nil {
+		return err
 	}
-	return pgx.BeginFunc(ctx, s.pool, locked)
+	return f(b)
+}
+
+// lockedBatch is the DBTX of a locked run start: statements executed on it are queued,
+// and the first row read sends them all, that read's statement last, as one batch.
+type lockedBatch struct {
+	pool *pgxpool.Pool
+	b    pgx.Batch
+}
+
+func (l *lockedBatch) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	l.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (l *lockedBatch) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("store: a locked batch reads one row")
+}
+
+func (l *lockedBatch) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return batchRow{l, ctx, sql, args}
+}
+
+type batchRow struct {
+	l    *lockedBatch
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	r.l.b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return r.l.pool.SendBatch(r.ctx, &r.l.b).Close()
 }
 
 // RunGet returns the run with id, or ErrNotFound.
@@ -120,7 +160,7 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 	}
 	p := runUpdateParams(run, from)
 	p.Fence = fenceOf(ctx)
-	n, err := s.q.RunUpdate(ctx, s.db, p)
+	n, err := s.q.RunUpdate(ctx, s.w, p)
 	return s.checkRunUpdate(ctx, run.ID, from, n, err)
 }
 

@@ -35,12 +35,14 @@ var (
 type Store struct {
 	pool *pgxpool.Pool
 	db   queries.DBTX
-	q    *queries.Queries
+	// w makes the actors' writes: grouped into batches (group.go), or db in InTx.
+	w queries.DBTX
+	q *queries.Queries
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool and closes it.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, db: pool, q: queries.New()}
+	return &Store{pool: pool, db: pool, w: newGroupDB(pool), q: queries.New()}
 }
 
 // Pool returns the pool the store uses, for tests and tools that need plain SQL.
@@ -58,7 +60,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // The Store passed to fn must not be used after fn returns.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return fn(&Store{pool: s.pool, db: tx, q: s.q})
+		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q})
 	})
 }
 

@@ -38,6 +38,7 @@ func newDatabase(url string, reg prometheus.Registerer) (*database, error) {
 		poolCfg.MaxConns = 16
 	}
 	poolCfg.ConnConfig.Tracer = store.NewMetrics(reg)
+	poolCfg.AfterConnect = store.PrepareHot
 	return &database{url: url, poolCfg: poolCfg, registry: reg}, nil
 }
 
