@@ -80,6 +80,7 @@ func (h *harness) runStatus() chat.RunStatus {
 	h.t.Helper()
 	run := h.sub.ActiveRun()
 	require.NotNil(h.t, run)
+	require.NoError(h.t, h.actor.Flush(context.Background())) // its writes are stored behind its events
 	stored, err := h.st.RunGet(context.Background(), uuid.MustParse(run.RunID))
 	require.NoError(h.t, err)
 	return stored.Status

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 
@@ -54,7 +55,7 @@ func Transcript(history []chat.Message) []Message {
 			step().Text += m.Content
 		case m.Role == chat.RoleTool && m.Tool != nil:
 			s := step()
-			s.ToolCalls = append(s.ToolCalls, ToolCall{ID: m.Tool.CallID, Name: m.Tool.Name, Input: m.Tool.Input})
+			s.ToolCalls = append(s.ToolCalls, ToolCall{ID: m.Tool.CallID, Name: m.Tool.Name, Input: canonicalJSON(m.Tool.Input)})
 			results = append(results, toolResult(m))
 		}
 	}
@@ -198,4 +199,28 @@ func Trim(msgs []Message, budget int) []Message {
 		}
 	}
 	return msgs[starts[len(starts)-1]:]
+}
+
+// canonicalJSON returns input compact, with object keys sorted and numbers as written:
+// the same bytes for a call's input whether the history comes from the actor's memory
+// (as the model wrote it) or from the database (as PostgreSQL's jsonb prints it), so a
+// model's prompt, and a provider's prompt cache, do not change with where it was read.
+// Input that does not parse is returned as it is.
+func canonicalJSON(input json.RawMessage) json.RawMessage {
+	if len(input) == 0 {
+		return input
+	}
+	dec := json.NewDecoder(bytes.NewReader(input))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return input
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false) // the model reads "<", not "\u003c"
+	if enc.Encode(v) != nil {
+		return input
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
 }

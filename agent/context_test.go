@@ -191,7 +191,7 @@ func TestSecondRunSeesTheFirst(t *testing.T) {
 	require.Equal(t, []agent.Message{
 		{Role: agent.RoleUser, Text: "first question"},
 		{Role: agent.RoleAssistant, Text: "Calling.", Reasoning: []agent.Reasoning{{Text: "hmm", Signature: "sig"}},
-			ToolCalls: []agent.ToolCall{{ID: "e1", Name: "echo", Input: json.RawMessage(`{"x": 1}`)}}},
+			ToolCalls: []agent.ToolCall{{ID: "e1", Name: "echo", Input: json.RawMessage(`{"x":1}`)}}},
 		{Role: agent.RoleTool, ToolCallID: "e1", ToolName: "echo", Result: "echoed"},
 		{Role: agent.RoleAssistant, Text: "First answer."},
 		{Role: agent.RoleUser, Text: "second question"},
@@ -232,4 +232,21 @@ func TestTranscriptOfAContinuedRun(t *testing.T) {
 		{Role: agent.RoleTool, ToolCallID: "i2", ToolName: "shell", Result: agent.InterruptedResult, IsError: true},
 		{Role: agent.RoleAssistant, Text: "Hello world!"},
 	}, got)
+}
+
+// A call's input reaches the model as the same bytes whether the history came from the
+// actor's memory (as the model wrote it) or from the database (as jsonb prints it), so a
+// provider's prompt cache sees the same prefix.
+func TestTranscriptInputIsTheSameFromMemoryAndFromTheDatabase(t *testing.T) {
+	call := func(input string) []chat.Message {
+		return []chat.Message{
+			{Role: chat.RoleUser, Content: "go"},
+			{Role: chat.RoleTool, Status: chat.MessageComplete, Tool: &chat.ToolCall{CallID: "c1", Name: "t", Input: json.RawMessage(input)}},
+		}
+	}
+	asWritten := agent.Transcript(call(`{"query":"<b> & c","n":1.50,"list":[1,2,{"z":true,"a":null}]}`))
+	asJSONB := agent.Transcript(call(`{"n": 1.50, "list": [1, 2, {"a": null, "z": true}], "query": "<b> & c"}`))
+	require.Equal(t, asWritten, asJSONB)
+	require.JSONEq(t, `{"query":"<b> & c","n":1.50,"list":[1,2,{"z":true,"a":null}]}`, string(asWritten[1].ToolCalls[0].Input))
+	require.Contains(t, string(asWritten[1].ToolCalls[0].Input), "<b> & c", "not escaped for HTML")
 }

@@ -103,9 +103,11 @@ func TestRunAwaitingApprovalIsNotAbandoned(t *testing.T) {
 	require.Equal(t, chat.RunAwaitingApproval, run.Status)
 }
 
-// roundTrip makes the actor handle one intent: everything queued before it is done.
+// roundTrip makes the actor handle one intent: everything queued before it is done, and
+// the writes it made are stored (or wait for a retry).
 func roundTrip(t *testing.T, a *conversation.Actor) {
 	t.Helper()
 	_, err := a.History(context.Background(), 0, 1)
 	require.NoError(t, err)
+	_ = a.Flush(context.Background()) // an error: a write waits for its retry
 }

@@ -133,14 +133,28 @@ func (a *Actor) loop() {
 			a.handle(it)
 		case f := <-a.timerC:
 			a.onTimer(f)
+		case <-a.journal.signal:
+			a.onWrites()
 		}
-		if a.journal.fencedOut {
+		if a.journal.fencedOut.Load() {
 			a.moved("a write was refused by the lease's fence")
 		}
 		a.checkTimers()
 	}
-	// A lease the actor still holds goes back at once: another node may then take the
-	// session without waiting for it to expire.
+	// What is queued is stored before the lease goes (an eviction's suspend queued the
+	// run's state); a fenced-out writer stops after the write it is making. A lease the
+	// actor still holds goes back at once: another node may then take the session
+	// without waiting for it to expire.
+	if a.journal.fencedOut.Load() {
+		a.journal.halt()
+	} else {
+		a.journal.flush()
+		a.journal.drain()
+		if a.journal.pending() {
+			// The next start-up marks the run interrupted and its open rows with it.
+			a.logger().Error().Msg("stopping with writes the database did not take")
+		}
+	}
 	a.journal.releaseLease()
 	a.idleT.disarm()
 	a.abandonT.disarm()
@@ -226,6 +240,13 @@ func (a *Actor) handle(it intent) {
 	case *stopIntent:
 		a.stop()
 		it.reply <- result[struct{}]{}
+	case *flushIntent:
+		a.journal.drain()
+		var err error
+		if a.journal.pending() {
+			err = errorf(CodeStorage, "writes of the session wait for a retry: the database is unavailable")
+		}
+		it.reply <- result[struct{}]{err: err}
 	case *deleteIntent:
 		a.deleted()
 		it.reply <- result[struct{}]{}
@@ -311,12 +332,7 @@ func (a *Actor) stop() {
 		delete(a.subs, sub)
 		sub.Dropped(DropShutdown)
 	}
-	a.journal.flush()
-	if a.journal.pending() {
-		// The next start-up marks the run interrupted and its open rows with it.
-		a.logger().Error().Msg("stopping with writes the database did not take")
-	}
-	a.stopped = true
+	a.stopped = true // the loop stores what is queued as it ends
 }
 
 // deleted ends the actor of a deleted session: the active run is cancelled, every

@@ -117,6 +117,19 @@ func (a *Actor) Stop(ctx context.Context) error {
 	return err
 }
 
+// Flush waits until the writes the actor has made so far are stored: writes are stored
+// behind the events (write-behind), so a reader of the database that must see what
+// clients were told (a transcript read right after a run ended, a test) flushes the
+// session's actor first. It returns a CodeStorage *Error when a write failed and waits
+// for its retry, and nil for a stopped actor (it stored its writes when it stopped).
+func (a *Actor) Flush(ctx context.Context) error {
+	_, err := call(ctx, a, func(r chan result[struct{}]) intent { return &flushIntent{r} })
+	if errors.Is(err, ErrStopped) {
+		return nil
+	}
+	return err
+}
+
 // Delete ends the actor of a session that is being deleted: the active run is cancelled
 // (its end stored and published), every subscriber is let go with DropDeleted, and the
 // actor stops taking intents; Wait then waits for the run goroutine. It writes nothing
@@ -158,6 +171,7 @@ type (
 	unsubscribeIntent struct{ sub Subscriber }
 	stopIntent        struct{ reply chan result[struct{}] }
 	deleteIntent      struct{ reply chan result[struct{}] }
+	flushIntent       struct{ reply chan result[struct{}] }
 )
 
 // call sends an intent built around a reply channel and waits for the answer. The reply

@@ -179,6 +179,9 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 	} else if err := a.endTool(run, tool, chat.MessageComplete, chat.ToolDenied, DeclinedOutput, nil); err != nil {
 		a.logger().Error().Err(err).Msg("store a denial")
 	}
+	// The decision is stored before the agent hears of it: an approved call must not run
+	// while the database still says it waits (a crash would ask, and run it, again).
+	a.journal.drain()
 	ch <- Decision{Approved: approved}
 	run.decided[callID] = ch
 
@@ -204,6 +207,10 @@ func (a *Actor) setStatus(run *runState, status chat.RunStatus) {
 	if err := a.journal.updateRun(run.info); err != nil {
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
 	}
+	// Stored before it is told: a run shown waiting for a person must wait in the
+	// database too, or a crash would lose the approval every tab shows. (A status
+	// change is no token: nothing streams while the run waits.)
+	a.journal.drain()
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
 }
 

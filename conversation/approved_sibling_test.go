@@ -67,7 +67,11 @@ func TestApprovedCallOfAWaitingStepRunsAfterTheActorWent(t *testing.T) {
 			if how == "restart" {
 				require.NoError(t, first.Stop(ctx))
 			} else {
-				first.Unsubscribe(ctx, s) // the tab closes; the run waits on b
+				s.Await(t, func(ev *conversation.Event) bool {
+					return ev.Type == conversation.EventRunStatus && ev.Run.PendingApproval != nil && ev.Run.PendingApproval.ToolCallID == "b"
+				})
+				first.Unsubscribe(ctx, s)            // the tab closes; the run waits on b
+				require.NoError(t, first.Flush(ctx)) // idle once its writes are stored
 				waitTimers(t, clock, 1)
 				clock.Advance(time.Minute) // evicted
 			}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store/storetest"
@@ -40,6 +41,17 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Statements sent in a batch (the store groups writes made at once) count one by one.
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: d.SQL})
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func (c *statementCounter) reset() {
 	c.mu.Lock()
@@ -101,6 +113,7 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 		require.NoError(t, err)
 		end := s.Await(t, convtest.Terminal)
 		require.EqualValues(t, "chat.done", end.Type)
+		require.NoError(t, a.Flush(ctx)) // the run's writes are stored behind its events
 		stmts := counter.taken()
 
 		msgs := s.Messages()
@@ -113,13 +126,63 @@ func TestStatementsPerRunDoNotGrowWithTokens(t *testing.T) {
 	require.Equal(t, len(small), len(large), "statements must not depend on the number of tokens")
 	// 2 segments + 1 tool call: at most 2 × 3 + 4 (the benchmark issue's bound).
 	require.LessOrEqual(t, len(large), 2*(2+1)+4)
-	// And exactly: the run and user message in one statement, one read of the history
-	// for the model, an insert and an update per segment and per tool call, the run's end.
-	require.Len(t, large, 1+1+2+2+2+1)
+	// And exactly: the run and user message in one statement, an insert and an update per
+	// segment and per tool call, the run's end. The model's history comes from the
+	// actor's memory of the session (its hello read it), not from a statement.
+	require.Len(t, large, 1+2+2+2+1)
 }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// A live session's snapshots come from the actor's memory: after the first hello's read,
+// hellos that need a snapshot (here: new tabs, mid-run, at a tool call and after the
+// end) make no statement at all, and each snapshot is what the live tab has, which is
+// what the database holds once the run's writes are stored.
+func TestSnapshotsOfALiveSessionComeFromMemory(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	st := storetest.New(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
+	gate, gate2 := script.NewGate(), script.NewGate()
+	a := startActor(t, st, script.New(
+		script.Text("first ", "part"), gate.Wait(),
+		script.Tool("c1", "lookup", `{"q": "x"}`, "result"),
+		script.Text("second"), gate2.Wait(), script.Text(" part"),
+	))
+	ctx := testCtx(t)
+	live := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: live})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+
+	snapshot := func() []chat.Message {
+		t.Helper()
+		require.NoError(t, a.Flush(ctx))
+		counter.reset()
+		s := convtest.New()
+		_, err := a.Hello(ctx, conversation.HelloRequest{Subscriber: s})
+		require.NoError(t, err)
+		snap := s.AwaitCatchUp(t, 1).Snapshot
+		require.NotNil(t, snap)
+		a.Unsubscribe(ctx, s)
+		require.Empty(t, counter.taken(), "a live session's snapshot reads nothing")
+		return snap.Messages
+	}
+	live.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta && ev.Text == "part" })
+	require.Empty(t, convtest.Diff(live.Messages(), snapshot()), "mid-segment")
+	require.NoError(t, gate.Pass(ctx))
+	live.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta && ev.Text == "second" })
+	require.Empty(t, convtest.Diff(live.Messages(), snapshot()), "after the tool call")
+	require.NoError(t, gate2.Pass(ctx))
+	require.EqualValues(t, "chat.done", live.Await(t, convtest.Terminal).Type)
+	snap := snapshot()
+	require.Empty(t, convtest.Diff(live.Messages(), snap), "after the end")
+	stored, _, err := st.MessagesBefore(ctx, a.SessionID(), 0, 100)
+	require.NoError(t, err)
+	require.Empty(t, convtest.Diff(stored, snap), "memory is the database")
+	require.Len(t, snap, 4)
 }

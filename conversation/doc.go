@@ -12,7 +12,7 @@
 //
 //	actor.go      the actor: its state, loop, timers, stop
 //	api.go        the methods other goroutines call (Hello, Send, Cancel, History, Stop,
-//	              Delete)
+//	              Flush, Delete)
 //	subscribe.go  hello, snapshot, history and publishing events to subscribers
 //	run.go        a run's life: send, begin, cancel, finish
 //	emitter.go    the run goroutine and the Emitter it gives the agent
@@ -21,6 +21,10 @@
 //	tools.go      tool calls; approval.go: approvals, pauses and usage
 //	journal.go    every database read and write of the actor: guarded updates, retries,
 //	              the overlay of what clients were told, lost-insert settlement
+//	writebehind.go the session's ordered write queue and its writer goroutine: writes
+//	              stored behind the events, so no token waits for the database
+//	recent.go     the session's newest messages and latest run, in memory: snapshots
+//	              and a run's history for its model without a database read
 //	ring.go       the replay ring of events; event.go: events, formats, subscribers
 //	deadlines.go  the eviction and abandonment deadlines of all actors, as services
 //

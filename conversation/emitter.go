@@ -2,12 +2,16 @@ package conversation
 
 import "encoding/json"
 
-// startAgent runs the agent in its own goroutine; what it emits comes back as intents.
-func (a *Actor) startAgent(run *runState, req Request) {
+// startAgent runs the agent in its own goroutine, on the request prepare returns; what
+// it emits comes back as intents.
+func (a *Actor) startAgent(run *runState, prepare func() (Request, error)) {
 	a.runs.Add(1)
 	go func() {
 		defer a.runs.Done()
-		err := a.callAgent(run, req)
+		req, err := prepare()
+		if err == nil {
+			err = a.callAgent(run, req)
+		}
 		select {
 		case a.inbox <- &runEndIntent{run, err}:
 		case <-a.done:

@@ -24,12 +24,11 @@ type fencing struct {
 // once, without asking the database), and marks the journal fenced out when the
 // database refuses it for the fence.
 func (f fencing) write(w func() error) error {
-	if f.j.fencedOut {
+	if f.j.fencedOut.Load() {
 		return store.ErrFenced
 	}
 	err := w()
-	if errors.Is(err, store.ErrFenced) && !f.j.fencedOut {
-		f.j.fencedOut = true
+	if errors.Is(err, store.ErrFenced) && f.j.fencedOut.CompareAndSwap(false, true) {
 		f.j.metrics.fencedWrites.Inc()
 		f.j.log().Warn().Err(err).Msg("a write was refused by the lease's fence: another node holds the session")
 	}

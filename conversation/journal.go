@@ -27,21 +27,25 @@ const (
 // session goes through it, in the actor's order. It owns what persistence needs beyond a
 // statement:
 //
-//   - message positions: the next one, read again when an insert's outcome is unknown;
+//   - message positions: the next one, read again when positions moved under it;
 //   - guarded updates: a run is written only while it is active, a message only while it
 //     is streaming, so a late write cannot rewrite what has ended; a refused write is
 //     logged and counted (chatd_writes_refused_total), never retried;
-//   - retries: an update the database did not take is kept, newest version per row, and
-//     retried in the order it was made, backing off while the database is down;
-//   - the overlay: rows read back show what clients were told, including kept updates;
-//   - lost inserts: an insert whose answer was lost may have committed a row the actor
-//     does not track; the end of its run settles such rows (retried like an update, and
-//     never over a row whose own final update is still to be stored);
-//   - a run start whose answer was lost: it is looked up before it is called failed.
+//   - retries: a write the database did not take stays queued and is retried, in the
+//     order it was made, backing off while the database is down (an insert retried after
+//     its answer was lost finds its own row, and counts as stored);
+//   - the overlay: rows read back show what clients were told, including queued writes;
+//   - settling: the rows of a run no agent drives are ended by one statement (never over
+//     a row whose own final update is still to be stored);
+//   - a run start whose answer was lost: it is looked up before it is called failed;
+//   - write-behind: a run's writes after its start are queued and stored in order by the
+//     session's writer goroutine (writebehind.go); reads lay the queue over the database;
+//   - memory: the session's newest messages and latest run, kept as they are written
+//     (recent.go).
 //
-// It is where the session lease's fence and write-behind will go: callers only say what
-// to store, never how. The journal belongs to its actor's goroutine and is not safe for
-// concurrent use.
+// Callers only say what to store, never how. The journal belongs to its actor's
+// goroutine and is not safe for concurrent use, except what writebehind.go shares with
+// the writer.
 type journal struct {
 	st      Store
 	session uuid.UUID
@@ -54,8 +58,10 @@ type journal struct {
 	loaded  bool
 	nextPos int64
 
-	unsaved    []pendingWrite     // oldest first; one entry per row
-	lost       map[uuid.UUID]bool // runs with an insert whose outcome is unknown
+	q          writeQueue         // write-behind: see writebehind.go
+	recent     recentMessages     // the newest messages, in memory: see recent.go
+	signal     chan struct{}      // the writer has news for the actor (buffered, 1)
+	lost       map[uuid.UUID]bool // runs whose rows may include ones the actor does not track
 	retryDelay time.Duration
 
 	// The session's lease (nil lease: none is held, the process is alone on its
@@ -65,15 +71,23 @@ type journal struct {
 	lease     *LeaseConfig
 	now       func() time.Time
 	token     *atomic.Int64
-	fencedOut bool
+	fencedOut atomic.Bool
 }
 
-// pendingWrite is a write the database has not taken: the newest version of a message
-// or a run, or the settling of a run's stray rows.
+// errFencedOut is what a write gets once the journal is fenced out.
+var errFencedOut = store.ErrFenced
+
+// pendingWrite is a write the database has not taken yet: a message's insert, the newest
+// version of a message or a run, or the settling of a run's stray rows.
 type pendingWrite struct {
 	msg    *chat.Message
+	insert bool // msg is new: inserted, not updated
 	run    *chat.Run
 	settle *settleWrite
+	// n numbers the write in its queue; retried marks one tried before (an insert that
+	// then meets its own row committed it).
+	n       uint64
+	retried bool
 }
 
 type settleWrite struct {
@@ -99,7 +113,7 @@ func (w pendingWrite) key() writeKey {
 }
 
 func newJournal(st Store, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, retry func(time.Duration) bool) *journal {
-	j := &journal{session: session, metrics: metrics, log: log, retry: retry}
+	j := &journal{session: session, metrics: metrics, log: log, retry: retry, signal: make(chan struct{}, 1)}
 	j.st = fencing{st, j}
 	return j
 }
@@ -114,9 +128,6 @@ func (j *journal) ctx() (context.Context, context.CancelFunc) {
 	}
 	return ctx, cancel
 }
-
-// pending reports whether writes wait for a retry.
-func (j *journal) pending() bool { return len(j.unsaved) > 0 }
 
 // load reads the session (nil when it does not exist) and, once, the next message
 // position. It is read again after an insert whose outcome is unknown. With leases, the
@@ -148,11 +159,12 @@ func (j *journal) load() (*chat.Session, error) {
 }
 
 func (j *journal) loadPosition(ctx context.Context) error {
+	queued := j.queued()
 	maxPos, err := j.st.MessagePositionMax(ctx, j.session)
 	if err != nil {
 		return err
 	}
-	j.nextPos = maxPos + 1
+	j.nextPos = max(maxPos, maxQueuedPosition(queued)) + 1
 	j.loaded = true
 	return nil
 }
@@ -198,7 +210,7 @@ func (j *journal) acquire(ctx context.Context) (chat.Session, error) {
 // releaseLease gives the session's lease back, when the journal holds it: the actor has
 // stopped, and another node may take the session at once.
 func (j *journal) releaseLease() {
-	if j.lease == nil || j.fencedOut {
+	if j.lease == nil || j.fencedOut.Load() {
 		return
 	}
 	t := j.token.Swap(0)
@@ -216,43 +228,57 @@ func (j *journal) releaseLease() {
 // messagesBefore reads up to limit messages before position before (0: the newest), as
 // clients were told of them: kept updates replace what the database holds.
 func (j *journal) messagesBefore(before int64, limit int) ([]chat.Message, bool, error) {
-	ctx, cancel := j.ctx()
-	defer cancel()
-	msgs, more, err := j.st.MessagesBefore(ctx, j.session, before, limit)
-	if err != nil {
-		return nil, false, err
+	msgs, more, err := j.historyReader(before, limit)()
+	if err == nil && before == 0 {
+		j.recent.fill(msgs, more)
 	}
-	j.overlay(msgs)
-	return msgs, more, nil
+	return msgs, more, err
+}
+
+// newest returns the newest limit messages as clients were told of them, from memory
+// when it holds them (see recent.go), else from the database.
+func (j *journal) newest(limit int) ([]chat.Message, bool, error) {
+	if msgs, more, ok := j.recent.newest(limit); ok {
+		return msgs, more, nil
+	}
+	return j.messagesBefore(0, limit)
+}
+
+// historyReader returns a read of messagesBefore(before, limit) that any goroutine may
+// make: the queued writes it lays over the database are those queued now.
+func (j *journal) historyReader(before int64, limit int) func() ([]chat.Message, bool, error) {
+	queued := j.queued()
+	return func() ([]chat.Message, bool, error) {
+		ctx, cancel := j.ctx()
+		defer cancel()
+		msgs, more, err := j.st.MessagesBefore(ctx, j.session, before, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		msgs = overlayMessages(msgs, queued, func(m chat.Message) bool { return before == 0 || m.Position < before })
+		if len(msgs) > limit {
+			msgs, more = msgs[len(msgs)-limit:], true
+		}
+		return msgs, more, nil
+	}
 }
 
 // messagesByRun reads a run's messages, as clients were told of them.
 func (j *journal) messagesByRun(runID uuid.UUID) ([]chat.Message, error) {
+	queued := j.queued()
 	ctx, cancel := j.ctx()
 	defer cancel()
 	msgs, err := j.st.MessagesByRun(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
-	j.overlay(msgs)
-	return msgs, nil
-}
-
-func (j *journal) overlay(msgs []chat.Message) {
-	if len(j.unsaved) == 0 {
-		return
-	}
-	for i := range msgs {
-		if w, ok := j.find(writeKey{"messages", msgs[i].ID}); ok {
-			msgs[i] = *w.msg
-		}
-	}
+	return overlayMessages(msgs, queued, func(m chat.Message) bool { return m.RunID != nil && *m.RunID == runID }), nil
 }
 
 // runGet reads a run, as clients were told of it.
 func (j *journal) runGet(id uuid.UUID) (chat.Run, error) {
-	if w, ok := j.find(writeKey{"runs", id}); ok {
-		return *w.run, nil
+	if r, ok := queuedRun(j.queued(), id); ok {
+		return r, nil
 	}
 	ctx, cancel := j.ctx()
 	defer cancel()
@@ -262,40 +288,70 @@ func (j *journal) runGet(id uuid.UUID) (chat.Run, error) {
 // runLatest reads the session's newest run, as clients were told of it; store.ErrNotFound
 // when it has none.
 func (j *journal) runLatest() (chat.Run, error) {
+	queued := j.queued()
 	ctx, cancel := j.ctx()
 	defer cancel()
 	r, err := j.st.RunLatest(ctx, j.session)
+	if errors.Is(err, store.ErrNotFound) {
+		j.recent.setLatest(nil)
+	}
 	if err != nil {
 		return chat.Run{}, err
 	}
-	if w, ok := j.find(writeKey{"runs", r.ID}); ok {
-		return *w.run, nil
+	if q, ok := queuedRun(queued, r.ID); ok {
+		r = q
 	}
+	j.recent.setLatest(&r)
 	return r, nil
 }
 
-// deleteEmpty removes a streaming segment that holds no text, and reports whether it did.
+// latestRun is runLatest, from memory once the journal knows the session's latest run.
+func (j *journal) latestRun() (chat.Run, error) {
+	if j.recent.latestKnown {
+		if j.recent.latest == nil {
+			return chat.Run{}, store.ErrNotFound
+		}
+		return *j.recent.latest, nil
+	}
+	return j.runLatest()
+}
+
+// deleteEmpty removes a streaming segment that holds no text, and reports whether it
+// did, after the writes queued before it.
 func (j *journal) deleteEmpty(id uuid.UUID) (bool, error) {
+	j.drain()
 	ctx, cancel := j.ctx()
 	defer cancel()
-	return j.st.MessageDeleteEmpty(ctx, id)
+	deleted, err := j.st.MessageDeleteEmpty(ctx, id)
+	if deleted {
+		j.recent.remove(id)
+	}
+	return deleted, err
 }
 
 // moveRun stores a run that leaves one of the statuses from (an ended run continued, a
-// dismissed one). Unlike updateRun it is not kept for a retry: its caller answers a
-// person, who can try again.
+// dismissed one), after the writes queued before it. Unlike updateRun it is not kept
+// for a retry: its caller answers a person, who can try again.
 func (j *journal) moveRun(r chat.Run, from ...chat.RunStatus) error {
+	j.drain()
 	ctx, cancel := j.ctx()
 	defer cancel()
-	return j.st.RunUpdate(ctx, r, from...)
+	err := j.st.RunUpdate(ctx, r, from...)
+	if err == nil {
+		j.recent.putRun(r)
+	} else {
+		j.recent.latestKnown = false
+	}
+	return err
 }
 
 // runByRequest finds the session's run for requestID, also one whose latest state is
 // still to be stored. It returns store.ErrNotFound when there is none.
 func (j *journal) runByRequest(requestID string) (chat.Run, error) {
-	for _, w := range j.unsaved {
-		if w.run != nil && w.run.RequestID == requestID {
-			return *w.run, nil
+	queued := j.queued()
+	for i := len(queued) - 1; i >= 0; i-- {
+		if r := queued[i].run; r != nil && r.RequestID == requestID {
+			return *r, nil
 		}
 	}
 	ctx, cancel := j.ctx()
@@ -307,8 +363,10 @@ func (j *journal) runByRequest(requestID string) (chat.Run, error) {
 // the session's owner has maxActive active runs (0: no limit). An error wrapping
 // store.ErrConflict means the session has a run for this requestId already,
 // store.ErrRunLimit that the owner is at the limit; any other error means nothing was
-// stored (an answer lost after a commit is found out and not reported).
+// stored (an answer lost after a commit is found out and not reported). It is made
+// after the writes queued before it, and waited for.
 func (j *journal) startRun(run chat.Run, user chat.Message, maxActive int) error {
+	j.drain()
 	ctx, cancel := j.ctx()
 	err := j.st.RunStart(ctx, run, user, maxActive)
 	cancel()
@@ -324,15 +382,19 @@ func (j *journal) startRun(run chat.Run, user chat.Message, maxActive int) error
 	if err != nil {
 		// Whatever happened, the next message's position must be read again.
 		j.loaded = false
+		j.recent.forget()
 		return err
 	}
 	j.nextPos++
+	j.recent.add(user)
+	j.recent.setLatest(&run)
 	return nil
 }
 
 // startRetry stores a run that retries run.RetryOf (it has no user message of its own).
 // Errors are those of startRun.
 func (j *journal) startRetry(run chat.Run, maxActive int) error {
+	j.drain()
 	ctx, cancel := j.ctx()
 	err := j.st.RunStartRetry(ctx, run, maxActive)
 	cancel()
@@ -341,59 +403,62 @@ func (j *journal) startRetry(run chat.Run, maxActive int) error {
 			err = nil
 		}
 	}
+	if err == nil {
+		j.recent.forget() // the retried run's answers are superseded by the statement
+		j.recent.setLatest(&run)
+	}
 	return err
 }
 
 // reload forgets the next position, for when rows were stored behind the journal's back
 // (a run start reported as failed that committed).
-func (j *journal) reload() { j.loaded = false }
+func (j *journal) reload() {
+	j.loaded = false
+	j.recent.forget()
+}
 
-// insert stores a new message of run runID at the next position. A failure may still
-// have committed: the next position is read again, and settle ends the rows the run may
-// have left behind.
-func (j *journal) insert(runID uuid.UUID, m chat.Message) error {
-	ctx, cancel := j.ctx()
-	defer cancel()
-	if err := j.st.MessageInsert(ctx, m); err != nil {
-		j.loaded = false
-		if j.lost == nil {
-			j.lost = make(map[uuid.UUID]bool)
-		}
-		j.lost[runID] = true
+// insert stores a new message at the next position, behind (see writebehind.go). A
+// failure is kept and retried like an update; an insert the database refuses is
+// reported to the actor (refusedInsert).
+func (j *journal) insert(m chat.Message) error {
+	if err := j.enqueue(pendingWrite{msg: &m, insert: true}); err != nil {
 		return err
 	}
 	j.nextPos++
+	j.recent.add(m)
 	return nil
 }
 
-// update stores a streaming message's new state (still streaming, or its end). When the
-// database fails, the state is kept and retried: clients have been, or are about to be,
-// told of it. A message that is no longer streaming is left as it is (refused).
+// update stores a streaming message's new state (still streaming, or its end), behind:
+// clients are told at once, the database when the session's writer gets to it. When the
+// database fails, the state is kept and retried. A message that is no longer streaming
+// is left as it is (refused).
 func (j *journal) update(m chat.Message) error {
-	return j.write(pendingWrite{msg: &m})
+	j.recent.put(m)
+	return j.enqueue(pendingWrite{msg: &m})
 }
 
-// updateRun stores an active run's new state (another active status, or its end). A run
-// that has ended already is left as it is (refused); failures are kept and retried.
+// updateRun stores an active run's new state (another active status, or its end),
+// behind. A run that has ended already is left as it is (refused); failures are kept
+// and retried.
 func (j *journal) updateRun(r chat.Run) error {
-	return j.write(pendingWrite{run: &r})
+	j.recent.putRun(r)
+	return j.enqueue(pendingWrite{run: &r})
 }
 
-func (j *journal) write(w pendingWrite) error {
-	err := j.exec(w)
-	switch {
-	case err == nil || j.refused(w, err):
-		j.forget(w.key())
-	default:
-		j.keep(w)
-	}
-	return err
-}
-
-func (j *journal) exec(w pendingWrite) error {
+// exec makes one write. keep names the messages whose own writes are queued behind it,
+// which a settle leaves alone. It runs on the writer goroutine: it reads nothing the
+// actor owns.
+func (j *journal) exec(w pendingWrite, keep []uuid.UUID) error {
 	ctx, cancel := j.ctx()
 	defer cancel()
 	switch {
+	case w.msg != nil && w.insert:
+		err := j.st.MessageInsert(ctx, *w.msg)
+		if w.retried && errors.Is(err, store.ErrConflict) {
+			return nil // the earlier try committed before its answer was lost
+		}
+		return err
 	case w.msg != nil:
 		return j.st.MessageUpdate(ctx, *w.msg, chat.MessageStreaming)
 	case w.run != nil:
@@ -401,22 +466,14 @@ func (j *journal) exec(w pendingWrite) error {
 	}
 	// Messages whose final state is still to be stored are not settled: their own
 	// update would then be refused, and what clients were told would be lost.
-	var kept []uuid.UUID
-	for _, k := range j.unsaved {
-		if k.msg != nil {
-			kept = append(kept, k.msg.ID)
-		}
-	}
-	if _, err := j.st.MessagesSettleRun(ctx, w.settle.runID, w.settle.status, w.settle.now, kept...); err != nil {
-		return err
-	}
-	delete(j.lost, w.settle.runID)
-	return nil
+	_, err := j.st.MessagesSettleRun(ctx, w.settle.runID, w.settle.status, w.settle.now, keep...)
+	return err
 }
 
 // refused reports whether err means the database will never take w (the row is gone,
-// or has moved past the states w may be written from), counting and logging it: a
-// retry cannot help, and the row is left as it is.
+// or has moved past the states w may be written from; for an insert, the session is
+// gone or its position taken), counting and logging it: a retry cannot help, and the
+// row is left as it is. It runs on the writer goroutine.
 func (j *journal) refused(w pendingWrite, err error) bool {
 	k := w.key()
 	if k.table == "settle" {
@@ -425,67 +482,45 @@ func (j *journal) refused(w pendingWrite, err error) bool {
 	switch {
 	case errors.Is(err, store.ErrFenced):
 		return true // counted by fencing; the actor stops
-	case errors.Is(err, store.ErrStale):
+	case errors.Is(err, store.ErrStale), w.insert && errors.Is(err, store.ErrConflict):
 		j.metrics.writesRefused[k.table].Inc()
 		j.log().Warn().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a write was refused: the row has moved on")
 		return true
 	case errors.Is(err, store.ErrNotFound):
 		j.metrics.writesRefused[k.table].Inc()
-		j.log().Error().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a row to update is missing; giving up on it")
+		j.log().Error().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a row to write is missing; giving up on it")
 		return true
 	}
 	return false
 }
 
-func (j *journal) find(k writeKey) (pendingWrite, bool) {
-	for _, w := range j.unsaved {
-		if w.key() == k {
-			return w, true
-		}
-	}
-	return pendingWrite{}, false
-}
-
-// keep queues w for a retry, replacing an older version of its row.
-func (j *journal) keep(w pendingWrite) {
-	j.forget(w.key())
-	j.unsaved = append(j.unsaved, w)
-	j.scheduleRetry()
-}
-
-func (j *journal) forget(k writeKey) {
-	for i, w := range j.unsaved {
-		if w.key() == k {
-			j.unsaved = append(j.unsaved[:i], j.unsaved[i+1:]...)
-			return
-		}
-	}
-}
-
 // settle ends the rows of run runID that an insert with a lost answer may have left
 // streaming, giving them status; rows whose final state the journal still keeps are
 // left to their own update. It does nothing for a run whose inserts all answered. A
-// failure is kept and retried, after the writes kept before it.
+// failure is kept and retried, after the writes queued before it.
 func (j *journal) settle(runID uuid.UUID, status chat.MessageStatus, now time.Time) error {
 	if !j.lost[runID] {
 		return nil
 	}
-	return j.write(pendingWrite{settle: &settleWrite{runID, status, now}})
-}
-
-// discard forgets the writes kept for a retry: their session was deleted.
-func (j *journal) discard() {
-	j.unsaved = nil
-	j.retryDelay = 0
+	delete(j.lost, runID) // from now on the queue keeps it until it is stored
+	j.recent.forget()     // it ends rows the actor does not track
+	return j.enqueue(pendingWrite{settle: &settleWrite{runID, status, now}})
 }
 
 // continueRun stores a run a person continued (see moveRun), marking its session active
 // in the same statement, unless the session's owner has maxActive active runs
 // (store.ErrRunLimit; 0 is no limit).
 func (j *journal) continueRun(r chat.Run, maxActive int, from ...chat.RunStatus) error {
+	j.drain()
 	ctx, cancel := j.ctx()
 	defer cancel()
-	return j.st.RunContinue(ctx, r, maxActive, from...)
+	err := j.st.RunContinue(ctx, r, maxActive, from...)
+	if err == nil {
+		j.recent.putRun(r)
+	} else {
+		j.recent.latestKnown = false
+	}
+	return err
 }
 
 // scheduleRetry arms the retry of kept writes, backing off while they keep failing.
@@ -494,20 +529,4 @@ func (j *journal) scheduleRetry() {
 	if j.retry(next) {
 		j.retryDelay = next
 	}
-}
-
-// flush retries the kept writes, oldest first. It stops at the first failure (the
-// database is likely still down) and schedules the next try.
-func (j *journal) flush() {
-	for len(j.unsaved) > 0 {
-		w := j.unsaved[0]
-		if err := j.exec(w); err != nil && !j.refused(w, err) {
-			j.log().Warn().Err(err).Str("table", w.key().table).Str("id", w.key().id.String()).Dur("next_retry", min(2*j.retryDelay, retryMax)).Msg("database write still failing")
-			j.scheduleRetry()
-			return
-		}
-		j.unsaved = j.unsaved[1:]
-	}
-	j.unsaved = nil
-	j.retryDelay = 0
 }

@@ -32,6 +32,7 @@ func TestLateWritesToAnEndedRunChangeNothing(t *testing.T) {
 	s.Await(t, func(ev *conversation.Event) bool {
 		return ev.Type == conversation.EventRunStatus && ev.Run.Status == chat.RunAwaitingApproval
 	})
+	require.NoError(t, a.Flush(ctx)) // the call's row is stored behind its event
 
 	// Another writer ends the run and its open tool call.
 	run, err := st.RunGet(ctx, res.RunID)
@@ -52,7 +53,7 @@ func TestLateWritesToAnEndedRunChangeNothing(t *testing.T) {
 	_, err = a.Decide(ctx, res.RunID, "c1", true)
 	require.NoError(t, err)
 	s.Await(t, convtest.Terminal)
-	roundTrip(t, a.Actor)
+	roundTrip(t, a.Actor) // and its writes are made
 
 	after, _, err := st.MessagesBefore(ctx, a.SessionID(), 0, 100)
 	require.NoError(t, err)

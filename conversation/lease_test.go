@@ -57,6 +57,7 @@ func TestATakenOverNodeWritesNothing(t *testing.T) {
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	tabA.Await(t, convtest.Type(conversation.EventDelta))
+	require.NoError(t, a.Flush(ctx)) // the segment's row is stored behind its events
 
 	// Node b: refused while a's lease lives, takes over once it has expired.
 	b := startNode(t, st, script.New(script.Text("from b")), clock, "b", id)
@@ -76,6 +77,7 @@ func TestATakenOverNodeWritesNothing(t *testing.T) {
 	require.Greater(t, b2.LeaseToken(), first)
 	end := tabB.Await(t, convtest.Terminal)
 	require.EqualValues(t, conversation.EventChatDone, end.Type)
+	require.NoError(t, b2.Flush(ctx))
 	stored := storedMessages(t, st, id)
 
 	// a's run goes on, and tries to store its segment and its end.

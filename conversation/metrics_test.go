@@ -188,7 +188,7 @@ func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 	}{
 		{name: "agent error", steps: []script.Step{script.Text("a"), script.Fail("boom", "it broke")}, status: "error"},
 		{name: "agent panic", steps: []script.Step{script.Text("a"), script.Panic("oops")}, status: "error"},
-		{name: "write fails", steps: []script.Step{script.Text("a"), script.Tool("c1", "t", `{}`, "out")}, fault: "MessageInsert", status: "error"},
+		{name: "write fails", steps: []script.Step{script.Text("a"), script.Tool("c1", "t", `{}`, "out"), script.Hang()}, fault: "MessageInsert", status: "error"},
 		{name: "waiting for approval when stopped", steps: []script.Step{script.AwaitOnly("c1", "t", `{}`, nil), script.Hang()}, stop: true, status: "interrupted"},
 		{name: "streaming when stopped", steps: []script.Step{script.Text("a"), script.Hang()}, stop: true, status: "interrupted"},
 		{name: "done", steps: []script.Step{script.Text("a")}, status: "done"},

@@ -78,7 +78,7 @@ func (a *Actor) latestEnded() (*chat.Run, error) {
 	if a.run != nil {
 		return nil, nil
 	}
-	r, err := a.journal.runLatest()
+	r, err := a.journal.latestRun()
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -200,19 +200,7 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	a.run = state
 	a.countActive(state)
 	a.publish(a.runEvent(state, Event{Type: EventRunStatus, Run: runView(state)}))
-	history, err := a.agentHistory(user.Position)
-	if err != nil {
-		a.failStorage(state, "read the conversation", err)
-		return SendResult{RunID: run.ID, Status: chat.RunError}, nil
-	}
-	a.startAgent(state, Request{
-		SessionID:  a.id,
-		RunID:      run.ID,
-		RequestID:  run.RequestID,
-		Content:    user.Content,
-		History:    history,
-		Checkpoint: checkpoint,
-	})
+	a.startRunAgent(state, user, checkpoint)
 	return SendResult{RunID: run.ID, Status: chat.RunRunning}, nil
 }
 
@@ -424,14 +412,24 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	return SendResult{RunID: info.ID, Status: chat.RunRunning}, nil
 }
 
-// agentHistory is what a run's agent is told of the conversation before the user message at
-// position before: the newest messages, without the answers a retry superseded.
-func (a *Actor) agentHistory(before int64) ([]chat.Message, error) {
-	msgs, _, err := a.journal.messagesBefore(before, a.cfg.HistoryMessages)
-	if err != nil {
-		return nil, err
+// historyReader returns the read of what a run's agent is told of the conversation
+// before the user message at position before: the newest messages, without the answers
+// a retry superseded. Any goroutine may make it.
+func (a *Actor) historyReader(before int64) func() ([]chat.Message, error) {
+	live := func(msgs []chat.Message) []chat.Message {
+		return slices.DeleteFunc(msgs, func(m chat.Message) bool { return m.Superseded })
 	}
-	return slices.DeleteFunc(msgs, func(m chat.Message) bool { return m.Superseded }), nil
+	if msgs, ok := a.journal.recent.before(before, a.cfg.HistoryMessages); ok {
+		return func() ([]chat.Message, error) { return live(msgs), nil } // from memory
+	}
+	read := a.journal.historyReader(before, a.cfg.HistoryMessages)
+	return func() ([]chat.Message, error) {
+		msgs, _, err := read()
+		if err != nil {
+			return nil, err
+		}
+		return live(msgs), nil
+	}
 }
 
 // suspend leaves run unfinished for the next process, at a clean shutdown: the text of
@@ -483,6 +481,7 @@ func (a *Actor) interrupt(info chat.Run, message string, from ...chat.RunStatus)
 	if err := a.journal.settle(info.ID, chat.MessageInterrupted, now); err != nil {
 		a.logger().Error().Err(err).Msg("settle the rows of an interrupted run")
 	}
+	a.journal.drain() // stored before its terminal event, as every run's end
 	r := withResumable(info)
 	a.publish(Event{Type: EventChatError, RunID: info.ID, RequestID: info.RequestID, Run: &r})
 	return SendResult{RunID: info.ID, Status: chat.RunInterrupted}, nil

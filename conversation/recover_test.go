@@ -135,6 +135,7 @@ func TestRecoveryContinuesFromTheCheckpoint(t *testing.T) {
 	require.Equal(t, "Looking it up. ", reqs[0].Checkpoint[0].Content)
 	require.Equal(t, chat.ToolRunning, reqs[0].Checkpoint[1].Tool.Status)
 
+	require.NoError(t, a.Flush(ctx)) // its writes are stored behind its events
 	msgs, _, err := st.MessagesBefore(ctx, d.session, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, msgs, 4, "user, segment, call, the continuation's segment")
@@ -179,6 +180,7 @@ func TestCrashLoopEndsInterrupted(t *testing.T) {
 	require.Equal(t, chat.RunInterrupted, run.Status)
 	require.Equal(t, conversation.DefaultMaxRecoveries+1, run.Recoveries)
 	require.NotNil(t, run.EndedAt)
+	require.NoError(t, a.Flush(ctx)) // its writes are stored behind its events
 	msgs, _, err := st.MessagesBefore(ctx, d.session, 0, 100)
 	require.NoError(t, err)
 	for _, m := range msgs {
@@ -270,6 +272,7 @@ func TestResumeContinuesTheSameRun(t *testing.T) {
 	require.Equal(t, "part ", reqs[1].Checkpoint[0].Content)
 	require.Equal(t, chat.MessageInterrupted, reqs[1].Checkpoint[0].Status, "stored at shutdown with its text")
 
+	require.NoError(t, a.Flush(ctx)) // its writes are stored behind its events
 	msgs, _, err := st.MessagesBefore(ctx, session, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, msgs, 3)
@@ -384,6 +387,7 @@ func TestRetryAnswersAgainAsANewRun(t *testing.T) {
 	require.Empty(t, reqs[1].Checkpoint)
 	require.Equal(t, "retry-1", reqs[1].RequestID)
 
+	require.NoError(t, a.Flush(ctx)) // its writes are stored behind its events
 	msgs, _, err := st.MessagesBefore(ctx, session, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, msgs, 3, "one user message, both answers")

@@ -86,10 +86,19 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		LastActivityAt: now,
 		Model:          a.cfg.ModelName,
 	}
+	// The run is stored after the writes queued before it, and its position follows
+	// theirs; the model is called while the run's row is on its way, and what the agent
+	// emits waits in the inbox until the run is stored and chat.started has gone out.
+	a.journal.drain()
 	user := a.newRunMessage(info, chat.RoleUser, chat.MessageComplete)
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
+	run := newRunState(info)
+	a.startRunAgent(run, user, nil)
 	err := a.journal.startRun(info, user, a.runLimit())
+	if err != nil {
+		run.cancel() // not started: the agent's call ends, and what it emits is ignored
+	}
 	if errors.Is(err, store.ErrRunLimit) {
 		return SendResult{}, a.runLimitError()
 	}
@@ -109,7 +118,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, a.storageError("store the message", err)
 	}
-	a.begin(newRunState(info), user)
+	a.activate(run, user)
 	return SendResult{RunID: runID, Status: chat.RunRunning}, nil
 }
 
@@ -127,19 +136,37 @@ func (a *Actor) runLimitError() error {
 	return errorf(CodeRateLimited, "too many active runs for this user (at most %d): wait for one to end, or cancel one", a.cfg.MaxRunsPerUser)
 }
 
-// begin makes run the active run: chat.started goes out and the agent starts with the
-// session's history.
+// begin makes run, stored, the active run: chat.started goes out and the agent starts
+// with the session's history.
 func (a *Actor) begin(run *runState, user chat.Message) {
+	a.startRunAgent(run, user, nil)
+	a.activate(run, user)
+}
+
+// activate makes run the active run and publishes chat.started: its agent's intents are
+// handled from now on.
+func (a *Actor) activate(run *runState, user chat.Message) {
 	a.run = run
 	a.countActive(run)
 	a.publish(Event{Type: EventChatStarted, RunID: run.info.ID, RequestID: run.info.RequestID, Run: runView(run), Message: &user})
-	history, err := a.agentHistory(user.Position)
-	if err != nil {
-		// A model that does not know the conversation would answer something else.
-		a.failStorage(run, "read the conversation", err)
-		return
-	}
-	a.startAgent(run, Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content, History: history})
+}
+
+// startRunAgent starts run's agent on the conversation before user (and the checkpoint,
+// for a continued run). The history is read on the agent's goroutine, with the writes
+// queued now laid over it, so the actor goes on meanwhile; when it cannot be read the
+// run fails as a storage error (a model that does not know the conversation would
+// answer something else).
+func (a *Actor) startRunAgent(run *runState, user chat.Message, checkpoint []chat.Message) {
+	read := a.historyReader(user.Position)
+	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content, Checkpoint: checkpoint}
+	a.startAgent(run, func() (Request, error) {
+		history, err := read()
+		if err != nil {
+			return req, a.storageError("read the conversation", err)
+		}
+		req.History = history
+		return req, nil
+	})
 }
 
 // adopt starts a run that is stored as running but that no agent drives: its RunStart
@@ -272,6 +299,8 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 		d.Observe(now.Sub(run.info.StartedAt).Seconds())
 	}
 	errs = append(errs, a.journal.updateRun(run.info))
+	// The end is stored before the terminal event goes out (the writes before it first).
+	a.journal.drain()
 	if err := errors.Join(errs...); err != nil {
 		// The terminal event still goes out: the writes that failed are kept, shown in
 		// snapshots and retried, and a spinner that never stops is worse.

@@ -101,7 +101,7 @@ func (a *Actor) openSegment(run *runState, kind chat.MessageKind) bool {
 	}
 	seg := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleAssistant, chat.MessageStreaming)}
 	seg.msg.Kind = kind
-	if err := a.journal.insert(run.info.ID, seg.msg); err != nil {
+	if err := a.journal.insert(seg.msg); err != nil {
 		a.failStorage(run, "store the reply", err)
 		return false
 	}

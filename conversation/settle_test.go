@@ -14,34 +14,39 @@ import (
 	"github.com/chatd/chatd/conversation/convtest"
 )
 
-// A tool call is running when an insert's answer is lost (the run fails as storage).
-// finish ends the tool (tool.end goes out); that update fails and is kept for a retry.
-// Settling the run's stray rows (same finish) must leave the kept row to its own update:
-// settled first, the guarded retry would be refused, and the database would never get
-// what clients were told.
-func TestSettlingLeavesKeptUpdatesToTheirRetry(t *testing.T) {
+// Writes stored behind fail one after another: a segment's insert whose answer is lost
+// (it committed), then its update. The queue stops at each failure and goes on with it
+// in order, so the retried insert finds its own row, nothing queued behind a failure
+// overtakes it, and the database ends with exactly what clients were told: no stray row
+// and no refused update.
+func TestFailedWritesAreStoredInOrder(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	gate := script.NewGate()
-	st, a, live := faultSetup(t, script.New(script.ToolStart("c1", "t", `{}`), script.ToolOutput("c1", "partial"), gate.Wait(), script.Text("after")), clock)
+	st, a, live := faultSetup(t, script.New(script.ToolStart("c1", "t", `{}`), script.ToolOutput("c1", "partial"), gate.Wait(), script.Text("after"), script.Hang()), clock)
 	ctx := context.Background()
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
 	live.Await(t, func(f *conversation.Event) bool { return f.Type == "tool.output" })
+	require.NoError(t, a.Flush(ctx))
 
 	st.set("MessageInsert", failAfter, 1)  // the segment's row commits, its answer is lost
-	st.set("MessageUpdate", failBefore, 1) // the tool's closing write fails once
+	st.set("MessageUpdate", failBefore, 1) // the next update fails once
 	require.NoError(t, gate.Pass(testCtx(t)))
-	require.EqualValues(t, "chat.error", live.Await(t, convtest.Terminal).Type)
+	end := live.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.error", end.Type)
+	require.Equal(t, "storage", end.Run.Error.Code)
 	view := live.Messages()
+	require.Len(t, view, 3)
+	require.Equal(t, chat.ToolError, view[1].Tool.Status, "the call ends with the run")
+	require.Equal(t, "after", view[2].Content)
 
 	a.Unsubscribe(ctx, live)
-	waitTimers(t, clock, 1) // the retry of the kept tool update
+	waitTimers(t, clock, 1) // the retry: the insert finds its row, the update fails
 	clock.Advance(time.Second)
+	waitTimers(t, clock, 1) // the next retry, 2s later
+	clock.Advance(2 * time.Second)
 	waitTimers(t, clock, 1) // now idle: nothing left to store
-	db := stored(t, st.Store, a.SessionID())
-	require.Len(t, view, 2)
-	require.Empty(t, convtest.Diff(view, db[:2]), "what clients were told vs the database (the stray row aside)")
-	require.Len(t, db, 3)
-	require.Equal(t, chat.MessageError, db[2].Status, "the stray row is settled")
+	require.Empty(t, convtest.Diff(view, stored(t, st.Store, a.SessionID())))
+	require.Zero(t, snapshotOf(t, a)[2].Error == nil, "what a new tab sees, from the database")
 }

@@ -146,12 +146,13 @@ func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int) {
 }
 
 // A segment whose closing write fails: clients were told it is complete, so snapshots
-// say so too, and the write is retried until the database has it.
+// say so too, and the write is retried until the database has it. The run, which goes
+// on streaming meanwhile (the write is stored behind), fails once the failure is known.
 func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	gate := script.NewGate()
-	st, a, live := faultSetup(t, script.New(script.Text("hello", " world"), gate.Wait(), script.Tool("c1", "t", `{}`, "out")), clock)
+	st, a, live := faultSetup(t, script.New(script.Text("hello", " world"), gate.Wait(), script.Tool("c1", "t", `{}`, "out"), script.Hang()), clock)
 	ctx := context.Background()
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
@@ -163,7 +164,9 @@ func TestFailedUpdateIsShownAndRetried(t *testing.T) {
 	require.EqualValues(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 
-	// The live subscriber saw the segment complete; the database still has it open.
+	// The live subscriber saw the segment complete; the database still has it open, and
+	// the writes queued behind it wait.
+	_ = a.Flush(ctx)
 	view := live.Messages()
 	require.Equal(t, "hello world", view[1].Content)
 	require.EqualValues(t, "complete", view[1].Status)
@@ -223,12 +226,14 @@ func TestFailedRunEndIsShownAndRetried(t *testing.T) {
 	require.Equal(t, chat.RunDone, run.Status)
 }
 
-// An insert that reports failure but committed leaves a row the actor never published.
-// The run ends as a storage error, the stray row does not stay "streaming", and the next
-// message gets a free position.
-func TestLostInsertIsSettled(t *testing.T) {
+// An insert that reports failure but committed: the run, whose transcript could not be
+// stored, ends as a storage error; the insert is retried, finds its row, and the row
+// then gets what clients were told. The next message gets the next position.
+func TestLostInsertIsRetried(t *testing.T) {
 	t.Parallel()
-	st, a, live := faultSetup(t, script.New(script.Text("never shown")), nil)
+	clock := clockwork.NewFakeClock()
+	gate := script.NewGate()
+	st, a, live := faultSetup(t, script.New(script.Text("shown"), gate.Wait(), script.Text(" never")), clock)
 	ctx := context.Background()
 
 	st.set("MessageInsert", failAfter, 1)
@@ -238,14 +243,30 @@ func TestLostInsertIsSettled(t *testing.T) {
 	require.EqualValues(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
 
+	// Stored as inserted, and kept: the queue waits for its retry.
+	_ = a.Flush(ctx)
 	db := stored(t, st.Store, a.SessionID())
-	require.Len(t, db, 2, "the user message and the row whose insert 'failed'")
+	require.Len(t, db, 2)
+	require.EqualValues(t, "streaming", db[1].Status)
+	a.Unsubscribe(ctx, live)
+	waitTimers(t, clock, 1) // the retry
+	clock.Advance(time.Second)
+	waitTimers(t, clock, 1) // idle: everything is stored
+	db = stored(t, st.Store, a.SessionID())
+	require.Empty(t, convtest.Diff(live.Messages(), db))
 	require.EqualValues(t, "error", db[1].Status)
+	require.Equal(t, "shown", db[1].Content)
 
-	// The next run takes the position after the stray row instead of colliding with it.
+	// The next run takes the next position.
+	next := convtest.New()
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: next})
+	require.NoError(t, err)
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "again"})
 	require.NoError(t, err)
-	require.EqualValues(t, "chat.done", live.Await(t, func(f *conversation.Event) bool { return f.Terminal() && f.RequestID == "r2" }).Type)
+	require.NoError(t, gate.Pass(testCtx(t)))
+	require.EqualValues(t, "chat.done", next.Await(t, convtest.Terminal).Type)
+	require.NoError(t, a.Flush(ctx))
+	require.Empty(t, convtest.Diff(next.Messages(), stored(t, st.Store, a.SessionID())))
 }
 
 // A RunStart whose answer was lost after it committed: the actor finds the run stored
@@ -260,6 +281,7 @@ func TestRunStartCommittedDespiteError(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 	require.EqualValues(t, "chat.done", live.Await(t, convtest.Terminal).Type)
+	require.NoError(t, a.Flush(ctx))
 	require.Empty(t, convtest.Diff(stored(t, st.Store, a.SessionID()), live.Messages()))
 }
 
@@ -289,5 +311,6 @@ func TestRunStartLostThenRetried(t *testing.T) {
 	require.Len(t, msgs, 2)
 	require.Equal(t, "go", msgs[0].Content)
 	require.Equal(t, "adopted", msgs[1].Content)
+	require.NoError(t, a.Flush(ctx))
 	require.Empty(t, convtest.Diff(stored(t, st.Store, a.SessionID()), msgs))
 }

@@ -73,7 +73,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 // holds every message up to the current seq except the text of the open segment and the
 // output of running tools, which only the actor has.
 func (a *Actor) snapshot() (Snapshot, error) {
-	msgs, more, err := a.journal.messagesBefore(0, a.cfg.SnapshotMessages)
+	msgs, more, err := a.journal.newest(a.cfg.SnapshotMessages)
 	if err != nil {
 		return Snapshot{}, err
 	}

@@ -2,13 +2,25 @@ package conversation
 
 import (
 	"encoding/json"
+	"errors"
 
 	"github.com/chatd/chatd/chat"
 )
 
+// onToolStart starts a call the agent runs next. Its row is stored before the agent
+// hears back (tool.start has gone out already): a call must not run unless the
+// database knows it does, or a crash would run it again.
 func (a *Actor) onToolStart(run *runState, call ToolCall) error {
-	_, err := a.startTool(run, call, chat.ToolRunning)
-	return err
+	if _, err := a.startTool(run, call, chat.ToolRunning); err != nil {
+		return err
+	}
+	a.journal.drain()
+	if a.journal.halted() {
+		// Its row, or a write before it, waits for a retry: the call does not run.
+		a.failStorage(run, "store the tool call", errors.New("a write of the run waits for a retry"))
+		return ErrRunEnded
+	}
+	return nil
 }
 
 // startTool validates and stores a new tool call with the given tool status, closing the
@@ -43,7 +55,7 @@ func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) 
 		Input:  input,
 		Status: status,
 	}
-	if err := a.journal.insert(run.info.ID, tool.msg); err != nil {
+	if err := a.journal.insert(tool.msg); err != nil {
 		a.failStorage(run, "store the tool call", err)
 		return nil, ErrRunEnded
 	}
@@ -137,7 +149,7 @@ func (a *Actor) onNotice(run *runState, text string) error {
 	}
 	m := a.newRunMessage(run.info, chat.RoleSystem, chat.MessageComplete)
 	m.Content = text
-	if err := a.journal.insert(run.info.ID, m); err != nil {
+	if err := a.journal.insert(m); err != nil {
 		a.failStorage(run, "store a notice", err)
 		return ErrRunEnded
 	}

@@ -317,6 +317,7 @@ func approvals(req sendBody) (map[string]bool, uuid.UUID, bool) {
 // act does what a POST asks of the session's actor and returns the run to stream.
 func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID, req sendBody) (uuid.UUID, error) {
 	if req.Trigger == "regenerate-message" {
+		h.flush(ctx, sid)
 		latest, err := h.cfg.Store.RunLatest(ctx, sid)
 		if err != nil {
 			return uuid.Nil, errorf(conversation.CodeNoRun, "the chat has no answer to regenerate")
@@ -353,6 +354,16 @@ func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID,
 	return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message's role is %q; chatd answers user messages", last.Role)
 }
 
+// flush waits for the writes the session's actor on this node has made, when it has
+// one: they are stored behind the events (write-behind), and what the database answers
+// next must include what clients were told. Another node's actor is ahead of the
+// database by its writes in flight at most.
+func (h *Handler) flush(ctx context.Context, sid uuid.UUID) {
+	if a, ok := h.cfg.Hub.Lookup(sid); ok {
+		_ = a.Flush(ctx) // an error: a write waits for its retry; read what there is
+	}
+}
+
 // isDecided: a decision that came before this one (a retried POST).
 func isDecided(err error) bool {
 	ce := (*conversation.Error)(nil)
@@ -375,6 +386,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, owner string) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	h.flush(r.Context(), sid)
 	latest, err := h.cfg.Store.RunLatest(r.Context(), sid)
 	if err != nil || !latest.Status.Active() {
 		w.WriteHeader(http.StatusNoContent)

@@ -26,6 +26,7 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, owner strin
 		writeJSON(w, http.StatusOK, map[string]any{"messages": []any{}})
 		return
 	}
+	h.flush(r.Context(), sid)
 	msgs, _, err := h.cfg.Store.MessagesBefore(r.Context(), sid, 0, maxTranscript)
 	if err != nil {
 		writeError(w, errorf(conversation.CodeStorage, "the database is unavailable"))

@@ -22,8 +22,13 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// storedRun reads a run as the database has it, once the session's actor has stored
+// what it wrote (its writes are stored behind its events).
 func storedRun(t *testing.T, e *env, sessionID, requestID string) chat.Run {
 	t.Helper()
+	if a, ok := e.hub.Lookup(uuid.MustParse(sessionID)); ok {
+		require.NoError(t, a.Flush(context.Background()))
+	}
 	run, err := e.store.RunByRequest(context.Background(), uuid.MustParse(sessionID), requestID)
 	require.NoError(t, err)
 	return run
