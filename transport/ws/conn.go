@@ -16,10 +16,10 @@ import (
 	"github.com/chatd/chatd/transport"
 )
 
-// conn is one WebSocket connection: its lifecycle. The handler goroutine reads
-// (reader.go) and never waits: a worker goroutine answers the commands while any are
-// queued (worker.go), a writer goroutine drains the outbox while it has frames
-// (writer.go). The outbox is the conversation.Subscriber of the session: the actor
+// conn is one WebSocket connection: its lifecycle. Its goroutine (started by serveHere
+// once the upgrade is done: the HTTP handler has returned) reads (reader.go) and never
+// waits: a worker goroutine answers the commands while any are queued (worker.go), a
+// writer goroutine drains the outbox while it has frames (writer.go). The outbox is the conversation.Subscriber of the session: the actor
 // queues frames on it without ever blocking.
 type conn struct {
 	s  *Server
@@ -27,8 +27,10 @@ type conn struct {
 	// batch gathers a batch of frames into one write(2) (nil in tests that build a
 	// conn without the server's Accept).
 	batch *batchConn
-	req   *http.Request
-	ctx   context.Context
+	// req is what is kept of the upgrade request (upgradeRequest): for the logs and the
+	// Authenticator.
+	req *http.Request
+	ctx context.Context
 	// stop cancels ctx; cut also closes the socket.
 	stop context.CancelFunc
 	out  *transport.Outbox

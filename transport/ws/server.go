@@ -259,7 +259,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveHere upgrades the request and serves the connection on this node (which relays
-// it after its hello when another node holds its session).
+// it after its hello when another node holds its session). It returns once the
+// connection is upgraded: the connection is served on a goroutine of its own, so
+// net/http's connection goroutine (its stack, the request, its buffers) ends.
 func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) {
 	pongs := new(atomic.Int64)
 	bw := &batchingWriter{ResponseWriter: w}
@@ -271,16 +273,16 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 	if err != nil {
 		return // Accept has answered the request
 	}
-	defer ws.CloseNow()
 
 	if !transport.OriginAllowed(r, s.cfg.AllowedOrigins) {
 		s.log.Info().Str("origin", r.Header.Get("Origin")).Msg("refused a connection from an origin that is not allowed")
 		_ = ws.Close(websocket.StatusPolicyViolation, "origin not allowed")
+		_ = ws.CloseNow()
 		return
 	}
 	ws.SetReadLimit(s.cfg.ReadLimit)
 
-	c := newConn(s, ws, r)
+	c := newConn(s, ws, upgradeRequest(r))
 	c.batch = bw.conn
 	c.pongs = pongs
 	c.host = host
@@ -290,10 +292,61 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 			s.log.Info().Str("remote", r.RemoteAddr).Msg("refused a connection over its address's connection limit")
 		}
 		_ = ws.Close(status(d), d.Reason)
+		_ = ws.CloseNow()
 		return
 	}
-	defer s.untrack(c)
-	c.serve()
+	// Counted in s.handlers by track: Shutdown waits for this goroutine.
+	go func() {
+		defer ws.CloseNow()
+		defer s.untrack(c)
+		c.serve()
+	}()
+}
+
+// upgradeRequest is what a connection keeps of its upgrade request, for its logs and
+// the Authenticator: a copy without the context (net/http cancels it once the handler
+// has returned), the body, and the WebSocket handshake's own headers. The request itself
+// keeps net/http's state of the connection alive.
+func upgradeRequest(r *http.Request) *http.Request {
+	keys, n := 0, 0
+	for k, v := range r.Header {
+		if !handshakeHeader(k) {
+			keys++
+			n += len(v)
+		}
+	}
+	h := make(http.Header, keys)
+	vs := make([]string, n) // one slice for every value, as http.Header.Clone
+	for k, v := range r.Header {
+		if handshakeHeader(k) {
+			continue
+		}
+		n = copy(vs, v)
+		h[k] = vs[:n:n]
+		vs = vs[n:]
+	}
+	return &http.Request{
+		Method:     r.Method,
+		URL:        r.URL,
+		Proto:      r.Proto,
+		ProtoMajor: r.ProtoMajor,
+		ProtoMinor: r.ProtoMinor,
+		Header:     h,
+		Host:       r.Host,
+		RemoteAddr: r.RemoteAddr,
+		RequestURI: r.RequestURI,
+		TLS:        r.TLS,
+	}
+}
+
+// handshakeHeader reports whether k (canonical) is one of the headers of the WebSocket
+// handshake itself, which nothing reads after the upgrade.
+func handshakeHeader(k string) bool {
+	switch k {
+	case "Connection", "Upgrade", "Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol":
+		return true
+	}
+	return false
 }
 
 // track counts a new connection, unless the server is shutting down or the connection's
