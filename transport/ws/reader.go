@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/coder/websocket"
 
@@ -13,6 +14,12 @@ import (
 )
 
 // readLoop reads frames until the connection ends.
+//
+// Each frame is handled on a goroutine of its own while the reader waits: decoding it
+// (encoding/json) takes more stack than the reader has, and a stack that grew to 8 KiB
+// stays 8 KiB while the reader is parked under coder/websocket, too deep for the runtime
+// to shrink it. 4 KiB of every idle connection; a goroutine costs about a microsecond,
+// and a client sends a few frames a second at most (CommandRate).
 func (c *conn) readLoop() {
 	for {
 		typ, data, err := c.ws.Read(c.ctx)
@@ -27,7 +34,9 @@ func (c *conn) readLoop() {
 		if c.out.Closing() {
 			continue // keep reading so the close handshake can finish
 		}
-		c.handle(typ, data)
+		var handled sync.WaitGroup
+		handled.Go(func() { c.handle(typ, data) })
+		handled.Wait()
 	}
 }
 
