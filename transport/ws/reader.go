@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +23,11 @@ import (
 // and a client sends a few frames a second at most (CommandRate).
 func (c *conn) readLoop() {
 	for {
-		typ, data, err := c.ws.Read(c.ctx)
+		// A context that is never done, as for writes (see write): with c.ctx,
+		// coder/websocket would register a context.AfterFunc for every read and keep it
+		// while the reader waits. cut, the only thing that cancels c.ctx, also closes the
+		// socket, which ends the read.
+		typ, data, err := c.ws.Read(context.Background())
 		if err != nil {
 			c.closed = websocket.CloseStatus(err)
 			if ce := (websocket.CloseError{}); errors.As(err, &ce) {
