@@ -27,9 +27,8 @@ type conn struct {
 	// batch gathers a batch of frames into one write(2) (nil in tests that build a
 	// conn without the server's Accept).
 	batch *batchConn
-	// req is what is kept of the upgrade request (upgradeRequest): for the logs and the
-	// Authenticator.
-	req *http.Request
+	// req is what is kept of the upgrade request: for the logs and the Authenticator.
+	req upgrade
 	ctx context.Context
 	// stop cancels ctx; cut also closes the socket.
 	stop context.CancelFunc
@@ -102,7 +101,7 @@ var _ transport.Writer = (*conn)(nil)
 
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &conn{s: s, ws: ws, req: r, ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
+	c := &conn{s: s, ws: ws, req: newUpgrade(r), ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
 	c.out = transport.NewOutbox(&s.out, c, r.RemoteAddr)
 	if s.cfg.CommandRate != rate.Inf {
 		c.cmdLimiter = rate.NewLimiter(s.cfg.CommandRate, s.cfg.CommandBurst)
@@ -123,7 +122,7 @@ func (c *conn) Cut() { c.cut() }
 // logEvent adds the connection's remote address to a log event. (A logger of its own
 // would cost every connection half a KiB.)
 func (c *conn) logEvent(e *zerolog.Event) *zerolog.Event {
-	return e.Str("remote", c.req.RemoteAddr)
+	return e.Str("remote", c.req.remoteAddr)
 }
 
 // serve runs the connection until it closes, then lets go of everything it started.

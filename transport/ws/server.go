@@ -282,7 +282,7 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 	}
 	ws.SetReadLimit(s.cfg.ReadLimit)
 
-	c := newConn(s, ws, upgradeRequest(r))
+	c := newConn(s, ws, r)
 	c.batch = bw.conn
 	c.pongs = pongs
 	c.host = host
@@ -301,52 +301,6 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 		defer s.untrack(c)
 		c.serve()
 	}()
-}
-
-// upgradeRequest is what a connection keeps of its upgrade request, for its logs and
-// the Authenticator: a copy without the context (net/http cancels it once the handler
-// has returned), the body, and the WebSocket handshake's own headers. The request itself
-// keeps net/http's state of the connection alive.
-func upgradeRequest(r *http.Request) *http.Request {
-	keys, n := 0, 0
-	for k, v := range r.Header {
-		if !handshakeHeader(k) {
-			keys++
-			n += len(v)
-		}
-	}
-	h := make(http.Header, keys)
-	vs := make([]string, n) // one slice for every value, as http.Header.Clone
-	for k, v := range r.Header {
-		if handshakeHeader(k) {
-			continue
-		}
-		n = copy(vs, v)
-		h[k] = vs[:n:n]
-		vs = vs[n:]
-	}
-	return &http.Request{
-		Method:     r.Method,
-		URL:        r.URL,
-		Proto:      r.Proto,
-		ProtoMajor: r.ProtoMajor,
-		ProtoMinor: r.ProtoMinor,
-		Header:     h,
-		Host:       r.Host,
-		RemoteAddr: r.RemoteAddr,
-		RequestURI: r.RequestURI,
-		TLS:        r.TLS,
-	}
-}
-
-// handshakeHeader reports whether k (canonical) is one of the headers of the WebSocket
-// handshake itself, which nothing reads after the upgrade.
-func handshakeHeader(k string) bool {
-	switch k {
-	case "Connection", "Upgrade", "Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Extensions", "Sec-Websocket-Protocol":
-		return true
-	}
-	return false
 }
 
 // track counts a new connection, unless the server is shutting down or the connection's
