@@ -28,9 +28,11 @@ const (
 	// batchKeepBytes bounds the buffers kept for later batches (batchBuffers).
 	batchKeepBytes = 2 * batchFlushBytes
 
-	// hijackReadBuffer is coder/websocket's read buffer: a client frame's header, and
-	// most commands, in one read(2); longer payloads are read straight into the message.
-	hijackReadBuffer = 256
+	// hijackReadBuffer is coder/websocket's read buffer: a client frame's header (at most
+	// 14 bytes) and a pong in one read(2). A payload that does not fit is read straight
+	// into the message: a command (most are longer than 256 bytes with their token or
+	// content) costs two read(2)s whatever this size, and clients send few.
+	hijackReadBuffer = 64
 	// hijackWriteBuffer is coder/websocket's write buffer, which batchConn sits under: a
 	// control frame (at most 2+125 bytes, written outside batches: pings, pongs, closes)
 	// fits whole and leaves in one write(2).
