@@ -8,6 +8,11 @@ import (
 
 // Authenticator maps a client's token (and the request that carried it) to a user id.
 // Sessions belong to the user that created them.
+//
+// On a WebSocket the token comes in a frame (hello, auth.refresh), and r is what the
+// connection kept of its upgrade request: its method, URL, headers (without the
+// handshake's own: Connection, Upgrade, Sec-WebSocket-*), Host, RemoteAddr and TLS
+// state; no body, and a context that is never done (use ctx).
 type Authenticator interface {
 	Authenticate(ctx context.Context, r *http.Request, token string) (userID string, err error)
 }

@@ -16,10 +16,10 @@ import (
 	"github.com/chatd/chatd/transport"
 )
 
-// conn is one WebSocket connection: its lifecycle. The handler goroutine reads
-// (reader.go) and never waits: a worker goroutine answers the commands while any are
-// queued (worker.go), a writer goroutine drains the outbox while it has frames
-// (writer.go). The outbox is the conversation.Subscriber of the session: the actor
+// conn is one WebSocket connection: its lifecycle. Its goroutine (started by serveHere
+// once the upgrade is done: the HTTP handler has returned) reads (reader.go) and never
+// waits: a worker goroutine answers the commands while any are queued (worker.go), a
+// writer goroutine drains the outbox while it has frames (writer.go). The outbox is the conversation.Subscriber of the session: the actor
 // queues frames on it without ever blocking.
 type conn struct {
 	s  *Server
@@ -27,8 +27,9 @@ type conn struct {
 	// batch gathers a batch of frames into one write(2) (nil in tests that build a
 	// conn without the server's Accept).
 	batch *batchConn
-	req   *http.Request
-	ctx   context.Context
+	// req is what is kept of the upgrade request: for the logs and the Authenticator.
+	req upgrade
+	ctx context.Context
 	// stop cancels ctx; cut also closes the socket.
 	stop context.CancelFunc
 	out  *transport.Outbox
@@ -100,7 +101,7 @@ var _ transport.Writer = (*conn)(nil)
 
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &conn{s: s, ws: ws, req: r, ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
+	c := &conn{s: s, ws: ws, req: newUpgrade(r), ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
 	c.out = transport.NewOutbox(&s.out, c, r.RemoteAddr)
 	if s.cfg.CommandRate != rate.Inf {
 		c.cmdLimiter = rate.NewLimiter(s.cfg.CommandRate, s.cfg.CommandBurst)
@@ -121,7 +122,7 @@ func (c *conn) Cut() { c.cut() }
 // logEvent adds the connection's remote address to a log event. (A logger of its own
 // would cost every connection half a KiB.)
 func (c *conn) logEvent(e *zerolog.Event) *zerolog.Event {
-	return e.Str("remote", c.req.RemoteAddr)
+	return e.Str("remote", c.req.remoteAddr)
 }
 
 // serve runs the connection until it closes, then lets go of everything it started.

@@ -82,7 +82,7 @@ func (c *conn) refresh(f clientFrame) {
 		c.replyError(f.RequestID, conversation.CodeBadRequest, "auth.refresh needs a token")
 		return
 	}
-	user, exp, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req, f.Token)
+	user, exp, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req.request(), f.Token)
 	if err != nil {
 		c.logEvent(c.s.log.Debug()).Err(err).Msg("refused an auth.refresh token")
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized: the token was refused; the connection keeps its current one")

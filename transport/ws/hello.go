@@ -49,7 +49,7 @@ func (c *conn) helloSettled() {
 // hello binds the connection to a session: subscribes its outbox to the session's actor,
 // which queues the snapshot or replay.
 func (c *conn) hello(f clientFrame) {
-	owner, expiresAt, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req, f.Token)
+	owner, expiresAt, err := transport.AuthenticateExpiry(c.ctx, c.s.cfg.Auth, c.req.request(), f.Token)
 	if err != nil {
 		c.logEvent(c.s.log.Debug()).Err(err).Msg("refused a hello's token")
 		c.replyError(f.RequestID, conversation.CodeUnauthorized, "unauthorized")
@@ -112,7 +112,7 @@ func (c *conn) hello(f clientFrame) {
 		RequestID:  deref(f.RequestID),
 	}
 	actor, res, err := c.helloHere(id, req)
-	if ee := (*conversation.ElsewhereError)(nil); errors.As(err, &ee) && c.s.cfg.Relay != nil && transport.Relayed(c.req) == "" {
+	if ee := (*conversation.ElsewhereError)(nil); errors.As(err, &ee) && c.s.cfg.Relay != nil && c.req.get(transport.RelayHeader) == "" {
 		// Another node holds the session: relay the connection there. A relayed hello
 		// is never relayed again (the holder changed meanwhile): the client reconnects.
 		if ee.Lease.Addr != "" && c.startRelay(f, ee.Lease.Addr) {

@@ -23,8 +23,11 @@ func workers() int { return goroutinesIn("ws.(*conn).work") }
 func goroutinesIn(fn string) int {
 	var b bytes.Buffer
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	// The first line is the profile's header, "goroutine profile: total N": the first
+	// block (the most goroutines) starts after it.
+	_, profile, _ := strings.Cut(b.String(), "\n")
 	n := 0
-	for _, block := range strings.Split(b.String(), "\n\n") {
+	for _, block := range strings.Split(profile, "\n\n") {
 		if strings.Contains(block, fn+"\n") || strings.Contains(block, fn+"+") {
 			// A block starts with "<count> @ <pcs>".
 			var count int

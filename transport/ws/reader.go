@@ -1,9 +1,11 @@
 package ws
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/coder/websocket"
 
@@ -13,9 +15,19 @@ import (
 )
 
 // readLoop reads frames until the connection ends.
+//
+// Each frame is handled on a goroutine of its own while the reader waits: decoding it
+// (encoding/json) takes more stack than the reader has, and a stack that grew to 8 KiB
+// stays 8 KiB while the reader is parked under coder/websocket, too deep for the runtime
+// to shrink it. 4 KiB of every idle connection; a goroutine costs about a microsecond,
+// and a client sends a few frames a second at most (CommandRate).
 func (c *conn) readLoop() {
 	for {
-		typ, data, err := c.ws.Read(c.ctx)
+		// A context that is never done, as for writes (see write): with c.ctx,
+		// coder/websocket would register a context.AfterFunc for every read and keep it
+		// while the reader waits. cut, the only thing that cancels c.ctx, also closes the
+		// socket, which ends the read.
+		typ, data, err := c.ws.Read(context.Background())
 		if err != nil {
 			c.closed = websocket.CloseStatus(err)
 			if ce := (websocket.CloseError{}); errors.As(err, &ce) {
@@ -27,7 +39,9 @@ func (c *conn) readLoop() {
 		if c.out.Closing() {
 			continue // keep reading so the close handshake can finish
 		}
-		c.handle(typ, data)
+		var handled sync.WaitGroup
+		handled.Go(func() { c.handle(typ, data) })
+		handled.Wait()
 	}
 }
 

@@ -259,7 +259,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveHere upgrades the request and serves the connection on this node (which relays
-// it after its hello when another node holds its session).
+// it after its hello when another node holds its session). It returns once the
+// connection is upgraded: the connection is served on a goroutine of its own, so
+// net/http's connection goroutine (its stack, the request, its buffers) ends.
 func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) {
 	pongs := new(atomic.Int64)
 	bw := &batchingWriter{ResponseWriter: w}
@@ -271,11 +273,11 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 	if err != nil {
 		return // Accept has answered the request
 	}
-	defer ws.CloseNow()
 
 	if !transport.OriginAllowed(r, s.cfg.AllowedOrigins) {
 		s.log.Info().Str("origin", r.Header.Get("Origin")).Msg("refused a connection from an origin that is not allowed")
 		_ = ws.Close(websocket.StatusPolicyViolation, "origin not allowed")
+		_ = ws.CloseNow()
 		return
 	}
 	ws.SetReadLimit(s.cfg.ReadLimit)
@@ -290,10 +292,15 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 			s.log.Info().Str("remote", r.RemoteAddr).Msg("refused a connection over its address's connection limit")
 		}
 		_ = ws.Close(status(d), d.Reason)
+		_ = ws.CloseNow()
 		return
 	}
-	defer s.untrack(c)
-	c.serve()
+	// Counted in s.handlers by track: Shutdown waits for this goroutine.
+	go func() {
+		defer ws.CloseNow()
+		defer s.untrack(c)
+		c.serve()
+	}()
 }
 
 // track counts a new connection, unless the server is shutting down or the connection's

@@ -57,8 +57,9 @@ func (c *conn) writeLoop() {
 // fanning out. A write stuck on a peer that does not read ends when cut closes the
 // socket (the close grace period, a failed ping, shutdown).
 func (c *conn) write(frames [][]byte) (n int, err error) {
-	if c.batch != nil && len(frames) > 1 {
-		// Several frames leave in one write(2) (see batchConn).
+	if c.batch != nil {
+		// The frames leave in one write(2) (see batchConn); one frame too, for
+		// coder/websocket's own buffer is too small to hold one.
 		c.batch.begin()
 		defer func() {
 			if ferr := c.batch.end(); err == nil {
