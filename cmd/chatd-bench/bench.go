@@ -291,6 +291,9 @@ type fanRow struct {
 	// nodeCores is the cores each measured server used (srv, then the others), when
 	// more than one is measured.
 	nodeCores []float64
+	// writesPerFrame is the write system calls the servers made during the window per
+	// frame delivered (/proc/<pid>/io's syscw); -1 when not known.
+	writesPerFrame float64
 }
 
 // measure waits out the warm-up, then measures the window. The server CPU is srv's and
@@ -315,7 +318,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		t.lat = hist{}
 		t.mu.Unlock()
 	}
-	c0, cpus0, self0, t0 := sumCounts(tabs), cpus(), selfCPU(), time.Now()
+	c0, cpus0, self0, w0, t0 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
 	g.measuring.Store(true)
 	select {
 	case <-time.After(window):
@@ -323,7 +326,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		return fanRow{}, ctx.Err()
 	}
 	g.measuring.Store(false)
-	c1, cpus1, self1, t1 := sumCounts(tabs), cpus(), selfCPU(), time.Now()
+	c1, cpus1, self1, w1, t1 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
 	var cpu0, cpu1 time.Duration
 	var nodeCores []float64
 	for i := range srvs {
@@ -352,6 +355,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		closed:         c1.closed,
 		errors:         c1.errors,
 		latencySamples: h.n,
+		writesPerFrame: -1,
 	}
 	if len(srvs) > 1 {
 		row.nodeCores = nodeCores
@@ -359,6 +363,9 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 	if frames > 0 {
 		row.cpuPerFrame = (cpu1 - cpu0) / time.Duration(frames)
 		row.tokensPerFrame = float64(h.n) / float64(frames)
+		if w0 >= 0 && w1 >= 0 {
+			row.writesPerFrame = float64(w1-w0) / float64(frames)
+		}
 	}
 	row.serverRSS, _ = srv.rss()
 	if e := g.firstErr.Load(); e != nil {
