@@ -87,7 +87,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
-	scen := fs.String("scenarios", "fanout,storm,idle,storage", "scenarios to run, comma-separated: fanout, storm, idle, storage, cluster (storm runs on the fan-out's sessions; cluster, three chatd nodes on one database, is not in the default set)")
+	scen := fs.String("scenarios", "fanout,storm,snapstorm,idle,storage", "scenarios to run, comma-separated: fanout, storm, snapstorm, idle, storage, cluster (storm and snapstorm run on the fan-out's sessions; cluster, three chatd nodes on one database, is not in the default set)")
 	fs.IntVar(&o.sessions, "sessions", 1000, "fan-out: sessions (S)")
 	fs.IntVar(&o.tabs, "tabs", 3, "fan-out: tabs per session (T)")
 	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
@@ -120,7 +120,7 @@ func parseFlags(args []string) (options, error) {
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "fanout", "storm", "idle", "storage", "cluster":
+		case "fanout", "storm", "snapstorm", "idle", "storage", "cluster":
 			o.scenarios[s] = true
 		case "":
 		default:
@@ -183,7 +183,7 @@ func run(ctx context.Context, o options) error {
 	b := &bench{opts: o, report: r}
 	defer b.dropDatabases()
 
-	if o.scenarios["fanout"] || o.scenarios["storm"] {
+	if o.scenarios["fanout"] || o.scenarios["storm"] || o.scenarios["snapstorm"] {
 		if err := b.fanout(ctx); err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func (r *report) blocks() []resultBlock {
 		mode = "full"
 	}
 	var out []resultBlock
-	if len(r.fanout) > 0 || r.storm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil {
+	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil {
 		out = append(out, resultBlock{mode, r.markdown()})
 	}
 	if r.cluster != nil {
@@ -59,6 +59,8 @@ type report struct {
 	storage []storageRow
 	delay   *delayResult
 	cluster *clusterResult
+
+	snapStorm *stormResult
 }
 
 func (r *report) markdown() string {
@@ -107,6 +109,9 @@ func (r *report) markdown() string {
 		w("")
 		w("Caught up: from the reconnect's start until the first token due after it arrives (so it includes up to 1/R of waiting for that token). chatd counted %.0f replays and %.0f snapshots.", s.serverReplays, s.serverSnapshots)
 		w("")
+	}
+	if r.snapStorm != nil {
+		r.snapStormMarkdown(w)
 	}
 	if i := r.idle; i != nil {
 		w("**Idle density**: %d subscribed connections (%d sessions), nothing streaming.", i.conns, i.sessions)
