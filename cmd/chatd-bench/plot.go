@@ -78,18 +78,31 @@ func linearRange(maxV float64, n int) (hi float64, ticks []float64) {
 	return ticks[len(ticks)-1], ticks
 }
 
-// logRange is a log axis from the power of ten at or below the smallest value to the one
-// at or above the largest.
+// logRange is a log axis from the largest 1, 2 or 5 × 10^k at or below the smallest
+// value to the smallest one at or above the largest.
 func logRange(minV, maxV float64) (lo, hi float64) {
 	if !(minV > 0) || !(maxV > 0) || math.IsInf(maxV, 0) {
 		return 1, 10
 	}
-	lo = math.Pow(10, math.Floor(math.Log10(minV)+1e-9))
-	hi = math.Pow(10, math.Ceil(math.Log10(maxV)-1e-9))
-	if hi <= lo {
-		hi = lo * 10
+	steps := func(v float64) (below, above float64) {
+		e := math.Pow(10, math.Floor(math.Log10(v)+1e-9))
+		below, above = e, 10*e
+		for _, m := range []float64{1, 2, 5, 10} {
+			if m*e <= v*(1+1e-9) {
+				below = m * e
+			}
+			if m*e >= v*(1-1e-9) && m*e < above {
+				above = m * e
+			}
+		}
+		return roundSig(below), roundSig(above)
 	}
-	return roundSig(lo), roundSig(hi)
+	lo, _ = steps(minV)
+	_, hi = steps(maxV)
+	if hi <= lo {
+		_, hi = steps(lo * 1.5)
+	}
+	return lo, hi
 }
 
 // logTicks are the ticks of a log axis: 1, 2 and 5 × 10^k over up to three decades,

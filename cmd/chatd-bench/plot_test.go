@@ -52,19 +52,23 @@ func TestLinearRange(t *testing.T) {
 }
 
 func TestLogRangeAndTicks(t *testing.T) {
-	lo, hi := logRange(1.7, 1240)
-	assert.Equal(t, 1.0, lo)
-	assert.Equal(t, 10000.0, hi)
-	lo, hi = logRange(100, 100)
-	assert.Equal(t, 100.0, lo)
-	assert.Equal(t, 1000.0, hi)
-	lo, hi = logRange(0, 5) // nothing measured on a log axis
-	assert.Equal(t, 1.0, lo)
-	assert.Equal(t, 10.0, hi)
+	for _, tc := range []struct{ min, max, lo, hi float64 }{
+		{1.7, 1240, 1, 2000},
+		{26, 1433, 20, 2000},
+		{0.3, 0.7, 0.2, 1},
+		{100, 100, 100, 200}, // one value: up to the next step
+		{2, 5, 2, 5},         // values on steps are the ends
+		{0, 5, 1, 10},        // nothing measured on a log axis
+	} {
+		lo, hi := logRange(tc.min, tc.max)
+		assert.Equal(t, tc.lo, lo, "logRange(%v, %v)", tc.min, tc.max)
+		assert.Equal(t, tc.hi, hi, "logRange(%v, %v)", tc.min, tc.max)
+	}
 
 	assert.Equal(t, []float64{1, 2, 5, 10, 20, 50, 100}, logTicks(1, 100))
 	assert.Equal(t, []float64{0.1, 0.2, 0.5, 1, 2, 5, 10}, logTicks(0.1, 10))
 	assert.Equal(t, []float64{1, 10, 100, 1000, 10000}, logTicks(1, 10000)) // over 3 decades
+	assert.Equal(t, []float64{20, 50, 100, 200, 500, 1000, 2000}, logTicks(20, 2000))
 }
 
 func TestTickLabel(t *testing.T) {

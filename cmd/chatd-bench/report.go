@@ -29,7 +29,7 @@ func (r *report) blocks() []resultBlock {
 		mode = "full"
 	}
 	var out []resultBlock
-	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil {
+	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
 		out = append(out, resultBlock{mode, r.markdown()})
 	}
 	if r.cluster != nil {
@@ -61,6 +61,7 @@ type report struct {
 	cluster *clusterResult
 
 	snapStorm *stormResult
+	scale     *scaleResult
 }
 
 func (r *report) markdown() string {
@@ -149,6 +150,9 @@ func (r *report) markdown() string {
 			}
 		}
 		w("")
+	}
+	if r.scale != nil {
+		r.scale.markdown(w, r.opts.out)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
