@@ -5,7 +5,7 @@
 // table and writes it to docs/benchmarks.md. See docs/benchmarks.md for what each
 // scenario does and how to read it.
 //
-//	make bench                         # quick mode, under 2 minutes on 2 cores
+//	make bench                         # quick mode, about 4½ minutes on 2 cores
 //	make bench BENCH_FLAGS=-full       # longer windows and more cases
 package main
 
