@@ -163,6 +163,11 @@ func (b *bench) scalePoint(ctx context.Context, sv scaleServer, s int) (row fanR
 		if !stopped {
 			srv.kill()
 		}
+		// measure panics when it cannot read the server's CPU time: the server died,
+		// which at the top of the curve is a result, not the end of the run.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s failed during the point: %v\n%s", sv.name, p, tail(srv.logs.String(), 1000))
+		}
 	}()
 	runFor := o.scale.warmup + o.scale.window + 5*time.Second
 	content := fmt.Sprintf("tokens=%d rate=%d", int(math.Ceil(runFor.Seconds()*float64(o.rate))), o.rate)
