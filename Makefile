@@ -24,8 +24,10 @@ cluster-stop:
 	scripts/cluster.sh stop
 
 # The benchmark harness: chatd as its own process on the project's PostgreSQL, real
-# WebSocket clients, a raw baseline server. Quick mode by default (under 2 minutes);
-# BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md.
+# WebSocket clients, a raw baseline server. Quick mode by default (about 4½ minutes on
+# 2 cores, 2-2½ of them the scale curve; BENCH_FLAGS='-scenarios fanout,storm,snapstorm,idle,storage'
+# leaves it out); BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md,
+# the scale curve's plot beside it (docs/benchmarks-scale-quick.png).
 bench: build
 	go build -o bin/chatd-bench ./cmd/chatd-bench
 	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd $(BENCH_FLAGS)

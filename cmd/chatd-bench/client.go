@@ -65,6 +65,7 @@ type tab struct {
 	caughtUpDone bool
 	resumeIdx    int           // index of that first token
 	snap         transcript    // the last snapshot's text, checked
+	snapAt       time.Time     // when the last snapshot arrived
 	sentAt       time.Time     // when this tab last sent chat.send
 	firstToken   time.Duration // from sentAt to the run's first token
 	gotFirst     bool
@@ -247,7 +248,7 @@ func (t *tab) handle(f []byte, now time.Time) {
 		}
 		t.mu.Lock()
 		t.nextTok = next
-		t.snap = checkTranscript(texts, t.reconnectAt)
+		t.snap, t.snapAt = checkTranscript(texts, t.reconnectAt), now
 		t.mu.Unlock()
 		t.markReady()
 	case "resumed":

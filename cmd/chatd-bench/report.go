@@ -29,7 +29,7 @@ func (r *report) blocks() []resultBlock {
 		mode = "full"
 	}
 	var out []resultBlock
-	if len(r.fanout) > 0 || r.storm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil {
+	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
 		out = append(out, resultBlock{mode, r.markdown()})
 	}
 	if r.cluster != nil {
@@ -59,6 +59,9 @@ type report struct {
 	storage []storageRow
 	delay   *delayResult
 	cluster *clusterResult
+
+	snapStorm *stormResult
+	scale     *scaleResult
 }
 
 func (r *report) markdown() string {
@@ -76,8 +79,8 @@ func (r *report) markdown() string {
 		w("**Fan-out**: S=%d sessions × T=%d tabs (%d connections), R=%d tokens/s per run, %v window after %v warm-up.",
 			o.sessions, o.tabs, o.sessions*o.tabs, o.rate, o.window, o.warmup)
 		w("")
-		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | server cores | client cores | gaps | dups | dropped |")
-		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | write syscalls/frame | server cores | client cores | gaps | dups | dropped |")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, f := range r.fanout {
 			cpuRatio, p99Ratio := "", ""
 			if base != nil && f.target != "baseline" && base.cpuPerFrame > 0 && base.p99 > 0 {
@@ -85,9 +88,9 @@ func (r *report) markdown() string {
 				cpuRatio = fmt.Sprintf("%.2f", (float64(f.cpuPerFrame)/f.tokensPerFrame)/(float64(base.cpuPerFrame)/base.tokensPerFrame))
 				p99Ratio = fmt.Sprintf("%.2f", float64(f.p99)/float64(base.p99))
 			}
-			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
+			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
 				f.target, f.framesPerSec, f.tokensPerFrame, ms(f.p50), ms(f.p99), ms(f.p999), us(f.cpuPerFrame),
-				cpuRatio, p99Ratio, f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
+				cpuRatio, p99Ratio, writes(f.writesPerFrame), f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
 		}
 		w("")
 		for _, f := range r.fanout {
@@ -107,6 +110,9 @@ func (r *report) markdown() string {
 		w("")
 		w("Caught up: from the reconnect's start until the first token due after it arrives (so it includes up to 1/R of waiting for that token). chatd counted %.0f replays and %.0f snapshots.", s.serverReplays, s.serverSnapshots)
 		w("")
+	}
+	if r.snapStorm != nil {
+		r.snapStormMarkdown(w)
 	}
 	if i := r.idle; i != nil {
 		w("**Idle density**: %d subscribed connections (%d sessions), nothing streaming.", i.conns, i.sessions)
@@ -144,6 +150,9 @@ func (r *report) markdown() string {
 			}
 		}
 		w("")
+	}
+	if r.scale != nil {
+		r.scale.markdown(w, r.opts.out)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -285,6 +294,14 @@ func makeFlags(command string) string {
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// writes formats write system calls per frame ("n/a" when not known).
+func writes(perFrame float64) string {
+	if perFrame < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", perFrame)
 }
 
 func us(d time.Duration) string {

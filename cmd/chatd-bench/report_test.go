@@ -61,3 +61,29 @@ func TestLastToken(t *testing.T) {
 	_, ok = lastToken("no tokens here")
 	assert.False(t, ok)
 }
+
+// Every fan-out row has the header's columns, and the write syscalls per frame are shown
+// ("n/a" when /proc/<pid>/io could not be read).
+func TestFanoutTableColumns(t *testing.T) {
+	r := &report{opts: options{sessions: 10, tabs: 3, rate: 50}, fanout: []fanRow{
+		{target: "baseline", cpuPerFrame: 7000, tokensPerFrame: 1, p99: 1e6, writesPerFrame: 1},
+		{target: "chatd", cpuPerFrame: 8000, tokensPerFrame: 1, p99: 2e6, writesPerFrame: 0.42},
+		{target: "chatd, coalesce 25ms", cpuPerFrame: 14000, tokensPerFrame: 2, p99: 1e6, writesPerFrame: -1},
+	}}
+	var header int
+	rows := 0
+	for _, line := range strings.Split(r.markdown(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| server |"):
+			header = strings.Count(line, "|")
+			assert.Contains(t, line, "| write syscalls/frame |")
+		case strings.HasPrefix(line, "| baseline |"), strings.HasPrefix(line, "| chatd"):
+			rows++
+			assert.Equal(t, header, strings.Count(line, "|"), line)
+		}
+	}
+	assert.Equal(t, 3, rows)
+	s := r.markdown()
+	assert.Contains(t, s, "| 1.14 | 2.00 | 0.42 |")
+	assert.Contains(t, s, "| 1.00 | 1.00 | n/a |")
+}
