@@ -226,7 +226,12 @@ func startRuns(ctx context.Context, sessions []*session, content string) error {
 		t.mu.Lock()
 		t.sentAt, t.gotFirst = time.Now(), false
 		t.mu.Unlock()
-		err := t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		var err error
+		if t.cf != nil {
+			err = t.cfSend(ctx, content, uuid.NewString())
+		} else {
+			err = t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		}
 		if err != nil {
 			return fmt.Errorf("chat.send: %w", err)
 		}
@@ -393,6 +398,9 @@ func (b *bench) fanout(ctx context.Context) error {
 		srv.kill() // the baseline has nothing to shut down cleanly
 		b.report.fanout = append(b.report.fanout, row)
 	}
+	if err := b.peerFanout(ctx, content); err != nil {
+		return err
+	}
 	stormOn := o.coalesce[0] // the storm runs on chatd with -storm-coalesce if it is measured
 	for _, c := range o.coalesce {
 		if c == o.stormCoalesce {
@@ -435,7 +443,7 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 	o := b.opts
 	g := &gen{}
 	logf("%s: connecting %d sessions × %d tabs", srv.name, o.sessions, o.tabs)
-	sessions, err := openSessions(ctx, g, srv.addr, o.sessions, o.tabs)
+	sessions, err := openFor(srv)(ctx, g, srv.addr, o.sessions, o.tabs)
 	if err != nil {
 		return fanRow{}, err
 	}
@@ -477,6 +485,9 @@ type stormResult struct {
 	dbReads, dbWrites  float64
 	serverReplays      float64
 	serverSnapshots    float64
+	// peer: the storm ran on the Centrifuge peer (no database; its replays are
+	// recovered subscriptions, its snapshots subscriptions it could not recover).
+	peer bool
 }
 
 var readStatements = map[string]bool{
@@ -495,7 +506,11 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	before := sumCounts(tabs)
 	_ = parallel(ctx, 64, len(tabs), func(i int) error { tabs[i].drop(); return nil })
 	time.Sleep(o.stormDown)
-	logf("%s: reconnecting them over %v with hello{epoch,lastSeq}", srv.name, o.stormSpread)
+	how := "hello{epoch,lastSeq}"
+	if srv.peer {
+		how = "subscribe{recover,offset,epoch}"
+	}
+	logf("%s: reconnecting them over %v with %s", srv.name, o.stormSpread, how)
 	var wg sync.WaitGroup
 	var failed sync.Map
 	start := time.Now()
@@ -553,12 +568,21 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	}
 	k0, k1 := m0.byLabel("chatd_catchups_total", "kind"), m1.byLabel("chatd_catchups_total", "kind")
 	res.serverReplays, res.serverSnapshots = k1["replay"]-k0["replay"], k1["snapshot"]-k0["snapshot"]
+	if srv.peer {
+		res.peer = true
+		r0, r1 := m0.byLabel("centrifuge_client_recover", "recovered"), m1.byLabel("centrifuge_client_recover", "recovered")
+		res.serverReplays, res.serverSnapshots = r1["yes"]-r0["yes"], r1["no"]-r0["no"]
+	}
 	failed.Range(func(_, v any) bool {
 		g.noteErr("reconnect: %v", v) // such a tab is also counted as not caught up
 		return false
 	})
 	logf("%s: storm: caught up p50 %v p99 %v, gaps %d dups %d, %d replays %d snapshots, %.0f db reads",
 		srv.name, res.p50, res.p99, res.gaps, res.dups, res.replays, res.snapshots, res.dbReads)
-	b.report.storm = &res
+	if srv.peer {
+		b.report.peerStorm = &res
+	} else {
+		b.report.storm = &res
+	}
 	return nil
 }

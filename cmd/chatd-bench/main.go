@@ -24,6 +24,7 @@ import (
 
 type options struct {
 	chatd       string
+	peer        string // the Centrifuge peer's binary; "" skips it
 	databaseURL string
 	out         string
 	full        bool
@@ -84,6 +85,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("chatd-bench", flag.ContinueOnError)
 	fs.StringVar(&o.chatd, "chatd", "bin/chatd", "the chatd binary to measure")
+	fs.StringVar(&o.peer, "peer", "", "the Centrifuge peer's binary (bench/centrifuge, make bench builds bin/chatd-peer), measured beside chatd in fan-out, storm and idle; empty to skip it")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
@@ -190,6 +192,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.scenarios["idle"] {
 		if err := b.idleDensity(ctx); err != nil {
+			return err
+		}
+		if err := b.peerIdle(ctx); err != nil {
 			return err
 		}
 	}
