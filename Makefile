@@ -24,11 +24,13 @@ cluster-stop:
 	scripts/cluster.sh stop
 
 # The benchmark harness: chatd as its own process on the project's PostgreSQL, real
-# WebSocket clients, a raw baseline server. Quick mode by default (under 2 minutes);
-# BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md.
+# WebSocket clients, a raw baseline server and a Centrifuge peer (bench/centrifuge, its
+# own Go module). Quick mode by default; BENCH_FLAGS=-full for longer windows. Results
+# go to docs/benchmarks.md.
 bench: build
 	go build -o bin/chatd-bench ./cmd/chatd-bench
-	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd $(BENCH_FLAGS)
+	cd bench/centrifuge && go build -o ../../bin/chatd-peer .
+	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd -peer bin/chatd-peer $(BENCH_FLAGS)
 
 test: vet check-generated check-web test-go test-js
 
@@ -72,6 +74,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
+	cd bench/centrifuge && go vet ./...
 
 # Regenerates queries/*.gen.go from queries/*.sql and the migrations. sqlc needs cgo (gcc).
 generate:

@@ -322,11 +322,11 @@ func machine() string {
 }
 
 func makeFlags(command string) string {
-	// make bench passes -chatd bin/chatd itself.
+	// make bench passes -chatd bin/chatd and -peer bin/chatd-peer itself.
 	var rest []string
 	fields := strings.Fields(strings.TrimPrefix(command, "chatd-bench"))
 	for i := 0; i < len(fields); i++ {
-		if fields[i] == "-chatd" && i+1 < len(fields) && fields[i+1] == "bin/chatd" {
+		if i+1 < len(fields) && (fields[i] == "-chatd" && fields[i+1] == "bin/chatd" || fields[i] == "-peer" && fields[i+1] == "bin/chatd-peer") {
 			i++
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 func TestMakeFlags(t *testing.T) {
 	assert.Equal(t, "", makeFlags("chatd-bench -chatd bin/chatd"))
 	assert.Equal(t, " BENCH_FLAGS='-full'", makeFlags("chatd-bench -chatd bin/chatd -full"))
+	assert.Equal(t, " BENCH_FLAGS='-full'", makeFlags("chatd-bench -chatd bin/chatd -peer bin/chatd-peer -full"))
+	assert.Equal(t, " BENCH_FLAGS='-peer bin/other'", makeFlags("chatd-bench -chatd bin/chatd -peer bin/other"))
 	assert.Equal(t, " BENCH_FLAGS='-chatd bin/chatd-before -out x.md'", makeFlags("chatd-bench -chatd bin/chatd-before -out x.md"))
 }
 
