@@ -226,7 +226,12 @@ func startRuns(ctx context.Context, sessions []*session, content string) error {
 		t.mu.Lock()
 		t.sentAt, t.gotFirst = time.Now(), false
 		t.mu.Unlock()
-		err := t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		var err error
+		if t.cf != nil {
+			err = t.cfSend(ctx, content, uuid.NewString())
+		} else {
+			err = t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		}
 		if err != nil {
 			return fmt.Errorf("chat.send: %w", err)
 		}
@@ -400,6 +405,9 @@ func (b *bench) fanout(ctx context.Context) error {
 		srv.kill() // the baseline has nothing to shut down cleanly
 		b.report.fanout = append(b.report.fanout, row)
 	}
+	if err := b.peerFanout(ctx, content); err != nil {
+		return err
+	}
 	stormOn := o.coalesce[0] // the storm runs on chatd with -storm-coalesce if it is measured
 	for _, c := range o.coalesce {
 		if c == o.stormCoalesce {
@@ -445,7 +453,7 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 	o := b.opts
 	g := &gen{}
 	logf("%s: connecting %d sessions × %d tabs", srv.name, o.sessions, o.tabs)
-	sessions, err := openSessions(ctx, g, srv.addr, o.sessions, o.tabs)
+	sessions, err := openFor(srv)(ctx, g, srv.addr, o.sessions, o.tabs)
 	if err != nil {
 		return fanRow{}, err
 	}
@@ -472,7 +480,9 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 			return fanRow{}, err
 		}
 	}
-	if storm && o.scenarios["snapstorm"] {
+	// The snapshot storm's stale epochs and its checks of the snapshots are chatd's
+	// protocol; the peer has no such answer to check (see snapstorm.go).
+	if storm && o.scenarios["snapstorm"] && !srv.peer {
 		if err := b.storm(ctx, g, srv, sessions, true); err != nil {
 			return fanRow{}, err
 		}
@@ -493,6 +503,9 @@ type stormResult struct {
 	serverReplays      float64
 	serverSnapshots    float64
 	snap               *snapCheck // the snapshot storm's checks of the snapshots
+	// peer: the storm ran on the Centrifuge peer (no database; its replays are
+	// recovered subscriptions, its snapshots subscriptions it could not recover).
+	peer bool
 }
 
 var readStatements = map[string]bool{
@@ -515,7 +528,11 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	_ = parallel(ctx, 64, len(tabs), func(i int) error { tabs[i].drop(); return nil })
 	seen := seenTokens(tabs)
 	time.Sleep(o.stormDown)
-	logf("%s: reconnecting them over %v with hello{epoch,lastSeq}", srv.name, o.stormSpread)
+	how := "hello{epoch,lastSeq}"
+	if srv.peer {
+		how = "subscribe{recover,offset,epoch}"
+	}
+	logf("%s: reconnecting them over %v with %s", srv.name, o.stormSpread, how)
 	var wg sync.WaitGroup
 	var failed sync.Map
 	start := time.Now()
@@ -576,17 +593,25 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	}
 	k0, k1 := m0.byLabel("chatd_catchups_total", "kind"), m1.byLabel("chatd_catchups_total", "kind")
 	res.serverReplays, res.serverSnapshots = k1["replay"]-k0["replay"], k1["snapshot"]-k0["snapshot"]
+	if srv.peer {
+		res.peer = true
+		r0, r1 := m0.byLabel("centrifuge_client_recover", "recovered"), m1.byLabel("centrifuge_client_recover", "recovered")
+		res.serverReplays, res.serverSnapshots = r1["yes"]-r0["yes"], r1["no"]-r0["no"]
+	}
 	failed.Range(func(_, v any) bool {
 		g.noteErr("reconnect: %v", v) // such a tab is also counted as not caught up
 		return false
 	})
 	logf("%s: storm: caught up p50 %v p99 %v, gaps %d dups %d, %d replays %d snapshots, %.0f db reads",
 		srv.name, res.p50, res.p99, res.gaps, res.dups, res.replays, res.snapshots, res.dbReads)
-	if stale {
+	switch {
+	case stale:
 		res.snap = checkSnapshots(tabs, seen, m1.statementsSince(m0))
 		b.report.snapStorm = &res
-		return nil
+	case srv.peer:
+		b.report.peerStorm = &res
+	default:
+		b.report.storm = &res
 	}
-	b.report.storm = &res
 	return nil
 }

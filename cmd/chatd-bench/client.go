@@ -34,6 +34,8 @@ type tab struct {
 	// query is added to /v1/ws (e.g. "?session=<id>", which a node reverse-proxies to
 	// the session's owner); "" for none.
 	query string
+	// cf is set for a client of the Centrifuge peer (centrifuge.go), nil otherwise.
+	cf *cfState
 
 	ws       *websocket.Conn
 	readDone chan struct{}
@@ -91,6 +93,9 @@ var (
 // connect dials and says hello (resuming from the tab's epoch and lastSeq when it has
 // them), then reads in the background. It returns once the hello is answered.
 func (t *tab) connect(ctx context.Context, resume bool) error {
+	if t.cf != nil {
+		return t.cfConnect(ctx, resume)
+	}
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws"+t.query, nil)

@@ -5,7 +5,7 @@
 // table and writes it to docs/benchmarks.md. See docs/benchmarks.md for what each
 // scenario does and how to read it.
 //
-//	make bench                         # quick mode, about 4½ minutes on 2 cores
+//	make bench                         # quick mode, about 5¼ minutes on 2 cores
 //	make bench BENCH_FLAGS=-full       # longer windows and more cases
 package main
 
@@ -24,6 +24,7 @@ import (
 
 type options struct {
 	chatd       string
+	peer        string // the Centrifuge peer's binary; "" skips it
 	databaseURL string
 	out         string
 	full        bool
@@ -86,6 +87,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("chatd-bench", flag.ContinueOnError)
 	fs.StringVar(&o.chatd, "chatd", "bin/chatd", "the chatd binary to measure")
+	fs.StringVar(&o.peer, "peer", "", "the Centrifuge peer's binary (bench/centrifuge, make bench builds bin/chatd-peer), measured beside chatd in fan-out, storm and idle; empty to skip it")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
@@ -196,6 +198,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.scenarios["idle"] {
 		if err := b.idleDensity(ctx); err != nil {
+			return err
+		}
+		if err := b.peerIdle(ctx); err != nil {
 			return err
 		}
 	}
