@@ -1,11 +1,12 @@
 // Command chatd-bench measures chatd: it starts chatd as its own process on a real
 // PostgreSQL with the synthetic model (CHATD_AGENT=synth), drives it with real WebSocket
 // clients on this machine, and measures a minimal WebSocket server pushing the same
-// frames in the same run, so every figure has the physical limit beside it. It prints a
+// frames in the same run, so every figure has the physical limit beside it, and, with
+// -peer, a server built on the Centrifuge library (bench/centrifuge). It prints a
 // table and writes it to docs/benchmarks.md. See docs/benchmarks.md for what each
 // scenario does and how to read it.
 //
-//	make bench                         # quick mode, about 5¼ minutes on 2 cores
+//	make bench                         # quick mode, about 6 minutes on 2 cores
 //	make bench BENCH_FLAGS=-full       # longer windows and more cases
 package main
 
@@ -87,7 +88,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("chatd-bench", flag.ContinueOnError)
 	fs.StringVar(&o.chatd, "chatd", "bin/chatd", "the chatd binary to measure")
-	fs.StringVar(&o.peer, "peer", "", "the Centrifuge peer's binary (bench/centrifuge, make bench builds bin/chatd-peer), measured beside chatd in fan-out, storm and idle; empty to skip it")
+	fs.StringVar(&o.peer, "peer", "", "the Centrifuge peer's binary (bench/centrifuge, make bench builds bin/chatd-peer), measured beside chatd in fan-out, storm, idle and the scale curve; empty to skip it")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")

@@ -54,8 +54,9 @@ type scaleServer struct {
 	name  string
 	start func(ctx context.Context) (*server, error)
 	// open connects s sessions of t tabs each to srv and starts one run per session,
-	// content being the synthetic model's spec (tokens, rate). nil: chatd's protocol,
-	// which the baseline speaks too (openSessions, then startRuns).
+	// content being the synthetic model's spec (tokens, rate). nil: openAndStart, in
+	// the server's own protocol (openFor: chatd's, which the baseline speaks too, or the
+	// Centrifuge peer's).
 	open func(ctx context.Context, g *gen, srv *server, s, t int, content string) ([]*session, error)
 	// stop ends the server once its point is measured; nil: SIGTERM and a clean exit
 	// (server.stop).
@@ -63,18 +64,38 @@ type scaleServer struct {
 }
 
 // scaleServers are the curve's lines: the baseline, chatd with coalescing off, chatd with
-// its default 25 ms window.
+// its default 25 ms window, and the Centrifuge peer (peer.go) unless -peer is empty.
 func (b *bench) scaleServers() []scaleServer {
 	chatd := func(name string, coalesce time.Duration) scaleServer {
 		return scaleServer{name: name, start: func(ctx context.Context) (*server, error) {
 			return b.startChatd(ctx, name, "", fmt.Sprintf("CHATD_COALESCE_DELTAS=%v", coalesce))
 		}}
 	}
-	return []scaleServer{
+	servers := []scaleServer{
 		{name: "baseline", start: b.startBaseline, stop: killServer},
 		chatd("chatd, coalesce off", 0),
 		chatd("chatd, coalesce 25ms", 25*time.Millisecond),
 	}
+	if b.opts.peer != "" {
+		// Its clients speak Centrifuge's protocol (openFor, from srv.peer); it shuts
+		// down cleanly on SIGTERM like chatd.
+		servers = append(servers, scaleServer{name: peerName, start: b.startPeer, open: openAndStart})
+	}
+	return servers
+}
+
+// openAndStart connects s sessions of t tabs each to srv in its protocol (openFor) and
+// starts one run per session.
+func openAndStart(ctx context.Context, g *gen, srv *server, s, t int, content string) ([]*session, error) {
+	sessions, err := openFor(srv)(ctx, g, srv.addr, s, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := startRuns(ctx, sessions, content); err != nil {
+		dropAll(sessions)
+		return nil, err
+	}
+	return sessions, nil
 }
 
 // killServer stops a server that has nothing to shut down cleanly.
@@ -173,14 +194,11 @@ func (b *bench) scalePoint(ctx context.Context, sv scaleServer, s int) (row fanR
 	content := fmt.Sprintf("tokens=%d rate=%d", int(math.Ceil(runFor.Seconds()*float64(o.rate))), o.rate)
 	g := &gen{}
 	logf("scale: S=%d %s: connecting %d × %d tabs, then %s", s, sv.name, s, o.tabs, content)
-	var sessions []*session
-	if sv.open != nil {
-		sessions, err = sv.open(ctx, g, srv, s, o.tabs, content)
-	} else if sessions, err = openSessions(ctx, g, srv.addr, s, o.tabs); err == nil {
-		if err = startRuns(ctx, sessions, content); err != nil {
-			dropAll(sessions)
-		}
+	open := sv.open
+	if open == nil {
+		open = openAndStart
 	}
+	sessions, err := open(ctx, g, srv, s, o.tabs, content)
 	if err != nil {
 		return fanRow{}, err
 	}
@@ -243,6 +261,17 @@ func (r *scaleResult) row(s int, server string) (scaleRow, bool) {
 	return scaleRow{}, false
 }
 
+// ratios returns row's CPU per token and p99 as multiples of ref's at the same S, or ""
+// when ref was not measured there (or row is ref).
+func (r *scaleResult) ratios(row scaleRow, ref string) (cpu, p99 string) {
+	base, ok := r.row(row.sessions, ref)
+	if !ok || row.target == ref || base.failed != "" || base.cpuPerToken() <= 0 || base.p99 <= 0 {
+		return "", ""
+	}
+	return fmt.Sprintf("%.2f", float64(row.cpuPerToken())/float64(base.cpuPerToken())),
+		fmt.Sprintf("%.2f", float64(row.p99)/float64(base.p99))
+}
+
 // panels are the plot's: CPU per token against S, p99 against S, a line per server.
 func (r *scaleResult) panels() []plotPanel {
 	xs := make([]float64, len(r.points))
@@ -279,23 +308,20 @@ func (r *scaleResult) markdown(w func(format string, args ...any), out string) {
 	w("**Scale curve**: the fan-out at S = %s sessions × T=%d tabs, R=%d tokens/s per run, each point on a fresh process of each server, %v window after %v warm-up. CPU per token is the server's CPU per delivered frame divided by the tokens a frame carries.",
 		strings.Join(pts, ", "), r.tabs, r.rate, r.window, r.warmup)
 	w("")
-	w("| S | server | frames/s | tokens/frame | p50 | p99 | server CPU/token | ×baseline CPU/token | ×baseline p99 | write syscalls/frame | server cores | client cores | gaps | dups | dropped |")
-	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	w("| S | server | frames/s | tokens/frame | p50 | p99 | server CPU/token | ×baseline CPU/token | ×baseline p99 | ×%s CPU/token | ×%s p99 | write syscalls/frame | server cores | client cores | gaps | dups | dropped |", peerName, peerName)
+	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, row := range r.rows {
 		if row.failed != "" {
-			w("| %d | %s | not measured | | | | | | | | | | | | |", row.sessions, row.target)
+			w("| %d | %s | not measured | | | | | | | | | | | | | | |", row.sessions, row.target)
 			notes = append(notes, fmt.Sprintf("- S=%d, %s: not measured: `%s`", row.sessions, row.target, oneLine(row.failed)))
 			continue
 		}
-		cpuRatio, p99Ratio := "", ""
-		if base, ok := r.row(row.sessions, "baseline"); ok && row.target != "baseline" && base.cpuPerToken() > 0 && base.p99 > 0 {
-			cpuRatio = fmt.Sprintf("%.2f", float64(row.cpuPerToken())/float64(base.cpuPerToken()))
-			p99Ratio = fmt.Sprintf("%.2f", float64(row.p99)/float64(base.p99))
-		}
-		w("| %d | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
+		cpuRatio, p99Ratio := r.ratios(row, "baseline")
+		peerCPU, peerP99 := r.ratios(row, peerName)
+		w("| %d | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
 			row.sessions, row.target, row.framesPerSec, row.tokensPerFrame, ms(row.p50), ms(row.p99), us(row.cpuPerToken()),
-			cpuRatio, p99Ratio, writes(row.writesPerFrame), row.serverCPU, row.clientCPU, row.gaps, row.dups, row.closed)
+			cpuRatio, p99Ratio, peerCPU, peerP99, writes(row.writesPerFrame), row.serverCPU, row.clientCPU, row.gaps, row.dups, row.closed)
 		if row.firstClientFail != "" {
 			notes = append(notes, fmt.Sprintf("- S=%d, %s: first client problem: `%s`", row.sessions, row.target, oneLine(row.firstClientFail)))
 		}
