@@ -24,11 +24,15 @@ cluster-stop:
 	scripts/cluster.sh stop
 
 # The benchmark harness: chatd as its own process on the project's PostgreSQL, real
-# WebSocket clients, a raw baseline server. Quick mode by default (under 2 minutes);
-# BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md.
+# WebSocket clients, a raw baseline server and a Centrifuge peer (bench/centrifuge, its
+# own Go module, built to bin/chatd-peer). Quick mode by default (about 6 minutes on 2
+# cores, 3 of them the scale curve; BENCH_FLAGS='-scenarios fanout,storm,snapstorm,idle,storage'
+# leaves it out); BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md,
+# the scale curve's plot beside it (docs/benchmarks-scale-quick.png).
 bench: build
 	go build -o bin/chatd-bench ./cmd/chatd-bench
-	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd $(BENCH_FLAGS)
+	cd bench/centrifuge && go build -o ../../bin/chatd-peer .
+	$(DEVDB) exec bin/chatd-bench -chatd bin/chatd -peer bin/chatd-peer $(BENCH_FLAGS)
 
 test: vet check-generated check-web test-go test-js
 
@@ -72,6 +76,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
+	cd bench/centrifuge && go vet ./...
 
 # Regenerates queries/*.gen.go from queries/*.sql and the migrations. sqlc needs cgo (gcc).
 generate:

@@ -226,7 +226,12 @@ func startRuns(ctx context.Context, sessions []*session, content string) error {
 		t.mu.Lock()
 		t.sentAt, t.gotFirst = time.Now(), false
 		t.mu.Unlock()
-		err := t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		var err error
+		if t.cf != nil {
+			err = t.cfSend(ctx, content, uuid.NewString())
+		} else {
+			err = t.send(ctx, map[string]any{"type": "chat.send", "requestId": uuid.NewString(), "content": content})
+		}
 		if err != nil {
 			return fmt.Errorf("chat.send: %w", err)
 		}
@@ -291,6 +296,9 @@ type fanRow struct {
 	// nodeCores is the cores each measured server used (srv, then the others), when
 	// more than one is measured.
 	nodeCores []float64
+	// writesPerFrame is the write system calls the servers made during the window per
+	// frame delivered (/proc/<pid>/io's syscw); -1 when not known.
+	writesPerFrame float64
 }
 
 // measure waits out the warm-up, then measures the window. The server CPU is srv's and
@@ -315,7 +323,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		t.lat = hist{}
 		t.mu.Unlock()
 	}
-	c0, cpus0, self0, t0 := sumCounts(tabs), cpus(), selfCPU(), time.Now()
+	c0, cpus0, self0, w0, t0 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
 	g.measuring.Store(true)
 	select {
 	case <-time.After(window):
@@ -323,7 +331,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		return fanRow{}, ctx.Err()
 	}
 	g.measuring.Store(false)
-	c1, cpus1, self1, t1 := sumCounts(tabs), cpus(), selfCPU(), time.Now()
+	c1, cpus1, self1, w1, t1 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
 	var cpu0, cpu1 time.Duration
 	var nodeCores []float64
 	for i := range srvs {
@@ -352,6 +360,7 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		closed:         c1.closed,
 		errors:         c1.errors,
 		latencySamples: h.n,
+		writesPerFrame: -1,
 	}
 	if len(srvs) > 1 {
 		row.nodeCores = nodeCores
@@ -359,6 +368,9 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 	if frames > 0 {
 		row.cpuPerFrame = (cpu1 - cpu0) / time.Duration(frames)
 		row.tokensPerFrame = float64(h.n) / float64(frames)
+		if w0 >= 0 && w1 >= 0 {
+			row.writesPerFrame = float64(w1-w0) / float64(frames)
+		}
 	}
 	row.serverRSS, _ = srv.rss()
 	if e := g.firstErr.Load(); e != nil {
@@ -393,6 +405,9 @@ func (b *bench) fanout(ctx context.Context) error {
 		srv.kill() // the baseline has nothing to shut down cleanly
 		b.report.fanout = append(b.report.fanout, row)
 	}
+	if err := b.peerFanout(ctx, content); err != nil {
+		return err
+	}
 	stormOn := o.coalesce[0] // the storm runs on chatd with -storm-coalesce if it is measured
 	for _, c := range o.coalesce {
 		if c == o.stormCoalesce {
@@ -400,7 +415,7 @@ func (b *bench) fanout(ctx context.Context) error {
 		}
 	}
 	for _, c := range o.coalesce {
-		storm := c == stormOn && o.scenarios["storm"]
+		storm := c == stormOn && (o.scenarios["storm"] || o.scenarios["snapstorm"])
 		if !o.scenarios["fanout"] && !storm {
 			continue
 		}
@@ -415,6 +430,9 @@ func (b *bench) fanout(ctx context.Context) error {
 		extra := time.Duration(0)
 		if storm {
 			extra = o.stormDown + o.stormSpread + 15*time.Second
+			if o.scenarios["storm"] && o.scenarios["snapstorm"] {
+				extra *= 2
+			}
 		}
 		row, err := b.fanoutOne(ctx, srv, content(extra), storm)
 		if err != nil {
@@ -435,7 +453,7 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 	o := b.opts
 	g := &gen{}
 	logf("%s: connecting %d sessions × %d tabs", srv.name, o.sessions, o.tabs)
-	sessions, err := openSessions(ctx, g, srv.addr, o.sessions, o.tabs)
+	sessions, err := openFor(srv)(ctx, g, srv.addr, o.sessions, o.tabs)
 	if err != nil {
 		return fanRow{}, err
 	}
@@ -457,8 +475,15 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 	}
 	logf("%s: %.0f frames/s, p50 %v p99 %v p999 %v, %v CPU/frame, gaps %d dups %d",
 		srv.name, row.framesPerSec, row.p50, row.p99, row.p999, row.cpuPerFrame, row.gaps, row.dups)
-	if storm {
-		if err := b.storm(ctx, g, srv, sessions); err != nil {
+	if storm && o.scenarios["storm"] {
+		if err := b.storm(ctx, g, srv, sessions, false); err != nil {
+			return fanRow{}, err
+		}
+	}
+	// The snapshot storm's stale epochs and its checks of the snapshots are chatd's
+	// protocol; the peer has no such answer to check (see snapstorm.go).
+	if storm && o.scenarios["snapstorm"] && !srv.peer {
+		if err := b.storm(ctx, g, srv, sessions, true); err != nil {
 			return fanRow{}, err
 		}
 	}
@@ -477,6 +502,10 @@ type stormResult struct {
 	dbReads, dbWrites  float64
 	serverReplays      float64
 	serverSnapshots    float64
+	snap               *snapCheck // the snapshot storm's checks of the snapshots
+	// peer: the storm ran on the Centrifuge peer (no database; its replays are
+	// recovered subscriptions, its snapshots subscriptions it could not recover).
+	peer bool
 }
 
 var readStatements = map[string]bool{
@@ -484,18 +513,26 @@ var readStatements = map[string]bool{
 	"RunGet": true, "RunGetByRequest": true, "RunsListUnfinished": true,
 }
 
-func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*session) error {
+// storm cuts every client and reconnects them resuming; stale (the snapshot storm, see
+// snapstorm.go) makes every hello name an epoch that is not the session's, so each is
+// answered with a snapshot.
+func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*session, stale bool) error {
 	o := b.opts
 	tabs := allTabs(sessions)
-	logf("%s: reconnect storm: dropping %d clients", srv.name, len(tabs))
+	logf("%s: reconnect storm (stale epochs: %v): dropping %d clients", srv.name, stale, len(tabs))
 	m0, err := scrape(srv.adminAddr)
 	if err != nil {
 		return err
 	}
 	before := sumCounts(tabs)
 	_ = parallel(ctx, 64, len(tabs), func(i int) error { tabs[i].drop(); return nil })
+	seen := seenTokens(tabs)
 	time.Sleep(o.stormDown)
-	logf("%s: reconnecting them over %v with hello{epoch,lastSeq}", srv.name, o.stormSpread)
+	how := "hello{epoch,lastSeq}"
+	if srv.peer {
+		how = "subscribe{recover,offset,epoch}"
+	}
+	logf("%s: reconnecting them over %v with %s", srv.name, o.stormSpread, how)
 	var wg sync.WaitGroup
 	var failed sync.Map
 	start := time.Now()
@@ -509,6 +546,9 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 			t.mu.Lock()
 			t.reconnectAt, t.caughtUpDone, t.caughtUp = time.Now(), false, 0
 			t.mu.Unlock()
+			if stale {
+				t.epoch = staleEpoch(t.epoch) // the reader is stopped: the tab is ours
+			}
 			if err := t.connect(ctx, true); err != nil {
 				failed.Store(t, err)
 			}
@@ -524,8 +564,8 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 		h, res.notCaughtUp = hist{}, 0
 		for _, t := range tabs {
 			t.mu.Lock()
-			if t.caughtUpDone {
-				h.add(t.caughtUp)
+			if d, ok := t.caughtUpAfter(); ok {
+				h.add(d)
 			} else {
 				res.notCaughtUp++
 			}
@@ -553,12 +593,25 @@ func (b *bench) storm(ctx context.Context, g *gen, srv *server, sessions []*sess
 	}
 	k0, k1 := m0.byLabel("chatd_catchups_total", "kind"), m1.byLabel("chatd_catchups_total", "kind")
 	res.serverReplays, res.serverSnapshots = k1["replay"]-k0["replay"], k1["snapshot"]-k0["snapshot"]
+	if srv.peer {
+		res.peer = true
+		r0, r1 := m0.byLabel("centrifuge_client_recover", "recovered"), m1.byLabel("centrifuge_client_recover", "recovered")
+		res.serverReplays, res.serverSnapshots = r1["yes"]-r0["yes"], r1["no"]-r0["no"]
+	}
 	failed.Range(func(_, v any) bool {
 		g.noteErr("reconnect: %v", v) // such a tab is also counted as not caught up
 		return false
 	})
 	logf("%s: storm: caught up p50 %v p99 %v, gaps %d dups %d, %d replays %d snapshots, %.0f db reads",
 		srv.name, res.p50, res.p99, res.gaps, res.dups, res.replays, res.snapshots, res.dbReads)
-	b.report.storm = &res
+	switch {
+	case stale:
+		res.snap = checkSnapshots(tabs, seen, m1.statementsSince(m0))
+		b.report.snapStorm = &res
+	case srv.peer:
+		b.report.peerStorm = &res
+	default:
+		b.report.storm = &res
+	}
 	return nil
 }

@@ -34,6 +34,8 @@ type tab struct {
 	// query is added to /v1/ws (e.g. "?session=<id>", which a node reverse-proxies to
 	// the session's owner); "" for none.
 	query string
+	// cf is set for a client of the Centrifuge peer (centrifuge.go), nil otherwise.
+	cf *cfState
 
 	ws       *websocket.Conn
 	readDone chan struct{}
@@ -65,6 +67,7 @@ type tab struct {
 	caughtUpDone bool
 	resumeIdx    int           // index of that first token
 	snap         transcript    // the last snapshot's text, checked
+	snapAt       time.Time     // when the last snapshot arrived
 	sentAt       time.Time     // when this tab last sent chat.send
 	firstToken   time.Duration // from sentAt to the run's first token
 	gotFirst     bool
@@ -90,6 +93,9 @@ var (
 // connect dials and says hello (resuming from the tab's epoch and lastSeq when it has
 // them), then reads in the background. It returns once the hello is answered.
 func (t *tab) connect(ctx context.Context, resume bool) error {
+	if t.cf != nil {
+		return t.cfConnect(ctx, resume)
+	}
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws"+t.query, nil)
@@ -247,7 +253,7 @@ func (t *tab) handle(f []byte, now time.Time) {
 		}
 		t.mu.Lock()
 		t.nextTok = next
-		t.snap = checkTranscript(texts, t.reconnectAt)
+		t.snap, t.snapAt = checkTranscript(texts, t.reconnectAt), now
 		t.mu.Unlock()
 		t.markReady()
 	case "resumed":

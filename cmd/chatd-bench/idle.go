@@ -10,6 +10,7 @@ import (
 
 // idleResult is the idle-density measurement.
 type idleResult struct {
+	target           string // "" for chatd
 	conns, sessions  int
 	rssPerConn       float64 // bytes
 	heapPerConn      float64

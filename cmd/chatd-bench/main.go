@@ -1,11 +1,12 @@
 // Command chatd-bench measures chatd: it starts chatd as its own process on a real
 // PostgreSQL with the synthetic model (CHATD_AGENT=synth), drives it with real WebSocket
 // clients on this machine, and measures a minimal WebSocket server pushing the same
-// frames in the same run, so every figure has the physical limit beside it. It prints a
+// frames in the same run, so every figure has the physical limit beside it, and, with
+// -peer, a server built on the Centrifuge library (bench/centrifuge). It prints a
 // table and writes it to docs/benchmarks.md. See docs/benchmarks.md for what each
 // scenario does and how to read it.
 //
-//	make bench                         # quick mode, under 2 minutes on 2 cores
+//	make bench                         # quick mode, about 6 minutes on 2 cores
 //	make bench BENCH_FLAGS=-full       # longer windows and more cases
 package main
 
@@ -24,6 +25,7 @@ import (
 
 type options struct {
 	chatd       string
+	peer        string // the Centrifuge peer's binary; "" skips it
 	databaseURL string
 	out         string
 	full        bool
@@ -52,6 +54,8 @@ type options struct {
 	leaseTTL        time.Duration
 	relaySessions   int
 	relayTabs       int
+
+	scale scaleOptions
 
 	profileDir string
 }
@@ -84,10 +88,11 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("chatd-bench", flag.ContinueOnError)
 	fs.StringVar(&o.chatd, "chatd", "bin/chatd", "the chatd binary to measure")
+	fs.StringVar(&o.peer, "peer", "", "the Centrifuge peer's binary (bench/centrifuge, make bench builds bin/chatd-peer), measured beside chatd in fan-out, storm, idle and the scale curve; empty to skip it")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
-	scen := fs.String("scenarios", "fanout,storm,idle,storage", "scenarios to run, comma-separated: fanout, storm, idle, storage, cluster (storm runs on the fan-out's sessions; cluster, three chatd nodes on one database, is not in the default set)")
+	scen := fs.String("scenarios", "fanout,storm,snapstorm,idle,storage,scale", "scenarios to run, comma-separated: fanout, storm, snapstorm, idle, storage, scale, cluster (storm and snapstorm run on the fan-out's sessions; cluster, three chatd nodes on one database, is not in the default set)")
 	fs.IntVar(&o.sessions, "sessions", 1000, "fan-out: sessions (S)")
 	fs.IntVar(&o.tabs, "tabs", 3, "fan-out: tabs per session (T)")
 	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
@@ -107,6 +112,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "cluster: the nodes' CHATD_LEASE_TTL (failover times are also scaled to the default, 10s)")
 	fs.IntVar(&o.relaySessions, "relay-sessions", 100, "cluster: sessions streaming (at -rate) for the relay's cost")
 	fs.IntVar(&o.relayTabs, "relay-tabs", 3, "cluster: tabs per session for the relay's cost")
+	finishScale := scaleFlags(fs)
 	fs.StringVar(&o.profileDir, "profile-dir", "", "save chatd's CPU profile of each fan-out window and its heap and goroutine profiles with the idle connections here (go tool pprof reads them)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -120,7 +126,7 @@ func parseFlags(args []string) (options, error) {
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "fanout", "storm", "idle", "storage", "cluster":
+		case "fanout", "storm", "snapstorm", "idle", "storage", "scale", "cluster":
 			o.scenarios[s] = true
 		case "":
 		default:
@@ -149,6 +155,9 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("-coalesce: %q is not a duration", s)
 		}
 		o.coalesce = append(o.coalesce, d)
+	}
+	if err := finishScale(&o); err != nil {
+		return o, err
 	}
 	if *tokens == "" {
 		*tokens = "10,100,1000"
@@ -183,7 +192,7 @@ func run(ctx context.Context, o options) error {
 	b := &bench{opts: o, report: r}
 	defer b.dropDatabases()
 
-	if o.scenarios["fanout"] || o.scenarios["storm"] {
+	if o.scenarios["fanout"] || o.scenarios["storm"] || o.scenarios["snapstorm"] {
 		if err := b.fanout(ctx); err != nil {
 			return err
 		}
@@ -192,9 +201,17 @@ func run(ctx context.Context, o options) error {
 		if err := b.idleDensity(ctx); err != nil {
 			return err
 		}
+		if err := b.peerIdle(ctx); err != nil {
+			return err
+		}
 	}
 	if o.scenarios["storage"] {
 		if err := b.storage(ctx); err != nil {
+			return err
+		}
+	}
+	if o.scenarios["scale"] {
+		if err := b.scale(ctx); err != nil {
 			return err
 		}
 	}

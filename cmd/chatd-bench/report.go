@@ -29,7 +29,7 @@ func (r *report) blocks() []resultBlock {
 		mode = "full"
 	}
 	var out []resultBlock
-	if len(r.fanout) > 0 || r.storm != nil || r.idle != nil || len(r.storage) > 0 || r.delay != nil {
+	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || r.peerStorm != nil || r.peerIdle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
 		out = append(out, resultBlock{mode, r.markdown()})
 	}
 	if r.cluster != nil {
@@ -59,6 +59,13 @@ type report struct {
 	storage []storageRow
 	delay   *delayResult
 	cluster *clusterResult
+
+	snapStorm *stormResult
+	scale     *scaleResult
+
+	// The Centrifuge peer's storm and idle density (peer.go), beside chatd's.
+	peerStorm *stormResult
+	peerIdle  *idleResult
 }
 
 func (r *report) markdown() string {
@@ -66,28 +73,30 @@ func (r *report) markdown() string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("%s", r.header())
 	if len(r.fanout) > 0 {
-		var base *fanRow
+		var base, peer *fanRow
 		for i := range r.fanout {
-			if r.fanout[i].target == "baseline" {
+			switch r.fanout[i].target {
+			case "baseline":
 				base = &r.fanout[i]
+			case peerName:
+				peer = &r.fanout[i]
 			}
 		}
 		o := r.opts
 		w("**Fan-out**: S=%d sessions × T=%d tabs (%d connections), R=%d tokens/s per run, %v window after %v warm-up.",
 			o.sessions, o.tabs, o.sessions*o.tabs, o.rate, o.window, o.warmup)
 		w("")
-		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | server cores | client cores | gaps | dups | dropped |")
-		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | ×%s CPU | ×%s p99 | write syscalls/frame | server cores | client cores | gaps | dups | dropped |", peerName, peerName)
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, f := range r.fanout {
-			cpuRatio, p99Ratio := "", ""
-			if base != nil && f.target != "baseline" && base.cpuPerFrame > 0 && base.p99 > 0 {
-				// Per token, not per frame: a coalesced frame carries several tokens.
-				cpuRatio = fmt.Sprintf("%.2f", (float64(f.cpuPerFrame)/f.tokensPerFrame)/(float64(base.cpuPerFrame)/base.tokensPerFrame))
-				p99Ratio = fmt.Sprintf("%.2f", float64(f.p99)/float64(base.p99))
+			cpuRatio, p99Ratio := ratios(&f, base)
+			peerCPU, peerP99 := "", ""
+			if f.target != peerName {
+				peerCPU, peerP99 = ratios(&f, peer)
 			}
-			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
+			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
 				f.target, f.framesPerSec, f.tokensPerFrame, ms(f.p50), ms(f.p99), ms(f.p999), us(f.cpuPerFrame),
-				cpuRatio, p99Ratio, f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
+				cpuRatio, p99Ratio, peerCPU, peerP99, writes(f.writesPerFrame), f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
 		}
 		w("")
 		for _, f := range r.fanout {
@@ -96,24 +105,53 @@ func (r *report) markdown() string {
 			}
 		}
 	}
-	if s := r.storm; s != nil {
-		w("**Reconnect storm** (on the fan-out sessions of %s, runs still streaming): %d clients cut without a close handshake, down for %v, reconnected with `hello{epoch,lastSeq}` spread over %v.",
-			s.target, s.clients, s.down, s.spread)
+	if storms := nonNil(r.storm, r.peerStorm); len(storms) > 0 {
+		s := storms[0]
+		var on []string
+		for _, s := range storms {
+			on = append(on, s.target)
+		}
+		w("**Reconnect storm** (on the fan-out sessions of %s, runs still streaming): %d clients cut without a close handshake, down for %v, reconnected spread over %v, chatd's with `hello{epoch,lastSeq}`, %s's subscribing with `recover` from their offset and epoch.",
+			strings.Join(on, " and of "), s.clients, s.down, s.spread, peerName)
 		w("")
-		w("| caught up p50 | p99 | max | not caught up | gaps | dups | replays | snapshots | database reads | database writes |")
-		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		w("| %s | %s | %s | %d | %d | %d | %d | %d | %.0f | %.0f |", ms(s.p50), ms(s.p99), ms(s.max), s.notCaughtUp,
-			s.gaps, s.dups, s.replays, s.snapshots, s.dbReads, s.dbWrites)
+		w("| server | caught up p50 | p99 | max | not caught up | gaps | dups | replays (recovered) | snapshots (not recovered) | database reads | database writes |")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, s := range storms {
+			reads, writes := fmt.Sprintf("%.0f", s.dbReads), fmt.Sprintf("%.0f", s.dbWrites)
+			if s.peer {
+				reads, writes = "–", "–"
+			}
+			w("| %s | %s | %s | %s | %d | %d | %d | %d | %d | %s | %s |", s.target, ms(s.p50), ms(s.p99), ms(s.max), s.notCaughtUp,
+				s.gaps, s.dups, s.replays, s.snapshots, reads, writes)
+		}
 		w("")
-		w("Caught up: from the reconnect's start until the first token due after it arrives (so it includes up to 1/R of waiting for that token). chatd counted %.0f replays and %.0f snapshots.", s.serverReplays, s.serverSnapshots)
+		var counted []string
+		for _, s := range storms {
+			if s.peer {
+				counted = append(counted, fmt.Sprintf("%s counted %.0f recovered and %.0f not recovered subscriptions", s.target, s.serverReplays, s.serverSnapshots))
+			} else {
+				counted = append(counted, fmt.Sprintf("chatd counted %.0f replays and %.0f snapshots", s.serverReplays, s.serverSnapshots))
+			}
+		}
+		w("Caught up: from the reconnect's start until the first token due after it arrives (so it includes up to 1/R of waiting for that token). %s.", strings.Join(counted, "; "))
 		w("")
 	}
-	if i := r.idle; i != nil {
+	if r.snapStorm != nil {
+		r.snapStormMarkdown(w)
+	}
+	if idles := nonNil(r.idle, r.peerIdle); len(idles) > 0 {
+		i := idles[0]
 		w("**Idle density**: %d subscribed connections (%d sessions), nothing streaming.", i.conns, i.sessions)
 		w("")
-		w("| RSS/connection | heap in use/connection | stacks/connection | goroutines/connection | chatd_connections_open |")
-		w("|---:|---:|---:|---:|---:|")
-		w("| %.1f KiB | %.1f KiB | %.1f KiB | %.2f | %.0f |", i.rssPerConn/1024, i.heapPerConn/1024, i.stackPerConn/1024, i.goroutinesPerCon, i.connsOpen)
+		w("| server | RSS/connection | heap in use/connection | stacks/connection | goroutines/connection | connections open (server's gauge) |")
+		w("|---|---:|---:|---:|---:|---:|")
+		for _, i := range idles {
+			name := i.target
+			if name == "" {
+				name = "chatd"
+			}
+			w("| %s | %.1f KiB | %.1f KiB | %.1f KiB | %.2f | %.0f |", name, i.rssPerConn/1024, i.heapPerConn/1024, i.stackPerConn/1024, i.goroutinesPerCon, i.connsOpen)
+		}
 		w("")
 	}
 	if len(r.storage) > 0 {
@@ -145,7 +183,33 @@ func (r *report) markdown() string {
 		}
 		w("")
 	}
+	if r.scale != nil {
+		r.scale.markdown(w, r.opts.out)
+	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// nonNil returns the results that are there, in order.
+func nonNil[T any](rs ...*T) []*T {
+	var out []*T
+	for _, r := range rs {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ratios returns f's CPU per token and p99 as multiples of ref's, or "" when there is no
+// ref (or f is ref). Per token, not per frame: a coalesced frame carries several tokens,
+// and the peer puts several publications in a frame when they queue.
+func ratios(f, ref *fanRow) (cpu, p99 string) {
+	if ref == nil || f.target == ref.target || ref.cpuPerFrame <= 0 || ref.p99 <= 0 || ref.tokensPerFrame <= 0 || f.tokensPerFrame <= 0 {
+		return "", ""
+	}
+	cpu = fmt.Sprintf("%.2f", (float64(f.cpuPerFrame)/f.tokensPerFrame)/(float64(ref.cpuPerFrame)/ref.tokensPerFrame))
+	p99 = fmt.Sprintf("%.2f", float64(f.p99)/float64(ref.p99))
+	return cpu, p99
 }
 
 // clusterMarkdown is the cluster scenario's results, under their own heading.
@@ -267,11 +331,11 @@ func machine() string {
 }
 
 func makeFlags(command string) string {
-	// make bench passes -chatd bin/chatd itself.
+	// make bench passes -chatd bin/chatd and -peer bin/chatd-peer itself.
 	var rest []string
 	fields := strings.Fields(strings.TrimPrefix(command, "chatd-bench"))
 	for i := 0; i < len(fields); i++ {
-		if fields[i] == "-chatd" && i+1 < len(fields) && fields[i+1] == "bin/chatd" {
+		if i+1 < len(fields) && (fields[i] == "-chatd" && fields[i+1] == "bin/chatd" || fields[i] == "-peer" && fields[i+1] == "bin/chatd-peer") {
 			i++
 			continue
 		}
@@ -285,6 +349,14 @@ func makeFlags(command string) string {
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// writes formats write system calls per frame ("n/a" when not known).
+func writes(perFrame float64) string {
+	if perFrame < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", perFrame)
 }
 
 func us(d time.Duration) string {

@@ -11,6 +11,8 @@ import (
 func TestMakeFlags(t *testing.T) {
 	assert.Equal(t, "", makeFlags("chatd-bench -chatd bin/chatd"))
 	assert.Equal(t, " BENCH_FLAGS='-full'", makeFlags("chatd-bench -chatd bin/chatd -full"))
+	assert.Equal(t, " BENCH_FLAGS='-full'", makeFlags("chatd-bench -chatd bin/chatd -peer bin/chatd-peer -full"))
+	assert.Equal(t, " BENCH_FLAGS='-peer bin/other'", makeFlags("chatd-bench -chatd bin/chatd -peer bin/other"))
 	assert.Equal(t, " BENCH_FLAGS='-chatd bin/chatd-before -out x.md'", makeFlags("chatd-bench -chatd bin/chatd-before -out x.md"))
 }
 
@@ -60,4 +62,33 @@ func TestLastToken(t *testing.T) {
 	assert.False(t, ok)
 	_, ok = lastToken("no tokens here")
 	assert.False(t, ok)
+}
+
+// Every fan-out row has the header's columns, both ratios (to the baseline and to the
+// peer) come before the write syscalls per frame, which are shown for every server, the
+// peer too ("n/a" when /proc/<pid>/io could not be read).
+func TestFanoutTableColumns(t *testing.T) {
+	r := &report{opts: options{sessions: 10, tabs: 3, rate: 50}, fanout: []fanRow{
+		{target: "baseline", cpuPerFrame: 7000, tokensPerFrame: 1, p99: 1e6, writesPerFrame: 1},
+		{target: peerName, cpuPerFrame: 7000, tokensPerFrame: 1, p99: 1e6, writesPerFrame: 0.9},
+		{target: "chatd", cpuPerFrame: 8000, tokensPerFrame: 1, p99: 2e6, writesPerFrame: 0.42},
+		{target: "chatd, coalesce 25ms", cpuPerFrame: 14000, tokensPerFrame: 2, p99: 1e6, writesPerFrame: -1},
+	}}
+	var header int
+	rows := 0
+	for _, line := range strings.Split(r.markdown(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| server |"):
+			header = strings.Count(line, "|")
+			assert.Contains(t, line, "| write syscalls/frame |")
+		case strings.HasPrefix(line, "| baseline |"), strings.HasPrefix(line, "| "+peerName+" |"), strings.HasPrefix(line, "| chatd"):
+			rows++
+			assert.Equal(t, header, strings.Count(line, "|"), line)
+		}
+	}
+	assert.Equal(t, 4, rows)
+	s := r.markdown()
+	assert.Contains(t, s, "| 7.0 µs | 1.00 | 1.00 |  |  | 0.90 |") // the peer
+	assert.Contains(t, s, "| 1.14 | 2.00 | 1.14 | 2.00 | 0.42 |")
+	assert.Contains(t, s, "| 1.00 | 1.00 | 1.00 | 1.00 | n/a |")
 }

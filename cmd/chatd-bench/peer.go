@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The peer is a real-time server built on Centrifuge (github.com/centrifugal/centrifuge,
+// the engine inside Centrifugo), in its own module (bench/centrifuge, built to
+// bin/chatd-peer by make bench). It streams the baseline's frames on the same schedule,
+// published with history to one channel per session, and its clients recover after a
+// reconnect from their offset and epoch. It is measured by the same clients, in the same
+// windows, as chatd and the baseline (-peer; skipped when empty).
+
+// peerName is the peer's row in every table.
+const peerName = "centrifuge"
+
+// startPeer starts the peer process (-peer). Its one listener serves the WebSocket,
+// /metrics and /debug/pprof/, so it is also the server's admin address.
+func (b *bench) startPeer(ctx context.Context) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf("starting the Centrifuge peer")
+	srv, err := startServer(ctx, peerName, addr, "/healthz", nil, b.opts.peer, "-addr", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv.adminAddr, srv.peer = addr, true
+	return srv, nil
+}
+
+// openPeerSessions connects S sessions of T tabs each to the peer, every tab subscribed to
+// its session's channel. The harness names the sessions (a channel needs no creating).
+func openPeerSessions(ctx context.Context, g *gen, addr string, s, t int) ([]*session, error) {
+	sessions := make([]*session, s)
+	for i := range sessions {
+		sess := &session{id: uuid.NewString()}
+		for range t {
+			sess.tabs = append(sess.tabs, &tab{g: g, sess: sess, addr: addr, cf: &cfState{channel: peerChannel(sess.id)}})
+		}
+		sessions[i] = sess
+	}
+	err := parallel(ctx, 64, len(sessions), func(i int) error {
+		for _, tb := range sessions[i].tabs {
+			if err := tb.connect(ctx, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		closeAll(sessions)
+		return nil, err
+	}
+	return sessions, nil
+}
+
+// openFor returns how to open sessions on srv: the peer's clients speak Centrifuge's
+// protocol, chatd's and the baseline's chatd's.
+func openFor(srv *server) func(ctx context.Context, g *gen, addr string, s, t int) ([]*session, error) {
+	if srv.peer {
+		return openPeerSessions
+	}
+	return openSessions
+}
+
+// peerFanout measures the peer's fan-out (and its reconnect storm, on the same sessions,
+// when the storm scenario runs), with content(extra) asking for runs long enough.
+func (b *bench) peerFanout(ctx context.Context, content func(extra time.Duration) string) error {
+	o := b.opts
+	storm := o.scenarios["storm"]
+	// fanout also runs for the snapshot storm alone, which the peer has no part in.
+	if o.peer == "" || !o.scenarios["fanout"] && !storm {
+		return nil
+	}
+	srv, err := b.startPeer(ctx)
+	if err != nil {
+		return err
+	}
+	extra := time.Duration(0)
+	if storm {
+		extra = o.stormDown + o.stormSpread + 15*time.Second
+	}
+	row, err := b.fanoutOne(ctx, srv, content(extra), storm)
+	if err != nil {
+		srv.kill()
+		return err
+	}
+	if err := srv.stop(); err != nil {
+		return err
+	}
+	if o.scenarios["fanout"] {
+		b.report.fanout = append(b.report.fanout, row)
+	}
+	return nil
+}
+
+// peerIdle is the idle density of the peer: N connections, one channel each, subscribed
+// with recovery, doing nothing; measured as chatd's are.
+func (b *bench) peerIdle(ctx context.Context) error {
+	o := b.opts
+	if o.peer == "" {
+		return nil
+	}
+	srv, err := b.startPeer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.kill()
+	time.Sleep(time.Second)
+	if err := forceGC(srv); err != nil {
+		return err
+	}
+	rss0, err := srv.rss()
+	if err != nil {
+		return err
+	}
+	m0, err := scrape(srv.adminAddr)
+	if err != nil {
+		return err
+	}
+	g := &gen{}
+	sessions := (o.idle + o.idleTabs - 1) / o.idleTabs
+	logf("%s idle: opening %d connections (%d channels)", srv.name, o.idle, sessions)
+	ss, err := openPeerSessions(ctx, g, srv.addr, sessions, o.idleTabs)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	for range 4 {
+		if err := forceGC(srv); err != nil {
+			return err
+		}
+	}
+	time.Sleep(2 * time.Second)
+	rss1, err := srv.rss()
+	if err != nil {
+		return err
+	}
+	m1, err := scrape(srv.adminAddr)
+	if err != nil {
+		return err
+	}
+	n := float64(len(allTabs(ss)))
+	res := idleResult{
+		target:           peerName,
+		conns:            len(allTabs(ss)),
+		sessions:         sessions,
+		rssPerConn:       float64(rss1-rss0) / n,
+		heapPerConn:      (m1.sum("go_memstats_heap_inuse_bytes") - m0.sum("go_memstats_heap_inuse_bytes")) / n,
+		stackPerConn:     (m1.sum("go_memstats_stack_inuse_bytes") - m0.sum("go_memstats_stack_inuse_bytes")) / n,
+		goroutinesPerCon: (m1.sum("go_goroutines") - m0.sum("go_goroutines")) / n,
+		connsOpen:        m1.sum("centrifuge_client_connections_inflight"),
+	}
+	logf("%s idle: %.1f KiB RSS and %.2f goroutines per connection", srv.name, res.rssPerConn/1024, res.goroutinesPerCon)
+	if o.profileDir != "" {
+		saveProfile(srv, o.profileDir, "/debug/pprof/heap", "heap")
+		saveProfile(srv, o.profileDir, "/debug/pprof/goroutine", "goroutine")
+	}
+	if e := g.firstErr.Load(); e != nil {
+		logf("%s idle: first client problem: %s", srv.name, *e)
+	}
+	b.report.peerIdle = &res
+	closeAll(ss)
+	return nil
+}
