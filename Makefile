@@ -25,7 +25,7 @@ cluster-stop:
 
 # The benchmark harness: chatd as its own process on the project's PostgreSQL, real
 # WebSocket clients, a raw baseline server and a Centrifuge peer (bench/centrifuge, its
-# own Go module, built to bin/chatd-peer). Quick mode by default (about 6 minutes on 2
+# own Go module, built to bin/chatd-peer). Quick mode by default (about 5 minutes on 2
 # cores, 3 of them the scale curve; BENCH_FLAGS='-scenarios fanout,storm,snapstorm,idle,storage'
 # leaves it out); BENCH_FLAGS=-full for longer windows. Results go to docs/benchmarks.md,
 # the scale curve's plot beside it (docs/benchmarks-scale-quick.png).

@@ -6,7 +6,7 @@
 // table and writes it to docs/benchmarks.md. See docs/benchmarks.md for what each
 // scenario does and how to read it.
 //
-//	make bench                         # quick mode, about 6 minutes on 2 cores
+//	make bench                         # quick mode, about 5 minutes on 2 cores
 //	make bench BENCH_FLAGS=-full       # longer windows and more cases
 package main
 

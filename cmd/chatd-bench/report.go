@@ -165,7 +165,7 @@ func (r *report) markdown() string {
 		w("")
 	}
 	if d := r.delay; d != nil {
-		w("**Slow database**: %d sessions (one tab each) at R=%d, coalescing off, with every database round trip delayed by %v (a TCP proxy between chatd and PostgreSQL), against the same load on a direct connection. Streaming is measured once every run has streamed its first token; the first token's wait (chat.send to first token, which waits for the run's and the segment's rows) is measured per run.", d.sessions, d.rate, d.delay)
+		w("**Slow database**: %d sessions (one tab each) at R=%d, coalescing off, with every database round trip delayed by %v (a TCP proxy between chatd and PostgreSQL), against the same load on a direct connection. Streaming is measured once every run has streamed its first token; the first token's wait (chat.send to first token, which waits for the run's row) is measured per run.", d.sessions, d.rate, d.delay)
 		w("")
 		if d.skipped != "" {
 			w("Skipped: %s.", d.skipped)
