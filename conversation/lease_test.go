@@ -105,3 +105,47 @@ func storedMessages(t *testing.T, st conversation.Store, id uuid.UUID) []chat.Me
 	require.NoError(t, err)
 	return msgs
 }
+
+// A node that was taken over runs no tool call: the call's row is refused by the fence
+// (written behind, it is refused, not failed), and the agent must hear that the run
+// ended, not that the call may run: the new holder decides whether it runs.
+func TestATakenOverNodeRunsNoTool(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	clock := clockwork.NewFakeClock()
+	ctx := testCtx(t)
+	gate := script.NewGate()
+	id := uuid.New()
+	toolStart := make(chan error, 1)
+	a := startNode(t, st, script.New(script.Text("from a"), gate.Wait(), func(_ context.Context, out conversation.Emitter) error {
+		err := out.ToolStart(conversation.ToolCall{ID: "call-1", Name: "shell", Input: []byte(`{"cmd":"rm -rf build"}`)})
+		toolStart <- err
+		return err
+	}), clock, "a", id)
+	tabA := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tabA})
+	require.NoError(t, err)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	tabA.Await(t, convtest.Type(conversation.EventDelta))
+	require.NoError(t, a.Flush(ctx))
+
+	clock.Advance(leaseTTL + time.Second)
+	b := startNode(t, st, script.New(script.Text("from b")), clock, "b", id)
+	tabB := convtest.New()
+	_, err = b.Hello(ctx, conversation.HelloRequest{Subscriber: tabB})
+	require.NoError(t, err)
+	tabB.Await(t, convtest.Terminal)
+	require.NoError(t, b.Flush(ctx))
+
+	require.NoError(t, gate.Pass(ctx))
+	select {
+	case err = <-toolStart:
+	case <-ctx.Done():
+		t.Fatal("the agent did not start its tool call")
+	}
+	require.ErrorIs(t, err, conversation.ErrRunEnded, "the call must not run: its row was refused")
+	for _, m := range storedMessages(t, st, id) {
+		require.Nil(t, m.Tool, "a stored no tool call")
+	}
+}
