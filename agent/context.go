@@ -205,7 +205,8 @@ func Trim(msgs []Message, budget int) []Message {
 // the same bytes for a call's input whether the history comes from the actor's memory
 // (as the model wrote it) or from the database (as PostgreSQL's jsonb prints it), so a
 // model's prompt, and a provider's prompt cache, do not change with where it was read.
-// Input that does not parse is returned as it is.
+// (Except a number jsonb rewrites: 1e2 as written, 100 from jsonb.) Input that does not
+// parse is returned as it is.
 func canonicalJSON(input json.RawMessage) json.RawMessage {
 	if len(input) == 0 {
 		return input

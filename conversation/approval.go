@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/google/uuid"
@@ -180,8 +181,18 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		a.logger().Error().Err(err).Msg("store a denial")
 	}
 	// The decision is stored before the agent hears of it: an approved call must not run
-	// while the database still says it waits (a crash would ask, and run it, again).
+	// while the database still says it waits (a crash would ask, and run it, again). A
+	// decision the database did not take (it failed, or refused it: the lease's fence)
+	// is not heard: the run ends, as on any write of it that cannot be stored.
 	a.journal.drain()
+	a.onWrites()
+	if a.journal.fencedOut.Load() || !a.isCurrent(run) {
+		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the run ended")
+	}
+	if a.journal.halted() {
+		a.failStorage(run, "store a decision", errors.New("a write of the run waits for a retry"))
+		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the database is unavailable")
+	}
 	ch <- Decision{Approved: approved}
 	run.decided[callID] = ch
 

@@ -403,8 +403,8 @@ func (j *journal) startRetry(run chat.Run, maxActive int) error {
 			err = nil
 		}
 	}
+	j.recent.forget() // the retried run's answers are superseded by the statement
 	if err == nil {
-		j.recent.forget() // the retried run's answers are superseded by the statement
 		j.recent.setLatest(&run)
 	}
 	return err

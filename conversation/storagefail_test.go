@@ -314,3 +314,29 @@ func TestRunStartLostThenRetried(t *testing.T) {
 	require.NoError(t, a.Flush(ctx))
 	require.Empty(t, convtest.Diff(stored(t, st.Store, a.SessionID()), msgs))
 }
+
+// A decision the database cannot store is not heard: the approved call does not run
+// while the database still says it waits for a person. The decider is told, and the
+// run ends as a storage error.
+func TestUnstoredDecisionIsNotHeard(t *testing.T) {
+	t.Parallel()
+	decided := make(chan conversation.Decision, 1)
+	st, a, live := faultSetup(t, script.New(script.Approval("c1", "deploy", `{}`, "deployed", decided)), nil)
+	ctx := context.Background()
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	live.Await(t, func(f *conversation.Event) bool { return f.Type == "run.status" && f.Run.Status == chat.RunAwaitingApproval })
+	require.NoError(t, a.Flush(ctx))
+
+	st.set("MessageUpdate", failBefore, -1)
+	_, err = a.Decide(ctx, res.RunID, "c1", true)
+	requireCode(t, err, conversation.CodeStorage)
+	end := live.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.error", end.Type)
+	require.Equal(t, "storage", end.Run.Error.Code)
+	select {
+	case d := <-decided:
+		t.Fatalf("the agent heard the decision %+v", d)
+	default:
+	}
+}
