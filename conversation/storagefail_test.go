@@ -325,7 +325,9 @@ func TestUnstoredDecisionIsNotHeard(t *testing.T) {
 	ctx := context.Background()
 	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	live.Await(t, func(f *conversation.Event) bool { return f.Type == "run.status" && f.Run.Status == chat.RunAwaitingApproval })
+	live.Await(t, func(f *conversation.Event) bool {
+		return f.Type == "run.status" && f.Run.Status == chat.RunAwaitingApproval
+	})
 	require.NoError(t, a.Flush(ctx))
 
 	st.set("MessageUpdate", failBefore, -1)

@@ -120,7 +120,12 @@ func (j *journal) writeLoop(done chan struct{}) {
 			q.outcomes = append(q.outcomes, writeOutcome{w: w, err: err})
 		default:
 			if head {
+				// The stored write is let go (an idle session keeps none of its text).
+				q.items[0] = pendingWrite{}
 				q.items = q.items[1:]
+				if len(q.items) == 0 {
+					q.items = nil
+				}
 			}
 			if refused && w.insert {
 				q.outcomes = append(q.outcomes, writeOutcome{w: w, err: err, refused: true})
