@@ -22,66 +22,80 @@ type idleResult struct {
 // idleDensity opens N subscribed connections that then do nothing, and divides what the
 // server's memory and goroutines grew by N.
 func (b *bench) idleDensity(ctx context.Context) error {
-	o := b.opts
 	srv, err := b.startChatd(ctx, "chatd (idle)", "")
 	if err != nil {
 		return err
 	}
 	defer srv.kill()
+	res, err := b.measureIdle(ctx, srv, "chatd_connections_open")
+	if err != nil {
+		return err
+	}
+	b.report.idle = res
+	return srv.stop()
+}
+
+// measureIdle opens b.opts.idle connections to srv (in sessions of b.opts.idleTabs),
+// subscribed and then doing nothing, and returns what srv's memory and goroutines grew
+// by per connection; connsGauge is the server's own gauge of its open connections.
+func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string) (*idleResult, error) {
+	o := b.opts
 	time.Sleep(time.Second)
 	if err := forceGC(srv); err != nil {
-		return err
+		return nil, err
 	}
 	rss0, err := srv.rss()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m0, err := scrape(srv.adminAddr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	g := &gen{}
 	sessions := (o.idle + o.idleTabs - 1) / o.idleTabs
-	logf("idle: opening %d connections (%d sessions)", o.idle, sessions)
-	ss, err := openSessions(ctx, g, srv.addr, sessions, o.idleTabs)
+	logf("%s idle: opening %d connections (%d sessions)", srv.name, o.idle, sessions)
+	ss, err := openFor(srv)(ctx, g, srv.addr, sessions, o.idleTabs)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer closeAll(ss)
 	// Collect what answering 10,000 hellos left behind, as any later activity would, so
 	// what is measured is what the connections hold. (Stacks shrink during collections.)
 	time.Sleep(time.Second)
 	for range 4 {
 		if err := forceGC(srv); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	time.Sleep(2 * time.Second)
 	rss1, err := srv.rss()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m1, err := scrape(srv.adminAddr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n := float64(len(allTabs(ss)))
-	res := idleResult{
+	res := &idleResult{
 		conns:            len(allTabs(ss)),
 		sessions:         sessions,
 		rssPerConn:       float64(rss1-rss0) / n,
 		heapPerConn:      (m1.sum("go_memstats_heap_inuse_bytes") - m0.sum("go_memstats_heap_inuse_bytes")) / n,
 		stackPerConn:     (m1.sum("go_memstats_stack_inuse_bytes") - m0.sum("go_memstats_stack_inuse_bytes")) / n,
 		goroutinesPerCon: (m1.sum("go_goroutines") - m0.sum("go_goroutines")) / n,
-		connsOpen:        m1.sum("chatd_connections_open"),
+		connsOpen:        m1.sum(connsGauge),
 	}
-	logf("idle: %.1f KiB RSS and %.2f goroutines per connection", res.rssPerConn/1024, res.goroutinesPerCon)
+	logf("%s idle: %.1f KiB RSS and %.2f goroutines per connection", srv.name, res.rssPerConn/1024, res.goroutinesPerCon)
 	if o.profileDir != "" {
 		saveProfile(srv, o.profileDir, "/debug/pprof/heap", "heap")
 		saveProfile(srv, o.profileDir, "/debug/pprof/goroutine", "goroutine")
 	}
-	b.report.idle = &res
-	closeAll(ss)
-	return srv.stop()
+	if e := g.firstErr.Load(); e != nil {
+		logf("%s idle: first client problem: %s", srv.name, *e)
+	}
+	return res, nil
 }
 
 // forceGC runs a garbage collection in the server (through pprof's heap endpoint).

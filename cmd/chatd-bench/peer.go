@@ -102,8 +102,7 @@ func (b *bench) peerFanout(ctx context.Context, content func(extra time.Duration
 // peerIdle is the idle density of the peer: N connections, one channel each, subscribed
 // with recovery, doing nothing; measured as chatd's are.
 func (b *bench) peerIdle(ctx context.Context) error {
-	o := b.opts
-	if o.peer == "" {
+	if b.opts.peer == "" {
 		return nil
 	}
 	srv, err := b.startPeer(ctx)
@@ -111,60 +110,11 @@ func (b *bench) peerIdle(ctx context.Context) error {
 		return err
 	}
 	defer srv.kill()
-	time.Sleep(time.Second)
-	if err := forceGC(srv); err != nil {
-		return err
-	}
-	rss0, err := srv.rss()
+	res, err := b.measureIdle(ctx, srv, "centrifuge_client_connections_inflight")
 	if err != nil {
 		return err
 	}
-	m0, err := scrape(srv.adminAddr)
-	if err != nil {
-		return err
-	}
-	g := &gen{}
-	sessions := (o.idle + o.idleTabs - 1) / o.idleTabs
-	logf("%s idle: opening %d connections (%d channels)", srv.name, o.idle, sessions)
-	ss, err := openPeerSessions(ctx, g, srv.addr, sessions, o.idleTabs)
-	if err != nil {
-		return err
-	}
-	time.Sleep(time.Second)
-	for range 4 {
-		if err := forceGC(srv); err != nil {
-			return err
-		}
-	}
-	time.Sleep(2 * time.Second)
-	rss1, err := srv.rss()
-	if err != nil {
-		return err
-	}
-	m1, err := scrape(srv.adminAddr)
-	if err != nil {
-		return err
-	}
-	n := float64(len(allTabs(ss)))
-	res := idleResult{
-		target:           peerName,
-		conns:            len(allTabs(ss)),
-		sessions:         sessions,
-		rssPerConn:       float64(rss1-rss0) / n,
-		heapPerConn:      (m1.sum("go_memstats_heap_inuse_bytes") - m0.sum("go_memstats_heap_inuse_bytes")) / n,
-		stackPerConn:     (m1.sum("go_memstats_stack_inuse_bytes") - m0.sum("go_memstats_stack_inuse_bytes")) / n,
-		goroutinesPerCon: (m1.sum("go_goroutines") - m0.sum("go_goroutines")) / n,
-		connsOpen:        m1.sum("centrifuge_client_connections_inflight"),
-	}
-	logf("%s idle: %.1f KiB RSS and %.2f goroutines per connection", srv.name, res.rssPerConn/1024, res.goroutinesPerCon)
-	if o.profileDir != "" {
-		saveProfile(srv, o.profileDir, "/debug/pprof/heap", "heap")
-		saveProfile(srv, o.profileDir, "/debug/pprof/goroutine", "goroutine")
-	}
-	if e := g.firstErr.Load(); e != nil {
-		logf("%s idle: first client problem: %s", srv.name, *e)
-	}
-	b.report.peerIdle = &res
-	closeAll(ss)
+	res.target = peerName
+	b.report.peerIdle = res
 	return nil
 }
