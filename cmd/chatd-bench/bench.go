@@ -134,6 +134,12 @@ func openSessions(ctx context.Context, g *gen, addr string, s, t int) ([]*sessio
 		}
 		sessions[i] = sess
 	}
+	return connectAll(ctx, sessions)
+}
+
+// connectAll connects every tab of sessions (64 sessions at a time); on an error it
+// closes what it opened.
+func connectAll(ctx context.Context, sessions []*session) ([]*session, error) {
 	err := parallel(ctx, 64, len(sessions), func(i int) error {
 		for _, tb := range sessions[i].tabs {
 			if err := tb.connect(ctx, false); err != nil {

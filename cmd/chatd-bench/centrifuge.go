@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -57,7 +56,7 @@ func (t *tab) cfConnect(ctx context.Context, resume bool) error {
 	t.expected.Store(false)
 	t.ready = make(chan struct{})
 	t.readDone = make(chan struct{})
-	go t.cfRead()
+	go t.read(t.cfFrame)
 	if err := ws.Write(dctx, websocket.MessageText, cfConnectFrame(t.cf.channel, resume && t.epoch != "", t.lastSeq, t.epoch)); err != nil {
 		t.expected.Store(true)
 		ws.CloseNow()
@@ -104,40 +103,6 @@ func (t *tab) cfSend(ctx context.Context, content, requestID string) error {
 		return err
 	}
 	return t.ws.Write(ctx, websocket.MessageText, b)
-}
-
-func (t *tab) cfRead() {
-	defer close(t.readDone)
-	buf := make([]byte, 0, 4096)
-	for {
-		_, r, err := t.ws.Reader(context.Background())
-		if err != nil {
-			if !t.expected.Load() {
-				t.closeCode.Store(int32(websocket.CloseStatus(err)))
-				t.g.noteErr("a connection ended: %v", err)
-			}
-			return
-		}
-		buf = buf[:0]
-		for {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			n, err := r.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				if !t.expected.Load() {
-					t.g.noteErr("read: %v", err)
-				}
-				return
-			}
-		}
-		t.frames.Add(1)
-		t.cfFrame(buf, time.Now())
-	}
 }
 
 // cfFrame applies each message of a frame in order.

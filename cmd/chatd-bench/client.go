@@ -116,7 +116,7 @@ func (t *tab) connect(ctx context.Context, resume bool) error {
 		hello["epoch"] = t.epoch
 		hello["lastSeq"] = t.lastSeq
 	}
-	go t.read()
+	go t.read(t.handle)
 	if err := t.send(dctx, hello); err != nil {
 		t.expected.Store(true)
 		ws.CloseNow()
@@ -160,7 +160,9 @@ func (t *tab) close() {
 	<-t.readDone
 }
 
-func (t *tab) read() {
+// read reads the connection's frames until it ends, giving each to apply (the protocol's
+// own: handle for chatd's, cfFrame for the peer's).
+func (t *tab) read(apply func(f []byte, now time.Time)) {
 	defer close(t.readDone)
 	buf := make([]byte, 0, 4096)
 	for {
@@ -190,7 +192,7 @@ func (t *tab) read() {
 			}
 		}
 		t.frames.Add(1)
-		t.handle(buf, time.Now())
+		apply(buf, time.Now())
 	}
 }
 

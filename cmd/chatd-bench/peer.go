@@ -44,19 +44,7 @@ func openPeerSessions(ctx context.Context, g *gen, addr string, s, t int) ([]*se
 		}
 		sessions[i] = sess
 	}
-	err := parallel(ctx, 64, len(sessions), func(i int) error {
-		for _, tb := range sessions[i].tabs {
-			if err := tb.connect(ctx, false); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		closeAll(sessions)
-		return nil, err
-	}
-	return sessions, nil
+	return connectAll(ctx, sessions)
 }
 
 // openFor returns how to open sessions on srv: the peer's clients speak Centrifuge's
