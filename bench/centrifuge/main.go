@@ -155,19 +155,22 @@ func newPeer(h history) (*peer, error) {
 
 // start streams a run on channel unless one is streaming there already (as chatd and the
 // baseline do: a session has one run at a time).
-func (p *peer) start(channel string, s spec, requestID string) {
+func (p *peer) start(channel string, s spec, requestID string) (done <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.running[channel] {
-		return
+		return nil
 	}
 	p.running[channel] = true
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		p.stream(channel, s, requestID)
 		p.mu.Lock()
 		delete(p.running, channel)
 		p.mu.Unlock()
 	}()
+	return ended
 }
 
 // stream publishes the run's tokens on the synthetic model's schedule, each in the same

@@ -38,21 +38,20 @@ func TestRunPublishesWithHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.node.Shutdown(t.Context()) }()
-	p.start("chat:t", spec{tokens: 10, rate: 0}, "q")
-	p.start("chat:t", spec{tokens: 10, rate: 0}, "q") // one run at a time per channel
-	deadline := time.Now().Add(10 * time.Second)
-	var h centrifuge.HistoryResult
-	for {
-		if h, err = p.node.History("chat:t", centrifuge.WithLimit(centrifuge.NoLimit)); err != nil {
-			t.Fatal(err)
-		}
-		if len(h.Publications) >= 11 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	done := p.start("chat:t", spec{tokens: 10, rate: 0}, "q")
+	if done == nil {
+		t.Fatal("the first run did not start")
 	}
-	time.Sleep(50 * time.Millisecond) // a second run, had one started, would publish more
-	if h, err = p.node.History("chat:t", centrifuge.WithLimit(centrifuge.NoLimit)); err != nil {
+	if p.start("chat:t", spec{tokens: 10, rate: 0}, "q") != nil {
+		t.Fatal("a second run started on a channel whose run streams") // one run at a time per channel
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not end")
+	}
+	h, err := p.node.History("chat:t", centrifuge.WithLimit(centrifuge.NoLimit))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(h.Publications) != 11 || h.Offset != 11 {
