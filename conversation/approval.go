@@ -2,7 +2,6 @@ package conversation
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/google/uuid"
@@ -184,13 +183,10 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 	// while the database still says it waits (a crash would ask, and run it, again). A
 	// decision the database did not take (it failed, or refused it: the lease's fence)
 	// is not heard: the run ends, as on any write of it that cannot be stored.
-	a.journal.drain()
-	a.onWrites()
-	if a.journal.fencedOut.Load() || !a.isCurrent(run) {
+	switch a.awaitStored(run, "store a decision") {
+	case errWriteRefused:
 		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the run ended")
-	}
-	if a.journal.halted() {
-		a.failStorage(run, "store a decision", errors.New("a write of the run waits for a retry"))
+	case errWriteWaits:
 		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the database is unavailable")
 	}
 	ch <- Decision{Approved: approved}

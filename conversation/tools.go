@@ -2,7 +2,6 @@ package conversation
 
 import (
 	"encoding/json"
-	"errors"
 
 	"github.com/chatd/chatd/chat"
 )
@@ -14,18 +13,8 @@ func (a *Actor) onToolStart(run *runState, call ToolCall) error {
 	if _, err := a.startTool(run, call, chat.ToolRunning); err != nil {
 		return err
 	}
-	a.journal.drain()
-	// What the writer reported is heard now, not at the loop's next turn: a row it was
-	// refused (the lease's fence, a session deleted, a position taken) is not stored, and
-	// the call must not run either (onWrites ends the run; fenced out, the actor stops).
-	a.onWrites()
-	if a.journal.fencedOut.Load() || !a.isCurrent(run) {
-		return ErrRunEnded
-	}
-	if a.journal.halted() {
-		// Its row, or a write before it, waits for a retry: the call does not run.
-		a.failStorage(run, "store the tool call", errors.New("a write of the run waits for a retry"))
-		return ErrRunEnded
+	if a.awaitStored(run, "store the tool call") != nil {
+		return ErrRunEnded // the call does not run
 	}
 	return nil
 }

@@ -315,3 +315,27 @@ func (w pendingWrite) of(runID uuid.UUID) bool {
 	}
 	return w.settle.runID == runID
 }
+
+var (
+	errWriteRefused = errors.New("a write of the run was refused")
+	errWriteWaits   = errors.New("a write of the run waits for a retry")
+)
+
+// awaitStored waits until run's queued writes are stored, for a step that must not go on
+// before the database has them (a tool call runs, a decision is heard). What the writer
+// reported is heard now, not at the loop's next turn. errWriteRefused: a write was
+// refused (the lease's fence, a session deleted, a position taken), so the run ended
+// (onWrites) or the actor is fenced out and stops. errWriteWaits: a write waits for a
+// retry, and the run ends as a storage error of op.
+func (a *Actor) awaitStored(run *runState, op string) error {
+	a.journal.drain()
+	a.onWrites()
+	if a.journal.fencedOut.Load() || !a.isCurrent(run) {
+		return errWriteRefused
+	}
+	if a.journal.halted() {
+		a.failStorage(run, op, errWriteWaits)
+		return errWriteWaits
+	}
+	return nil
+}
