@@ -1,11 +1,13 @@
 package chat
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -145,4 +147,83 @@ func CheckTitle(title string) (string, error) {
 		return "", errors.New("title contains a NUL character")
 	}
 	return t, nil
+}
+
+// CleanJSON makes JSON storable as PostgreSQL's jsonb, which refuses U+0000 and unpaired
+// surrogates in strings (`\u0000`, a lone `\ud800`) and invalid UTF-8: each becomes
+// U+FFFD, in strings and keys; everything else is kept byte for byte. It returns nil
+// for input that is not JSON. Valid JSON without them, the common case, is returned as
+// it is after one scan.
+func CleanJSON(b []byte) []byte {
+	if !utf8.Valid(b) {
+		b = []byte(strings.ToValidUTF8(string(b), "\uFFFD"))
+	}
+	if !json.Valid(b) {
+		return nil
+	}
+	if !bytes.Contains(b, []byte(`\u`)) {
+		return b
+	}
+	var out []byte // nil until something changes
+	keep := func(from, to int) {
+		if out != nil {
+			out = append(out, b[from:to]...)
+		}
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c == '"' {
+			inString = !inString
+		}
+		if !inString || c != '\\' {
+			keep(i, i+1)
+			continue
+		}
+		if b[i+1] != 'u' { // one escaped character: \" \\ \n …
+			keep(i, i+2)
+			i++
+			continue
+		}
+		// Valid JSON: a \u escape has its four hex digits.
+		r, _ := escapedRune(b[i+2 : i+6])
+		n := 6
+		bad := r == 0 || utf16.IsSurrogate(r)
+		if r >= 0xd800 && r < 0xdc00 && i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+			if low, _ := escapedRune(b[i+8 : i+12]); low >= 0xdc00 && low <= 0xdfff {
+				bad, n = false, 12 // a pair: one character outside the BMP
+			}
+		}
+		if bad {
+			if out == nil {
+				out = append(make([]byte, 0, len(b)), b[:i]...)
+			}
+			out = append(out, `\ufffd`...)
+		} else {
+			keep(i, i+n)
+		}
+		i += n - 1
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
+
+// escapedRune decodes the four hex digits of a \u escape.
+func escapedRune(hex []byte) (rune, bool) {
+	var r rune
+	for _, h := range hex {
+		switch {
+		case h >= '0' && h <= '9':
+			r = r<<4 | rune(h-'0')
+		case h >= 'a' && h <= 'f':
+			r = r<<4 | rune(h-'a'+10)
+		case h >= 'A' && h <= 'F':
+			r = r<<4 | rune(h-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

@@ -85,3 +85,28 @@ func TestCheckTitle(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+// CleanJSON keeps what jsonb takes byte for byte and turns what it refuses into U+FFFD,
+// in strings and keys; CheckToolInput then accepts the result.
+func TestCleanJSONMakesJSONStorable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{`{"signature":"abc"}`, `{"signature":"abc"}`},
+		{`{"a": [1, 2.50, "x"] }`, `{"a": [1, 2.50, "x"] }`}, // spacing and numbers kept
+		{`{"signature":"a\u0000b"}`, `{"signature":"a\ufffdb"}`},
+		{`{"\u0000":"\u0000\u0000"}`, `{"\ufffd":"\ufffd\ufffd"}`},
+		{`"lone \ud800 high"`, `"lone \ufffd high"`},
+		{`"lone \udc00 low"`, `"lone \ufffd low"`},
+		{`"pair \ud83d\ude00 kept"`, `"pair \ud83d\ude00 kept"`},
+		{`"escaped \\u0000 is text"`, `"escaped \\u0000 is text"`},
+		{`"quote \" then \u0000"`, `"quote \" then \ufffd"`},
+		{`"é \u00e9"`, `"é \u00e9"`},
+		{"\"bad \xff utf-8\"", "\"bad \uFFFD utf-8\""},
+	} {
+		got := chat.CleanJSON([]byte(c.in))
+		require.Equal(t, c.want, string(got), "%s", c.in)
+		require.NoError(t, chat.CheckToolInput(got), "%s", c.in)
+	}
+	require.Nil(t, chat.CleanJSON([]byte(`{"a":`)), "not JSON")
+	require.Nil(t, chat.CleanJSON([]byte(`"\u00zz"`)), "not JSON")
+}

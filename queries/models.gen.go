@@ -75,3 +75,10 @@ type Session struct {
 	SandboxNode     *string
 	ClientID        *string
 }
+
+type StreamLog struct {
+	MessageID   uuid.UUID
+	StartOffset int32
+	Text        string
+	LoggedAt    time.Time
+}

@@ -156,3 +156,10 @@ SELECT id FROM runs WHERE session_id = @session_id FOR UPDATE;
 
 -- name: RunsDeleteBySession :exec
 DELETE FROM runs WHERE session_id = @session_id;
+
+-- name: RunRequestIDs :many
+-- The request ids of the session's newest runs: an actor that knows every one of them
+-- can tell a new request from a repeated one without asking the database.
+SELECT request_id FROM runs WHERE session_id = @session_id
+ORDER BY started_at DESC, id DESC
+LIMIT @max_rows;

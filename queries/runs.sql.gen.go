@@ -277,6 +277,39 @@ func (q *Queries) RunOwnerLock(ctx context.Context, db DBTX, sessionID uuid.UUID
 	return err
 }
 
+const runRequestIDs = `-- name: RunRequestIDs :many
+SELECT request_id FROM runs WHERE session_id = $1
+ORDER BY started_at DESC, id DESC
+LIMIT $2
+`
+
+type RunRequestIDsParams struct {
+	SessionID uuid.UUID
+	MaxRows   int32
+}
+
+// The request ids of the session's newest runs: an actor that knows every one of them
+// can tell a new request from a repeated one without asking the database.
+func (q *Queries) RunRequestIDs(ctx context.Context, db DBTX, arg RunRequestIDsParams) ([]string, error) {
+	rows, err := db.Query(ctx, runRequestIDs, arg.SessionID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var request_id string
+		if err := rows.Scan(&request_id); err != nil {
+			return nil, err
+		}
+		items = append(items, request_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runStart = `-- name: RunStart :one
 WITH active AS (
     SELECT count(*) AS n FROM runs

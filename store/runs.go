@@ -24,6 +24,14 @@ import (
 // when maxActive is above 0 and the session's owner has that many active runs already,
 // in any session, on any process (see withOwnerLock).
 func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error {
+	_, err := s.RunStartCounted(ctx, run, user, maxActive)
+	return err
+}
+
+// RunStartCounted is RunStart, and with maxActive above 0 also says how many active runs
+// the session's owner had before this one (when it started, or was refused for the
+// limit): a caller can tell from it whether its next start could be refused.
+func (s *Store) RunStartCounted(ctx context.Context, run chat.Run, user chat.Message, maxActive int) (int, error) {
 	var row queries.RunStartRow
 	err := s.withOwnerLock(ctx, run.SessionID, maxActive, func(db queries.DBTX) (err error) {
 		row, err = s.q.RunStart(ctx, db, queries.RunStartParams{
@@ -44,12 +52,21 @@ func (s *Store) RunStart(ctx context.Context, run chat.Run, user chat.Message, m
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))
+		return 0, fmt.Errorf("start run %s: %w", run.RequestID, mapErr(err))
 	}
 	if row.Stored == 0 {
-		return s.notStarted(ctx, "start run "+run.RequestID, run.SessionID, row.Active, maxActive)
+		return int(row.Active), s.notStarted(ctx, "start run "+run.RequestID, run.SessionID, row.Active, maxActive)
 	}
-	return nil
+	return int(row.Active), nil
+}
+
+// RunRequestIDs returns the request ids of the session's newest runs, at most limit.
+func (s *Store) RunRequestIDs(ctx context.Context, sessionID uuid.UUID, limit int) ([]string, error) {
+	ids, err := s.q.RunRequestIDs(ctx, s.db, queries.RunRequestIDsParams{SessionID: sessionID, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("request ids of session %s: %w", sessionID, mapErr(err))
+	}
+	return ids, nil
 }
 
 // notStarted is the error of a run start that wrote nothing: the owner's limit when the

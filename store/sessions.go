@@ -121,6 +121,10 @@ func (s *Store) SessionDelete(ctx context.Context, owner string, id uuid.UUID, n
 		if err := tx.q.RunsLockBySession(ctx, tx.db, id); err != nil {
 			return err
 		}
+		// The stream log is found through the messages, so it goes before them.
+		if err := tx.q.StreamLogDeleteBySession(ctx, tx.db, id); err != nil {
+			return err
+		}
 		// Messages first: deleting the runs first would have each message's run_id set
 		// to NULL just before the message goes.
 		if err := tx.q.MessagesDeleteBySession(ctx, tx.db, id); err != nil {

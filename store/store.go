@@ -28,6 +28,15 @@ var (
 	// session's owner has as many active runs as the limit the caller gave; nothing was
 	// written.
 	ErrRunLimit = errors.New("too many active runs")
+	// ErrGone is returned when a row the write refers to is gone (SQLSTATE 23503, a
+	// foreign key): a message of a run that was deleted with its session. Nothing was
+	// written, and the write can never be made.
+	ErrGone = errors.New("a row it refers to is gone")
+	// ErrInvalid is returned when the database will never take the statement as it is:
+	// a data exception (text with NUL or invalid UTF-8, a value out of range or too
+	// long), a constraint it breaks, or a statement the schema does not know. Retrying
+	// cannot help. The PostgreSQL error stays wrapped: SQLState names it.
+	ErrInvalid = errors.New("refused for good by the database")
 )
 
 // Store reads and writes chatd's tables. Its methods are safe for concurrent use; a Store
@@ -73,10 +82,45 @@ func mapErr(err error) error {
 		return ErrNotFound
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case pgErr.Code == "23505": // unique_violation
 		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	case pgErr.Code == "23503": // foreign_key_violation
+		return fmt.Errorf("%w: %w", ErrGone, err)
+	case permanentSQLState(pgErr.Code):
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return err
+}
+
+// permanentSQLState reports whether an error with this SQLSTATE will come again however
+// often the statement is retried: data exceptions (class 22: invalid text such as NUL,
+// values out of range or too long), integrity constraint violations (23), statements
+// the schema or the server does not know or allow (42, 0A), and data corruption
+// (XX001, XX002). Everything else (a lost connection, a serialization failure or
+// deadlock, a shutdown, too many connections, a statement timeout) may pass.
+func permanentSQLState(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "22", "23", "42", "0A":
+		return true
+	}
+	return code == "XX001" || code == "XX002"
+}
+
+// SQLState returns the SQLSTATE of the PostgreSQL error err wraps, "" when it wraps none
+// (a connection that failed, a timeout).
+func SQLState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // statusStrings is for the from_statuses parameter of guarded updates.
