@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/journal"
 )
 
 // Actor is the ConversationModel of one session. All its state is owned by one goroutine;
@@ -26,8 +27,18 @@ type Actor struct {
 	log     zerolog.Logger
 	logOnce sync.Once
 
-	inbox     chan intent
-	timerC    chan timerFire
+	inbox  chan intent
+	timerC chan timerFire
+	// unsubs are the subscribers that asked to go: apart from the inbox, so that
+	// leaving never waits for a busy actor and is never lost (Unsubscribe).
+	unsubs struct {
+		mu     sync.Mutex
+		subs   []Subscriber
+		signal chan struct{}
+	}
+	// leftEarly are subscribers that unsubscribed before their hello was handled: the
+	// hello then subscribes nothing. Owned by the loop goroutine.
+	leftEarly map[Subscriber]bool
 	done      chan struct{} // closed once the actor takes no more intents
 	finished  chan struct{} // closed once it also has no run goroutine left
 	closeOnce sync.Once
@@ -35,7 +46,7 @@ type Actor struct {
 	onStop    func(a *Actor, stop func())
 
 	// Owned by the loop goroutine.
-	journal   *journal
+	journal   *sessionJournal
 	session   *chat.Session // nil until loaded, or while the session does not exist
 	seq       int64
 	ring      *ring
@@ -46,11 +57,12 @@ type Actor struct {
 	evicted   bool
 	idleT     actorTimer
 	abandonT  actorTimer
-	retryT    actorTimer
 	coalesceT actorTimer // ends the window of held text, armed while there is some
 	held      heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
+	// stopCtx bounds what the actor stores as it stops (a shutdown's budget).
+	stopCtx context.Context
 
 	// leaseToken mirrors the journal's lease token for the hub's renewals.
 	leaseToken atomic.Int64
@@ -80,19 +92,11 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 
 		idleT:     actorTimer{kind: timerIdle, timers: cfg.Evictions},
 		abandonT:  actorTimer{kind: timerAbandon, timers: cfg.Abandonments},
-		retryT:    actorTimer{kind: timerRetry},
 		coalesceT: actorTimer{kind: timerCoalesce},
 	}
-	a.journal = newJournal(cfg.Store, id, cfg.Metrics, a.logger, func(d time.Duration) bool {
-		if a.retryT.timer != nil || a.stopped {
-			return false
-		}
-		a.arm(&a.retryT, d)
-		return true
-	})
-	if cfg.Lease != nil {
-		a.journal.lease, a.journal.now, a.journal.token = cfg.Lease, a.now, &a.leaseToken
-	}
+	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease)
+	a.journal.now, a.journal.token = a.now, &a.leaseToken
+	a.unsubs.signal = make(chan struct{}, 1)
 	go a.loop()
 	return a
 }
@@ -133,32 +137,36 @@ func (a *Actor) loop() {
 			a.handle(it)
 		case f := <-a.timerC:
 			a.onTimer(f)
-		case <-a.journal.signal:
+		case <-a.journal.q.Signal():
 			a.onWrites()
+		case <-a.unsubs.signal:
+			a.takeUnsubscribes()
 		}
-		if a.journal.fencedOut.Load() {
+		if a.journal.q.FencedOut() {
 			a.moved("a write was refused by the lease's fence")
 		}
 		a.checkTimers()
 	}
 	// What is queued is stored before the lease goes (an eviction's suspend queued the
-	// run's state); a fenced-out writer stops after the write it is making. A lease the
-	// actor still holds goes back at once: another node may then take the session
-	// without waiting for it to expire.
-	if a.journal.fencedOut.Load() {
-		a.journal.halt()
+	// run's state), retried within the stop's budget; a fenced-out writer stops after
+	// the write it is making. A lease the actor still holds goes back at once: another
+	// node may then take the session without waiting for it to expire.
+	if a.journal.q.FencedOut() {
+		a.journal.q.Halt()
 	} else {
-		a.journal.flush()
-		a.journal.drain()
-		if a.journal.pending() {
-			// The next start-up marks the run interrupted and its open rows with it.
-			a.logger().Error().Msg("stopping with writes the database did not take")
+		ctx := a.stopCtx
+		if ctx == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), journal.DefaultStatementTimeout)
+			defer cancel()
 		}
+		// What it could not store is logged, write by write; the process that takes
+		// the session up next continues its run from what was stored.
+		a.journal.q.Close(ctx)
 	}
 	a.journal.releaseLease()
 	a.idleT.disarm()
 	a.abandonT.disarm()
-	a.retryT.disarm()
 	a.coalesceT.disarm()
 	if a.evicted && a.onStop != nil {
 		a.onStop(a, a.closeDone)
@@ -180,10 +188,6 @@ func (a *Actor) onTimer(f timerFire) {
 			a.logger().Debug().Msg("evicting idle conversation")
 			a.evicted = true
 			a.stopped = true
-		}
-	case timerRetry:
-		if a.retryT.fired(f) {
-			a.journal.flush()
 		}
 	case timerCoalesce:
 		if a.coalesceT.fired(f) {
@@ -235,17 +239,16 @@ func (a *Actor) handle(it intent) {
 	case *historyIntent:
 		v, err := a.history(it.before, it.limit)
 		it.reply <- result[HistoryPage]{v, err}
-	case *unsubscribeIntent:
-		delete(a.subs, it.sub)
 	case *stopIntent:
+		a.stopCtx = it.ctx
 		a.stop()
 		it.reply <- result[struct{}]{}
 	case *flushIntent:
-		a.journal.drain()
 		var err error
-		if a.journal.pending() {
+		if !a.journal.q.Await() {
 			err = errorf(CodeStorage, "writes of the session wait for a retry: the database is unavailable")
 		}
+		a.onWrites()
 		it.reply <- result[struct{}]{err: err}
 	case *deleteIntent:
 		a.deleted()
@@ -295,10 +298,31 @@ func (a *Actor) handle(it intent) {
 	}
 }
 
+// takeUnsubscribes removes the subscribers that asked to go. One not subscribed (its
+// hello is still in the inbox, or failed) is remembered, so that its hello subscribes
+// nothing.
+func (a *Actor) takeUnsubscribes() {
+	a.unsubs.mu.Lock()
+	subs := a.unsubs.subs
+	a.unsubs.subs = nil
+	a.unsubs.mu.Unlock()
+	for _, sub := range subs {
+		if _, ok := a.subs[sub]; ok {
+			delete(a.subs, sub)
+			continue
+		}
+		if a.leftEarly == nil || len(a.leftEarly) > 1000 {
+			// A hello waits in the inbox for an instant, not for a thousand leavers.
+			a.leftEarly = make(map[Subscriber]bool)
+		}
+		a.leftEarly[sub] = true
+	}
+}
+
 // idle reports whether the actor holds nothing that needs it: no subscriber, no run, and
 // no write still to be retried.
 func (a *Actor) idle() bool {
-	return (a.run == nil || a.parkable()) && len(a.subs) == 0 && !a.journal.pending()
+	return (a.run == nil || a.parkable()) && len(a.subs) == 0 && !a.journal.q.Pending()
 }
 
 // parkable reports whether the active run only waits for a person's decision, so it
@@ -347,7 +371,8 @@ func (a *Actor) deleted() {
 		delete(a.subs, sub)
 		sub.Dropped(DropDeleted)
 	}
-	a.journal.discard()
+	a.journal.q.Discard()
+	a.journal.recent.forget()
 	if a.session != nil && a.session.DeletedAt == nil {
 		now := a.now()
 		a.session.DeletedAt = &now
@@ -374,6 +399,20 @@ func (a *Actor) gone(op string, err error) error {
 	a.logger().Warn().Err(err).Str("op", op).Msg("the session was deleted")
 	a.deleted()
 	return ErrDeleted
+}
+
+// deletedElsewhere ends the actor of a session whose rows are gone under it (another
+// node, or an operator, deleted it): the active run ends with an error that says so,
+// then the actor ends as deleted. Nothing is retried: there is nothing left to write to.
+func (a *Actor) deletedElsewhere(err error) {
+	if a.stopped {
+		return
+	}
+	a.logger().Warn().Err(err).Msg("the session was deleted under this actor")
+	if a.run != nil {
+		a.finish(a.run, chat.RunError, &chat.ErrorInfo{Code: CodeNotFound, Message: "the session was deleted"}, "")
+	}
+	a.deleted()
 }
 
 // load reads the session when the actor does not know it yet. It is retried on the next

@@ -98,11 +98,16 @@ func (a *Actor) History(ctx context.Context, before int64, limit int) (HistoryPa
 }
 
 // Unsubscribe removes sub; it is a no-op when sub is not subscribed or the actor stopped.
-func (a *Actor) Unsubscribe(ctx context.Context, sub Subscriber) {
+// It never waits for the actor and is never lost: a busy actor (a full inbox, a slow
+// statement) takes it at its next step, and a hello of sub still on its way after it
+// subscribes nothing. ctx is not needed; it stays for the callers' symmetry.
+func (a *Actor) Unsubscribe(_ context.Context, sub Subscriber) {
+	a.unsubs.mu.Lock()
+	a.unsubs.subs = append(a.unsubs.subs, sub)
+	a.unsubs.mu.Unlock()
 	select {
-	case a.inbox <- &unsubscribeIntent{sub}:
-	case <-a.done:
-	case <-ctx.Done():
+	case a.unsubs.signal <- struct{}{}:
+	default:
 	}
 }
 
@@ -110,7 +115,7 @@ func (a *Actor) Unsubscribe(ctx context.Context, sub Subscriber) {
 // interrupted, subscribers are dropped with DropShutdown, and the actor stops taking
 // intents. Use Wait to wait for the run goroutine.
 func (a *Actor) Stop(ctx context.Context) error {
-	_, err := call(ctx, a, func(r chan result[struct{}]) intent { return &stopIntent{r} })
+	_, err := call(ctx, a, func(r chan result[struct{}]) intent { return &stopIntent{ctx, r} })
 	if errors.Is(err, ErrStopped) {
 		return nil
 	}
@@ -168,10 +173,12 @@ type (
 		limit  int
 		reply  chan result[HistoryPage]
 	}
-	unsubscribeIntent struct{ sub Subscriber }
-	stopIntent        struct{ reply chan result[struct{}] }
-	deleteIntent      struct{ reply chan result[struct{}] }
-	flushIntent       struct{ reply chan result[struct{}] }
+	stopIntent struct {
+		ctx   context.Context // bounds what it stores as it stops
+		reply chan result[struct{}]
+	}
+	deleteIntent struct{ reply chan result[struct{}] }
+	flushIntent  struct{ reply chan result[struct{}] }
 )
 
 // call sends an intent built around a reply channel and waits for the answer. The reply

@@ -171,7 +171,7 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		m.Tool = &t
 		m.UpdatedAt = a.now()
 		tool.msg = m
-		if err := a.journal.update(m); err != nil {
+		if err := a.journal.update(m, nil); err != nil {
 			a.logger().Error().Err(err).Msg("store an approval")
 		}
 		v := tool.view()
@@ -214,10 +214,13 @@ func (a *Actor) setStatus(run *runState, status chat.RunStatus) {
 	if err := a.journal.updateRun(run.info); err != nil {
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run status")
 	}
-	// Stored before it is told: a run shown waiting for a person must wait in the
-	// database too, or a crash would lose the approval every tab shows. (A status
-	// change is no token: nothing streams while the run waits.)
-	a.journal.drain()
+	// Stored before it is told (journal.BeforeAnnounce): a run shown waiting for a
+	// person must wait in the database too, or a crash would lose the approval every tab
+	// shows. (A status change is no token: nothing streams while the run waits.) One the
+	// database cannot take ends the run instead.
+	if a.awaitStored(run, "store the run's status") != nil {
+		return
+	}
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
 }
 

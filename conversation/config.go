@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/store"
 )
 
@@ -45,7 +46,8 @@ type Store interface {
 	MessageInsert(ctx context.Context, m chat.Message) error
 	MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error
 	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
-	RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error
+	RunStartCounted(ctx context.Context, run chat.Run, user chat.Message, maxActive int) (int, error)
+	RunRequestIDs(ctx context.Context, sessionID uuid.UUID, limit int) ([]string, error)
 	RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
@@ -56,6 +58,7 @@ type Store interface {
 	LeaseGet(ctx context.Context, id uuid.UUID) (store.Lease, error)
 	LeaseAcquire(ctx context.Context, id uuid.UUID, node, addr string, now time.Time, ttl time.Duration) (chat.Session, store.Lease, error)
 	LeaseRelease(ctx context.Context, id uuid.UUID, node string, token int64) error
+	StreamLogRead(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]string, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -64,6 +67,11 @@ var _ Store = (*store.Store)(nil)
 type Config struct {
 	// Store persists the transcript. Required.
 	Store Store
+	// Journal is the node's persistence service (package journal): its sessions' write
+	// queues, their retries, the stream log. Share one among the actors of a process
+	// and run it as a service. When nil, each actor gets one of its own on Clock, with
+	// no stream log.
+	Journal *journal.Writer
 	// Agent produces replies. Required.
 	Agent Agent
 	// Clock drives idle eviction and timestamps. Defaults to the real clock.
@@ -106,6 +114,11 @@ type Config struct {
 	// retry or continue past it is refused with CodeRateLimited and stores nothing. The
 	// anonymous user ("") has no limit. 0 is no limit.
 	MaxRunsPerUser int
+	// RunCounts keeps the database's count of each user's active runs, so a start that
+	// surely is under MaxRunsPerUser calls the model while its row is stored (see
+	// runcount.go). Share one among the actors of a process; nil: every limited start
+	// waits for the database before its model is called.
+	RunCounts *RunCounts
 	// MaxRecoveries is how often a run whose process died is continued; the next time it
 	// ends interrupted, so a run that crashes its process cannot burn tokens forever.
 	MaxRecoveries int
@@ -134,6 +147,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Metrics == nil {
 		c.Metrics = discardMetrics()
+	}
+	if c.Journal == nil {
+		c.Journal = journal.NewWriter(journal.Config{Clock: c.Clock, Logger: c.Logger, Metrics: c.Metrics.journal})
 	}
 	setDefault(&c.RingEvents, DefaultRingEvents)
 	setDefault(&c.RingBytes, DefaultRingBytes)

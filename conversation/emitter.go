@@ -9,6 +9,13 @@ func (a *Actor) startAgent(run *runState, prepare func() (Request, error)) {
 	go func() {
 		defer a.runs.Done()
 		req, err := prepare()
+		if err == nil && run.stored != nil {
+			select {
+			case <-run.stored:
+			case <-run.ctx.Done():
+				err = ErrRunEnded // refused: the model is not called
+			}
+		}
 		if err == nil {
 			err = a.callAgent(run, req)
 		}

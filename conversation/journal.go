@@ -10,129 +10,70 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/store"
 )
 
-// storeTimeout bounds each database call the journal makes, so a hung database cannot
-// freeze a session forever.
-const storeTimeout = 10 * time.Second
-
-// A write that failed is retried after retryMin, doubling up to retryMax.
-const (
-	retryMin = time.Second
-	retryMax = 30 * time.Second
-)
-
-// journal is the only way an actor reaches the database: every read and write of its
-// session goes through it, in the actor's order. It owns what persistence needs beyond a
-// statement:
+// sessionJournal is the only way an actor reaches the database: every read and write of
+// its session goes through it, in the actor's order. Writes go to the session's queue in
+// the journal service (package journal: order, fences, retries, failures, the stream
+// log); what is left here is what the actor's view of its session needs:
 //
 //   - message positions: the next one, read again when positions moved under it;
-//   - guarded updates: a run is written only while it is active, a message only while it
-//     is streaming, so a late write cannot rewrite what has ended; a refused write is
-//     logged and counted (chatd_writes_refused_total), never retried;
-//   - retries: a write the database did not take stays queued and is retried, in the
-//     order it was made, backing off while the database is down (an insert retried after
-//     its answer was lost finds its own row, and counts as stored);
+//   - durability classes: a write is queued behind the stream, awaited by the step that
+//     needs it (awaitStored), or made at once after the queued ones (startRun, moveRun);
 //   - the overlay: rows read back show what clients were told, including queued writes;
 //   - settling: the rows of a run no agent drives are ended by one statement (never over
 //     a row whose own final update is still to be stored);
 //   - a run start whose answer was lost: it is looked up before it is called failed;
-//   - write-behind: a run's writes after its start are queued and stored in order by the
-//     session's writer goroutine (writebehind.go); reads lay the queue over the database;
 //   - memory: the session's newest messages and latest run, kept as they are written
 //     (recent.go).
 //
-// Callers only say what to store, never how. The journal belongs to its actor's
-// goroutine and is not safe for concurrent use, except what writebehind.go shares with
-// the writer.
-type journal struct {
+// Callers only say what to store, never how. It belongs to its actor's goroutine and is
+// not safe for concurrent use.
+type sessionJournal struct {
 	st      Store
 	session uuid.UUID
 	metrics *Metrics
 	log     func() *zerolog.Logger
-	// retry arms the actor's retry timer, which calls flush, unless it is armed already
-	// or the actor is stopping; it reports whether it armed it.
-	retry func(time.Duration) bool
+	w       *journal.Writer
+	q       *journal.Queue
 
 	loaded  bool
 	nextPos int64
 
-	q          writeQueue         // write-behind: see writebehind.go
-	recent     recentMessages     // the newest messages, in memory: see recent.go
-	signal     chan struct{}      // the writer has news for the actor (buffered, 1)
-	lost       map[uuid.UUID]bool // runs whose rows may include ones the actor does not track
-	retryDelay time.Duration
+	recent recentMessages     // the newest messages, in memory: see recent.go
+	lost   map[uuid.UUID]bool // runs whose rows may include ones the actor does not track
+	// requests are the request ids of the session's runs (nil until the first send
+	// reads them); requestsComplete: all of them, so one not there is new.
+	requests         map[string]bool
+	requestsComplete bool
 
 	// The session's lease (nil lease: none is held, the process is alone on its
-	// database): token is what it was acquired with (0 until then), and the fence of
-	// every write. fencedOut is set once a write was refused by the fence: the actor
-	// then stops, and no further write reaches the database.
-	lease     *LeaseConfig
-	now       func() time.Time
-	token     *atomic.Int64
-	fencedOut atomic.Bool
+	// database): token is what it was acquired with (0 until then), mirrored for the
+	// hub's renewals; the queue fences every write with it.
+	lease *LeaseConfig
+	now   func() time.Time
+	token *atomic.Int64
 }
 
-// errFencedOut is what a write gets once the journal is fenced out.
-var errFencedOut = store.ErrFenced
-
-// pendingWrite is a write the database has not taken yet: a message's insert, the newest
-// version of a message or a run, or the settling of a run's stray rows.
-type pendingWrite struct {
-	msg    *chat.Message
-	insert bool // msg is new: inserted, not updated
-	run    *chat.Run
-	settle *settleWrite
-	// n numbers the write in its queue; retried marks one tried before (an insert that
-	// then meets its own row committed it).
-	n       uint64
-	retried bool
-}
-
-type settleWrite struct {
-	runID  uuid.UUID
-	status chat.MessageStatus
-	now    time.Time
-}
-
-// writeKey names what a pending write is about: one per row, and one settle per run.
-type writeKey struct {
-	table string
-	id    uuid.UUID
-}
-
-func (w pendingWrite) key() writeKey {
-	switch {
-	case w.msg != nil:
-		return writeKey{"messages", w.msg.ID}
-	case w.run != nil:
-		return writeKey{"runs", w.run.ID}
+func newSessionJournal(st Store, w *journal.Writer, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, lease *LeaseConfig) *sessionJournal {
+	return &sessionJournal{
+		st: st, session: session, metrics: metrics, log: log, w: w, lease: lease,
+		q: w.Open(journal.QueueConfig{Session: session, Store: st, Leased: lease != nil, Log: log}),
 	}
-	return writeKey{"settle", w.settle.runID}
 }
 
-func newJournal(st Store, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, retry func(time.Duration) bool) *journal {
-	j := &journal{session: session, metrics: metrics, log: log, retry: retry, signal: make(chan struct{}, 1)}
-	j.st = fencing{st, j}
-	return j
-}
-
-// ctx bounds one database call and carries the lease's fence, when one is held.
-func (j *journal) ctx() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	if j.token != nil {
-		if t := j.token.Load(); t != 0 {
-			ctx = store.WithFence(ctx, t)
-		}
-	}
-	return ctx, cancel
+// ctx bounds one database call that is not a write of the queue: a read, or the lease's
+// own statements.
+func (j *sessionJournal) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), journal.DefaultStatementTimeout)
 }
 
 // load reads the session (nil when it does not exist) and, once, the next message
 // position. It is read again after an insert whose outcome is unknown. With leases, the
 // first load acquires the session's lease: *ElsewhereError when another node holds it.
-func (j *journal) load() (*chat.Session, error) {
+func (j *sessionJournal) load() (*chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
 	var sess chat.Session
@@ -158,8 +99,8 @@ func (j *journal) load() (*chat.Session, error) {
 	return found, nil
 }
 
-func (j *journal) loadPosition(ctx context.Context) error {
-	queued := j.queued()
+func (j *sessionJournal) loadPosition(ctx context.Context) error {
+	queued := j.q.Queued()
 	maxPos, err := j.st.MessagePositionMax(ctx, j.session)
 	if err != nil {
 		return err
@@ -170,14 +111,18 @@ func (j *journal) loadPosition(ctx context.Context) error {
 }
 
 // position returns the position the next message will take.
-func (j *journal) position() int64 { return j.nextPos }
+func (j *sessionJournal) position() int64 { return j.nextPos }
 
 // createSession stores a new session unless one with its id exists, and returns the
 // stored one: compare its owner. With leases it then acquires the new session's lease.
-func (j *journal) createSession(sess chat.Session) (chat.Session, error) {
+func (j *sessionJournal) createSession(sess chat.Session) (chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
 	created, err := j.st.SessionCreate(ctx, sess)
+	if err == nil && created.Owner == sess.Owner && created.CreatedAt.Equal(chat.Timestamp(sess.CreatedAt)) {
+		// This one made it: it has no run, so every request id is new.
+		j.requests, j.requestsComplete = map[string]bool{}, true
+	}
 	if err != nil || j.lease == nil {
 		return created, err
 	}
@@ -186,7 +131,7 @@ func (j *journal) createSession(sess chat.Session) (chat.Session, error) {
 
 // acquire takes the session's lease: store.ErrNotFound for a session that does not
 // exist, *ElsewhereError when another node holds a live lease.
-func (j *journal) acquire(ctx context.Context) (chat.Session, error) {
+func (j *sessionJournal) acquire(ctx context.Context) (chat.Session, error) {
 	now := j.now()
 	prev, _ := j.st.LeaseGet(ctx, j.session) // only to count takeovers; the acquire decides
 	sess, l, err := j.st.LeaseAcquire(ctx, j.session, j.lease.Node(), j.lease.Addr(), now, j.lease.TTL)
@@ -203,21 +148,28 @@ func (j *journal) acquire(ctx context.Context) (chat.Session, error) {
 	} else {
 		j.metrics.leaseAcquired.Inc()
 	}
-	j.token.Store(l.Token)
+	j.setToken(l.Token)
 	return sess, nil
+}
+
+// setToken records the lease's token: the fence of every write from now on (0: none).
+func (j *sessionJournal) setToken(t int64) {
+	j.token.Store(t)
+	j.q.SetFence(t)
 }
 
 // releaseLease gives the session's lease back, when the journal holds it: the actor has
 // stopped, and another node may take the session at once.
-func (j *journal) releaseLease() {
-	if j.lease == nil || j.fencedOut.Load() {
+func (j *sessionJournal) releaseLease() {
+	if j.lease == nil || j.q.FencedOut() {
 		return
 	}
 	t := j.token.Swap(0)
+	j.q.SetFence(0)
 	if t == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	ctx, cancel := j.ctx()
 	defer cancel()
 	if err := j.st.LeaseRelease(ctx, j.session, j.lease.Node(), t); err != nil {
 		// It expires on its own, a TTL from its last renewal.
@@ -227,7 +179,7 @@ func (j *journal) releaseLease() {
 
 // messagesBefore reads up to limit messages before position before (0: the newest), as
 // clients were told of them: kept updates replace what the database holds.
-func (j *journal) messagesBefore(before int64, limit int) ([]chat.Message, bool, error) {
+func (j *sessionJournal) messagesBefore(before int64, limit int) ([]chat.Message, bool, error) {
 	msgs, more, err := j.historyReader(before, limit)()
 	if err == nil && before == 0 {
 		j.recent.fill(msgs, more)
@@ -237,7 +189,7 @@ func (j *journal) messagesBefore(before int64, limit int) ([]chat.Message, bool,
 
 // newest returns the newest limit messages as clients were told of them, from memory
 // when it holds them (see recent.go), else from the database.
-func (j *journal) newest(limit int) ([]chat.Message, bool, error) {
+func (j *sessionJournal) newest(limit int) ([]chat.Message, bool, error) {
 	if msgs, more, ok := j.recent.newest(limit); ok {
 		return msgs, more, nil
 	}
@@ -246,8 +198,8 @@ func (j *journal) newest(limit int) ([]chat.Message, bool, error) {
 
 // historyReader returns a read of messagesBefore(before, limit) that any goroutine may
 // make: the queued writes it lays over the database are those queued now.
-func (j *journal) historyReader(before int64, limit int) func() ([]chat.Message, bool, error) {
-	queued := j.queued()
+func (j *sessionJournal) historyReader(before int64, limit int) func() ([]chat.Message, bool, error) {
+	queued := j.q.Queued()
 	return func() ([]chat.Message, bool, error) {
 		ctx, cancel := j.ctx()
 		defer cancel()
@@ -264,8 +216,8 @@ func (j *journal) historyReader(before int64, limit int) func() ([]chat.Message,
 }
 
 // messagesByRun reads a run's messages, as clients were told of them.
-func (j *journal) messagesByRun(runID uuid.UUID) ([]chat.Message, error) {
-	queued := j.queued()
+func (j *sessionJournal) messagesByRun(runID uuid.UUID) ([]chat.Message, error) {
+	queued := j.q.Queued()
 	ctx, cancel := j.ctx()
 	defer cancel()
 	msgs, err := j.st.MessagesByRun(ctx, runID)
@@ -276,8 +228,8 @@ func (j *journal) messagesByRun(runID uuid.UUID) ([]chat.Message, error) {
 }
 
 // runGet reads a run, as clients were told of it.
-func (j *journal) runGet(id uuid.UUID) (chat.Run, error) {
-	if r, ok := queuedRun(j.queued(), id); ok {
+func (j *sessionJournal) runGet(id uuid.UUID) (chat.Run, error) {
+	if r, ok := queuedRun(j.q.Queued(), id); ok {
 		return r, nil
 	}
 	ctx, cancel := j.ctx()
@@ -287,8 +239,8 @@ func (j *journal) runGet(id uuid.UUID) (chat.Run, error) {
 
 // runLatest reads the session's newest run, as clients were told of it; store.ErrNotFound
 // when it has none.
-func (j *journal) runLatest() (chat.Run, error) {
-	queued := j.queued()
+func (j *sessionJournal) runLatest() (chat.Run, error) {
+	queued := j.q.Queued()
 	ctx, cancel := j.ctx()
 	defer cancel()
 	r, err := j.st.RunLatest(ctx, j.session)
@@ -306,7 +258,7 @@ func (j *journal) runLatest() (chat.Run, error) {
 }
 
 // latestRun is runLatest, from memory once the journal knows the session's latest run.
-func (j *journal) latestRun() (chat.Run, error) {
+func (j *sessionJournal) latestRun() (chat.Run, error) {
 	if j.recent.latestKnown {
 		if j.recent.latest == nil {
 			return chat.Run{}, store.ErrNotFound
@@ -318,11 +270,12 @@ func (j *journal) latestRun() (chat.Run, error) {
 
 // deleteEmpty removes a streaming segment that holds no text, and reports whether it
 // did, after the writes queued before it.
-func (j *journal) deleteEmpty(id uuid.UUID) (bool, error) {
-	j.drain()
-	ctx, cancel := j.ctx()
-	defer cancel()
-	deleted, err := j.st.MessageDeleteEmpty(ctx, id)
+func (j *sessionJournal) deleteEmpty(id uuid.UUID) (bool, error) {
+	var deleted bool
+	err := j.q.Do(func(ctx context.Context) (err error) {
+		deleted, err = j.st.MessageDeleteEmpty(ctx, id)
+		return err
+	})
 	if deleted {
 		j.recent.remove(id)
 	}
@@ -332,11 +285,8 @@ func (j *journal) deleteEmpty(id uuid.UUID) (bool, error) {
 // moveRun stores a run that leaves one of the statuses from (an ended run continued, a
 // dismissed one), after the writes queued before it. Unlike updateRun it is not kept
 // for a retry: its caller answers a person, who can try again.
-func (j *journal) moveRun(r chat.Run, from ...chat.RunStatus) error {
-	j.drain()
-	ctx, cancel := j.ctx()
-	defer cancel()
-	err := j.st.RunUpdate(ctx, r, from...)
+func (j *sessionJournal) moveRun(r chat.Run, from ...chat.RunStatus) error {
+	err := j.q.Do(func(ctx context.Context) error { return j.st.RunUpdate(ctx, r, from...) })
 	if err == nil {
 		j.recent.putRun(r)
 	} else {
@@ -347,10 +297,10 @@ func (j *journal) moveRun(r chat.Run, from ...chat.RunStatus) error {
 
 // runByRequest finds the session's run for requestID, also one whose latest state is
 // still to be stored. It returns store.ErrNotFound when there is none.
-func (j *journal) runByRequest(requestID string) (chat.Run, error) {
-	queued := j.queued()
+func (j *sessionJournal) runByRequest(requestID string) (chat.Run, error) {
+	queued := j.q.Queued()
 	for i := len(queued) - 1; i >= 0; i-- {
-		if r := queued[i].run; r != nil && r.RequestID == requestID {
+		if r := queued[i].Run; r != nil && r.RequestID == requestID {
 			return *r, nil
 		}
 	}
@@ -364,16 +314,20 @@ func (j *journal) runByRequest(requestID string) (chat.Run, error) {
 // store.ErrConflict means the session has a run for this requestId already,
 // store.ErrRunLimit that the owner is at the limit; any other error means nothing was
 // stored (an answer lost after a commit is found out and not reported). It is made
-// after the writes queued before it, and waited for.
-func (j *journal) startRun(run chat.Run, user chat.Message, maxActive int) error {
-	j.drain()
-	ctx, cancel := j.ctx()
-	err := j.st.RunStart(ctx, run, user, maxActive)
-	cancel()
+// after the writes queued before it (journal.BeforeAck), and waited for.
+//
+// With maxActive above 0 it also returns how many active runs the owner had before this
+// one, as the database counted them (when it answered).
+func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int) (int, error) {
+	var active int
+	err := j.q.Do(func(ctx context.Context) (err error) {
+		active, err = j.st.RunStartCounted(ctx, run, user, maxActive)
+		return err
+	})
 	if errors.Is(err, store.ErrRunLimit) {
-		return err // an answer: nothing was stored, no position moved
+		return active, err // an answer: nothing was stored, no position moved
 	}
-	if err != nil && !errors.Is(err, store.ErrConflict) {
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, journal.ErrWaits) {
 		// The statement may have committed before its answer was lost.
 		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
 			err = nil
@@ -383,22 +337,51 @@ func (j *journal) startRun(run chat.Run, user chat.Message, maxActive int) error
 		// Whatever happened, the next message's position must be read again.
 		j.loaded = false
 		j.recent.forget()
-		return err
+		return active, err
 	}
 	j.nextPos++
 	j.recent.add(user)
 	j.recent.setLatest(&run)
-	return nil
+	if j.requests != nil {
+		j.requests[run.RequestID] = true
+	}
+	return active, nil
+}
+
+// maxKnownRequests bounds the request ids an actor keeps: a session with more runs is
+// told new requests from repeated ones by its run starts.
+const maxKnownRequests = 1000
+
+// knowsRequest reports whether the session has a run for requestID, as far as the
+// actor knows its request ids (requestsComplete: it knows them all). It reads them
+// once, at the first send.
+func (j *sessionJournal) knowsRequest(requestID string) (bool, error) {
+	if j.requests == nil {
+		ctx, cancel := j.ctx()
+		ids, err := j.st.RunRequestIDs(ctx, j.session, maxKnownRequests+1)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		j.requests = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			j.requests[id] = true
+		}
+		j.requestsComplete = len(ids) <= maxKnownRequests
+		for _, w := range j.q.Queued() { // none yet, unless a run was continued
+			if w.Run != nil {
+				j.requests[w.Run.RequestID] = true
+			}
+		}
+	}
+	return j.requests[requestID], nil
 }
 
 // startRetry stores a run that retries run.RetryOf (it has no user message of its own).
 // Errors are those of startRun.
-func (j *journal) startRetry(run chat.Run, maxActive int) error {
-	j.drain()
-	ctx, cancel := j.ctx()
-	err := j.st.RunStartRetry(ctx, run, maxActive)
-	cancel()
-	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrRunLimit) {
+func (j *sessionJournal) startRetry(run chat.Run, maxActive int) error {
+	err := j.q.Do(func(ctx context.Context) error { return j.st.RunStartRetry(ctx, run, maxActive) })
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrRunLimit) && !errors.Is(err, journal.ErrWaits) {
 		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
 			err = nil
 		}
@@ -406,22 +389,25 @@ func (j *journal) startRetry(run chat.Run, maxActive int) error {
 	j.recent.forget() // the retried run's answers are superseded by the statement
 	if err == nil {
 		j.recent.setLatest(&run)
+		if j.requests != nil {
+			j.requests[run.RequestID] = true
+		}
 	}
 	return err
 }
 
 // reload forgets the next position, for when rows were stored behind the journal's back
 // (a run start reported as failed that committed).
-func (j *journal) reload() {
+func (j *sessionJournal) reload() {
 	j.loaded = false
 	j.recent.forget()
 }
 
-// insert stores a new message at the next position, behind (see writebehind.go). A
-// failure is kept and retried like an update; an insert the database refuses is
-// reported to the actor (refusedInsert).
-func (j *journal) insert(m chat.Message) error {
-	if err := j.enqueue(pendingWrite{msg: &m, insert: true}); err != nil {
+// insert stores a new message at the next position, behind the stream. A failure is
+// kept and retried like an update; an insert the database refuses is reported to the
+// actor (onWrites).
+func (j *sessionJournal) insert(m chat.Message) error {
+	if err := j.q.Add(journal.Write{Msg: &m, Insert: true}); err != nil {
 		return err
 	}
 	j.nextPos++
@@ -432,89 +418,39 @@ func (j *journal) insert(m chat.Message) error {
 // update stores a streaming message's new state (still streaming, or its end), behind:
 // clients are told at once, the database when the session's writer gets to it. When the
 // database fails, the state is kept and retried. A message that is no longer streaming
-// is left as it is (refused).
-func (j *journal) update(m chat.Message) error {
+// is left as it is (refused). ends, when not nil, is the message's stream log: m holds
+// its text for good, and the log goes once m is stored.
+func (j *sessionJournal) update(m chat.Message, ends *journal.Stream) error {
 	j.recent.put(m)
-	return j.enqueue(pendingWrite{msg: &m})
+	return j.q.Add(journal.Write{Msg: &m, Ends: ends})
 }
 
 // updateRun stores an active run's new state (another active status, or its end),
 // behind. A run that has ended already is left as it is (refused); failures are kept
 // and retried.
-func (j *journal) updateRun(r chat.Run) error {
+func (j *sessionJournal) updateRun(r chat.Run) error {
 	j.recent.putRun(r)
-	return j.enqueue(pendingWrite{run: &r})
-}
-
-// exec makes one write. keep names the messages whose own writes are queued behind it,
-// which a settle leaves alone. It runs on the writer goroutine: it reads nothing the
-// actor owns.
-func (j *journal) exec(w pendingWrite, keep []uuid.UUID) error {
-	ctx, cancel := j.ctx()
-	defer cancel()
-	switch {
-	case w.msg != nil && w.insert:
-		err := j.st.MessageInsert(ctx, *w.msg)
-		if w.retried && errors.Is(err, store.ErrConflict) {
-			return nil // the earlier try committed before its answer was lost
-		}
-		return err
-	case w.msg != nil:
-		return j.st.MessageUpdate(ctx, *w.msg, chat.MessageStreaming)
-	case w.run != nil:
-		return j.st.RunUpdate(ctx, *w.run, chat.ActiveRunStatuses()...)
-	}
-	// Messages whose final state is still to be stored are not settled: their own
-	// update would then be refused, and what clients were told would be lost.
-	_, err := j.st.MessagesSettleRun(ctx, w.settle.runID, w.settle.status, w.settle.now, keep...)
-	return err
-}
-
-// refused reports whether err means the database will never take w (the row is gone,
-// or has moved past the states w may be written from; for an insert, the session is
-// gone or its position taken), counting and logging it: a retry cannot help, and the
-// row is left as it is. It runs on the writer goroutine.
-func (j *journal) refused(w pendingWrite, err error) bool {
-	k := w.key()
-	if k.table == "settle" {
-		return false // settling refuses nothing: it only ends what still streams
-	}
-	switch {
-	case errors.Is(err, store.ErrFenced):
-		return true // counted by fencing; the actor stops
-	case errors.Is(err, store.ErrStale), w.insert && errors.Is(err, store.ErrConflict):
-		j.metrics.writesRefused[k.table].Inc()
-		j.log().Warn().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a write was refused: the row has moved on")
-		return true
-	case errors.Is(err, store.ErrNotFound):
-		j.metrics.writesRefused[k.table].Inc()
-		j.log().Error().Err(err).Str("table", k.table).Str("id", k.id.String()).Msg("a row to write is missing; giving up on it")
-		return true
-	}
-	return false
+	return j.q.Add(journal.Write{Run: &r})
 }
 
 // settle ends the rows of run runID that an insert with a lost answer may have left
 // streaming, giving them status; rows whose final state the journal still keeps are
 // left to their own update. It does nothing for a run whose inserts all answered. A
 // failure is kept and retried, after the writes queued before it.
-func (j *journal) settle(runID uuid.UUID, status chat.MessageStatus, now time.Time) error {
+func (j *sessionJournal) settle(runID uuid.UUID, status chat.MessageStatus, now time.Time) error {
 	if !j.lost[runID] {
 		return nil
 	}
 	delete(j.lost, runID) // from now on the queue keeps it until it is stored
 	j.recent.forget()     // it ends rows the actor does not track
-	return j.enqueue(pendingWrite{settle: &settleWrite{runID, status, now}})
+	return j.q.Add(journal.Write{Settle: &journal.Settle{RunID: runID, Status: status, Now: now}})
 }
 
 // continueRun stores a run a person continued (see moveRun), marking its session active
 // in the same statement, unless the session's owner has maxActive active runs
 // (store.ErrRunLimit; 0 is no limit).
-func (j *journal) continueRun(r chat.Run, maxActive int, from ...chat.RunStatus) error {
-	j.drain()
-	ctx, cancel := j.ctx()
-	defer cancel()
-	err := j.st.RunContinue(ctx, r, maxActive, from...)
+func (j *sessionJournal) continueRun(r chat.Run, maxActive int, from ...chat.RunStatus) error {
+	err := j.q.Do(func(ctx context.Context) error { return j.st.RunContinue(ctx, r, maxActive, from...) })
 	if err == nil {
 		j.recent.putRun(r)
 	} else {
@@ -523,10 +459,19 @@ func (j *journal) continueRun(r chat.Run, maxActive int, from ...chat.RunStatus)
 	return err
 }
 
-// scheduleRetry arms the retry of kept writes, backing off while they keep failing.
-func (j *journal) scheduleRetry() {
-	next := min(max(2*j.retryDelay, retryMin), retryMax)
-	if j.retry(next) {
-		j.retryDelay = next
+// stream returns the stream log of message id (nil without one), fenced like the
+// session's writes.
+func (j *sessionJournal) stream(id uuid.UUID) *journal.Stream {
+	return j.w.Stream(j.session, id, j.q.Fence())
+}
+
+// streamed reads what the stream log holds of the messages ids (the text a process
+// streamed before it died), by message.
+func (j *sessionJournal) streamed(ids []uuid.UUID) (map[uuid.UUID]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
 	}
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.StreamLogRead(ctx, ids)
 }

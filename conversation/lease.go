@@ -85,8 +85,9 @@ func (a *Actor) moved(why string) {
 		delete(a.subs, sub)
 		sub.Dropped(DropMoved)
 	}
-	a.journal.discard()
-	a.leaseToken.Store(0)
+	a.journal.q.Discard()
+	a.journal.recent.forget()
+	a.journal.setToken(0)
 	a.logger().Warn().Str("why", why).Msg("stopping: the session's lease is another node's")
 	a.cfg.Metrics.movedAway.Inc()
 	a.evicted = true // the hub forgets it, as it does an idle one
@@ -123,6 +124,14 @@ func (a *Actor) rescue() error {
 	}
 	if err != nil {
 		return a.storageError("read the session's run", err)
+	}
+	// The segment that was open keeps the text its stream log holds.
+	_, own, err := a.userMessageOf(r)
+	if err != nil {
+		return err
+	}
+	if _, err := a.seam(own); err != nil {
+		return a.storageError("store the interrupted reply", err)
 	}
 	_, err = a.interrupt(r, "the server stopped during this run")
 	return err

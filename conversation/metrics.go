@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/journal"
 )
 
 // Metrics counts what actors do. Every label is resolved here, once: the actor's hot
@@ -18,15 +19,18 @@ type Metrics struct {
 	catchUpSnapshot prometheus.Counter
 	runsActive      map[chat.RunStatus]prometheus.Gauge
 	runDuration     map[chat.RunStatus]prometheus.Observer
-	writesRefused   map[string]prometheus.Counter // by table
 	// Leases (Config.Lease): acquisitions, sessions taken from a node whose lease had
-	// expired, writes the fence refused, and actors stopped because another node holds
-	// their session.
+	// expired, and actors stopped because another node holds their session.
 	leaseAcquired prometheus.Counter
 	leaseTakeover prometheus.Counter
-	fencedWrites  prometheus.Counter
 	movedAway     prometheus.Counter
+	// journal counts the writes (refused, fenced, failed) and the write queues.
+	journal *journal.Metrics
 }
+
+// Journal returns the metrics of the journal service the actors write through: give it
+// to the node's journal.Writer (journal.Config.Metrics).
+func (m *Metrics) Journal() *journal.Metrics { return m.journal }
 
 // activeStatuses are the statuses of a run that has not ended.
 var activeStatuses = []chat.RunStatus{chat.RunRunning, chat.RunAwaitingApproval, chat.RunPaused}
@@ -37,9 +41,8 @@ var endStatuses = []chat.RunStatus{chat.RunDone, chat.RunError, chat.RunCancelle
 // NewMetrics returns the actors' metrics, registered with reg unless it is nil:
 // chatd_events_published_total, chatd_ring_evictions_total, chatd_catchups_total{kind},
 // chatd_runs_active{status}, chatd_run_duration_seconds{status},
-// chatd_writes_refused_total{table}, chatd_lease_acquisitions_total{kind},
-// chatd_fenced_writes_total and chatd_sessions_moved_total. Pass it to every
-// actor in Config.Metrics.
+// chatd_lease_acquisitions_total{kind} and chatd_sessions_moved_total, and the journal's
+// (journal.NewMetrics). Pass it to every actor in Config.Metrics.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	events := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chatd_events_published_total",
@@ -64,18 +67,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600},
 	}, []string{"status"})
 
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatd_writes_refused_total",
-		Help: "Updates the database refused because the row was no longer in a state they may be written from (a run that had ended, a message that was no longer streaming), or was gone, by table. Nothing was written.",
-	}, []string{"table"})
 	leases := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatd_lease_acquisitions_total",
 		Help: "Session leases this node acquired, by kind: free (no node held it, or this one), takeover (another node's lease had expired).",
 	}, []string{"kind"})
-	fenced := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "chatd_fenced_writes_total",
-		Help: "Writes the database refused because the session's lease had been taken over by another node. Nothing was written.",
-	})
 	moved := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chatd_sessions_moved_total",
 		Help: "Conversation actors stopped because another node holds their session (their clients are closed with 4010 and reconnect).",
@@ -83,7 +78,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		leaseAcquired:   leases.WithLabelValues("free"),
 		leaseTakeover:   leases.WithLabelValues("takeover"),
-		fencedWrites:    fenced,
 		movedAway:       moved,
 		eventsPublished: events,
 		ringEvictions:   evictions,
@@ -91,10 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		catchUpSnapshot: catchUps.WithLabelValues("snapshot"),
 		runsActive:      make(map[chat.RunStatus]prometheus.Gauge, len(activeStatuses)),
 		runDuration:     make(map[chat.RunStatus]prometheus.Observer, len(endStatuses)),
-		writesRefused: map[string]prometheus.Counter{
-			"runs":     refused.WithLabelValues("runs"),
-			"messages": refused.WithLabelValues("messages"),
-		},
+		journal:         journal.NewMetrics(reg),
 	}
 	for _, s := range activeStatuses {
 		m.runsActive[s] = active.WithLabelValues(string(s))
@@ -103,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		reg.MustRegister(events, evictions, catchUps, active, duration, refused, leases, fenced, moved)
+		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved)
 	}
 	return m
 }
@@ -132,6 +123,14 @@ func (a *Actor) countAs(run *runState, now chat.RunStatus) {
 	}
 	if g := a.cfg.Metrics.runsActive[now]; g != nil {
 		g.Inc()
+	}
+	if a.session != nil && (run.counted == "") != (now == "") {
+		// The owner's count of active runs, for the next start's guess (runcount.go).
+		delta := 1
+		if now == "" {
+			delta = -1
+		}
+		a.cfg.RunCounts.add(a.session.Owner, delta)
 	}
 	run.counted = now
 }

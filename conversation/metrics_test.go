@@ -198,6 +198,7 @@ func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 			t.Parallel()
 			st := newFaultStore(t)
 			a := startMetered(t, st, script.New(tc.steps...), nil)
+			t.Cleanup(st.clear) // before the actor stops: see faultSetup
 			s := convtest.New()
 			_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
 			require.NoError(t, err)

@@ -315,15 +315,39 @@ func (a *Actor) userMessageOf(run chat.Run) (chat.Message, []chat.Message, error
 
 // seam makes a run's stored messages (after its user message) a checkpoint: an
 // assistant segment still streaming was open when its process died, so it ends
-// interrupted with what was stored, or goes when nothing was (unless a subscriber was
-// shown it: then it ends interrupted, empty). Tool calls still streaming stay for the
-// agent.
+// interrupted with the text its stream log kept (up to one interval before the crash),
+// or goes when nothing was kept (unless a subscriber was shown it: then it ends
+// interrupted, empty). Tool calls still streaming stay for the agent, with the output
+// the log kept.
 func (a *Actor) seam(msgs []chat.Message) ([]chat.Message, error) {
+	var open []uuid.UUID
+	for _, m := range msgs {
+		if m.Status == chat.MessageStreaming {
+			open = append(open, m.ID)
+		}
+	}
+	logged, err := a.journal.streamed(open)
+	if err != nil {
+		return nil, err
+	}
 	checkpoint := make([]chat.Message, 0, len(msgs))
 	for _, m := range msgs {
-		if m.Status != chat.MessageStreaming || m.Tool != nil {
+		if m.Status != chat.MessageStreaming {
 			checkpoint = append(checkpoint, m)
 			continue
+		}
+		text, ok := logged[m.ID]
+		if m.Tool != nil {
+			if ok {
+				t := *m.Tool
+				t.Output = &text
+				m.Tool = &t
+			}
+			checkpoint = append(checkpoint, m)
+			continue
+		}
+		if ok {
+			m.Content = text
 		}
 		if m.Content == "" && len(a.subs) == 0 {
 			// Nobody was told of it in this process (start-up recovers before serving):
@@ -336,7 +360,7 @@ func (a *Actor) seam(msgs []chat.Message) ([]chat.Message, error) {
 		m.Status = chat.MessageInterrupted
 		m.Error = &chat.ErrorInfo{Code: CodeInterrupted, Message: "the server stopped while this was being written"}
 		m.UpdatedAt = a.now()
-		if err := a.journal.update(m); err != nil {
+		if err := a.journal.update(m, a.journal.w.Logged(m.ID)); err != nil {
 			return nil, err
 		}
 		// Subscribers hold it as streaming: they see it end, like any segment.
@@ -481,7 +505,7 @@ func (a *Actor) interrupt(info chat.Run, message string, from ...chat.RunStatus)
 	if err := a.journal.settle(info.ID, chat.MessageInterrupted, now); err != nil {
 		a.logger().Error().Err(err).Msg("settle the rows of an interrupted run")
 	}
-	a.journal.drain() // stored before its terminal event, as every run's end
+	a.journal.q.Await() // answered before its terminal event, as every run's end
 	r := withResumable(info)
 	a.publish(Event{Type: EventChatError, RunID: info.ID, RequestID: info.RequestID, Run: &r})
 	return SendResult{RunID: info.ID, Status: chat.RunInterrupted}, nil

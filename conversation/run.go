@@ -21,6 +21,10 @@ type runState struct {
 	cancel context.CancelFunc
 	// suspend cancels ctx with ErrSuspended as its cause (suspend).
 	suspend func()
+	// stored, when not nil, is closed once the run's start is stored: its agent waits
+	// for it before it calls the model (a start the database may refuse must not reach
+	// the model; see runcount.go). When the start is refused, ctx ends instead.
+	stored chan struct{}
 
 	seg       *liveMessage             // the open assistant segment (text or reasoning)
 	tools     map[string]*liveMessage  // running tool calls by call id
@@ -74,6 +78,17 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		}
 		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
 	}
+	// A repeated request is answered from what is stored, without a statement that
+	// could start anything.
+	known, err := a.journal.knowsRequest(req.RequestID)
+	if err != nil {
+		return SendResult{}, a.storageError("read the session's runs", err)
+	}
+	if known {
+		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
+			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+		}
+	}
 
 	now := a.now()
 	runID := newID()
@@ -89,15 +104,25 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	// The run is stored after the writes queued before it, and its position follows
 	// theirs; the model is called while the run's row is on its way, and what the agent
 	// emits waits in the inbox until the run is stored and chat.started has gone out.
-	a.journal.drain()
 	user := a.newRunMessage(info, chat.RoleUser, chat.MessageComplete)
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
 	run := newRunState(info)
+	limit := a.runLimit()
+	if !a.journal.requestsComplete || (limit > 0 && !a.cfg.RunCounts.clear(a.session.Owner, limit, now)) {
+		// The database may refuse this start (a request id the actor cannot tell new,
+		// the owner near the limit): the model waits for its answer.
+		run.stored = make(chan struct{})
+	}
 	a.startRunAgent(run, user, nil)
-	err := a.journal.startRun(info, user, a.runLimit())
+	active, err := a.journal.startRun(info, user, limit)
+	if limit > 0 && (err == nil || errors.Is(err, store.ErrRunLimit)) {
+		a.cfg.RunCounts.counted(a.session.Owner, active, now) // activate counts this one
+	}
 	if err != nil {
 		run.cancel() // not started: the agent's call ends, and what it emits is ignored
+	} else if run.stored != nil {
+		close(run.stored)
 	}
 	if errors.Is(err, store.ErrRunLimit) {
 		return SendResult{}, a.runLimitError()
@@ -298,12 +323,14 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 	if d := a.cfg.Metrics.runDuration[status]; d != nil {
 		d.Observe(now.Sub(run.info.StartedAt).Seconds())
 	}
+	// The end is stored behind the stream, like the writes before it (journal.Behind),
+	// and the terminal event waits for the database's answer to it: a reader of the
+	// database (the conversation list, another node) sees the run end when clients do.
+	// It does not wait for a retry: a write that failed is kept, shown in snapshots and
+	// retried, and a spinner that never stops is worse.
 	errs = append(errs, a.journal.updateRun(run.info))
-	// The end is stored before the terminal event goes out (the writes before it first).
-	a.journal.drain()
+	a.journal.q.Await()
 	if err := errors.Join(errs...); err != nil {
-		// The terminal event still goes out: the writes that failed are kept, shown in
-		// snapshots and retried, and a spinner that never stops is worse.
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store the end of a run")
 	}
 

@@ -1,10 +1,10 @@
 package conversation
 
 import (
-	"encoding/json"
 	"strings"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/journal"
 	"github.com/google/uuid"
 )
 
@@ -13,6 +13,9 @@ import (
 type liveMessage struct {
 	msg chat.Message
 	buf strings.Builder
+	// log is the text's stream log (nil without one): buf's text, stored every
+	// interval, so a crash loses at most an interval of it.
+	log *journal.Stream
 }
 
 // view returns the message as a client should see it now.
@@ -80,8 +83,10 @@ func (a *Actor) onReasoning(run *runState, it *reasoningIntent) {
 		a.appendDelta(run, chat.CleanText(it.text))
 	}
 	if it.end {
-		if len(it.providerData) > 0 && json.Valid(it.providerData) {
-			run.seg.msg.ProviderData = it.providerData
+		// Cleaned where it enters: data a provider sends (a signature with a NUL, say)
+		// must not be what the database refuses to store.
+		if data := chat.CleanJSON(it.providerData); len(data) > 0 {
+			run.seg.msg.ProviderData = data
 		}
 		if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
 			a.failStorage(run, "store the reasoning", err)
@@ -101,6 +106,7 @@ func (a *Actor) openSegment(run *runState, kind chat.MessageKind) bool {
 	}
 	seg := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleAssistant, chat.MessageStreaming)}
 	seg.msg.Kind = kind
+	seg.log = a.journal.stream(seg.msg.ID)
 	if err := a.journal.insert(seg.msg); err != nil {
 		a.failStorage(run, "store the reply", err)
 		return false
@@ -123,7 +129,7 @@ func (a *Actor) closeSegment(run *runState, status chat.MessageStatus, msgErr *c
 	m.Status = status
 	m.Error = msgErr
 	m.UpdatedAt = a.now()
-	err := a.journal.update(m)
+	err := a.journal.update(m, seg.log)
 	a.publish(a.runEvent(run, Event{Type: EventSegmentEnded, MessageID: m.ID, Status: status, Error: msgErr}))
 	return err
 }

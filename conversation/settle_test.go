@@ -15,15 +15,16 @@ import (
 )
 
 // Writes stored behind fail one after another: a segment's insert whose answer is lost
-// (it committed), then its update. The queue stops at each failure and goes on with it
-// in order, so the retried insert finds its own row, nothing queued behind a failure
-// overtakes it, and the database ends with exactly what clients were told: no stray row
-// and no refused update.
+// (it committed), then its update. The run goes on (its writes are stored behind it, and
+// may pass on a retry); the queue stops at each failure and goes on with it in order, so
+// the retried insert finds its own row, nothing queued behind a failure overtakes it,
+// and the database ends with exactly what clients were told: no stray row and no
+// refused update.
 func TestFailedWritesAreStoredInOrder(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	gate := script.NewGate()
-	st, a, live := faultSetup(t, script.New(script.ToolStart("c1", "t", `{}`), script.ToolOutput("c1", "partial"), gate.Wait(), script.Text("after"), script.Hang()), clock)
+	st, a, live := faultSetup(t, script.New(script.ToolStart("c1", "t", `{}`), script.ToolOutput("c1", "partial"), gate.Wait(), script.Text("after")), clock)
 	ctx := context.Background()
 	_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
@@ -34,8 +35,7 @@ func TestFailedWritesAreStoredInOrder(t *testing.T) {
 	st.set("MessageUpdate", failBefore, 1) // the next update fails once
 	require.NoError(t, gate.Pass(testCtx(t)))
 	end := live.Await(t, convtest.Terminal)
-	require.EqualValues(t, "chat.error", end.Type)
-	require.Equal(t, "storage", end.Run.Error.Code)
+	require.EqualValues(t, "chat.done", end.Type, "the run goes on: what failed may pass on a retry")
 	view := live.Messages()
 	require.Len(t, view, 3)
 	require.Equal(t, chat.ToolError, view[1].Tool.Status, "the call ends with the run")
@@ -48,5 +48,5 @@ func TestFailedWritesAreStoredInOrder(t *testing.T) {
 	clock.Advance(2 * time.Second)
 	waitTimers(t, clock, 1) // now idle: nothing left to store
 	require.Empty(t, convtest.Diff(view, stored(t, st.Store, a.SessionID())))
-	require.Zero(t, snapshotOf(t, a)[2].Error == nil, "what a new tab sees, from the database")
+	require.Empty(t, convtest.Diff(view, snapshotOf(t, a)), "what a new tab sees")
 }

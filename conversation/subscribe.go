@@ -61,6 +61,11 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	} else {
 		a.cfg.Metrics.catchUpSnapshot.Inc()
 	}
+	a.takeUnsubscribes() // one that came before its own hello
+	if a.leftEarly[sub] {
+		delete(a.leftEarly, sub)
+		return res, nil // it left already: its connection is closing
+	}
 	if !sub.CatchUp(c) {
 		sub.Dropped(DropSlow)
 		return res, nil

@@ -8,7 +8,6 @@ type timerKind int
 
 const (
 	timerIdle     timerKind = iota + 1 // evict the idle actor
-	timerRetry                         // retry unsaved writes
 	timerAbandon                       // cancel a run nobody watches
 	timerCoalesce                      // publish the held text delta
 )

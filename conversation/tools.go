@@ -37,6 +37,11 @@ func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) 
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
+	// Cleaned where it enters: what jsonb refuses (a NUL, a lone surrogate) becomes
+	// U+FFFD, so clients are shown what is stored.
+	if clean := chat.CleanJSON(input); clean != nil {
+		input = clean
+	}
 	if err := chat.CheckToolInput(input); err != nil {
 		return nil, errorf(CodeBadRequest, "tool call %q input: %v", call.ID, err)
 	}
@@ -45,6 +50,7 @@ func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) 
 		return nil, ErrRunEnded
 	}
 	tool := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleTool, chat.MessageStreaming)}
+	tool.log = a.journal.stream(tool.msg.ID)
 	tool.msg.Tool = &chat.ToolCall{
 		CallID: call.ID,
 		Name:   chat.CleanText(call.Name),
@@ -73,6 +79,7 @@ func (a *Actor) onToolOutput(run *runState, callID, text string) {
 	}
 	text = chat.CleanText(text)
 	tool.buf.WriteString(text)
+	tool.log.Append(text)
 	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
 }
 
@@ -124,7 +131,7 @@ func (a *Actor) endTool(run *runState, tool *liveMessage, msgStatus chat.Message
 	m.Status = msgStatus
 	m.Error = msgErr
 	m.UpdatedAt = a.now()
-	err := a.journal.update(m)
+	err := a.journal.update(m, tool.log)
 	a.publish(a.runEvent(run, Event{Type: EventToolEnd, Message: &m}))
 	return err
 }

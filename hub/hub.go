@@ -39,6 +39,9 @@ func New(cfg conversation.Config, log zerolog.Logger, opts ...Option) (*Hub, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.RunCounts == nil {
+		cfg.RunCounts = &conversation.RunCounts{} // one user's runs are in several sessions
+	}
 	h := &Hub{
 		cfg:      cfg,
 		log:      log.With().Str("component", "hub").Logger(),

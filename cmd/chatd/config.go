@@ -23,6 +23,7 @@ import (
 	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/ws"
 )
@@ -89,8 +90,15 @@ type Config struct {
 	// IdleEvict is how long a session with no subscriber and no run stays in memory
 	// (CHATD_IDLE_EVICT).
 	IdleEvict time.Duration
-	// ShutdownTimeout bounds a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT).
+	// ShutdownTimeout bounds each step of a graceful shutdown: the listener's and the
+	// transport's, and on a budget of its own the conversations' storing of what they
+	// queued (CHATD_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// StreamSync is the stream log's interval: the text runs are streaming is stored
+	// every StreamSync, for every session of the node in one statement, so a crash loses
+	// at most that much of it; 0 keeps no stream log (CHATD_STREAM_SYNC, a duration or
+	// off).
+	StreamSync time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF,
 	// on|off). Off by default: profiles show the process's internals to whoever can
 	// reach the admin listener, and a CPU profile or trace costs while it runs.
@@ -216,6 +224,10 @@ const DefaultAdminAddr = "127.0.0.1:9090"
 // AdminOff as CHATD_ADMIN_ADDR runs no admin listener.
 const AdminOff = "off"
 
+// maxStreamSync bounds CHATD_STREAM_SYNC: past it, a crash would lose more text than a
+// stream log is for.
+const maxStreamSync = 10 * time.Second
+
 // maxCoalesceDeltas bounds CHATD_COALESCE_DELTAS: a longer wait would make streaming
 // visibly stutter, which is not what coalescing is for.
 const maxCoalesceDeltas = time.Second
@@ -317,6 +329,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF)")
+	c.StreamSync = env.durationOrOff("CHATD_STREAM_SYNC", journal.DefaultStreamSync)
+	fs.Var(durationOrOff{&c.StreamSync}, "stream-sync", "store the text runs are streaming this often, e.g. 50ms, or off: a crash loses at most this much of it (CHATD_STREAM_SYNC)")
 	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
@@ -424,6 +438,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("CHATD_SHUTDOWN_TIMEOUT (-shutdown-timeout) is %s; it must be positive", c.ShutdownTimeout)
+	case c.StreamSync < 0 || c.StreamSync > maxStreamSync:
+		return fmt.Errorf("CHATD_STREAM_SYNC (-stream-sync) is %s; use off, or a duration up to %s", c.StreamSync, maxStreamSync)
 	case c.CoalesceDeltas < 0 || c.CoalesceDeltas > maxCoalesceDeltas:
 		return fmt.Errorf("CHATD_COALESCE_DELTAS (-coalesce-deltas) is %s; use 0 (off) up to %s", c.CoalesceDeltas, maxCoalesceDeltas)
 	case c.DemoWords < 1:
@@ -667,6 +683,19 @@ func (e *envDefaults) duration(key string, def time.Duration) time.Duration {
 	return d
 }
 
+func (e *envDefaults) durationOrOff(key string, def time.Duration) time.Duration {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := parseDurationOrOff(v)
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
+		return def
+	}
+	return d
+}
+
 func (e *envDefaults) bytes(key string, def int) int {
 	return e.bytesUpTo(key, def, 1<<31)
 }
@@ -688,6 +717,38 @@ func (e *envDefaults) fail(err error) {
 	if e.err == nil {
 		e.err = err
 	}
+}
+
+// durationOrOff is a flag.Value for a duration that may be off (0): -stream-sync.
+type durationOrOff struct{ p *time.Duration }
+
+func (d durationOrOff) String() string {
+	if d.p == nil || *d.p == 0 {
+		return "off"
+	}
+	return d.p.String()
+}
+
+func (d durationOrOff) Set(s string) error {
+	v, err := parseDurationOrOff(s)
+	if err != nil {
+		return err
+	}
+	*d.p = v
+	return nil
+}
+
+// parseDurationOrOff reads a duration such as 50ms, or off (0).
+func parseDurationOrOff(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if b, ok := parseOnOff(s); ok && !b {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("not a duration (use e.g. 50ms, 1s) or off")
+	}
+	return d, nil
 }
 
 // onOff is a boolean flag.Value that also takes on and off (-shell-tool, -shell-tool=on).

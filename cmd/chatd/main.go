@@ -41,6 +41,7 @@ import (
 	"github.com/chatd/chatd/agent/tools"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/lease"
 	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
@@ -123,9 +124,12 @@ type Main struct {
 	// sessionSandboxes gives each session its sandbox; a deleted session's is killed.
 	sessionSandboxes *agent.Sandboxes
 	janitor          *agent.SandboxJanitor
-	hub              *hub.Hub
-	srv              *transport.Server
-	http             *listener
+	// journal is the persistence service the conversations write through: their write
+	// queues and the stream log.
+	journal *journal.Writer
+	hub     *hub.Hub
+	srv     *transport.Server
+	http    *listener
 	// admin serves /metrics and pprof; nil when CHATD_ADMIN_ADDR is off.
 	admin *listener
 	// nodeAddr is where the other nodes reach this one, once the listener has started.
@@ -192,7 +196,16 @@ func (m *Main) build() error {
 	}
 	evictions := conversation.NewDeadlines("eviction", clock)
 	abandonments := conversation.NewDeadlines("abandonment", clock)
+	convMetrics := conversation.NewMetrics(m.registry)
+	m.journal = journal.NewWriter(journal.Config{
+		Clock:      clock,
+		Logger:     m.log.With().Str("component", "journal").Logger(),
+		Metrics:    convMetrics.Journal(),
+		StreamSync: m.cfg.StreamSync,
+		Log:        st,
+	})
 	m.hub, err = hub.New(conversation.Config{
+		Journal:         m.journal,
 		Clock:           clock,
 		Evictions:       evictions,
 		Abandonments:    abandonments,
@@ -212,7 +225,7 @@ func (m *Main) build() error {
 		// A rolling restart continues every run where it stopped.
 		SuspendOnStop:  m.cfg.Recover == RecoverContinue,
 		ModelName:      m.modelName(),
-		Metrics:        conversation.NewMetrics(m.registry),
+		Metrics:        convMetrics,
 		CoalesceDeltas: m.cfg.CoalesceDeltas,
 	}, m.log, hub.WithMetrics(hub.NewMetrics(m.registry)))
 	if err != nil {
@@ -315,7 +328,12 @@ func (m *Main) build() error {
 	m.services.Add("sandboxes", service.Func(m.sweepSandboxes, m.closeSandboxes))
 	m.services.Add("sandbox-janitor", m.janitor)
 	m.services.Add("transport", service.Func(nil, m.srv.Shutdown))
-	m.services.Add("hub", service.Func(nil, m.hub.Shutdown))
+	// The journal stops after the hub: its last interval of the stream log removes the
+	// logs of what the stopping conversations stored.
+	m.services.Add("journal", service.Func(m.journal.Start, m.ownBudget(m.journal.Stop)))
+	// Storing what the conversations queued has a budget of its own, whatever the steps
+	// before it took: a slow database must not cost text.
+	m.services.Add("hub", service.Func(nil, m.ownBudget(m.hub.Shutdown)))
 	m.services.Add("eviction", evictions)
 	m.services.Add("abandonment", abandonments)
 	// Its first pass, before the listener serves, takes up the runs of nodes that died,
@@ -660,6 +678,16 @@ func (m *Main) modelName() string {
 // failed part way, and a second time.
 func (m *Main) Close(ctx context.Context) error {
 	return m.services.Stop(ctx)
+}
+
+// ownBudget returns stop with a budget of its own, CHATD_SHUTDOWN_TIMEOUT from when it
+// begins, rather than what the shutdown's earlier steps left of theirs.
+func (m *Main) ownBudget(stop func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ShutdownTimeout)
+		defer cancel()
+		return stop(ctx)
+	}
 }
 
 // noLimit maps the configuration's 0 (no limit) to ws.Config's -1.

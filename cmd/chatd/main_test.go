@@ -69,6 +69,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		MaxContentBytes: 128 << 10,
 		IdleEvict:       5 * time.Minute,
 		ShutdownTimeout: 10 * time.Second,
+		StreamSync:      50 * time.Millisecond,
 		Pprof:           false,
 		CoalesceDeltas:  DefaultCoalesceDeltas,
 		DemoWords:       60,
@@ -124,6 +125,7 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_MAX_CONTENT_BYTES": "1000",
 		"CHATD_IDLE_EVICT":        "90s",
 		"CHATD_SHUTDOWN_TIMEOUT":  "3s",
+		"CHATD_STREAM_SYNC":       "off",
 		"CHATD_PPROF":             "on",
 		"CHATD_COALESCE_DELTAS":   "25ms",
 		"CHATD_DEMO_WORDS":        "7",
@@ -190,6 +192,7 @@ func TestParseConfigValues(t *testing.T) {
 		MaxContentBytes: 1000,
 		IdleEvict:       90 * time.Second,
 		ShutdownTimeout: 3 * time.Second,
+		StreamSync:      0,
 		Pprof:           true,
 		CoalesceDeltas:  25 * time.Millisecond,
 		DemoWords:       7,
@@ -278,6 +281,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-handshake-rate", "7200/h",
 				"-handshake-burst", "9",
 				"-shutdown-timeout", "20s",
+				"-stream-sync", "200ms",
 				"-pprof=off",
 				"-coalesce-deltas", "1s",
 				"-demo-words", "9",
@@ -327,6 +331,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxContentBytes: 2 << 10,
 					IdleEvict:       time.Hour,
 					ShutdownTimeout: 20 * time.Second,
+					StreamSync:      200 * time.Millisecond,
 					Pprof:           false,
 					CoalesceDeltas:  time.Second,
 					DemoWords:       9,
@@ -390,7 +395,7 @@ func TestParseConfigValues(t *testing.T) {
 				*c = Config{
 					Addr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9090", DatabaseURL: "postgres://flag/only", LogLevel: "info", LogFormat: "auto",
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
-					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second,
+					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second, StreamSync: 50 * time.Millisecond,
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
 					CommandRate: 20, CommandBurst: 40, MaxConnsPerUser: 64, MaxConnsPerAddr: 256, MaxRunsPerUser: 8, HandshakeRate: 20, HandshakeBurst: 100,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
@@ -479,6 +484,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "read limit not a size", env: map[string]string{"CHATD_READ_LIMIT": "4 megs"}, mention: []string{"CHATD_READ_LIMIT"}},
 		{name: "max content zero", env: map[string]string{"CHATD_MAX_CONTENT_BYTES": "0"}, mention: []string{"CHATD_MAX_CONTENT_BYTES"}},
 		{name: "shutdown timeout zero", env: map[string]string{"CHATD_SHUTDOWN_TIMEOUT": "0s"}, mention: []string{"CHATD_SHUTDOWN_TIMEOUT"}},
+		{name: "stream sync not a duration", env: map[string]string{"CHATD_STREAM_SYNC": "sometimes"}, mention: []string{"CHATD_STREAM_SYNC"}},
+		{name: "stream sync too long", env: map[string]string{"CHATD_STREAM_SYNC": "1m"}, mention: []string{"CHATD_STREAM_SYNC"}},
 		{name: "ping interval zero", env: map[string]string{"CHATD_PING_INTERVAL": "0s"}, mention: []string{"CHATD_PING_INTERVAL", "-ping-interval"}},
 		{name: "ping interval not a duration", env: map[string]string{"CHATD_PING_INTERVAL": "often"}, mention: []string{"CHATD_PING_INTERVAL", "often"}},
 		{name: "ping timeout negative", env: map[string]string{"CHATD_PING_TIMEOUT": "-1s"}, mention: []string{"CHATD_PING_TIMEOUT", "-ping-timeout"}},
@@ -823,13 +830,45 @@ func byID(t *testing.T, msgs []chat.Message, id string) chat.Message {
 // ---------------------------------------------------------------------------------------
 // Crash and restart
 
+// logSlack is what requireLogged allows beyond one interval of the stream log: the time
+// its loop and its statement take, and scheduling on a loaded machine.
+const logSlack = 50 * time.Millisecond
+
+// received is a piece of text a client was sent, and when it arrived.
+type received struct {
+	at   time.Time
+	text string
+}
+
+// requireLogged checks what a stream log kept of a segment against what a client saw of
+// it (pieces, in order) until the process died at killed: a prefix of it (nothing the
+// client was not shown, nothing garbled) that holds everything the client had received
+// an interval (plus logSlack) before the crash.
+func requireLogged(t *testing.T, pieces []received, logged string, killed time.Time, interval time.Duration) {
+	t.Helper()
+	var seen, old strings.Builder
+	for _, p := range pieces {
+		seen.WriteString(p.text)
+		if p.at.Before(killed.Add(-interval - logSlack)) {
+			old.WriteString(p.text)
+		}
+	}
+	require.True(t, strings.HasPrefix(seen.String(), logged), "the log holds %q, not a prefix of what the client saw, %q", logged, seen.String())
+	require.True(t, strings.HasPrefix(logged, old.String()), "the log holds %q, less than what the client had %s before the crash, %q", logged, interval+logSlack, old.String())
+}
+
+// kill -9 mid-reply, and a restart with CHATD_RECOVER=interrupt: the run ends
+// interrupted, the segments that closed keep their text, and the segment that was open
+// keeps what its stream log held, a prefix of what the client saw, at most an interval
+// (CHATD_STREAM_SYNC) short of it.
 func TestCrashMarksRunInterrupted(t *testing.T) {
 	dbURL := storetest.NewURL(t)
 	st := openStore(t, dbURL)
 	env := map[string]string{
-		"DATABASE_URL":     dbURL,
-		"CHATD_DEMO_DELAY": "20ms",
-		"CHATD_DEMO_WORDS": "200",
+		"DATABASE_URL":      dbURL,
+		"CHATD_DEMO_DELAY":  "20ms",
+		"CHATD_DEMO_WORDS":  "200",
+		"CHATD_STREAM_SYNC": "50ms",
 	}
 	first := startChild(t, "chatd (to be killed)", env)
 
@@ -846,9 +885,11 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	runID := ack.RunID
 	require.NotEmpty(t, runID)
 
-	// Read until the second assistant segment (after the tool) has streamed a delta.
+	// Read until the second assistant segment (after the tool) has streamed ten deltas
+	// (200 ms at 20 ms a word: a few intervals of the stream log).
 	var seg1, toolID, seg2 string
 	seen := 0
+	var pieces []received
 	for done := false; !done; {
 		for ; seen < len(c.Seen); seen++ {
 			f := c.Seen[seen]
@@ -864,7 +905,8 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 				toolID = f.Message.ID
 			case "chat.delta":
 				if seg2 != "" && f.MessageID == seg2 {
-					done = true
+					pieces = append(pieces, received{time.Now(), *f.Text})
+					done = len(pieces) == 10
 				}
 			}
 		}
@@ -882,6 +924,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	require.NotEmpty(t, c.State.Messages[seg2].Content)
 
 	// Crash: SIGKILL, no cleanup of any kind runs.
+	killed := time.Now()
 	first.signal(syscall.SIGKILL)
 	ps := first.wait(15 * time.Second)
 	require.False(t, ps.Success())
@@ -890,7 +933,8 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "exit: %s", ps)
 
 	// What the dead process left behind: the run still running, the open segment
-	// streaming with no content (content is written only at segment boundaries).
+	// streaming with no content (content is written only at segment boundaries), and its
+	// text so far in the stream log.
 	run := getRun(t, st, runID)
 	require.Equal(t, chat.RunRunning, run.Status)
 	require.Nil(t, run.EndedAt)
@@ -898,8 +942,12 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	require.Len(t, stored, 4, "user, segment, tool, segment")
 	require.Equal(t, chat.MessageStreaming, byID(t, stored, seg2).Status)
 	require.Equal(t, "", byID(t, stored, seg2).Content)
+	logged, err := st.StreamLogRead(dbCtx(t), []uuid.UUID{uuid.MustParse(seg2)})
+	require.NoError(t, err)
+	requireLogged(t, pieces, logged[uuid.MustParse(seg2)], killed, 50*time.Millisecond)
 
-	// The client's view with the open segment's unstored text removed is the database.
+	// The client's view with the open segment's text cut to what was logged is the
+	// database.
 	want := c.State.Sorted()
 	for i := range want {
 		if want[i].ID == seg2 {
@@ -908,6 +956,11 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 		}
 	}
 	require.Empty(t, wstest.Diff(toWire(t, stored), want))
+	for i := range want {
+		if want[i].ID == seg2 {
+			want[i].Content = logged[uuid.MustParse(seg2)]
+		}
+	}
 
 	// Restart in-process on the same database.
 	var logBuf syncBuffer
@@ -969,7 +1022,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 
 	s2 := byID(t, stored, seg2)
 	require.Equal(t, chat.MessageInterrupted, s2.Status)
-	require.Equal(t, "", s2.Content, "the open segment's text was never stored")
+	require.Equal(t, logged[uuid.MustParse(seg2)], s2.Content, "the open segment keeps what its stream log held")
 	require.Equal(t, []string{stored[0].ID.String(), seg1, toolID, seg2},
 		[]string{stored[0].ID.String(), stored[1].ID.String(), stored[2].ID.String(), stored[3].ID.String()})
 
@@ -989,11 +1042,12 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{stored[0].ID.String(): "complete", seg1: "complete", toolID: "complete", seg2: "interrupted"}, statuses)
 
-	// The old client's view, with the lost text dropped and the segment interrupted, is
-	// what the server now holds.
+	// The old client's view, with the text cut to what was logged and the segment
+	// interrupted, is what the server now holds.
 	for i := range want {
 		if want[i].ID == seg2 {
 			want[i].Status = "interrupted"
+			want[i].Error = &wstest.ErrorInfo{Code: "interrupted", Message: "the server stopped while this was being written"}
 		}
 	}
 	require.Empty(t, wstest.Diff(want, c2.State.Sorted()))
@@ -1003,6 +1057,11 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	require.NoError(t, m.Close(ctx))
+	// Its log went once its text was stored (at the log's next interval, at the
+	// latest the last one, as chatd stopped).
+	left, err := st.StreamLogRead(dbCtx(t), []uuid.UUID{uuid.MustParse(seg2)})
+	require.NoError(t, err)
+	require.Empty(t, left)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1115,8 +1174,9 @@ func serviceLog(t *testing.T, log string) []string {
 
 // Main's parts start in one order and stop in the reverse: the rescuer first, the
 // listener, then the hub (so interrupted runs' last events are queued, and its actors give
-// their leases back), the transport's sockets, the sandboxes, the lease renewal (which
-// gives back any lease left), and the database last.
+// their leases back), the journal (its last stream log interval), the transport's
+// sockets, the sandboxes, the lease renewal (which gives back any lease left), and the
+// database last.
 func TestServicesStartAndStopInOrder(t *testing.T) {
 	m, logBuf := startInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -1125,8 +1185,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "lease-renewal started", "sandboxes started", "sandbox-janitor started",
-		"transport started", "hub started", "eviction started", "abandonment started", "rescue started", "admin-http started", "http started",
-		"http stopped", "admin-http stopped", "rescue stopped", "abandonment stopped", "eviction stopped", "hub stopped", "transport stopped", "sandbox-janitor stopped",
+		"transport started", "journal started", "hub started", "eviction started", "abandonment started", "rescue started", "admin-http started", "http started",
+		"http stopped", "admin-http stopped", "rescue stopped", "abandonment stopped", "eviction stopped", "hub stopped", "journal stopped", "transport stopped", "sandbox-janitor stopped",
 		"sandboxes stopped", "lease-renewal stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }

@@ -146,11 +146,11 @@ func (s slowStore) MessagesSettleRun(ctx context.Context, runID uuid.UUID, statu
 	return s.Store.MessagesSettleRun(ctx, runID, status, now, except...)
 }
 
-func (s slowStore) RunStart(ctx context.Context, run chat.Run, user chat.Message, maxActive int) error {
+func (s slowStore) RunStartCounted(ctx context.Context, run chat.Run, user chat.Message, maxActive int) (int, error) {
 	if err := s.wait(ctx); err != nil {
-		return err
+		return 0, err
 	}
-	return s.Store.RunStart(ctx, run, user, maxActive)
+	return s.Store.RunStartCounted(ctx, run, user, maxActive)
 }
 
 func (s slowStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error) {
