@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/demo"
@@ -180,6 +181,106 @@ func TestCrashAnywhereProperty(t *testing.T) {
 		back.WS.CloseNow()
 		c.WS.CloseNow()
 	}
+}
+
+// The stream log's crash property: a chain of chatd processes on one database, each
+// killed with SIGKILL while a segment streams (the seed picks after how many of its
+// words), the next one continuing the run. Before each restart the open segment's log
+// holds a prefix of what the client saw, with everything the client had an interval
+// (plus logSlack) before the crash; after it, the segment is stored interrupted with
+// exactly that text (or removed, when the log held none), the continued run's text is
+// an uninterrupted run's, word for word, and the tab that followed it ends equal to the
+// database. 20 seeds; CHATD_CRASH_SEEDS runs more.
+func TestKillMidSegmentKeepsTheStreamedText(t *testing.T) {
+	seeds := 20
+	if v := os.Getenv("CHATD_CRASH_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		seeds = max(n, seeds)
+	}
+	const interval = 50 * time.Millisecond
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	env := map[string]string{
+		"DATABASE_URL":      dbURL,
+		"CHATD_DEMO_DELAY":  "10ms",
+		"CHATD_DEMO_WORDS":  "60",
+		"CHATD_RECOVER":     "continue",
+		"CHATD_STREAM_SYNC": interval.String(),
+	}
+	const content = "tell me what you do"
+	proc := startChild(t, "chatd 0", env)
+	u := wstest.Dial(t, proc.wsURL(), nil)
+	plainSession := u.Hello("").SessionID
+	plain := u.Chat("plain", content)
+	require.Equal(t, "chat.done", u.ReadTerminal().Type)
+	want := replyText(sessionMessages(t, st, plainSession), plain.RunID)
+	require.Len(t, strings.Fields(want), 60)
+	u.WS.CloseNow()
+
+	for seed := 1; seed <= seeds; seed++ {
+		rng := rand.New(rand.NewPCG(uint64(seed), 1))
+		words := 1 + rng.IntN(50) // 10 ms each: from before the first interval to several
+		c := wstest.Dial(t, proc.wsURL(), nil)
+		session := c.Hello("").SessionID
+		ack := c.Chat(fmt.Sprintf("kill-%d", seed), content)
+		require.Equal(t, "ack", ack.Type)
+		var seg string
+		var pieces []received
+		for seen := 0; seen < words; {
+			f := c.Read()
+			require.False(t, f.Terminal(), "seed %d: the run ended before the crash", seed)
+			if f.Type == "chat.delta" && (seg == "" || f.MessageID == seg) {
+				seg = f.MessageID
+				pieces = append(pieces, received{time.Now(), *f.Text})
+				seen += len(strings.Fields(*f.Text)) // deltas may carry several (CHATD_COALESCE_DELTAS)
+			}
+		}
+		killed := time.Now()
+		proc.signal(syscall.SIGKILL)
+		proc.wait(15 * time.Second)
+
+		segID := uuid.MustParse(seg)
+		logged, err := st.StreamLogRead(dbCtx(t), []uuid.UUID{segID})
+		require.NoError(t, err)
+		requireLogged(t, pieces, logged[segID], killed, interval)
+
+		proc = restartChild(t, proc, fmt.Sprintf("chatd %d", seed), env)
+		back := wstest.Dial(t, proc.wsURL(), nil)
+		back.State = c.State
+		back.Hello(session)
+		if run := getRun(t, st, ack.RunID); run.Status.Active() || back.State.ActiveRun != nil {
+			end := back.ReadTerminal()
+			require.Equal(t, "chat.done", end.Type, "seed %d: %s", seed, end.Raw)
+		}
+		stored := sessionMessages(t, st, session)
+		var kept *chat.Message
+		for i := range stored {
+			if stored[i].ID == segID {
+				kept = &stored[i]
+			}
+		}
+		if logged[segID] == "" {
+			require.Nil(t, kept, "seed %d (killed after %d words): a segment whose log held nothing goes", seed, words)
+		} else {
+			require.NotNil(t, kept, "seed %d", seed)
+			require.Equal(t, chat.MessageInterrupted, kept.Status, "seed %d", seed)
+			require.Equal(t, logged[segID], kept.Content, "seed %d (killed after %d words): the segment keeps its logged text", seed, words)
+		}
+		require.Equal(t, want, replyText(stored, ack.RunID), "seed %d (killed after %d words): the text", seed, words)
+		require.Empty(t, wstest.Diff(toWire(t, stored), back.State.Sorted()), "seed %d: the tab equals the database", seed)
+		t.Logf("seed %d: killed after %d words (%d bytes), %d bytes logged", seed, words, len(strings.Join(textsOf(pieces), "")), len(logged[segID]))
+		back.WS.CloseNow()
+		c.WS.CloseNow()
+	}
+}
+
+func textsOf(pieces []received) []string {
+	out := make([]string, len(pieces))
+	for i, p := range pieces {
+		out[i] = p.text
+	}
+	return out
 }
 
 // An approval outlives the process: a run waits for a decision, chatd is stopped
