@@ -75,3 +75,12 @@ type Session struct {
 	SandboxNode     *string
 	ClientID        *string
 }
+
+type Workspace struct {
+	SandboxID  string
+	Node       string
+	SessionID  uuid.UUID
+	CreatedAt  time.Time
+	ReleasedAt *time.Time
+	Deleted    bool
+}
