@@ -113,6 +113,11 @@ type Config struct {
 	ApprovalTimeout  time.Duration
 	SandboxIdlePause time.Duration
 	SandboxKillAfter time.Duration
+	// WorkspaceRetention is how long the workspace of a sandbox that stopped being its
+	// session's (the janitor killed it, or the session got another) is kept before the
+	// janitor removes it (CHATD_WORKSPACE_RETENTION); 0 (also written off) keeps them
+	// for good. A deleted session's workspaces are removed at once whatever it says.
+	WorkspaceRetention time.Duration
 	// AbandonAfter cancels a streaming run nobody has watched for this long
 	// (CHATD_ABANDON_AFTER).
 	AbandonAfter time.Duration
@@ -290,6 +295,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.SandboxFileSize = env.bytesUpTo("CHATD_SANDBOX_FILE_SIZE", int(bwrap.DefaultLimits.FileSize), maxLargeBytes)
 	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
+	c.WorkspaceRetention = env.retention("CHATD_WORKSPACE_RETENTION", agent.DefaultWorkspaceRetention)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address of the API, the WebSocket and the app (CHATD_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env.str("CHATD_ADMIN_ADDR", DefaultAdminAddr), "listen address of /metrics and /debug/pprof/, or off (CHATD_ADMIN_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
@@ -323,6 +329,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.Var(retention{&c.WorkspaceRetention}, "workspace-retention", "remove a killed or replaced sandbox's workspace this long after, e.g. 7d or 12h; 0 or off keeps them (CHATD_WORKSPACE_RETENTION)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", DefaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
 	fs.StringVar(&c.NodeAddr, "node-addr", env.str("CHATD_NODE_ADDR", ""), "host:port where the other chatd nodes reach this one; default: the listener's address, or this host's name with its port (CHATD_NODE_ADDR)")
 	fs.StringVar(&c.NodeID, "node-id", env.str("CHATD_NODE_ID", ""), "this node's id among the chatd nodes on the database, its own; default: its address (CHATD_NODE_ID)")
@@ -436,6 +443,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_IDLE_PAUSE (-sandbox-idle-pause) is %s; it must be positive", c.SandboxIdlePause)
 	case c.SandboxKillAfter <= 0:
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
+	case c.WorkspaceRetention < 0:
+		return fmt.Errorf("CHATD_WORKSPACE_RETENTION (-workspace-retention) is %s; use a duration such as 7d or 12h, or off to keep workspaces", c.WorkspaceRetention)
 	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:
 		return fmt.Errorf("CHATD_RECOVER (-recover) is %q; use continue or interrupt", c.Recover)
 	case c.LeaseTTL < 300*time.Millisecond:
@@ -667,6 +676,19 @@ func (e *envDefaults) duration(key string, def time.Duration) time.Duration {
 	return d
 }
 
+func (e *envDefaults) retention(key string, def time.Duration) time.Duration {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := parseRetention(v)
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
+		return def
+	}
+	return d
+}
+
 func (e *envDefaults) bytes(key string, def int) int {
 	return e.bytesUpTo(key, def, 1<<31)
 }
@@ -768,6 +790,53 @@ func parseRate(s string) (rate.Limit, error) {
 		return 0, errors.New("not a positive rate (use e.g. 20/s, 600/m, 3600/h or off)")
 	}
 	return rate.Limit(n / per.Seconds()), nil
+}
+
+// retention is a flag.Value for how long something is kept: a duration (12h), whole
+// days (7d), or off (0: for good).
+type retention struct{ p *time.Duration }
+
+// String prints whole days as days, as -help shows the default.
+func (r retention) String() string {
+	switch {
+	case r.p == nil:
+		return ""
+	case *r.p == 0:
+		return "off"
+	case *r.p%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(*r.p/(24*time.Hour)), 10) + "d"
+	}
+	return r.p.String()
+}
+
+func (r retention) Set(s string) error {
+	d, err := parseRetention(s)
+	if err != nil {
+		return err
+	}
+	*r.p = d
+	return nil
+}
+
+// parseRetention reads a duration (12h, 90m), a whole number of days (7d), or off (0).
+// Days are not Go durations, but retentions are counted in them.
+func parseRetention(s string) (time.Duration, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "off" {
+		return 0, nil
+	}
+	if n, ok := strings.CutSuffix(t, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days < 0 || days > math.MaxInt64/int64(24*time.Hour) {
+			return 0, errors.New("not a retention (use e.g. 7d, 12h or off)")
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(t)
+	if err != nil {
+		return 0, errors.New("not a retention (use e.g. 7d, 12h or off)")
+	}
+	return d, nil
 }
 
 // byteSize is a flag.Value for sizes such as 4096, 64KiB or 4MiB.
