@@ -229,7 +229,8 @@ func TestApprovalTimeoutPausesTheSandboxAndTheDecisionResumesIt(t *testing.T) {
 
 // A sandbox paused for longer than its limit is killed by the janitor, counting from the
 // pause the approval timeout stored; the run still waits, and the approval that finally
-// comes gets a new sandbox, which the transcript announces.
+// comes gets a new sandbox, which the transcript announces. The killed sandbox's
+// workspace goes once the retention has passed.
 func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 	t.Parallel()
 	model := modeltest.New(
@@ -276,7 +277,14 @@ func TestPausedTooLongTheSandboxIsKilledAndReplaced(t *testing.T) {
 	require.Equal(t, "chat.done", h.end().Type)
 	second := h.sandboxID()
 	require.NotEqual(t, first, second)
-	require.FileExists(t, filepath.Join(p.Workspace(first), "marker"), "a killed sandbox keeps its directory")
+	require.FileExists(t, filepath.Join(p.Workspace(first), "marker"), "a killed sandbox keeps its directory for the retention")
+	// Once the retention has passed, a pass removes it (and pauses the new one, idle).
+	h.clock.Advance(agent.DefaultWorkspaceRetention)
+	pass, err = j.Sweep(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, agent.JanitorPass{Paused: 1, Removed: 1}, pass)
+	require.NoDirExists(t, filepath.Dir(p.Workspace(first)))
+	require.DirExists(t, p.Workspace(second), "the live sandbox's workspace stays")
 	msgs := h.stored()
 	var system []string
 	for _, m := range msgs {

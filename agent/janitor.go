@@ -14,14 +14,19 @@ import (
 
 // Defaults for JanitorConfig's zero fields.
 const (
-	DefaultSandboxIdlePause = 15 * time.Minute
-	DefaultSandboxKillAfter = 24 * time.Hour
-	DefaultJanitorInterval  = time.Minute
-	DefaultJanitorBatch     = 100
+	DefaultSandboxIdlePause   = 15 * time.Minute
+	DefaultSandboxKillAfter   = 24 * time.Hour
+	DefaultWorkspaceRetention = 7 * 24 * time.Hour
+	DefaultJanitorInterval    = time.Minute
+	DefaultJanitorBatch       = 100
 )
 
-// JanitorStore lists the sessions whose sandbox deadline has passed (chatd: the sessions
-// table, by its partial indexes).
+// KeepWorkspaces as JanitorConfig.WorkspaceRetention keeps the workspaces of killed and
+// replaced sandboxes for good. A deleted session's are removed all the same.
+const KeepWorkspaces time.Duration = -1
+
+// JanitorStore lists the sessions whose sandbox deadline has passed, and the workspaces
+// due for removal (chatd: the sessions and workspaces tables, by their partial indexes).
 type JanitorStore interface {
 	// SessionSandboxesIdle lists up to limit running sandboxes last used no later than
 	// before, the longest idle first.
@@ -29,6 +34,11 @@ type JanitorStore interface {
 	// SessionSandboxesPaused lists up to limit sandboxes paused since no later than
 	// before, the longest paused first.
 	SessionSandboxesPaused(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error)
+	// WorkspacesDue lists up to limit workspaces to remove, the longest released first:
+	// the deleted sessions', and those whose sandbox stopped being their session's no
+	// later than releasedBefore (nil for none of those). Never a live session's current
+	// sandbox's.
+	WorkspacesDue(ctx context.Context, releasedBefore *time.Time, limit int) ([]chat.Workspace, error)
 }
 
 // JanitorConfig configures a SandboxJanitor.
@@ -41,10 +51,16 @@ type JanitorConfig struct {
 	// paused; KillAfter how long a paused one lives before it is killed.
 	IdlePause time.Duration
 	KillAfter time.Duration
+	// WorkspaceRetention is how long the workspace of a sandbox that stopped being its
+	// session's (the janitor killed it, or the session got another: the old one was lost,
+	// or made by another node) is kept before a pass removes it; KeepWorkspaces (any
+	// negative duration) keeps them for good. A deleted session's workspaces are removed
+	// at the next pass whatever it says.
+	WorkspaceRetention time.Duration
 	// Interval is the time between passes; a deadline is enforced at most this late.
 	Interval time.Duration
-	// Batch bounds the sandboxes of each kind one pass acts on; a pass that reaches it
-	// is followed at once by another.
+	// Batch bounds the sandboxes of each kind (and the workspaces) one pass acts on; a
+	// pass that reaches it is followed at once by another.
 	Batch int
 	// Clock drives the passes and stamps the stored times. Defaults to the real clock.
 	Clock  clockwork.Clock
@@ -57,6 +73,8 @@ type JanitorConfig struct {
 // JanitorPass counts what one pass did.
 type JanitorPass struct {
 	Paused, Killed int
+	// Removed counts the workspaces removed.
+	Removed int
 	// Skipped were due but left alone: a tool call ran, or the sandbox was used,
 	// resumed or replaced in the meantime.
 	Skipped int
@@ -65,9 +83,12 @@ type JanitorPass struct {
 // SandboxJanitor is the service that enforces the sandbox deadlines stored with each
 // session: it pauses a sandbox unused for IdlePause and kills one paused for KillAfter
 // (Sandboxes.Get then gives the session a new one, and the run's transcript says so). It
-// works from the database alone, so the deadlines hold after a restart and while no
-// actor or agent holds the session (a run parked waiting for approval). It never acts on
-// a sandbox with a tool call running in this process.
+// removes the workspace of a sandbox that stopped being its session's once
+// WorkspaceRetention has passed, and a deleted session's at once. It works from the
+// database alone, so the deadlines hold after a restart and while no actor or agent
+// holds the session (a run parked waiting for approval). It acts only on the sandboxes
+// of its store (chatd: this node's), and never on a session with a tool call running in
+// this process.
 type SandboxJanitor struct {
 	cfg JanitorConfig
 	log zerolog.Logger
@@ -99,6 +120,9 @@ func NewJanitor(cfg JanitorConfig) (*SandboxJanitor, error) {
 		return nil, errors.New("janitor config: Sandboxes and Store are required")
 	case cfg.IdlePause < 0 || cfg.KillAfter < 0 || cfg.Interval < 0 || cfg.Batch < 0:
 		return nil, errors.New("janitor config: durations and Batch must be positive")
+	}
+	if cfg.WorkspaceRetention == 0 {
+		cfg.WorkspaceRetention = DefaultWorkspaceRetention
 	}
 	return &SandboxJanitor{cfg: cfg, log: cfg.Logger.With().Str("component", "sandbox_janitor").Logger()}, nil
 }
@@ -156,25 +180,27 @@ func (j *SandboxJanitor) pass(ctx context.Context) {
 		p, full, err = j.sweep(ctx)
 		total.Paused += p.Paused
 		total.Killed += p.Killed
+		total.Removed += p.Removed
 		total.Skipped += p.Skipped
-		if err != nil || !full || p.Paused+p.Killed == 0 {
+		if err != nil || !full || p.Paused+p.Killed+p.Removed == 0 {
 			break
 		}
 	}
 	switch {
 	case err != nil && ctx.Err() == nil:
-		j.log.Error().Err(err).Int("paused", total.Paused).Int("killed", total.Killed).Msg("sandbox janitor pass failed")
-	case total.Paused+total.Killed > 0:
-		j.log.Info().Int("paused", total.Paused).Int("killed", total.Killed).Int("skipped", total.Skipped).Msg("sandbox janitor paused idle and killed long-paused sandboxes")
+		j.log.Error().Err(err).Int("paused", total.Paused).Int("killed", total.Killed).Int("workspaces_removed", total.Removed).Msg("sandbox janitor pass failed")
+	case total.Paused+total.Killed+total.Removed > 0:
+		j.log.Info().Int("paused", total.Paused).Int("killed", total.Killed).Int("workspaces_removed", total.Removed).Int("skipped", total.Skipped).
+			Msg("sandbox janitor paused idle and killed long-paused sandboxes, and removed the workspaces due")
 	}
 	if j.cfg.Swept != nil && ctx.Err() == nil {
 		j.cfg.Swept(total, err)
 	}
 }
 
-// Sweep makes one pass: it pauses every due idle sandbox and kills every due paused one
-// (up to Batch of each), as of the clock's now. The running service calls it every
-// Interval; it is exported for a caller that wants a pass at once.
+// Sweep makes one pass: it pauses every due idle sandbox, kills every due paused one and
+// removes every workspace due (up to Batch of each), as of the clock's now. The running
+// service calls it every Interval; it is exported for a caller that wants a pass at once.
 func (j *SandboxJanitor) Sweep(ctx context.Context) (JanitorPass, error) {
 	p, _, err := j.sweep(ctx)
 	return p, err
@@ -216,6 +242,34 @@ func (j *SandboxJanitor) sweep(ctx context.Context) (p JanitorPass, full bool, e
 			p.Skipped++
 		}
 	}
-	full = len(paused) == j.cfg.Batch || len(idle) == j.cfg.Batch
+	// Last: a sandbox this pass killed has its retention still ahead, unless that is
+	// shorter than the time between passes.
+	var releasedBefore *time.Time
+	if j.cfg.WorkspaceRetention >= 0 {
+		t := now.Add(-j.cfg.WorkspaceRetention)
+		releasedBefore = &t
+	}
+	due, err := j.cfg.Store.WorkspacesDue(ctx, releasedBefore, j.cfg.Batch)
+	if err != nil {
+		return p, false, errors.Join(append(errs, err)...)
+	}
+	for _, w := range due {
+		ok, err := j.cfg.Sandboxes.removeWorkspace(ctx, w)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			p.Removed++
+			reason := removedRetention
+			if w.SessionDeleted {
+				reason = removedDeleted
+			}
+			j.log.Info().Str("session_id", w.SessionID.String()).Str("sandbox_id", w.SandboxID).Str("reason", reason).
+				Msg("removed a sandbox's workspace")
+		} else if err == nil {
+			p.Skipped++
+		}
+	}
+	full = len(paused) == j.cfg.Batch || len(idle) == j.cfg.Batch || len(due) == j.cfg.Batch
 	return p, full, errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/chat"
 )
 
 // SandboxStore keeps each session's sandbox id and the times its deadlines count from
@@ -31,19 +32,37 @@ type SandboxStore interface {
 	// runs and was last used no later than idleBefore; it reports whether it did.
 	SessionSandboxPauseIdle(ctx context.Context, sessionID uuid.UUID, sandboxID string, idleBefore, now time.Time) (bool, error)
 	// SessionSandboxKilled forgets sandboxID, killed at now, only when it has been paused
-	// since no later than pausedBefore; it reports whether it did.
+	// since no later than pausedBefore; it reports whether it did. Its workspace is kept
+	// until the retention has passed (see WorkspaceStore).
 	SessionSandboxKilled(ctx context.Context, sessionID uuid.UUID, sandboxID string, pausedBefore, now time.Time) (bool, error)
+	WorkspaceStore
+}
+
+// WorkspaceStore keeps a record of every sandbox a session has had, until its workspace
+// is removed (chatd: the workspaces table): SessionSetSandbox records the new one and
+// releases the others, SessionSandboxKilled releases the killed one, and deleting the
+// session marks them all deleted.
+type WorkspaceStore interface {
+	// SessionDeletedWorkspaces lists the sandboxes of the deleted session sessionID whose
+	// workspaces are not removed yet; none when the session is not deleted.
+	SessionDeletedWorkspaces(ctx context.Context, sessionID uuid.UUID) ([]string, error)
+	// WorkspaceRemoved forgets the workspace of sandboxID, removed, and reports whether
+	// its record was there. A sandbox still its session's keeps its record.
+	WorkspaceRemoved(ctx context.Context, sandboxID string) (bool, error)
 }
 
 // Sandboxes gives each session one sandbox, reused by its runs: the id is stored with the
 // session, and a session whose sandbox was killed gets a new one when it next needs one.
 // It stores when each sandbox was last used and when it was paused: the deadlines the
 // SandboxJanitor enforces. It counts the tool calls running in this process per session,
-// and the janitor leaves a sandbox with one running alone.
+// and the janitor leaves a sandbox with one running alone. It removes the workspaces of
+// sandboxes no session uses any more: a deleted session's (RemoveDeleted), and, through
+// the janitor, those whose retention has passed.
 type Sandboxes struct {
 	provider sandbox.Provider
 	store    SandboxStore
 	clock    clockwork.Clock
+	metrics  *Metrics
 
 	mu      sync.Mutex
 	locks   map[uuid.UUID]*sessionLock
@@ -84,13 +103,26 @@ func (s *Sandboxes) lock(sessionID uuid.UUID) (unlock func()) {
 	}
 }
 
+// SandboxesOption configures Sandboxes.
+type SandboxesOption func(*Sandboxes)
+
+// WithMetrics makes the sandboxes count the workspaces they remove in m. Without it they
+// count nowhere.
+func WithMetrics(m *Metrics) SandboxesOption {
+	return func(s *Sandboxes) { s.metrics = m }
+}
+
 // NewSandboxes returns session sandboxes from provider, their ids and deadlines kept in
 // store, timed by clock (nil for the real one).
-func NewSandboxes(provider sandbox.Provider, store SandboxStore, clock clockwork.Clock) *Sandboxes {
+func NewSandboxes(provider sandbox.Provider, store SandboxStore, clock clockwork.Clock, opts ...SandboxesOption) *Sandboxes {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Sandboxes{provider: provider, store: store, clock: clock, running: map[uuid.UUID]int{}, gets: map[uuid.UUID]uint64{}}
+	s := &Sandboxes{provider: provider, store: store, clock: clock, metrics: discardMetrics(), running: map[uuid.UUID]int{}, gets: map[uuid.UUID]uint64{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Replacement says why Get made a new sandbox where the session had one.
@@ -157,7 +189,9 @@ func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandb
 		return nil, NotReplaced, fmt.Errorf("create a sandbox: %w", err)
 	}
 	if err := s.store.SessionSetSandbox(ctx, sessionID, sb.ID(), s.clock.Now()); err != nil {
-		_ = s.provider.Kill(context.WithoutCancel(ctx), sb.ID())
+		// Not recorded (the session was deleted meanwhile, say): nothing else knows the
+		// sandbox, so it goes whole, workspace and all.
+		_ = s.provider.Remove(context.WithoutCancel(ctx), sb.ID())
 		return nil, NotReplaced, fmt.Errorf("store the session's sandbox: %w", err)
 	}
 	return sb, replaced, nil
@@ -219,9 +253,64 @@ func (s *Sandboxes) Resume(ctx context.Context, sessionID uuid.UUID) error {
 	})
 }
 
-// Kill kills the session's sandbox. Its next use creates a new one.
+// Kill kills the session's sandbox. Its next use creates a new one. Its workspace stays
+// (a deleted session's goes with RemoveDeleted).
 func (s *Sandboxes) Kill(ctx context.Context, sessionID uuid.UUID) error {
 	return s.each(ctx, sessionID, s.provider.Kill)
+}
+
+// RemoveDeleted removes the workspaces of the deleted session sessionID that this node
+// holds, killing what still runs in them first, and returns how many it removed. It is
+// for right after the deletion (store.SessionDelete): a session that is not deleted has
+// none to remove. The janitors remove the rest: other nodes' (sandboxes are per node),
+// and any that fails here.
+func (s *Sandboxes) RemoveDeleted(ctx context.Context, sessionID uuid.UUID) (int, error) {
+	ids, err := s.store.SessionDeletedWorkspaces(ctx, sessionID)
+	if err != nil {
+		return 0, fmt.Errorf("list the deleted session's workspaces: %w", err)
+	}
+	removed := 0
+	var errs []error
+	for _, id := range ids {
+		ok, err := s.removeWorkspace(ctx, chat.Workspace{SessionID: sessionID, SandboxID: id, SessionDeleted: true})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeWorkspace removes the workspace of w's sandbox, which is no longer its session's
+// (WorkspacesDue or SessionDeletedWorkspaces said so), and forgets it; it reports
+// whether it did. It does nothing, and reports false, while a tool call of the session
+// runs in this process: it might still be using that sandbox (a call that began before
+// the sandbox was replaced).
+func (s *Sandboxes) removeWorkspace(ctx context.Context, w chat.Workspace) (bool, error) {
+	defer s.lock(w.SessionID)()
+	if s.busy(w.SessionID) {
+		return false, nil
+	}
+	// Removed first, then forgotten: a removal that fails, or a process that dies in
+	// between, leaves the record for a later pass to try again.
+	if err := s.provider.Remove(ctx, w.SandboxID); err != nil {
+		return false, fmt.Errorf("remove the workspace of sandbox %s: %w", w.SandboxID, err)
+	}
+	forgot, err := s.store.WorkspaceRemoved(ctx, w.SandboxID)
+	if err != nil {
+		return false, fmt.Errorf("forget the workspace of sandbox %s: %w", w.SandboxID, err)
+	}
+	if !forgot {
+		return false, nil // another removal (the janitor's, or a deletion's) counted it
+	}
+	reason := removedRetention
+	if w.SessionDeleted {
+		reason = removedDeleted
+	}
+	s.metrics.workspacesRemoved.WithLabelValues(reason).Inc()
+	return true, nil
 }
 
 func (s *Sandboxes) each(ctx context.Context, sessionID uuid.UUID, do func(context.Context, string) error) error {

@@ -135,6 +135,16 @@ type SessionSandbox struct {
 	SandboxID string
 }
 
+// Workspace names the workspace of a sandbox that is no longer its session's, due for
+// removal: what the sandbox janitor removes.
+type Workspace struct {
+	SessionID uuid.UUID
+	SandboxID string
+	// SessionDeleted says the session was deleted: the workspace goes whatever the
+	// retention.
+	SessionDeleted bool
+}
+
 // CancelReason says why a run was cancelled or interrupted.
 type CancelReason string
 

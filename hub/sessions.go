@@ -33,26 +33,31 @@ type SessionStore interface {
 
 var _ SessionStore = (*store.Store)(nil)
 
-// SandboxKiller kills a session's sandbox, if it has one (agent.Sandboxes).
-type SandboxKiller interface {
+// SessionSandboxes is what deleting a session does to its sandboxes (agent.Sandboxes).
+type SessionSandboxes interface {
+	// Kill kills the session's sandbox, if it has one.
 	Kill(ctx context.Context, sessionID uuid.UUID) error
+	// RemoveDeleted removes the workspaces the deleted session had on this node, and
+	// returns how many it removed.
+	RemoveDeleted(ctx context.Context, sessionID uuid.UUID) (int, error)
 }
 
 // Sessions is a user's conversation list: listing and renaming read and write the
-// store; deleting also ends the session's actor and kills its sandbox. It is what the
-// HTTP sessions API calls (transport.Sessions). Its errors are *conversation.Error:
-// ErrNotFound, CodeStorage when the database fails, CodeInternal when the sandbox cannot
-// be killed; or the context's error.
+// store; deleting also ends the session's actor, kills its sandbox and removes its
+// workspaces. It is what the HTTP sessions API calls (transport.Sessions). Its errors
+// are *conversation.Error: ErrNotFound, CodeStorage when the database fails,
+// CodeInternal when the sandbox cannot be killed; or the context's error.
 type Sessions struct {
 	hub       *Hub
 	store     SessionStore
-	sandboxes SandboxKiller
+	sandboxes SessionSandboxes
 	log       zerolog.Logger
 }
 
 // NewSessions returns the conversation list of the sessions in st, whose actors h runs.
-// sandboxes kills a deleted session's sandbox; nil when sessions have none.
-func NewSessions(h *Hub, st SessionStore, sandboxes SandboxKiller) *Sessions {
+// sandboxes kills a deleted session's sandbox and removes its workspaces; nil when
+// sessions have none.
+func NewSessions(h *Hub, st SessionStore, sandboxes SessionSandboxes) *Sessions {
 	return &Sessions{hub: h, store: st, sandboxes: sandboxes, log: h.log.With().Str("component", "sessions").Logger()}
 }
 
@@ -88,12 +93,16 @@ func (s *Sessions) Rename(ctx context.Context, owner string, id uuid.UUID, title
 //     returns; nothing of this process writes to the session after that.
 //  3. Its sandbox is killed.
 //  4. Its runs and messages are deleted and the session row becomes a tombstone, in one
-//     transaction (store.SessionDelete). A hello with the id then gets ErrDeleted.
+//     transaction (store.SessionDelete), which also marks every workspace the session
+//     had for removal. A hello with the id then gets ErrDeleted.
+//  5. The workspaces this node holds are removed. Those of sandboxes other nodes made
+//     are removed by those nodes' janitors at their next pass; one that fails here is
+//     left to this node's janitor (the deletion has happened: it is not an error).
 //
 // Once the session is found to be owner's, the deletion goes on when ctx ends (the
-// client went away), bounded by deleteTimeout. When a step fails the deletion stops
-// there and can be tried again: the session is kept (with its run cancelled, if step 2
-// was reached).
+// client went away), bounded by deleteTimeout. When a step before 5 fails the deletion
+// stops there and can be tried again: the session is kept (with its run cancelled, if
+// step 2 was reached).
 //
 // Several nodes: an actor of the session in another chatd process is not told (until
 // leases say which node holds a session). What it holds in memory stays visible to its
@@ -101,7 +110,9 @@ func (s *Sessions) Rename(ctx context.Context, owner string, id uuid.UUID, title
 // start and its retry find the tombstone and end it as deleted (its subscribers are
 // closed with 4004), a streaming run's next insert finds its run gone and the run ends
 // with a storage error, its updates find no row and are dropped, and a sandbox it
-// creates is refused and killed (agent.Sandboxes.Get).
+// creates is refused and removed (agent.Sandboxes.Get). Sandboxes are per node: one
+// that another node made is not killed here (this node cannot reach it) but, marked
+// deleted with the session, is killed and removed by that node's janitor.
 func (s *Sessions) Delete(ctx context.Context, owner string, id uuid.UUID) error {
 	a, done, err := s.hub.beginDelete(ctx, id)
 	if errors.Is(err, ErrClosed) {
@@ -142,7 +153,18 @@ func (s *Sessions) Delete(ctx context.Context, owner string, id uuid.UUID) error
 	if err := s.store.SessionDelete(ctx, owner, id, s.hub.now()); err != nil {
 		return s.fail(ctx, "delete the session", err)
 	}
-	s.log.Info().Str("session_id", id.String()).Bool("actor", a != nil).Msg("deleted a session")
+	removed := 0
+	if s.sandboxes != nil {
+		// After the tombstone, not before: no sandbox can be made for the session now,
+		// and every one it had is recorded as the deleted session's.
+		var err error
+		removed, err = s.sandboxes.RemoveDeleted(ctx, id)
+		if err != nil {
+			s.log.Warn().Err(err).Str("session_id", id.String()).
+				Msg("could not remove every workspace of a deleted session; the sandbox janitor tries again at its next pass")
+		}
+	}
+	s.log.Info().Str("session_id", id.String()).Bool("actor", a != nil).Int("workspaces_removed", removed).Msg("deleted a session")
 	return nil
 }
 

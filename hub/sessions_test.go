@@ -3,12 +3,17 @@ package hub_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
@@ -31,6 +36,8 @@ func (k *killer) Kill(ctx context.Context, _ uuid.UUID) error {
 		return ctx.Err()
 	}
 }
+
+func (k *killer) RemoveDeleted(context.Context, uuid.UUID) (int, error) { return 0, nil }
 
 func newKiller() *killer {
 	return &killer{entered: make(chan struct{}), release: make(chan struct{})}
@@ -120,4 +127,46 @@ func TestDeletionDuringShutdownSaysSo(t *testing.T) {
 	sess, err := e.st.SessionGet(ctx, id)
 	require.NoError(t, err)
 	require.Nil(t, sess.DeletedAt, "the session is kept")
+}
+
+// A deleted session leaves no workspace: neither its current sandbox's nor that of one
+// it had before (lost, and replaced), which the session no longer names. Another
+// session's sandbox is untouched.
+func TestDeletionRemovesEveryWorkspace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, script.New(script.Text("ok")))
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	p, err := local.New(dir)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	sbs := agent.NewSandboxes(p, e.st, nil)
+	id, other := uuid.New(), uuid.New()
+	for _, s := range []uuid.UUID{id, other} {
+		_, _, err := e.hub.Hello(ctx, s, hello(newSub()))
+		require.NoError(t, err)
+	}
+	run := func(s uuid.UUID, command string) string {
+		sb, _, err := sbs.Get(ctx, s)
+		require.NoError(t, err)
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Command: command})
+		require.NoError(t, err)
+		require.Zero(t, res.ExitCode)
+		return sb.ID()
+	}
+	lost := run(id, "echo old > file && chmod 000 .")
+	require.NoError(t, p.Kill(ctx, lost)) // behind the session's back
+	current := run(id, "echo new > file && sleep 1000 > /dev/null 2>&1 &")
+	kept := run(other, "echo theirs > file")
+	for _, sb := range []string{lost, current, kept} {
+		require.DirExists(t, filepath.Join(dir, sb))
+	}
+
+	require.NoError(t, hub.NewSessions(e.hub, e.st, sbs).Delete(ctx, owner, id))
+	require.NoDirExists(t, filepath.Join(dir, lost))
+	require.NoDirExists(t, filepath.Join(dir, current))
+	require.FileExists(t, filepath.Join(p.Workspace(kept), "file"), "another session's workspace stays")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
 }

@@ -82,3 +82,12 @@ type StreamLog struct {
 	Text        string
 	LoggedAt    time.Time
 }
+
+type Workspace struct {
+	SandboxID  string
+	Node       string
+	SessionID  uuid.UUID
+	CreatedAt  time.Time
+	ReleasedAt *time.Time
+	Deleted    bool
+}

@@ -39,12 +39,20 @@ UPDATE sessions SET sandbox_paused_at = @paused_at
 WHERE id = @id AND sandbox_id = @sandbox_id AND sandbox_paused_at IS NULL
     AND sandbox_used_at <= @idle_before;
 
--- name: SessionSandboxKill :execrows
+-- name: SessionSandboxKill :one
 -- The janitor's kill: the sandbox, paused since before kill_before, is forgotten, so
--- the session's next tool call creates a new one.
-UPDATE sessions SET sandbox_id = NULL, sandbox_paused_at = NULL, sandbox_used_at = NULL,
-    sandbox_killed_at = @killed_at
-WHERE id = @id AND sandbox_id = @sandbox_id AND sandbox_paused_at <= @kill_before;
+-- the session's next tool call creates a new one, and its workspace is released: its
+-- retention counts from now. It returns how many sessions it changed (0 or 1).
+WITH killed AS (
+    UPDATE sessions SET sandbox_id = NULL, sandbox_paused_at = NULL, sandbox_used_at = NULL,
+        sandbox_killed_at = @killed_at
+    WHERE id = @id AND sandbox_id = @sandbox_id::text AND sandbox_paused_at <= @kill_before
+    RETURNING id
+), released AS (
+    UPDATE workspaces SET released_at = @killed_at
+    WHERE sandbox_id = @sandbox_id::text AND released_at IS NULL AND EXISTS (SELECT FROM killed)
+)
+SELECT count(*) FROM killed;
 
 -- name: SessionSandboxesIdle :many
 -- Running sandboxes unused since idle_before, the longest idle first.

@@ -164,32 +164,39 @@ func (q *Queries) SessionRename(ctx context.Context, db DBTX, arg SessionRenameP
 	return result.RowsAffected(), nil
 }
 
-const sessionSandboxKill = `-- name: SessionSandboxKill :execrows
-UPDATE sessions SET sandbox_id = NULL, sandbox_paused_at = NULL, sandbox_used_at = NULL,
-    sandbox_killed_at = $1
-WHERE id = $2 AND sandbox_id = $3 AND sandbox_paused_at <= $4
+const sessionSandboxKill = `-- name: SessionSandboxKill :one
+WITH killed AS (
+    UPDATE sessions SET sandbox_id = NULL, sandbox_paused_at = NULL, sandbox_used_at = NULL,
+        sandbox_killed_at = $1
+    WHERE id = $2 AND sandbox_id = $3::text AND sandbox_paused_at <= $4
+    RETURNING id
+), released AS (
+    UPDATE workspaces SET released_at = $1
+    WHERE sandbox_id = $3::text AND released_at IS NULL AND EXISTS (SELECT FROM killed)
+)
+SELECT count(*) FROM killed
 `
 
 type SessionSandboxKillParams struct {
 	KilledAt   *time.Time
 	ID         uuid.UUID
-	SandboxID  *string
+	SandboxID  string
 	KillBefore *time.Time
 }
 
 // The janitor's kill: the sandbox, paused since before kill_before, is forgotten, so
-// the session's next tool call creates a new one.
+// the session's next tool call creates a new one, and its workspace is released: its
+// retention counts from now. It returns how many sessions it changed (0 or 1).
 func (q *Queries) SessionSandboxKill(ctx context.Context, db DBTX, arg SessionSandboxKillParams) (int64, error) {
-	result, err := db.Exec(ctx, sessionSandboxKill,
+	row := db.QueryRow(ctx, sessionSandboxKill,
 		arg.KilledAt,
 		arg.ID,
 		arg.SandboxID,
 		arg.KillBefore,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const sessionSandboxKilledAt = `-- name: SessionSandboxKilledAt :one

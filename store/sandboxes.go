@@ -12,7 +12,9 @@ import (
 )
 
 // SessionSetSandbox records the session's sandbox ("" for none), new at now: used now
-// and running. It returns ErrNotFound for an unknown session.
+// and running. The session's earlier sandboxes are released (their workspaces are
+// removed once the retention has passed) and the new one's workspace is recorded, in the
+// same transaction. It returns ErrNotFound for an unknown or deleted session.
 func (s *Store) SessionSetSandbox(ctx context.Context, id uuid.UUID, sandboxID string, now time.Time) error {
 	return s.setSandbox(ctx, id, sandboxID, now, "")
 }
@@ -23,12 +25,18 @@ func (s *Store) setSandbox(ctx context.Context, id uuid.UUID, sandboxID string, 
 	if sandboxID != "" {
 		sb, used = &sandboxID, &now
 	}
-	n, err := s.q.SessionSetSandbox(ctx, s.db, queries.SessionSetSandboxParams{ID: id, SandboxID: sb, UsedAt: used, Node: node})
+	err := s.InTx(ctx, func(tx *Store) error {
+		n, err := tx.q.SessionSetSandbox(ctx, tx.db, queries.SessionSetSandboxParams{ID: id, SandboxID: sb, UsedAt: used, Node: node})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		return tx.q.WorkspaceRecord(ctx, tx.db, queries.WorkspaceRecordParams{Now: now, SessionID: id, SandboxID: sandboxID, Node: node})
+	})
 	if err != nil {
 		return fmt.Errorf("set sandbox of session %s: %w", id, mapErr(err))
-	}
-	if n == 0 {
-		return fmt.Errorf("set sandbox of session %s: %w", id, ErrNotFound)
 	}
 	return nil
 }
@@ -81,10 +89,11 @@ func (s *Store) SessionSandboxPauseIdle(ctx context.Context, id uuid.UUID, sandb
 
 // SessionSandboxKilled forgets the session's sandbox sandboxID, killed at now, if it is
 // still the session's and has been paused since no later than pausedBefore; the
-// session's next tool call creates a new one. It reports whether it did.
+// session's next tool call creates a new one. Its workspace is released at now. It
+// reports whether it did.
 func (s *Store) SessionSandboxKilled(ctx context.Context, id uuid.UUID, sandboxID string, pausedBefore, now time.Time) (bool, error) {
 	n, err := s.q.SessionSandboxKill(ctx, s.db, queries.SessionSandboxKillParams{
-		ID: id, SandboxID: &sandboxID, KilledAt: &now, KillBefore: &pausedBefore,
+		ID: id, SandboxID: sandboxID, KilledAt: &now, KillBefore: &pausedBefore,
 	})
 	if err != nil {
 		return false, fmt.Errorf("forget sandbox of session %s: %w", id, mapErr(err))
@@ -126,6 +135,51 @@ func (s *Store) sandboxesPaused(ctx context.Context, before time.Time, limit int
 		out[i] = chat.SessionSandbox{SessionID: r.ID, SandboxID: r.SandboxID}
 	}
 	return out, nil
+}
+
+// WorkspacesDue returns up to limit workspaces to remove, the longest released first:
+// those of deleted sessions, and those of sandboxes that stopped being their session's
+// no later than releasedBefore (nil for none of those: workspaces are kept). A sandbox
+// that is still its live session's is never one.
+func (s *Store) WorkspacesDue(ctx context.Context, releasedBefore *time.Time, limit int) ([]chat.Workspace, error) {
+	return s.workspacesDue(ctx, releasedBefore, limit, "")
+}
+
+func (s *Store) workspacesDue(ctx context.Context, releasedBefore *time.Time, limit int, node string) ([]chat.Workspace, error) {
+	rows, err := s.q.WorkspacesDue(ctx, s.db, queries.WorkspacesDueParams{ReleasedBefore: releasedBefore, Max: int32(limit), Node: node})
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces due for removal: %w", mapErr(err))
+	}
+	out := make([]chat.Workspace, len(rows))
+	for i, r := range rows {
+		out[i] = chat.Workspace{SessionID: r.SessionID, SandboxID: r.SandboxID, SessionDeleted: r.Deleted}
+	}
+	return out, nil
+}
+
+// SessionDeletedWorkspaces returns the sandbox ids of the workspaces the deleted
+// session id had that are not removed yet; none for a session that is not deleted.
+func (s *Store) SessionDeletedWorkspaces(ctx context.Context, id uuid.UUID) ([]string, error) {
+	return s.deletedWorkspaces(ctx, id, "")
+}
+
+func (s *Store) deletedWorkspaces(ctx context.Context, id uuid.UUID, node string) ([]string, error) {
+	ids, err := s.q.WorkspacesOfDeletedSession(ctx, s.db, queries.WorkspacesOfDeletedSessionParams{SessionID: id, Node: node})
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces of deleted session %s: %w", id, mapErr(err))
+	}
+	return ids, nil
+}
+
+// WorkspaceRemoved forgets the workspace of sandboxID, removed from disk, and reports
+// whether its record was there (false: another removal forgot it first). The record of
+// a sandbox that is still its session's is kept.
+func (s *Store) WorkspaceRemoved(ctx context.Context, sandboxID string) (bool, error) {
+	n, err := s.q.WorkspaceDelete(ctx, s.db, sandboxID)
+	if err != nil {
+		return false, fmt.Errorf("forget workspace of sandbox %s: %w", sandboxID, mapErr(err))
+	}
+	return n == 1, nil
 }
 
 // NodeSandboxes is the store as one node's sandboxes see it (the agent's SandboxStore
@@ -190,4 +244,16 @@ func (n NodeSandboxes) SessionSandboxesIdle(ctx context.Context, before time.Tim
 // SessionSandboxesPaused is Store's for this node's sandboxes.
 func (n NodeSandboxes) SessionSandboxesPaused(ctx context.Context, before time.Time, limit int) ([]chat.SessionSandbox, error) {
 	return n.sandboxesPaused(ctx, before, limit, n.node())
+}
+
+// WorkspacesDue is Store's for the workspaces of this node's sandboxes (and of those
+// made by no node known).
+func (n NodeSandboxes) WorkspacesDue(ctx context.Context, releasedBefore *time.Time, limit int) ([]chat.Workspace, error) {
+	return n.workspacesDue(ctx, releasedBefore, limit, n.node())
+}
+
+// SessionDeletedWorkspaces is Store's for the workspaces of this node's sandboxes (and
+// of those made by no node known).
+func (n NodeSandboxes) SessionDeletedWorkspaces(ctx context.Context, id uuid.UUID) ([]string, error) {
+	return n.deletedWorkspaces(ctx, id, n.node())
 }

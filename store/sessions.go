@@ -105,7 +105,8 @@ func (s *Store) SessionRename(ctx context.Context, owner string, id uuid.UUID, t
 // SessionDelete deletes owner's session id in one transaction: its runs and messages
 // are deleted, and the session row stays as a tombstone (deleted at now, title and
 // sandbox forgotten) so its id is never used again. Kill its sandbox first: the
-// tombstone no longer names it. A process still holding the session can write nothing
+// tombstone no longer names it. Every workspace the session had is marked for removal
+// (WorkspacesDue, SessionDeletedWorkspaces). A process still holding the session can write nothing
 // to it afterwards: run starts find it deleted, message inserts find their run gone.
 // It returns ErrNotFound when the session does not exist, is another user's, or was
 // deleted already.
@@ -117,6 +118,11 @@ func (s *Store) SessionDelete(ctx context.Context, owner string, id uuid.UUID, n
 		}
 		if n == 0 {
 			return ErrNotFound
+		}
+		// Every workspace the session had goes: each node's janitor removes those of its
+		// sandboxes (the deleting node removes its own at once, agent.Sandboxes).
+		if err := tx.q.WorkspacesReleaseDeleted(ctx, tx.db, queries.WorkspacesReleaseDeletedParams{SessionID: id, DeletedAt: ptr(chat.Timestamp(now))}); err != nil {
+			return err
 		}
 		if err := tx.q.RunsLockBySession(ctx, tx.db, id); err != nil {
 			return err

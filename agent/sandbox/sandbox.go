@@ -30,8 +30,13 @@ type Provider interface {
 	// its session waits. Pausing a paused sandbox is a no-op; ErrGone as for Connect.
 	Pause(ctx context.Context, id string) error
 	// Kill ends the sandbox and everything running in it. Killing a gone sandbox is not
-	// an error.
+	// an error. What the sandbox wrote (its workspace) is kept until Remove.
 	Kill(ctx context.Context, id string) error
+	// Remove kills the sandbox, as Kill does, then deletes its workspace and whatever
+	// else the provider keeps of it: the id is gone for good. Removing a sandbox that is
+	// not there is not an error. The caller makes sure nothing uses the sandbox any more
+	// (chatd removes only sandboxes no live session has).
+	Remove(ctx context.Context, id string) error
 }
 
 // Sandbox runs commands.

@@ -121,6 +121,11 @@ type Config struct {
 	ApprovalTimeout  time.Duration
 	SandboxIdlePause time.Duration
 	SandboxKillAfter time.Duration
+	// WorkspaceRetention is how long the workspace of a sandbox that stopped being its
+	// session's (the janitor killed it, or the session got another) is kept before the
+	// janitor removes it (CHATD_WORKSPACE_RETENTION); 0 (also written off) keeps them
+	// for good. A deleted session's workspaces are removed at once whatever it says.
+	WorkspaceRetention time.Duration
 	// AbandonAfter cancels a streaming run nobody has watched for this long
 	// (CHATD_ABANDON_AFTER).
 	AbandonAfter time.Duration
@@ -302,6 +307,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.SandboxFileSize = env.bytesUpTo("CHATD_SANDBOX_FILE_SIZE", int(bwrap.DefaultLimits.FileSize), maxLargeBytes)
 	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
+	c.WorkspaceRetention = env.offDuration("CHATD_WORKSPACE_RETENTION", agent.DefaultWorkspaceRetention)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address of the API, the WebSocket and the app (CHATD_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env.str("CHATD_ADMIN_ADDR", DefaultAdminAddr), "listen address of /metrics and /debug/pprof/, or off (CHATD_ADMIN_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
@@ -329,14 +335,15 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF)")
-	c.StreamSync = env.durationOrOff("CHATD_STREAM_SYNC", journal.DefaultStreamSync)
-	fs.Var(durationOrOff{&c.StreamSync}, "stream-sync", "store the text runs are streaming this often, e.g. 50ms, or off: a crash loses at most this much of it (CHATD_STREAM_SYNC)")
+	c.StreamSync = env.offDuration("CHATD_STREAM_SYNC", journal.DefaultStreamSync)
+	fs.Var(offDuration{&c.StreamSync}, "stream-sync", "store the text runs are streaming this often, e.g. 50ms, or off: a crash loses at most this much of it (CHATD_STREAM_SYNC)")
 	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.Var(offDuration{&c.WorkspaceRetention}, "workspace-retention", "remove a killed or replaced sandbox's workspace this long after, e.g. 7d or 12h; 0 or off keeps them (CHATD_WORKSPACE_RETENTION)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", DefaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
 	fs.StringVar(&c.NodeAddr, "node-addr", env.str("CHATD_NODE_ADDR", ""), "host:port where the other chatd nodes reach this one; default: the listener's address, or this host's name with its port (CHATD_NODE_ADDR)")
 	fs.StringVar(&c.NodeID, "node-id", env.str("CHATD_NODE_ID", ""), "this node's id among the chatd nodes on the database, its own; default: its address (CHATD_NODE_ID)")
@@ -452,6 +459,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_IDLE_PAUSE (-sandbox-idle-pause) is %s; it must be positive", c.SandboxIdlePause)
 	case c.SandboxKillAfter <= 0:
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
+	case c.WorkspaceRetention < 0:
+		return fmt.Errorf("CHATD_WORKSPACE_RETENTION (-workspace-retention) is %s; use a duration such as 7d or 12h, or off to keep workspaces", c.WorkspaceRetention)
 	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:
 		return fmt.Errorf("CHATD_RECOVER (-recover) is %q; use continue or interrupt", c.Recover)
 	case c.LeaseTTL < 300*time.Millisecond:
@@ -683,12 +692,12 @@ func (e *envDefaults) duration(key string, def time.Duration) time.Duration {
 	return d
 }
 
-func (e *envDefaults) durationOrOff(key string, def time.Duration) time.Duration {
+func (e *envDefaults) offDuration(key string, def time.Duration) time.Duration {
 	v := e.getenv(key)
 	if v == "" {
 		return def
 	}
-	d, err := parseDurationOrOff(v)
+	d, err := parseOffDuration(v)
 	if err != nil {
 		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
 		return def
@@ -717,38 +726,6 @@ func (e *envDefaults) fail(err error) {
 	if e.err == nil {
 		e.err = err
 	}
-}
-
-// durationOrOff is a flag.Value for a duration that may be off (0): -stream-sync.
-type durationOrOff struct{ p *time.Duration }
-
-func (d durationOrOff) String() string {
-	if d.p == nil || *d.p == 0 {
-		return "off"
-	}
-	return d.p.String()
-}
-
-func (d durationOrOff) Set(s string) error {
-	v, err := parseDurationOrOff(s)
-	if err != nil {
-		return err
-	}
-	*d.p = v
-	return nil
-}
-
-// parseDurationOrOff reads a duration such as 50ms, or off (0).
-func parseDurationOrOff(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if b, ok := parseOnOff(s); ok && !b {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, errors.New("not a duration (use e.g. 50ms, 1s) or off")
-	}
-	return d, nil
 }
 
 // onOff is a boolean flag.Value that also takes on and off (-shell-tool, -shell-tool=on).
@@ -829,6 +806,54 @@ func parseRate(s string) (rate.Limit, error) {
 		return 0, errors.New("not a positive rate (use e.g. 20/s, 600/m, 3600/h or off)")
 	}
 	return rate.Limit(n / per.Seconds()), nil
+}
+
+// offDuration is a flag.Value for a duration that may be off (0): a Go duration (50ms,
+// 12h), whole days (7d), or off. -workspace-retention (off: for good) and -stream-sync
+// (off: no stream log).
+type offDuration struct{ p *time.Duration }
+
+// String prints whole days as days, as -help shows the default.
+func (r offDuration) String() string {
+	switch {
+	case r.p == nil:
+		return ""
+	case *r.p == 0:
+		return "off"
+	case *r.p%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(*r.p/(24*time.Hour)), 10) + "d"
+	}
+	return r.p.String()
+}
+
+func (r offDuration) Set(s string) error {
+	d, err := parseOffDuration(s)
+	if err != nil {
+		return err
+	}
+	*r.p = d
+	return nil
+}
+
+// parseOffDuration reads a duration (50ms, 12h), a whole number of days (7d), or off (0).
+// Days are not Go durations, but retentions are counted in them.
+func parseOffDuration(s string) (time.Duration, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "off" {
+		return 0, nil
+	}
+	if n, ok := strings.CutSuffix(t, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days < 0 || days > math.MaxInt64/int64(24*time.Hour) {
+			return 0, errors.New("not a duration (use e.g. 7d, 12h, 50ms or off)")
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(t)
+	if err != nil {
+		return 0, errors.New("not a duration (use e.g. 7d, 12h, 50ms or off)")
+	}
+	return d, nil
 }
 
 // byteSize is a flag.Value for sizes such as 4096, 64KiB or 4MiB.

@@ -121,7 +121,8 @@ type Main struct {
 	db       *database
 	// sandboxes is where tools run commands: a *bwrap.Provider or a *local.Provider.
 	sandboxes sandboxProvider
-	// sessionSandboxes gives each session its sandbox; a deleted session's is killed.
+	// sessionSandboxes gives each session its sandbox; a deleted session's is killed and
+	// its workspaces removed.
 	sessionSandboxes *agent.Sandboxes
 	janitor          *agent.SandboxJanitor
 	// journal is the persistence service the conversations write through: their write
@@ -608,16 +609,23 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	for _, spec := range registry.Specs() {
 		m.needsApproval[spec.Name] = spec.NeedsApproval
 	}
-	// Sandboxes are this node's: one that moved here gets a new one.
+	// Sandboxes are this node's: one that moved here gets a new one, and this node's
+	// janitor removes only the workspaces of the sandboxes it made.
 	sandboxStore := st.NodeSandboxes(m.Node)
-	m.sessionSandboxes = agent.NewSandboxes(m.sandboxes, sandboxStore, clock)
+	metrics := agent.NewMetrics(m.registry)
+	m.sessionSandboxes = agent.NewSandboxes(m.sandboxes, sandboxStore, clock, agent.WithMetrics(metrics))
+	retention := m.cfg.WorkspaceRetention
+	if retention == 0 {
+		retention = agent.KeepWorkspaces
+	}
 	m.janitor, err = agent.NewJanitor(agent.JanitorConfig{
-		Sandboxes: m.sessionSandboxes,
-		Store:     sandboxStore,
-		IdlePause: m.cfg.SandboxIdlePause,
-		KillAfter: m.cfg.SandboxKillAfter,
-		Clock:     clock,
-		Logger:    m.log,
+		Sandboxes:          m.sessionSandboxes,
+		Store:              sandboxStore,
+		IdlePause:          m.cfg.SandboxIdlePause,
+		KillAfter:          m.cfg.SandboxKillAfter,
+		WorkspaceRetention: retention,
+		Clock:              clock,
+		Logger:             m.log,
 	})
 	if err != nil {
 		return nil, err
@@ -634,7 +642,7 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 		ModelIdleTimeout: m.cfg.ModelTimeout,
 		Clock:            clock,
 		Logger:           m.log,
-		Metrics:          agent.NewMetrics(m.registry),
+		Metrics:          metrics,
 	})
 }
 

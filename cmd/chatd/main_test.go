@@ -101,6 +101,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		SandboxFileSize:  1 << 30,
 		SandboxTmpSize:   256 << 20,
 
+		WorkspaceRetention: 7 * 24 * time.Hour,
+
 		Agent:         "demo",
 		ContextTokens: 64000,
 		ModelTimeout:  5 * time.Minute,
@@ -160,6 +162,8 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_SANDBOX_PROCESSES":  "64",
 		"CHATD_SANDBOX_FILE_SIZE":  "10MiB",
 		"CHATD_SANDBOX_TMP_SIZE":   "1MiB",
+
+		"CHATD_WORKSPACE_RETENTION": "30d",
 
 		"CHATD_AGENT":           "anthropic",
 		"CHATD_MODEL":           "claude-test",
@@ -229,6 +233,8 @@ func TestParseConfigValues(t *testing.T) {
 		SandboxFileSize:  10 << 20,
 		SandboxTmpSize:   1 << 20,
 
+		WorkspaceRetention: 30 * 24 * time.Hour,
+
 		Agent:            "anthropic",
 		Model:            "claude-test",
 		OpenAIBaseURL:    "http://localhost:11434/v1",
@@ -289,6 +295,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-approval-timeout", "1m",
 				"-sandbox-kill-after", "2h",
 				"-sandbox-idle-pause", "30m",
+				"-workspace-retention", "off",
 				"-abandon-after", "3m",
 				"-lease-ttl", "1s",
 				"-node-addr", "node-b:8080",
@@ -363,6 +370,8 @@ func TestParseConfigValues(t *testing.T) {
 					SandboxFileSize:  2 << 30,
 					SandboxTmpSize:   16 << 20,
 
+					WorkspaceRetention: 0, // off
+
 					Agent:            "openai",
 					Model:            "gpt-test",
 					OpenAIBaseURL:    "http://127.0.0.1:9/v1",
@@ -402,7 +411,7 @@ func TestParseConfigValues(t *testing.T) {
 					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, LeaseTTL: 10 * time.Second, Recover: RecoverContinue,
 					MaxSteps: 20, SandboxDir: defaultSandboxDir(envMap(nil), os.Geteuid()),
 					SandboxCPUTime: 10 * time.Minute, SandboxMemory: 4 << 30, SandboxProcesses: 256,
-					SandboxFileSize: 1 << 30, SandboxTmpSize: 256 << 20,
+					SandboxFileSize: 1 << 30, SandboxTmpSize: 256 << 20, WorkspaceRetention: 7 * 24 * time.Hour,
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 					Auth: "none",
 				}
@@ -462,6 +471,39 @@ func TestParseConfigByteSizes(t *testing.T) {
 	}
 }
 
+// CHATD_WORKSPACE_RETENTION takes durations, whole days, and 0 or off for keeping
+// workspaces for good; -help shows whole days as days.
+func TestParseConfigWorkspaceRetention(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"7d", 7 * 24 * time.Hour},
+		{" 30D ", 30 * 24 * time.Hour},
+		{"0d", 0},
+		{"12h", 12 * time.Hour},
+		{"90m", 90 * time.Minute},
+		{"1s", time.Second},
+		{"0", 0},
+		{"off", 0},
+		{"OFF", 0},
+	}
+	for _, tc := range tests {
+		t.Run(strings.TrimSpace(tc.in), func(t *testing.T) {
+			cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd", "CHATD_WORKSPACE_RETENTION": tc.in}), &bytes.Buffer{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, cfg.WorkspaceRetention, "CHATD_WORKSPACE_RETENTION=%q", tc.in)
+			cfg, err = parseConfig([]string{"-workspace-retention", tc.in}, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &bytes.Buffer{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, cfg.WorkspaceRetention, "-workspace-retention %q", tc.in)
+		})
+	}
+	var usage bytes.Buffer
+	_, err := parseConfig([]string{"-help"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &usage)
+	require.Error(t, err)
+	require.Contains(t, usage.String(), "(default 7d)")
+}
+
 func TestParseConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -513,6 +555,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "approval timeout zero", env: map[string]string{"CHATD_APPROVAL_TIMEOUT": "0s"}, mention: []string{"CHATD_APPROVAL_TIMEOUT"}},
 		{name: "sandbox idle pause zero", env: map[string]string{"CHATD_SANDBOX_IDLE_PAUSE": "0s"}, mention: []string{"CHATD_SANDBOX_IDLE_PAUSE"}},
 		{name: "sandbox kill after bad", env: map[string]string{"CHATD_SANDBOX_KILL_AFTER": "soon"}, mention: []string{"CHATD_SANDBOX_KILL_AFTER"}},
+		{name: "workspace retention not a duration", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "a week"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "a week", "7d"}},
+		{name: "workspace retention negative", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "-1h"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "-workspace-retention", "off"}},
+		{name: "workspace retention negative days", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "-2d"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "-2d"}},
+		{name: "workspace retention fractional days flag", args: []string{"-workspace-retention", "1.5d"}, mention: []string{"workspace-retention", "7d"}},
 		{name: "lease ttl too short", env: map[string]string{"CHATD_LEASE_TTL": "100ms"}, mention: []string{"CHATD_LEASE_TTL", "300ms"}},
 		{name: "node addr without port", env: map[string]string{"CHATD_NODE_ADDR": "10.0.0.7"}, mention: []string{"CHATD_NODE_ADDR", "host:port"}},
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},
@@ -1427,9 +1473,10 @@ func TestCoalesceDeltasOption(t *testing.T) {
 // The wiring of the HTTP sessions API: the list shows a demo conversation, and deleting
 // it kills the sandbox its approved demo_sandbox call ran in (the real local provider).
 func TestSessionsAPIDeletesTheSandbox(t *testing.T) {
+	dir := t.TempDir()
 	m, _ := startInProcess(t, map[string]string{
 		"CHATD_DEMO_DELAY":  "0s",
-		"CHATD_SANDBOX_DIR": t.TempDir(),
+		"CHATD_SANDBOX_DIR": dir,
 	})
 	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
 	id := c.Hello("").SessionID
@@ -1458,6 +1505,7 @@ func TestSessionsAPIDeletesTheSandbox(t *testing.T) {
 	require.Equal(t, websocket.StatusCode(4004), c.ExpectClose())
 	_, err = m.sandboxes.Connect(ctx, sandboxID)
 	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.NoDirExists(t, filepath.Join(dir, sandboxID), "the workspace went with its session")
 	status, body = httpGet(t, m, "/v1/sessions")
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"sessions":[],"nextCursor":null}`, body)

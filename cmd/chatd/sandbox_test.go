@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/agenttest"
+	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -241,4 +243,61 @@ func TestDatabaseAddr(t *testing.T) {
 	} {
 		require.Equal(t, want, databaseAddr(dsn), dsn)
 	}
+}
+
+// approvedSandboxCall runs a demo session on m whose approved call ran in a sandbox, and
+// returns the session's id and the sandbox's.
+func approvedSandboxCall(t *testing.T, m *Main) (sessionID, sandboxID string) {
+	t.Helper()
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	sessionID = c.Hello("").SessionID
+	require.Equal(t, "ack", c.Chat("r1", "please approve a sandbox call").Type)
+	wait := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.PendingApproval != nil })
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "d1", "toolCallId": wait.Run.PendingApproval.ToolCallID, "decision": "approve"})
+	require.Equal(t, "chat.done", c.ReadTerminal().Type)
+	sandboxID, err := m.db.Store().SessionSandbox(dbCtx(t), uuid.MustParse(sessionID))
+	require.NoError(t, err)
+	require.NotEmpty(t, sandboxID, "the approved call ran in a sandbox")
+	// Gone, so that a shutdown does not wait for it to answer its close.
+	_ = c.WS.CloseNow()
+	return sessionID, sandboxID
+}
+
+// deleteSession deletes a session through m's sessions API and returns the status.
+func deleteSession(t *testing.T, m *Main, id string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(dbCtx(t), http.MethodDelete, "http://"+m.Addr()+"/v1/sessions/"+id, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	return resp.StatusCode
+}
+
+// Several nodes: a session deleted through node B, whose sandbox node A made, loses its
+// workspace all the same. B cannot reach A's sandboxes; the deletion marks the workspace
+// for removal, and A's janitor removes it at its next pass (here the one at A's start).
+func TestSessionsAPIDeletesTheSandboxOfAnotherNode(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	dirA := t.TempDir()
+	envA := map[string]string{"DATABASE_URL": dbURL, "CHATD_NODE_ID": "node-a", "CHATD_SANDBOX_DIR": dirA, "CHATD_DEMO_DELAY": "0s"}
+	a, _ := startInProcess(t, envA)
+	id, sandboxID := approvedSandboxCall(t, a)
+	workspace := filepath.Join(dirA, sandboxID)
+	require.DirExists(t, workspace)
+	// A stops, giving its sessions back, so that B handles the deletion itself.
+	require.NoError(t, a.Close(dbCtx(t)))
+
+	b, _ := startInProcess(t, map[string]string{"DATABASE_URL": dbURL, "CHATD_NODE_ID": "node-b", "CHATD_DEMO_DELAY": "0s"})
+	require.Equal(t, http.StatusNoContent, deleteSession(t, b, id))
+	require.DirExists(t, workspace, "B cannot reach A's sandbox")
+
+	a, _ = startInProcess(t, envA)
+	// The removal is counted once the workspace is gone and forgotten.
+	waitFor(t, 10*time.Second, func() bool {
+		status, body := adminGet(t, a, "/metrics")
+		return status == http.StatusOK && strings.Contains(body, `chatd_workspaces_removed_total{reason="deleted"} 1`)
+	}, func() string { return "A's janitor did not remove the deleted session's workspace" })
+	require.NoDirExists(t, workspace)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -417,8 +418,8 @@ func TestRename(t *testing.T) {
 }
 
 // Deleting a session with a run streaming and two tabs open: the run is cancelled, the
-// tabs are closed with 4004 "session deleted", the sandbox is killed, the rows are gone,
-// and the id can never be used again.
+// tabs are closed with 4004 "session deleted", the sandbox is killed and its workspace
+// removed, the rows are gone, and the id can never be used again.
 func TestDeleteWithARunActiveAndTabsOpen(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -449,6 +450,7 @@ func TestDeleteWithARunActiveAndTabsOpen(t *testing.T) {
 	require.Zero(t, e.count("messages", id))
 	_, err = e.provider.Connect(t.Context(), sb.ID())
 	require.ErrorIs(t, err, sandbox.ErrGone, "the sandbox was killed")
+	require.NoDirExists(t, filepath.Dir(e.provider.Workspace(sb.ID())), "and its workspace removed")
 	require.NotContains(t, ids(e.all(alice, 10)), id)
 
 	// A hello on the tombstone is refused like another user's session.
@@ -492,6 +494,7 @@ func TestDeleteWithoutAnActor(t *testing.T) {
 	require.Zero(t, e.count("messages", id.String()))
 	_, err = e.provider.Connect(ctx, sb.ID())
 	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.NoDirExists(t, filepath.Dir(e.provider.Workspace(sb.ID())))
 	require.Empty(t, e.all(alice, 10))
 }
 

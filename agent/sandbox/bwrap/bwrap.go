@@ -221,13 +221,7 @@ func (p *Provider) probe() error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		_ = p.Kill(context.Background(), sb.ID())
-		_ = os.RemoveAll(filepath.Join(p.dir, sb.ID()))
-		p.mu.Lock()
-		delete(p.boxes, sb.ID())
-		p.mu.Unlock()
-	}()
+	defer func() { _ = p.Remove(context.Background(), sb.ID()) }()
 	var out strings.Builder
 	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Command: "exit 0", Timeout: time.Minute, Output: &out})
 	if err == nil && res.ExitCode != 0 {
@@ -360,7 +354,8 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
-// Kill ends every process of the sandbox and marks it gone; its directory stays.
+// Kill ends every process of the sandbox and marks it gone; its directory stays, until
+// Remove.
 func (p *Provider) Kill(ctx context.Context, id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -381,6 +376,27 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 			return fmt.Errorf("mark sandbox %s killed: %w", id, err)
 		}
 		bx.marked = true
+	}
+	return nil
+}
+
+// Remove kills the sandbox (Kill) and deletes its directory and workspace, without
+// following a symbolic link out of it (sandbox.RemoveDir). Its namespaces are gone
+// with their processes, and with them the workspace's bind mount: nothing of the
+// sandbox's holds the directory. As root, chatd removes the workspace of the sandbox
+// user's; otherwise that workspace is chatd's user's, and a directory in it that the
+// sandbox made unwritable is made writable first. An id this provider does not give
+// (another provider's sandbox, from before bwrap was chosen) is left alone: its
+// processes may be ones bwrap cannot reach.
+func (p *Provider) Remove(ctx context.Context, id string) error {
+	if !strings.HasPrefix(id, idPrefix) || strings.ContainsAny(id, `/\`) {
+		return nil
+	}
+	if err := p.Kill(ctx, id); err != nil {
+		return err
+	}
+	if err := sandbox.RemoveDir(p.dir, id); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", id, err)
 	}
 	return nil
 }

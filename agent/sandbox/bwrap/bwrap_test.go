@@ -698,3 +698,47 @@ func TestSlowStartBlocksNoOtherSandbox(t *testing.T) {
 	}
 	require.Empty(t, p.Processes(a.ID()))
 }
+
+// Remove ends the sandbox's processes and deletes its directory, with what the sandbox
+// made hard to delete (as root, the sandbox user's files); what its links point to
+// stays. Another provider's sandbox in the directory is left alone.
+func TestRemoveKillsAndDeletes(t *testing.T) {
+	dir := openTempDir(t)
+	p := newProvider(t, bwrap.Config{Dir: dir})
+	ctx := context.Background()
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, sandbox.ExecRequest{
+			Command: `mkdir -p d/e && touch d/e/f && chmod 000 d/e d && ln -s / root && ln -s /etc/passwd passwd && (while :; do echo x >> log; sleep 0.01; done) & wait`,
+		})
+		done <- err
+	}()
+	waitFor(t, "the loop to write", func() bool {
+		_, err := os.Stat(filepath.Join(p.Workspace(sb.ID()), "log"))
+		return err == nil
+	})
+
+	require.NoError(t, p.Remove(ctx, sb.ID()))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return after Remove")
+	}
+	require.Empty(t, p.Processes(sb.ID()))
+	require.NoDirExists(t, filepath.Join(dir, sb.ID()))
+	_, err = p.Connect(ctx, sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.NoError(t, p.Remove(ctx, sb.ID()), "removing twice is fine")
+	require.FileExists(t, "/etc/passwd")
+
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "local-0123456789abcdef", "workspace"), 0o755))
+	require.NoError(t, p.Remove(ctx, "local-0123456789abcdef"))
+	require.DirExists(t, filepath.Join(dir, "local-0123456789abcdef", "workspace"), "not this provider's")
+	for _, bad := range []string{"", "..", "bwrap-../x"} {
+		require.NoError(t, p.Remove(ctx, bad), bad)
+	}
+	require.DirExists(t, dir)
+}

@@ -2,7 +2,7 @@
 // (Linux) machine, each sandbox with its own workspace directory. Every command runs in its own
 // process group, so pausing (SIGSTOP), resuming (SIGCONT) and killing (SIGKILL) reach
 // everything it started. A killed sandbox keeps its directory (marked so that a later
-// process also sees it is gone).
+// process also sees it is gone) until Remove deletes it.
 //
 // The directory is the sandbox's record; memory holds only what the directory cannot say:
 // that a sandbox is paused, and which of its processes are still running (written down
@@ -295,9 +295,9 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
-// Kill ends every command of the sandbox and marks it gone. Its directory stays. When the
-// mark cannot be written, the sandbox stays gone for this process (which keeps it in
-// memory) and a later Kill tries the mark again.
+// Kill ends every command of the sandbox and marks it gone. Its directory stays, until
+// Remove. When the mark cannot be written, the sandbox stays gone for this process (which
+// keeps it in memory) and a later Kill tries the mark again.
 func (p *Provider) Kill(ctx context.Context, id string) error {
 	bx, err := p.acquire(id)
 	if errors.Is(err, sandbox.ErrGone) {
@@ -319,6 +319,26 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 			return fmt.Errorf("mark sandbox %s killed: %w", id, err)
 		}
 		bx.marked = true
+	}
+	return nil
+}
+
+// Remove kills the sandbox (Kill) and deletes its directory, workspace and records,
+// without following a symbolic link out of it (sandbox.RemoveDir). What a command left
+// in the background that escaped the kill (see the package's limits) may still hold
+// or write files in it: the removal then fails, or succeeds with that process running
+// on in a deleted directory.
+func (p *Provider) Remove(ctx context.Context, id string) error {
+	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
+		return nil // not a name this provider gives: nothing of it is here
+	}
+	if err := p.Kill(ctx, id); err != nil {
+		return err
+	}
+	// Killed and marked, the box is forgotten (or held by a call that finds it killed);
+	// a later acquire finds no directory and says gone.
+	if err := sandbox.RemoveDir(p.dir, id); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", id, err)
 	}
 	return nil
 }

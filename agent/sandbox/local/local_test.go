@@ -416,3 +416,46 @@ func TestEndedBackgroundGroupsAreForgotten(t *testing.T) {
 	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
 	require.NoError(t, err)
 }
+
+// Remove ends the sandbox's processes, those left in the background too, and deletes its
+// directory, also what the sandbox made hard to delete; what its links point to stays.
+// Another provider on the directory (a restarted chatd) removes one it did not make.
+func TestRemoveKillsAndDeletes(t *testing.T) {
+	dir := t.TempDir()
+	p, err := local.New(dir)
+	require.NoError(t, err)
+	ctx := context.Background()
+	outside := filepath.Join(t.TempDir(), "precious")
+	require.NoError(t, os.WriteFile(outside, []byte("keep"), 0o644))
+	sb, err := p.Create(ctx)
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Command: `mkdir -p d/e && touch d/e/f && chmod 000 d/e d && ln -s ` + outside + ` link && (while :; do sleep 0.01; done) > /dev/null 2>&1 & echo $! > bgpid`})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode)
+	bg := readInt(t, filepath.Join(ws, "bgpid"))
+	require.NotEmpty(t, procState(bg))
+
+	require.NoError(t, p.Remove(ctx, sb.ID()))
+	waitFor(t, "the background process to be gone", func() bool { s := procState(bg); return s == "" || s == "Z" })
+	require.NoDirExists(t, filepath.Join(dir, sb.ID()))
+	_, err = p.Connect(ctx, sb.ID())
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{Command: "true"})
+	require.ErrorIs(t, err, sandbox.ErrGone)
+	require.NoError(t, p.Remove(ctx, sb.ID()), "removing twice is fine")
+	b, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	require.Equal(t, "keep", string(b))
+
+	other, err := p.Create(ctx)
+	require.NoError(t, err)
+	p2, err := local.New(dir)
+	require.NoError(t, err)
+	require.NoError(t, p2.Remove(ctx, other.ID()))
+	require.NoDirExists(t, filepath.Join(dir, other.ID()))
+	for _, bad := range []string{"", ".", "..", "../x"} {
+		require.NoError(t, p2.Remove(ctx, bad), bad)
+	}
+	require.DirExists(t, dir)
+}
