@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -230,6 +231,12 @@ func (a *Actor) handle(it intent) {
 	case *helloIntent:
 		v, err := a.hello(it.req)
 		it.reply <- result[HelloResult]{v, err}
+		if refusedHello(err) && a.idle() {
+			// Nothing to keep it for: a hello for a missing session, or someone else's,
+			// must not leave an actor (and its memory) behind, or a stream of them is a
+			// cheap attack on memory.
+			a.evicted, a.stopped = true, true
+		}
 	case *sendIntent:
 		v, err := a.send(it.req)
 		it.reply <- result[SendResult]{v, err}
@@ -317,6 +324,12 @@ func (a *Actor) takeUnsubscribes() {
 		}
 		a.leftEarly[sub] = true
 	}
+}
+
+// refusedHello reports whether err refused a hello for a session the caller may not
+// have: missing, another user's, or deleted.
+func refusedHello(err error) bool {
+	return errors.Is(err, ErrNoSession) || errors.Is(err, ErrNotYours) || errors.Is(err, ErrDeleted)
 }
 
 // idle reports whether the actor holds nothing that needs it: no subscriber, no run, and

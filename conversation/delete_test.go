@@ -65,11 +65,25 @@ func TestSessionDeletedElsewhere(t *testing.T) {
 	require.NoError(t, st.Pool().QueryRow(ctx, "SELECT count(*) FROM runs WHERE session_id = $1", a.SessionID()).Scan(&runs))
 	require.Zero(t, runs, "nothing was written after the deletion")
 
+	// A refused hello stops its actor: each is answered by a new one, as the hub does.
 	b := startOn(t, st, script.New(), a.SessionID())
 	_, err = b.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "alice", Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrDeleted)
-	_, err = b.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "mallory", Subscriber: convtest.New()})
+	requireStopped(t, b)
+	c := startOn(t, st, script.New(), a.SessionID())
+	_, err = c.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "mallory", Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrNotYours, "another user does not learn that it was deleted")
+	requireStopped(t, c)
+}
+
+// requireStopped checks that a has stopped (a refused hello leaves no actor behind).
+func requireStopped(t *testing.T, a *conversation.Actor) {
+	t.Helper()
+	select {
+	case <-a.Done():
+	case <-testCtx(t).Done():
+		t.Fatal("the actor did not stop")
+	}
 }
 
 // A hello that may not create the session (its id came from a client) finds no session:
@@ -82,15 +96,20 @@ func TestHelloWithoutCreateRefusesAMissingSession(t *testing.T) {
 	ctx := testCtx(t)
 	_, err := a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrNoSession)
+	requireStopped(t, a) // nothing is left behind
 	var n int
 	require.NoError(t, st.Pool().QueryRow(ctx, "SELECT count(*) FROM sessions WHERE id = $1", a.SessionID()).Scan(&n))
 	require.Zero(t, n, "the refused hello stored no session")
 
-	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Create: true, Subscriber: convtest.New()})
+	b := startOn(t, st, script.New(), a.SessionID())
+	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "alice", Create: true, Subscriber: convtest.New()})
 	require.NoError(t, err)
-	// Once it exists, a hello that may not create finds it; another user still does not.
-	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
+	// Once it exists, a hello that may not create finds it; another user still does not,
+	// and an actor with a subscriber stays for it.
+	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "alice", Subscriber: convtest.New()})
 	require.NoError(t, err)
-	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "mallory", Subscriber: convtest.New()})
+	_, err = b.Hello(ctx, conversation.HelloRequest{Owner: "mallory", Subscriber: convtest.New()})
 	require.ErrorIs(t, err, conversation.ErrNotYours)
+	_, err = b.History(ctx, 0, 1)
+	require.NoError(t, err, "still there for alice's tabs")
 }

@@ -7,6 +7,8 @@
 #   scripts/devdb.sh status        say whether it runs and where
 #
 # When DATABASE_URL is already set, `exec` runs CMD against it and starts nothing.
+# CHATD_PGDATA names another data directory, and CHATD_DEVDB_PORT a fixed port (a
+# server stopped and started again is where its clients left it: the outage tests).
 # Otherwise the cluster lives in .pgdata/ (git ignores it), listens on 127.0.0.1 on a free
 # port with trust authentication, and keeps running between commands so the next start is
 # instant. initdb and postgres refuse to run as root, so as root they run as the `postgres`
@@ -162,7 +164,7 @@ start_cluster() {
 		sockdir=/tmp
 	fi
 	for tries in 1 2 3 4 5; do
-		port=$(free_port)
+		port=${CHATD_DEVDB_PORT:-$(free_port)}
 		if as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 \
 			-o "-p $port -k $sockdir" start >/dev/null 2>&1; then
 			say "PostgreSQL running on 127.0.0.1:$port (data in $DATA; stop with 'make db-stop')"

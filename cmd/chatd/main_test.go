@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -794,6 +795,14 @@ func (c *child) waitHealthy() {
 		}
 		lastErr = fmt.Errorf("status %s", resp.Status)
 	}
+}
+
+// adminAddr is where the child's admin listener listens, as its log says.
+func (c *child) adminAddr() string {
+	c.t.Helper()
+	m := regexp.MustCompile(`"admin_addr":"([^"]+)"`).FindStringSubmatch(c.log.String())
+	require.NotNil(c.t, m, "%s logged no admin address", c.name)
+	return m[1]
 }
 
 // wsURL is the child's WebSocket endpoint.

@@ -1,7 +1,9 @@
 package ws_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,25 +84,47 @@ func TestRequestIDLengthIsInCharacters(t *testing.T) {
 	require.Equal(t, "bad_request", f.Code)
 }
 
-// Tool input PostgreSQL cannot store is refused to the agent as bad input, not turned
-// into a storage failure.
+// Tool input that is not JSON is refused to the agent as bad input, not turned into a
+// storage failure.
 func TestUnstorableToolInputIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{agent: script.New(script.Text("before"), script.ToolStart("c1", "t", `{"a": `))})
+	c := e.session()
+	require.Equal(t, "ack", c.Chat("r1", "go").Type)
+	end := c.ReadTerminal()
+	require.Equal(t, "chat.error", end.Type)
+	require.Equal(t, "bad_request", end.Run.Error.Code)
+	require.Contains(t, end.Run.Error.Message, "c1")
+	e.requireConverged(c.State.SessionID, c)
+}
+
+// Tool input a model sends that jsonb refuses (a NUL, a lone surrogate, invalid UTF-8)
+// is cleaned where it enters: U+FFFD instead, the same in every tab and in the database.
+func TestToolInputIsCleanedToBeStorable(t *testing.T) {
 	t.Parallel()
 	for name, input := range map[string]string{
 		"NUL in a string": `{"a": "x\u0000y"}`,
 		"NUL in a key":    `{"\u0000": 1}`,
-		"not JSON":        `{"a": `,
+		"lone surrogate":  `{"a": "\ud800"}`,
 		"invalid UTF-8":   "{\"a\": \"\xff\"}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{agent: script.New(script.Text("before"), script.ToolStart("c1", "t", input))})
+			e := newEnv(t, envOptions{agent: script.New(script.Text("before"), script.Tool("c1", "t", input, "ok"))})
 			c := e.session()
 			require.Equal(t, "ack", c.Chat("r1", "go").Type)
 			end := c.ReadTerminal()
-			require.Equal(t, "chat.error", end.Type)
-			require.Equal(t, "bad_request", end.Run.Error.Code)
-			require.Contains(t, end.Run.Error.Message, "c1")
+			require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+			var call *wstest.Message
+			for _, m := range c.State.Messages {
+				if m.Tool != nil {
+					call = m
+				}
+			}
+			require.NotNil(t, call)
+			var v any
+			require.NoError(t, json.Unmarshal(call.Tool.Input, &v))
+			require.Contains(t, fmt.Sprint(v), "\uFFFD", "%s", call.Tool.Input)
 			e.requireConverged(c.State.SessionID, c)
 		})
 	}
