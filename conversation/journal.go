@@ -187,14 +187,18 @@ func (j *journal) createSession(sess chat.Session) (chat.Session, error) {
 // acquire takes the session's lease: store.ErrNotFound for a session that does not
 // exist, *ElsewhereError when another node holds a live lease.
 func (j *journal) acquire(ctx context.Context) (chat.Session, error) {
-	now := j.now()
 	prev, _ := j.st.LeaseGet(ctx, j.session) // only to count takeovers; the acquire decides
-	sess, l, err := j.st.LeaseAcquire(ctx, j.session, j.lease.Node(), j.lease.Addr(), now, j.lease.TTL)
+	sess, l, err := j.st.LeaseAcquire(ctx, j.session, j.lease.Node(), j.lease.Addr(), j.lease.TTL)
 	if err != nil {
 		return chat.Session{}, err
 	}
 	node := j.lease.Node()
 	if l.Node != node {
+		if sess.DeletedAt != nil {
+			// A tombstone is never acquired, and needs no lease: the actor answers that
+			// it was deleted, and writes nothing.
+			return sess, nil
+		}
 		return chat.Session{}, &ElsewhereError{Lease: l}
 	}
 	if prev.Node != "" && prev.Node != node {

@@ -34,9 +34,10 @@ type Holder interface {
 
 // Store is what the services need of the database.
 type Store interface {
-	LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, now time.Time, ttl time.Duration) ([]store.HeldLease, error)
+	// Leases expire by the database's clock: nothing here passes a time of this node's.
+	LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, ttl time.Duration) ([]store.HeldLease, error)
 	LeaseReleaseAll(ctx context.Context, node string) (int64, error)
-	SessionsToRescue(ctx context.Context, now time.Time, own string, waiting bool, limit int) ([]uuid.UUID, error)
+	SessionsToRescue(ctx context.Context, own string, waiting bool, limit int) ([]uuid.UUID, error)
 }
 
 // Config configures the services of one node.
@@ -47,7 +48,9 @@ type Config struct {
 	// not known yet: nothing is renewed or rescued then).
 	Node func() string
 	// TTL is a lease's life: renewals and rescue passes come every TTL/3.
-	TTL    time.Duration
+	TTL time.Duration
+	// Clock times the services' intervals; it never judges a lease's expiry, which is
+	// the database's.
 	Clock  clockwork.Clock
 	Logger zerolog.Logger
 	// RescueBatch bounds the sessions one rescue pass takes up (default 50); a full

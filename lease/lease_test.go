@@ -72,49 +72,60 @@ func newSession(t *testing.T, st *store.Store, now time.Time) uuid.UUID {
 	return s.ID
 }
 
-func acquire(t *testing.T, st *store.Store, id uuid.UUID, node string, now time.Time) int64 {
+func acquire(t *testing.T, st *store.Store, id uuid.UUID, node string) int64 {
 	t.Helper()
-	_, l, err := st.LeaseAcquire(t.Context(), id, node, node+":1", now, ttl)
+	_, l, err := st.LeaseAcquire(t.Context(), id, node, node+":1", ttl)
 	require.NoError(t, err)
 	require.Equal(t, node, l.Node)
 	return l.Token
 }
 
-// A renewal keeps what the node holds alive past its first TTL, and tells the node of
-// the leases another node took over meanwhile; Stop gives the rest back.
+func leaseOf(t *testing.T, st *store.Store, id uuid.UUID) store.Lease {
+	t.Helper()
+	l, err := st.LeaseGet(t.Context(), id)
+	require.NoError(t, err)
+	return l
+}
+
+// A renewal keeps what the node holds alive, also a lease that expired but that no
+// other node took, and tells the node of the leases another node took over meanwhile;
+// Stop gives the rest back.
 func TestRenewerKeepsLeasesAndFindsThoseTaken(t *testing.T) {
 	st := storetest.New(t)
 	clock := clockwork.NewFakeClockAt(time.Now())
 	kept, taken := newSession(t, st, clock.Now()), newSession(t, st, clock.Now())
 	h := &holder{held: map[uuid.UUID]int64{
-		kept:  acquire(t, st, kept, "a", clock.Now()),
-		taken: acquire(t, st, taken, "a", clock.Now()),
+		kept:  acquire(t, st, kept, "a"),
+		taken: acquire(t, st, taken, "a"),
 	}}
 	r := lease.NewRenewer(lease.Config{Store: st, Holder: h, Node: func() string { return "a" }, TTL: ttl, Clock: clock, Logger: zerolog.Nop()})
 
-	clock.Advance(ttl / 3)
+	before := leaseOf(t, st, kept)
 	r.Renew(t.Context())
 	require.Empty(t, h.lost)
-	// Past the first TTL, kept's lease lives on; taken's is another node's after a
-	// pause long enough for it to expire.
-	clock.Advance(ttl - time.Second)
-	_, l, err := st.LeaseAcquire(t.Context(), kept, "b", "b:1", clock.Now(), ttl)
-	require.NoError(t, err)
-	require.Equal(t, "a", l.Node, "renewed")
-	clock.Advance(ttl)
-	acquire(t, st, taken, "b", clock.Now())
-	acquire(t, st, kept, "b", clock.Now()) // a's renewals stopped: both expired
+	require.False(t, leaseOf(t, st, kept).ExpiresAt.Before(before.ExpiresAt), "renewed from the database's now")
+
+	// a paused past its TTL: both leases expired, by the database's clock, and b took
+	// one of them. a's renewal keeps the other, and names the one it lost.
+	storetest.ExpireLease(t, st, kept)
+	storetest.ExpireLease(t, st, taken)
+	acquire(t, st, taken, "b")
 	r.Renew(t.Context())
-	require.Equal(t, map[uuid.UUID]int64{kept: h.held[kept], taken: h.held[taken]}, h.lost, "each with the token it was held with")
+	require.Equal(t, map[uuid.UUID]int64{taken: h.held[taken]}, h.lost, "with the token it was held with")
+	l := leaseOf(t, st, kept)
+	require.Equal(t, "a", l.Node)
+	require.True(t, l.Live, "renewed although it had expired: nobody took it")
 
 	// A lease that names the node but that no actor holds (its actor stopped as moved,
 	// or its release failed) is not renewed: it expires, and another node may take it.
 	orphan := newSession(t, st, clock.Now())
-	acquire(t, st, orphan, "a", clock.Now())
+	acquire(t, st, orphan, "a")
+	was := leaseOf(t, st, orphan)
 	h.held = map[uuid.UUID]int64{}
 	r.Renew(t.Context())
-	clock.Advance(ttl)
-	acquire(t, st, orphan, "b", clock.Now())
+	require.Equal(t, was, leaseOf(t, st, orphan), "not renewed")
+	storetest.ExpireLease(t, st, orphan)
+	acquire(t, st, orphan, "b")
 	require.NoError(t, r.Start(t.Context()))
 	require.NoError(t, r.Stop(t.Context()))
 }
@@ -141,15 +152,16 @@ func TestRescuerTakesUpRunsNoLiveNodeDrives(t *testing.T) {
 	withRun(chat.RunAwaitingApproval) // waits for a person: the next hello takes it up
 	withRun(chat.RunDone)
 	live := withRun(chat.RunRunning)
-	acquire(t, st, live, "b", now)
+	acquire(t, st, live, "b")
 	mine := withRun(chat.RunRunning)
-	acquire(t, st, mine, "a", now) // a's previous life
+	acquire(t, st, mine, "a") // a's previous life
 	expired := withRun(chat.RunRunning)
-	acquire(t, st, expired, "c", now.Add(-2*ttl))
+	acquire(t, st, expired, "c")
+	storetest.ExpireLease(t, st, expired) // c died
 
 	h := &holder{}
 	h.rescue = func(id uuid.UUID) error {
-		_, l, err := st.LeaseAcquire(t.Context(), id, "a", "a:1", clock.Now(), ttl)
+		_, l, err := st.LeaseAcquire(t.Context(), id, "a", "a:1", ttl)
 		require.NoError(t, err)
 		if l.Node != "a" {
 			return &conversation.ElsewhereError{Lease: l}
@@ -167,9 +179,10 @@ func TestRescuerTakesUpRunsNoLiveNodeDrives(t *testing.T) {
 
 	// A node that took a session first makes the rescue skip it.
 	gone := withRun(chat.RunRunning)
-	acquire(t, st, gone, "c", clock.Now().Add(-2*ttl))
+	acquire(t, st, gone, "c")
+	storetest.ExpireLease(t, st, gone)
 	h.rescue = func(id uuid.UUID) error {
-		acquire(t, st, id, "c", clock.Now()) // c comes back first
+		acquire(t, st, id, "c") // c comes back first
 		return &conversation.ElsewhereError{}
 	}
 	require.Empty(t, r.Pass(t.Context()))

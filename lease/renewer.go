@@ -48,7 +48,7 @@ func (r *Renewer) Renew(ctx context.Context) {
 	held := r.cfg.Holder.Held()
 	now := r.cfg.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.TTL/3)
-	renewed, err := r.cfg.Store.LeaseRenew(rctx, node, held, now, r.cfg.TTL)
+	renewed, err := r.cfg.Store.LeaseRenew(rctx, node, held, r.cfg.TTL)
 	cancel()
 	// Telling the actors has its own time: the renewal's may be spent.
 	lctx, lcancel := context.WithTimeout(context.Background(), r.cfg.TTL/3)

@@ -232,7 +232,8 @@ func (m *Main) build() error {
 			if err != nil {
 				return "", false, err
 			}
-			return l.Addr, l.Node != m.Node() && l.Live(clock.Now()), nil
+			// Live by the database's clock: the nodes' clocks need not agree.
+			return l.Addr, l.Node != m.Node() && l.Live, nil
 		},
 		Node:    m.Node,
 		Metrics: transportMetrics,
