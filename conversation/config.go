@@ -53,8 +53,7 @@ type Store interface {
 	MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
 	RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error
-	LeaseGet(ctx context.Context, id uuid.UUID) (store.Lease, error)
-	LeaseAcquire(ctx context.Context, id uuid.UUID, node, addr string, ttl time.Duration) (chat.Session, store.Lease, error)
+	SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (store.Opened, error)
 	LeaseRelease(ctx context.Context, id uuid.UUID, node string, token int64) error
 }
 

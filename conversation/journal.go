@@ -3,6 +3,7 @@ package conversation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -130,43 +131,34 @@ func (j *journal) ctx() (context.Context, context.CancelFunc) {
 }
 
 // load reads the session (nil when it does not exist) and, once, the next message
-// position. It is read again after an insert whose outcome is unknown. With leases, the
-// first load acquires the session's lease: *ElsewhereError when another node holds it.
+// position, in one statement (store.SessionOpen). It is read again after an insert
+// whose outcome is unknown. With leases, the first load acquires the session's lease in
+// the same statement: *ElsewhereError when another node holds it.
 func (j *journal) load() (*chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	var sess chat.Session
-	var err error
+	var req store.OpenRequest
 	if j.lease != nil && j.token.Load() == 0 {
-		sess, err = j.acquire(ctx)
-	} else {
-		sess, err = j.st.SessionGet(ctx, j.session)
+		req = j.openRequest()
 	}
-	var found *chat.Session
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
+	queued := j.queued()
+	o, err := j.st.SessionOpen(ctx, j.session, req)
+	if err != nil {
 		return nil, err
-	default:
-		found = &sess
 	}
-	if !j.loaded {
-		if err := j.loadPosition(ctx); err != nil {
+	if o.Found && req.Node != "" {
+		if err := j.took(req.Node, o); err != nil {
 			return nil, err
 		}
 	}
-	return found, nil
-}
-
-func (j *journal) loadPosition(ctx context.Context) error {
-	queued := j.queued()
-	maxPos, err := j.st.MessagePositionMax(ctx, j.session)
-	if err != nil {
-		return err
+	if !j.loaded {
+		j.nextPos = max(o.MaxPosition, maxQueuedPosition(queued)) + 1
+		j.loaded = true
 	}
-	j.nextPos = max(maxPos, maxQueuedPosition(queued)) + 1
-	j.loaded = true
-	return nil
+	if !o.Found {
+		return nil, nil
+	}
+	return &o.Session, nil
 }
 
 // position returns the position the next message will take.
@@ -187,28 +179,45 @@ func (j *journal) createSession(sess chat.Session) (chat.Session, error) {
 // acquire takes the session's lease: store.ErrNotFound for a session that does not
 // exist, *ElsewhereError when another node holds a live lease.
 func (j *journal) acquire(ctx context.Context) (chat.Session, error) {
-	prev, _ := j.st.LeaseGet(ctx, j.session) // only to count takeovers; the acquire decides
-	sess, l, err := j.st.LeaseAcquire(ctx, j.session, j.lease.Node(), j.lease.Addr(), j.lease.TTL)
+	req := j.openRequest()
+	o, err := j.st.SessionOpen(ctx, j.session, req)
 	if err != nil {
 		return chat.Session{}, err
 	}
-	node := j.lease.Node()
-	if l.Node != node {
-		if sess.DeletedAt != nil {
-			// A tombstone is never acquired, and needs no lease: the actor answers that
-			// it was deleted, and writes nothing.
-			return sess, nil
-		}
-		return chat.Session{}, &ElsewhereError{Lease: l}
+	if !o.Found {
+		return chat.Session{}, fmt.Errorf("acquire session %s: %w", j.session, store.ErrNotFound)
 	}
-	if prev.Node != "" && prev.Node != node {
+	if err := j.took(req.Node, o); err != nil {
+		return chat.Session{}, err
+	}
+	return o.Session, nil
+}
+
+// openRequest is how the journal opens its session with leases: for this node, for a
+// TTL by the database's clock.
+func (j *journal) openRequest() store.OpenRequest {
+	return store.OpenRequest{Node: j.lease.Node(), Addr: j.lease.Addr(), TTL: j.lease.TTL}
+}
+
+// took keeps the token of the lease SessionOpen acquired for node, and counts how: a
+// takeover when another node held it. Not acquired, it is *ElsewhereError: another node
+// holds a live lease. A tombstone is never acquired, and needs no lease: the actor
+// answers that it was deleted, and writes nothing.
+func (j *journal) took(node string, o store.Opened) error {
+	if !o.Acquired {
+		if o.Session.DeletedAt != nil {
+			return nil
+		}
+		return &ElsewhereError{Lease: o.Lease}
+	}
+	if o.PrevNode != "" && o.PrevNode != node {
 		j.metrics.leaseTakeover.Inc()
-		j.log().Warn().Str("from_node", prev.Node).Int64("token", l.Token).Msg("took the session over from a node whose lease expired")
+		j.log().Warn().Str("from_node", o.PrevNode).Int64("token", o.Lease.Token).Msg("took the session over from a node whose lease expired")
 	} else {
 		j.metrics.leaseAcquired.Inc()
 	}
-	j.token.Store(l.Token)
-	return sess, nil
+	j.token.Store(o.Lease.Token)
+	return nil
 }
 
 // releaseLease gives the session's lease back, when the journal holds it: the actor has

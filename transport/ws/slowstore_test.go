@@ -10,6 +10,7 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
 )
 
 // slowStore makes every call to the store it wraps wait first, as on a database far
@@ -102,6 +103,13 @@ func (s slowStore) SessionCreate(ctx context.Context, sess chat.Session) (chat.S
 		return chat.Session{}, err
 	}
 	return s.Store.SessionCreate(ctx, sess)
+}
+
+func (s slowStore) SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (store.Opened, error) {
+	if err := s.wait(ctx); err != nil {
+		return store.Opened{}, err
+	}
+	return s.Store.SessionOpen(ctx, id, req)
 }
 
 func (s slowStore) MessagePositionMax(ctx context.Context, id uuid.UUID) (int64, error) {
