@@ -47,12 +47,15 @@ type Config struct {
 	// Node returns this node's id, as its actors acquire leases with ("" while it is
 	// not known yet: nothing is renewed or rescued then).
 	Node func() string
-	// TTL is a lease's life: renewals and rescue passes come every TTL/3.
+	// TTL is a lease's life: renewals and rescue passes come every TTL/3 (a renewal
+	// that failed is tried again sooner, see Renewer).
 	TTL time.Duration
 	// Clock times the services' intervals; it never judges a lease's expiry, which is
 	// the database's.
 	Clock  clockwork.Clock
 	Logger zerolog.Logger
+	// Metrics counts what the services do; nil counts into metrics nobody exposes.
+	Metrics *Metrics
 	// RescueBatch bounds the sessions one rescue pass takes up (default 50); a full
 	// pass is followed at once by another.
 	RescueBatch int
@@ -61,20 +64,6 @@ type Config struct {
 	RescueWaiting bool
 	// Rescued, when set, is told the sessions each rescue pass took up (for tests).
 	Rescued func(ids []uuid.UUID)
-}
-
-// every runs f at once and then every interval on clock until stop is closed.
-func every(clock clockwork.Clock, interval time.Duration, stop <-chan struct{}, f func()) {
-	t := clock.NewTicker(interval)
-	defer t.Stop()
-	for {
-		f()
-		select {
-		case <-t.Chan():
-		case <-stop:
-			return
-		}
-	}
 }
 
 // loop is a started service's goroutine.
@@ -124,5 +113,8 @@ func (c *Config) defaults() {
 	}
 	if c.RescueBatch <= 0 {
 		c.RescueBatch = 50
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
 	}
 }

@@ -302,6 +302,7 @@ func (m *Main) build() error {
 	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
 	// one the hub's writes rely on (lease renewal) goes before it.
 	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger(),
+		Metrics: lease.NewMetrics(m.registry),
 		// Runs are not continued: a dead node's runs that wait for a person end too.
 		RescueWaiting: m.cfg.Recover != RecoverContinue}
 	m.renewer, m.rescuer = lease.NewRenewer(leases), lease.NewRescuer(leases)
