@@ -96,7 +96,7 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		coalesceT: actorTimer{kind: timerCoalesce},
 	}
 	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease)
-	a.journal.now, a.journal.token = a.now, &a.leaseToken
+	a.journal.token = &a.leaseToken
 	a.unsubs.signal = make(chan struct{}, 1)
 	go a.loop()
 	return a
@@ -430,11 +430,15 @@ func (a *Actor) deletedElsewhere(err error) {
 
 // load reads the session when the actor does not know it yet. It is retried on the next
 // intent when the database fails.
-func (a *Actor) load() error {
+func (a *Actor) load() error { return a.loadAs("", false) }
+
+// loadAs is load for a hello of owner: with check, another user's session is read but
+// not acquired (its lease stays where it is), since the actor will only refuse it.
+func (a *Actor) loadAs(owner string, check bool) error {
 	if a.session != nil && a.journal.loaded {
 		return nil
 	}
-	sess, err := a.journal.load()
+	sess, err := a.journal.load(owner, check)
 	if err != nil {
 		return err
 	}

@@ -38,16 +38,13 @@ const (
 // Store is what an actor needs of the database. *store.Store implements it; tests wrap
 // the real one to inject failures.
 type Store interface {
-	SessionGet(ctx context.Context, id uuid.UUID) (chat.Session, error)
 	SessionCreate(ctx context.Context, sess chat.Session) (chat.Session, error)
-	MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (int64, error)
 	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
 	MessageInsert(ctx context.Context, m chat.Message) error
 	MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error
 	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
 	RunStartCounted(ctx context.Context, run chat.Run, user chat.Message, maxActive int) (int, error)
-	RunRequestIDs(ctx context.Context, sessionID uuid.UUID, limit int) ([]string, error)
 	RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
@@ -55,8 +52,7 @@ type Store interface {
 	MessageDeleteEmpty(ctx context.Context, id uuid.UUID) (bool, error)
 	RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunStatus) error
 	RunContinue(ctx context.Context, run chat.Run, maxActive int, from ...chat.RunStatus) error
-	LeaseGet(ctx context.Context, id uuid.UUID) (store.Lease, error)
-	LeaseAcquire(ctx context.Context, id uuid.UUID, node, addr string, now time.Time, ttl time.Duration) (chat.Session, store.Lease, error)
+	SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (store.Opened, error)
 	LeaseRelease(ctx context.Context, id uuid.UUID, node string, token int64) error
 	StreamLogRead(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]string, error)
 }

@@ -3,6 +3,7 @@ package conversation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -53,7 +54,6 @@ type sessionJournal struct {
 	// database): token is what it was acquired with (0 until then), mirrored for the
 	// hub's renewals; the queue fences every write with it.
 	lease *LeaseConfig
-	now   func() time.Time
 	token *atomic.Int64
 }
 
@@ -71,43 +71,39 @@ func (j *sessionJournal) ctx() (context.Context, context.CancelFunc) {
 }
 
 // load reads the session (nil when it does not exist) and, once, the next message
-// position. It is read again after an insert whose outcome is unknown. With leases, the
-// first load acquires the session's lease: *ElsewhereError when another node holds it.
-func (j *sessionJournal) load() (*chat.Session, error) {
+// position, in one statement (store.SessionOpen). It is read again after an insert
+// whose outcome is unknown. With leases, the first load acquires the session's lease in
+// the same statement: *ElsewhereError when another node holds it. With owner (a hello's
+// caller, checked) a session of another user is read, not acquired: its actor answers
+// that it is not the caller's, and goes.
+func (j *sessionJournal) load(owner string, check bool) (*chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	var sess chat.Session
-	var err error
+	req := store.OpenRequest{Owner: owner, CheckOwner: check, RequestIDs: maxKnownRequests + 1}
 	if j.lease != nil && j.token.Load() == 0 {
-		sess, err = j.acquire(ctx)
-	} else {
-		sess, err = j.st.SessionGet(ctx, j.session)
+		req.Node, req.Addr, req.TTL = j.lease.Node(), j.lease.Addr(), j.lease.TTL
 	}
-	var found *chat.Session
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
+	queued := j.q.Queued()
+	o, err := j.st.SessionOpen(ctx, j.session, req)
+	if err != nil {
 		return nil, err
-	default:
-		found = &sess
 	}
-	if !j.loaded {
-		if err := j.loadPosition(ctx); err != nil {
+	if o.Found && req.Node != "" && !(check && o.Session.Owner != owner) {
+		if err := j.took(req.Node, o); err != nil {
 			return nil, err
 		}
 	}
-	return found, nil
-}
-
-func (j *sessionJournal) loadPosition(ctx context.Context) error {
-	queued := j.q.Queued()
-	maxPos, err := j.st.MessagePositionMax(ctx, j.session)
-	if err != nil {
-		return err
+	if !j.loaded {
+		j.nextPos = max(o.MaxPosition, maxQueuedPosition(queued)) + 1
+		j.loaded = true
 	}
-	j.nextPos = max(maxPos, maxQueuedPosition(queued)) + 1
-	j.loaded = true
-	return nil
+	if o.Found && !(check && o.Session.Owner != owner) {
+		j.knowRequests(o.RequestIDs, queued)
+	}
+	if !o.Found {
+		return nil, nil
+	}
+	return &o.Session, nil
 }
 
 // position returns the position the next message will take.
@@ -132,24 +128,45 @@ func (j *sessionJournal) createSession(sess chat.Session) (chat.Session, error) 
 // acquire takes the session's lease: store.ErrNotFound for a session that does not
 // exist, *ElsewhereError when another node holds a live lease.
 func (j *sessionJournal) acquire(ctx context.Context) (chat.Session, error) {
-	now := j.now()
-	prev, _ := j.st.LeaseGet(ctx, j.session) // only to count takeovers; the acquire decides
-	sess, l, err := j.st.LeaseAcquire(ctx, j.session, j.lease.Node(), j.lease.Addr(), now, j.lease.TTL)
+	req := j.openRequest()
+	o, err := j.st.SessionOpen(ctx, j.session, req)
 	if err != nil {
 		return chat.Session{}, err
 	}
-	node := j.lease.Node()
-	if l.Node != node {
-		return chat.Session{}, &ElsewhereError{Lease: l}
+	if !o.Found {
+		return chat.Session{}, fmt.Errorf("acquire session %s: %w", j.session, store.ErrNotFound)
 	}
-	if prev.Node != "" && prev.Node != node {
+	if err := j.took(req.Node, o); err != nil {
+		return chat.Session{}, err
+	}
+	return o.Session, nil
+}
+
+// openRequest is how the journal opens its session with leases: for this node, for a
+// TTL by the database's clock.
+func (j *sessionJournal) openRequest() store.OpenRequest {
+	return store.OpenRequest{Node: j.lease.Node(), Addr: j.lease.Addr(), TTL: j.lease.TTL}
+}
+
+// took keeps the token of the lease SessionOpen acquired for node, and counts how: a
+// takeover when another node held it. Not acquired, it is *ElsewhereError: another node
+// holds a live lease. A tombstone is never acquired, and needs no lease: the actor
+// answers that it was deleted, and writes nothing.
+func (j *sessionJournal) took(node string, o store.Opened) error {
+	if !o.Acquired {
+		if o.Session.DeletedAt != nil {
+			return nil
+		}
+		return &ElsewhereError{Lease: o.Lease}
+	}
+	if o.PrevNode != "" && o.PrevNode != node {
 		j.metrics.leaseTakeover.Inc()
-		j.log().Warn().Str("from_node", prev.Node).Int64("token", l.Token).Msg("took the session over from a node whose lease expired")
+		j.log().Warn().Str("from_node", o.PrevNode).Int64("token", o.Lease.Token).Msg("took the session over from a node whose lease expired")
 	} else {
 		j.metrics.leaseAcquired.Inc()
 	}
-	j.setToken(l.Token)
-	return sess, nil
+	j.setToken(o.Lease.Token)
+	return nil
 }
 
 // setToken records the lease's token: the fence of every write from now on (0: none).
@@ -352,29 +369,27 @@ func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int
 // told new requests from repeated ones by its run starts.
 const maxKnownRequests = 1000
 
-// knowsRequest reports whether the session has a run for requestID, as far as the
-// actor knows its request ids (requestsComplete: it knows them all). It reads them
-// once, at the first send.
-func (j *sessionJournal) knowsRequest(requestID string) (bool, error) {
-	if j.requests == nil {
-		ctx, cancel := j.ctx()
-		ids, err := j.st.RunRequestIDs(ctx, j.session, maxKnownRequests+1)
-		cancel()
-		if err != nil {
-			return false, err
-		}
-		j.requests = make(map[string]bool, len(ids))
-		for _, id := range ids {
-			j.requests[id] = true
-		}
-		j.requestsComplete = len(ids) <= maxKnownRequests
-		for _, w := range j.q.Queued() { // none yet, unless a run was continued
-			if w.Run != nil {
-				j.requests[w.Run.RequestID] = true
-			}
+// knowRequests records the request ids of the session's newest runs as the database
+// has them (at most maxKnownRequests+1: more means the actor cannot know them all), with
+// those of the runs it has queued.
+func (j *sessionJournal) knowRequests(ids []string, queued []journal.Write) {
+	j.requests = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		j.requests[id] = true
+	}
+	j.requestsComplete = len(ids) <= maxKnownRequests
+	for _, w := range queued {
+		if w.Run != nil {
+			j.requests[w.Run.RequestID] = true
 		}
 	}
-	return j.requests[requestID], nil
+}
+
+// knowsRequest reports whether the session has a run for requestID, as far as the
+// actor knows its request ids (requestsComplete: it knows them all, read when it
+// opened the session).
+func (j *sessionJournal) knowsRequest(requestID string) bool {
+	return j.requests[requestID]
 }
 
 // startRetry stores a run that retries run.RetryOf (it has no user message of its own).

@@ -20,7 +20,8 @@ import (
 
 const leaseTTL = 10 * time.Second
 
-// startNode starts session id's actor as node would, holding leases on clock.
+// startNode starts session id's actor as node would, on clock; its leases expire by the
+// database's clock (storetest.ExpireLease).
 func startNode(t *testing.T, st conversation.Store, agent conversation.Agent, clock clockwork.Clock, node string, id uuid.UUID) *conversation.Actor {
 	t.Helper()
 	a := conversation.Start(conversation.Config{
@@ -65,9 +66,9 @@ func TestATakenOverNodeWritesNothing(t *testing.T) {
 	require.ErrorIs(t, err, conversation.ErrElsewhere)
 	var ee *conversation.ElsewhereError
 	require.ErrorAs(t, err, &ee)
-	require.Equal(t, store.Lease{Node: "a", Addr: "a:8080", ExpiresAt: ee.Lease.ExpiresAt, Token: first}, ee.Lease)
+	require.Equal(t, store.Lease{Node: "a", Addr: "a:8080", ExpiresAt: ee.Lease.ExpiresAt, Token: first, Live: true}, ee.Lease)
 
-	clock.Advance(leaseTTL + time.Second)
+	storetest.ExpireLease(t, st, id) // a stopped renewing (paused, cut off)
 	// A hello takes the session over, and continues its run: subscribed in the same
 	// step, the tab sees all of the continued run.
 	b2 := startNode(t, st, script.New(script.Text("from b")), clock, "b", id)
@@ -130,7 +131,7 @@ func TestATakenOverNodeRunsNoTool(t *testing.T) {
 	tabA.Await(t, convtest.Type(conversation.EventDelta))
 	require.NoError(t, a.Flush(ctx))
 
-	clock.Advance(leaseTTL + time.Second)
+	storetest.ExpireLease(t, st, id)
 	b := startNode(t, st, script.New(script.Text("from b")), clock, "b", id)
 	tabB := convtest.New()
 	_, err = b.Hello(ctx, conversation.HelloRequest{Subscriber: tabB})

@@ -80,12 +80,13 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	}
 	// A repeated request is answered from what is stored, without a statement that
 	// could start anything.
-	known, err := a.journal.knowsRequest(req.RequestID)
-	if err != nil {
-		return SendResult{}, a.storageError("read the session's runs", err)
-	}
-	if known {
+	if a.journal.knowsRequest(req.RequestID) {
 		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
+			if prev.Status.Active() {
+				// Stored as running, yet no agent drives it (none is active here): a
+				// start whose answer was lost. Start it now.
+				return a.adopt(prev)
+			}
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
 	}

@@ -9,7 +9,7 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	if _, ok := a.subs[req.Subscriber]; ok {
 		return HelloResult{}, errorf(CodeBadRequest, "already subscribed")
 	}
-	if err := a.load(); err != nil {
+	if err := a.loadAs(req.Owner, true); err != nil {
 		return HelloResult{}, a.loadError(err)
 	}
 	if a.session == nil {

@@ -144,6 +144,10 @@ func (w *Writer) halt(q *Queue, on bool) {
 	w.nHalt.Store(int32(len(w.halted)))
 }
 
+// Kick retries now every queue that waits for a retry: the database answers again (a
+// lease renewal succeeded after failing). Safe from any goroutine.
+func (w *Writer) Kick() { w.succeeded() }
+
 // succeeded is told that a write of the node was stored: when others wait for a retry,
 // the database answers again, and they are retried now rather than after their backoff.
 func (w *Writer) succeeded() {

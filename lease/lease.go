@@ -34,9 +34,10 @@ type Holder interface {
 
 // Store is what the services need of the database.
 type Store interface {
-	LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, now time.Time, ttl time.Duration) ([]store.HeldLease, error)
+	// Leases expire by the database's clock: nothing here passes a time of this node's.
+	LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, ttl time.Duration) ([]store.HeldLease, error)
 	LeaseReleaseAll(ctx context.Context, node string) (int64, error)
-	SessionsToRescue(ctx context.Context, now time.Time, own string, waiting bool, limit int) ([]uuid.UUID, error)
+	SessionsToRescue(ctx context.Context, own string, waiting bool, limit int) ([]uuid.UUID, error)
 }
 
 // Config configures the services of one node.
@@ -46,32 +47,27 @@ type Config struct {
 	// Node returns this node's id, as its actors acquire leases with ("" while it is
 	// not known yet: nothing is renewed or rescued then).
 	Node func() string
-	// TTL is a lease's life: renewals and rescue passes come every TTL/3.
-	TTL    time.Duration
+	// TTL is a lease's life: renewals and rescue passes come every TTL/3 (a renewal
+	// that failed is tried again sooner, see Renewer).
+	TTL time.Duration
+	// Clock times the services' intervals; it never judges a lease's expiry, which is
+	// the database's.
 	Clock  clockwork.Clock
 	Logger zerolog.Logger
+	// Metrics counts what the services do; nil counts into metrics nobody exposes.
+	Metrics *Metrics
 	// RescueBatch bounds the sessions one rescue pass takes up (default 50); a full
 	// pass is followed at once by another.
 	RescueBatch int
 	// RescueWaiting takes up runs waiting for a person too: when runs are not continued
 	// (CHATD_RECOVER=interrupt) the rescue ends them, and nothing else would.
 	RescueWaiting bool
+	// Answered, when set, is called after a renewal that succeeds where the ones before
+	// it failed: the database answers again. chatd retries its queued writes then
+	// (journal.Writer.Kick) rather than after their backoff.
+	Answered func()
 	// Rescued, when set, is told the sessions each rescue pass took up (for tests).
 	Rescued func(ids []uuid.UUID)
-}
-
-// every runs f at once and then every interval on clock until stop is closed.
-func every(clock clockwork.Clock, interval time.Duration, stop <-chan struct{}, f func()) {
-	t := clock.NewTicker(interval)
-	defer t.Stop()
-	for {
-		f()
-		select {
-		case <-t.Chan():
-		case <-stop:
-			return
-		}
-	}
 }
 
 // loop is a started service's goroutine.
@@ -121,5 +117,8 @@ func (c *Config) defaults() {
 	}
 	if c.RescueBatch <= 0 {
 		c.RescueBatch = 50
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
 	}
 }

@@ -1,13 +1,17 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -72,51 +76,192 @@ func newSession(t *testing.T, st *store.Store, now time.Time) uuid.UUID {
 	return s.ID
 }
 
-func acquire(t *testing.T, st *store.Store, id uuid.UUID, node string, now time.Time) int64 {
+func acquire(t *testing.T, st *store.Store, id uuid.UUID, node string) int64 {
 	t.Helper()
-	_, l, err := st.LeaseAcquire(t.Context(), id, node, node+":1", now, ttl)
+	_, l, err := st.LeaseAcquire(t.Context(), id, node, node+":1", ttl)
 	require.NoError(t, err)
 	require.Equal(t, node, l.Node)
 	return l.Token
 }
 
-// A renewal keeps what the node holds alive past its first TTL, and tells the node of
-// the leases another node took over meanwhile; Stop gives the rest back.
+func leaseOf(t *testing.T, st *store.Store, id uuid.UUID) store.Lease {
+	t.Helper()
+	l, err := st.LeaseGet(t.Context(), id)
+	require.NoError(t, err)
+	return l
+}
+
+// A renewal keeps what the node holds alive, also a lease that expired but that no
+// other node took, and tells the node of the leases another node took over meanwhile;
+// Stop gives the rest back.
 func TestRenewerKeepsLeasesAndFindsThoseTaken(t *testing.T) {
 	st := storetest.New(t)
 	clock := clockwork.NewFakeClockAt(time.Now())
 	kept, taken := newSession(t, st, clock.Now()), newSession(t, st, clock.Now())
 	h := &holder{held: map[uuid.UUID]int64{
-		kept:  acquire(t, st, kept, "a", clock.Now()),
-		taken: acquire(t, st, taken, "a", clock.Now()),
+		kept:  acquire(t, st, kept, "a"),
+		taken: acquire(t, st, taken, "a"),
 	}}
 	r := lease.NewRenewer(lease.Config{Store: st, Holder: h, Node: func() string { return "a" }, TTL: ttl, Clock: clock, Logger: zerolog.Nop()})
 
-	clock.Advance(ttl / 3)
-	r.Renew(t.Context())
+	before := leaseOf(t, st, kept)
+	require.True(t, r.Renew(t.Context()))
 	require.Empty(t, h.lost)
-	// Past the first TTL, kept's lease lives on; taken's is another node's after a
-	// pause long enough for it to expire.
-	clock.Advance(ttl - time.Second)
-	_, l, err := st.LeaseAcquire(t.Context(), kept, "b", "b:1", clock.Now(), ttl)
-	require.NoError(t, err)
-	require.Equal(t, "a", l.Node, "renewed")
-	clock.Advance(ttl)
-	acquire(t, st, taken, "b", clock.Now())
-	acquire(t, st, kept, "b", clock.Now()) // a's renewals stopped: both expired
-	r.Renew(t.Context())
-	require.Equal(t, map[uuid.UUID]int64{kept: h.held[kept], taken: h.held[taken]}, h.lost, "each with the token it was held with")
+	require.False(t, leaseOf(t, st, kept).ExpiresAt.Before(before.ExpiresAt), "renewed from the database's now")
+
+	// a paused past its TTL: both leases expired, by the database's clock, and b took
+	// one of them. a's renewal keeps the other, and names the one it lost.
+	storetest.ExpireLease(t, st, kept)
+	storetest.ExpireLease(t, st, taken)
+	acquire(t, st, taken, "b")
+	require.True(t, r.Renew(t.Context()))
+	require.Equal(t, map[uuid.UUID]int64{taken: h.held[taken]}, h.lost, "with the token it was held with")
+	l := leaseOf(t, st, kept)
+	require.Equal(t, "a", l.Node)
+	require.True(t, l.Live, "renewed although it had expired: nobody took it")
 
 	// A lease that names the node but that no actor holds (its actor stopped as moved,
 	// or its release failed) is not renewed: it expires, and another node may take it.
 	orphan := newSession(t, st, clock.Now())
-	acquire(t, st, orphan, "a", clock.Now())
+	acquire(t, st, orphan, "a")
+	was := leaseOf(t, st, orphan)
 	h.held = map[uuid.UUID]int64{}
-	r.Renew(t.Context())
-	clock.Advance(ttl)
-	acquire(t, st, orphan, "b", clock.Now())
+	require.True(t, r.Renew(t.Context()))
+	require.Equal(t, was, leaseOf(t, st, orphan), "not renewed")
+	storetest.ExpireLease(t, st, orphan)
+	acquire(t, st, orphan, "b")
 	require.NoError(t, r.Start(t.Context()))
 	require.NoError(t, r.Stop(t.Context()))
+}
+
+// down is the store as a node cut off from the database sees it: while set, every
+// renewal fails. It records when (on the renewer's clock) each renewal was tried.
+type down struct {
+	*store.Store
+	clock clockwork.Clock
+	mu    sync.Mutex
+	fail  bool
+	tries chan time.Time
+}
+
+func (d *down) set(fail bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail = fail
+}
+
+func (d *down) LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, ttl time.Duration) ([]store.HeldLease, error) {
+	d.mu.Lock()
+	fail := d.fail
+	d.mu.Unlock()
+	if d.tries != nil {
+		d.tries <- d.clock.Now()
+	}
+	if fail {
+		return nil, errors.New("dial tcp 10.0.0.5:5432: connect: connection refused")
+	}
+	return d.Store.LeaseRenew(ctx, node, held, ttl)
+}
+
+// Renewals that fail for longer than a TTL stop no actor: each failure is logged, with
+// how long they have failed, and counted. Once the database answers, the renewal names
+// the lease another node took meanwhile, and renews the others.
+func TestRenewerStopsNoActorWhileRenewalsFail(t *testing.T) {
+	st := storetest.New(t)
+	clock := clockwork.NewFakeClockAt(time.Now())
+	kept, taken := newSession(t, st, clock.Now()), newSession(t, st, clock.Now())
+	h := &holder{held: map[uuid.UUID]int64{
+		kept:  acquire(t, st, kept, "a"),
+		taken: acquire(t, st, taken, "a"),
+	}}
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	d := &down{Store: st, clock: clock}
+	r := lease.NewRenewer(lease.Config{Store: d, Holder: h, Node: func() string { return "a" }, TTL: ttl, Clock: clock,
+		Logger: zerolog.New(&logs), Metrics: lease.NewMetrics(reg)})
+
+	d.set(true)
+	tries := 0
+	for elapsed := time.Duration(0); elapsed <= 2*ttl; elapsed += time.Second {
+		require.False(t, r.Renew(t.Context()))
+		tries++
+		clock.Advance(time.Second)
+	}
+	require.Empty(t, h.lost, "no actor is stopped, however long renewals fail")
+	require.EqualValues(t, tries, counter(t, reg, "chatd_lease_renewal_failures_total"))
+	var last struct {
+		Level      string  `json:"level"`
+		FailingFor float64 `json:"failing_for"`
+	}
+	lines := bytes.Split(bytes.TrimSpace(logs.Bytes()), []byte("\n"))
+	require.Len(t, lines, tries)
+	require.NoError(t, json.Unmarshal(lines[len(lines)-1], &last))
+	require.Equal(t, "error", last.Level)
+	require.EqualValues(t, 2*ttl/time.Millisecond, last.FailingFor, "how long renewals have failed, in ms")
+
+	// Meanwhile the leases expired, and b took one session over.
+	storetest.ExpireLease(t, st, kept)
+	storetest.ExpireLease(t, st, taken)
+	acquire(t, st, taken, "b")
+	d.set(false)
+	require.True(t, r.Renew(t.Context()))
+	require.Equal(t, map[uuid.UUID]int64{taken: h.held[taken]}, h.lost, "only the actor whose session was taken stops")
+	l := leaseOf(t, st, kept)
+	require.Equal(t, "a", l.Node)
+	require.True(t, l.Live)
+}
+
+// After a failed renewal the next comes within a second, sooner than the other nodes'
+// rescue passes (every TTL/3); once renewals succeed they come every TTL/3 again.
+func TestRenewerRetriesSoonAfterAFailure(t *testing.T) {
+	st := storetest.New(t)
+	clock := clockwork.NewFakeClockAt(time.Now())
+	id := newSession(t, st, clock.Now())
+	h := &holder{held: map[uuid.UUID]int64{id: acquire(t, st, id, "a")}}
+	d := &down{Store: st, clock: clock, tries: make(chan time.Time, 16)}
+	d.set(true)
+	r := lease.NewRenewer(lease.Config{Store: d, Holder: h, Node: func() string { return "a" }, TTL: ttl, Clock: clock, Logger: zerolog.Nop()})
+	start := clock.Now()
+	require.NoError(t, r.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })
+	next := func(advance time.Duration) time.Duration {
+		t.Helper()
+		if advance > 0 {
+			require.NoError(t, clock.BlockUntilContext(t.Context(), 1)) // the renewer's timer
+			clock.Advance(advance)
+		}
+		select {
+		case at := <-d.tries:
+			return at.Sub(start)
+		case <-t.Context().Done():
+			t.Fatal("no renewal came")
+			return 0
+		}
+	}
+	require.Zero(t, next(0), "the first at once")
+	require.Equal(t, time.Second, next(time.Second), "failed: again a second later")
+	d.set(false)
+	require.Equal(t, 2*time.Second, next(time.Second))
+	// It succeeded: the next comes a third of the TTL later, not a second.
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(time.Second)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the same timer still waits")
+	require.Equal(t, 2*time.Second+ttl/3, next(ttl/3-time.Second))
+	require.Empty(t, h.lost)
+}
+
+// counter returns the value of the counter name in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // A rescue pass takes up the sessions with a streaming run and no live lease, and
@@ -141,15 +286,16 @@ func TestRescuerTakesUpRunsNoLiveNodeDrives(t *testing.T) {
 	withRun(chat.RunAwaitingApproval) // waits for a person: the next hello takes it up
 	withRun(chat.RunDone)
 	live := withRun(chat.RunRunning)
-	acquire(t, st, live, "b", now)
+	acquire(t, st, live, "b")
 	mine := withRun(chat.RunRunning)
-	acquire(t, st, mine, "a", now) // a's previous life
+	acquire(t, st, mine, "a") // a's previous life
 	expired := withRun(chat.RunRunning)
-	acquire(t, st, expired, "c", now.Add(-2*ttl))
+	acquire(t, st, expired, "c")
+	storetest.ExpireLease(t, st, expired) // c died
 
 	h := &holder{}
 	h.rescue = func(id uuid.UUID) error {
-		_, l, err := st.LeaseAcquire(t.Context(), id, "a", "a:1", clock.Now(), ttl)
+		_, l, err := st.LeaseAcquire(t.Context(), id, "a", "a:1", ttl)
 		require.NoError(t, err)
 		if l.Node != "a" {
 			return &conversation.ElsewhereError{Lease: l}
@@ -167,9 +313,10 @@ func TestRescuerTakesUpRunsNoLiveNodeDrives(t *testing.T) {
 
 	// A node that took a session first makes the rescue skip it.
 	gone := withRun(chat.RunRunning)
-	acquire(t, st, gone, "c", clock.Now().Add(-2*ttl))
+	acquire(t, st, gone, "c")
+	storetest.ExpireLease(t, st, gone)
 	h.rescue = func(id uuid.UUID) error {
-		acquire(t, st, id, "c", clock.Now()) // c comes back first
+		acquire(t, st, id, "c") // c comes back first
 		return &conversation.ElsewhereError{}
 	}
 	require.Empty(t, r.Pass(t.Context()))

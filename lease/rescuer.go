@@ -62,7 +62,7 @@ func (r *Rescuer) Pass(ctx context.Context) []uuid.UUID {
 	var took []uuid.UUID
 	handled := map[uuid.UUID]bool{}
 	for {
-		ids, err := r.cfg.Store.SessionsToRescue(ctx, r.cfg.Clock.Now(), own, r.cfg.RescueWaiting, r.cfg.RescueBatch)
+		ids, err := r.cfg.Store.SessionsToRescue(ctx, own, r.cfg.RescueWaiting, r.cfg.RescueBatch)
 		if err != nil {
 			r.cfg.Logger.Error().Err(err).Msg("could not look for runs to rescue")
 			break

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,7 +47,7 @@ func TestUpOnAnEmptyDatabase(t *testing.T) {
 	// A brand-new database (not from the template): drop the schema and migrate again.
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, "DROP TABLE workspaces, messages, runs, sessions, schema_migrations")
+	_, err := pool.Exec(ctx, "DROP TABLE stream_log, workspaces, session_leases, messages, runs, sessions, schema_migrations; DROP FUNCTION session_position_max, session_request_ids")
 	require.NoError(t, err)
 	require.NoError(t, migrations.Up(ctx, pool))
 	var n int
@@ -174,3 +175,51 @@ func TestWorkspacesBackfill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []row{{"bwrap-1", "node-a", true}, {"local-2", "", true}}, got)
 }
+
+// 000010 moves every session's lease into a row of its own, holder, expiry and token
+// as they were, and its down migration moves them back.
+func TestLeaseRowsBackfill(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := t.Context()
+	downTo(t, pool, 9)
+	_, err := pool.Exec(ctx, `
+		INSERT INTO sessions (id, owner, title, created_at, updated_at, lease_node, lease_addr, lease_expires_at, lease_token) VALUES
+			('00000000-0000-0000-0000-000000000001', 'alice', '', now(), now(), 'a', 'a:1', '2030-01-01T00:00:00Z', 7),
+			('00000000-0000-0000-0000-000000000002', 'bob', '', now(), now(), NULL, NULL, NULL, 3),
+			('00000000-0000-0000-0000-000000000003', 'carol', '', now(), now(), NULL, NULL, NULL, 0)`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+
+	type lease struct {
+		Node    *string
+		Expires *time.Time
+		Token   int64
+	}
+	read := func(sql string) []lease {
+		rows, err := pool.Query(ctx, sql)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lease])
+		require.NoError(t, err)
+		return got
+	}
+	a, exp := "a", time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	want := []lease{{&a, &exp, 7}, {nil, nil, 3}, {nil, nil, 0}}
+	got := read("SELECT node, expires_at, token FROM session_leases ORDER BY session_id")
+	for i := range got {
+		if got[i].Expires != nil {
+			got[i].Expires = ptr(got[i].Expires.UTC())
+		}
+	}
+	require.Equal(t, want, got)
+
+	downTo(t, pool, 9)
+	got = read("SELECT lease_node, lease_expires_at, lease_token FROM sessions ORDER BY id")
+	for i := range got {
+		if got[i].Expires != nil {
+			got[i].Expires = ptr(got[i].Expires.UTC())
+		}
+	}
+	require.Equal(t, want, got, "and back")
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -10,95 +10,49 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const leaseAcquire = `-- name: LeaseAcquire :one
-UPDATE sessions
-SET lease_node = $1, lease_addr = $2, lease_expires_at = $3,
-    lease_token = lease_token + 1
-WHERE id = $4 AND (lease_node IS NULL OR lease_node = $1 OR lease_expires_at <= $5)
-RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node, client_id
-`
-
-type LeaseAcquireParams struct {
-	Node      *string
-	Addr      *string
-	ExpiresAt *time.Time
-	ID        uuid.UUID
-	Now       *time.Time
-}
-
-// Takes the session's lease for node, until expires_at, unless another node holds a
-// lease that has not expired at now. The token grows on every acquisition, so the
-// writes of whoever held it before are refused from now on. No row: another node holds
-// it, or the session does not exist (LeaseGet tells them apart).
-func (q *Queries) LeaseAcquire(ctx context.Context, db DBTX, arg LeaseAcquireParams) (Session, error) {
-	row := db.QueryRow(ctx, leaseAcquire,
-		arg.Node,
-		arg.Addr,
-		arg.ExpiresAt,
-		arg.ID,
-		arg.Now,
-	)
-	var i Session
-	err := row.Scan(
-		&i.ID,
-		&i.Owner,
-		&i.Title,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.SandboxID,
-		&i.SandboxUsedAt,
-		&i.SandboxPausedAt,
-		&i.SandboxKilledAt,
-		&i.ActiveAt,
-		&i.DeletedAt,
-		&i.LeaseNode,
-		&i.LeaseAddr,
-		&i.LeaseExpiresAt,
-		&i.LeaseToken,
-		&i.SandboxNode,
-		&i.ClientID,
-	)
-	return i, err
-}
-
 const leaseGet = `-- name: LeaseGet :one
-SELECT lease_node, lease_addr, lease_expires_at, lease_token FROM sessions WHERE id = $1
+SELECT node, addr, expires_at, token, (node IS NOT NULL AND expires_at > now())::bool AS live
+FROM session_leases WHERE session_id = $1
 `
 
 type LeaseGetRow struct {
-	LeaseNode      *string
-	LeaseAddr      *string
-	LeaseExpiresAt *time.Time
-	LeaseToken     int64
+	Node      *string
+	Addr      *string
+	ExpiresAt *time.Time
+	Token     int64
+	Live      bool
 }
 
-// Who holds the session's lease, if anyone.
+// Who holds the session's lease, if anyone, and whether it is live now.
 func (q *Queries) LeaseGet(ctx context.Context, db DBTX, id uuid.UUID) (LeaseGetRow, error) {
 	row := db.QueryRow(ctx, leaseGet, id)
 	var i LeaseGetRow
 	err := row.Scan(
-		&i.LeaseNode,
-		&i.LeaseAddr,
-		&i.LeaseExpiresAt,
-		&i.LeaseToken,
+		&i.Node,
+		&i.Addr,
+		&i.ExpiresAt,
+		&i.Token,
+		&i.Live,
 	)
 	return i, err
 }
 
 const leaseRelease = `-- name: LeaseRelease :execrows
-UPDATE sessions SET lease_node = NULL, lease_addr = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_node = $2 AND lease_token = $3
+UPDATE session_leases SET node = NULL, addr = NULL, expires_at = NULL
+WHERE session_id = $1 AND node = $2::text AND token = $3
 `
 
 type LeaseReleaseParams struct {
 	ID    uuid.UUID
-	Node  *string
+	Node  string
 	Token int64
 }
 
-// Gives one lease back (its actor stopped), unless another acquisition came since.
+// Gives one lease back (its actor stopped), unless another acquisition came since. The
+// token stays: it only grows.
 func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleaseParams) (int64, error) {
 	result, err := db.Exec(ctx, leaseRelease, arg.ID, arg.Node, arg.Token)
 	if err != nil {
@@ -108,13 +62,13 @@ func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleasePar
 }
 
 const leaseReleaseAll = `-- name: LeaseReleaseAll :execrows
-UPDATE sessions SET lease_node = NULL, lease_addr = NULL, lease_expires_at = NULL
-WHERE lease_node = $1
+UPDATE session_leases SET node = NULL, addr = NULL, expires_at = NULL
+WHERE node = $1::text
 `
 
 // Gives back every lease node holds: a node that shuts down lets others take its
 // sessions at once instead of after the lease's time.
-func (q *Queries) LeaseReleaseAll(ctx context.Context, db DBTX, node *string) (int64, error) {
+func (q *Queries) LeaseReleaseAll(ctx context.Context, db DBTX, node string) (int64, error) {
 	result, err := db.Exec(ctx, leaseReleaseAll, node)
 	if err != nil {
 		return 0, err
@@ -123,31 +77,34 @@ func (q *Queries) LeaseReleaseAll(ctx context.Context, db DBTX, node *string) (i
 }
 
 const leaseRenew = `-- name: LeaseRenew :many
-UPDATE sessions SET lease_expires_at = $1
-WHERE lease_node = $2
-    AND (id, lease_token) IN (SELECT unnest($3::uuid[]), unnest($4::bigint[]))
-RETURNING id, lease_token
+UPDATE session_leases SET expires_at = now() + $1::interval
+WHERE node = $2::text
+    AND (session_id, token) IN (SELECT unnest($3::uuid[]), unnest($4::bigint[]))
+RETURNING session_id, token
 `
 
 type LeaseRenewParams struct {
-	ExpiresAt *time.Time
-	Node      *string
-	Ids       []uuid.UUID
-	Tokens    []int64
+	Ttl    pgtype.Interval
+	Node   string
+	Ids    []uuid.UUID
+	Tokens []int64
 }
 
 type LeaseRenewRow struct {
-	ID         uuid.UUID
-	LeaseToken int64
+	SessionID uuid.UUID
+	Token     int64
 }
 
-// Extends the leases node's actors hold (ids with their tokens), in one statement
-// whatever their number, and returns those it extended. A lease the node believes it
-// holds that is not among them was taken over. Only those: a lease whose actor is gone
-// (it stopped as moved, or its release failed) expires on its own.
+// Extends the leases node's actors hold (ids with their tokens) to now + ttl, in one
+// statement whatever their number, and returns those it extended. A lease the node
+// believes it holds that is not among them was taken over. Only those: a lease whose
+// actor is gone (it stopped as moved, or its release failed) expires on its own. An
+// expired lease nobody took is extended too: its holder never stopped writing under it.
+// A plain UPDATE of a column that is no key: FOR NO KEY UPDATE, which the fenced
+// writes' FOR KEY SHARE does not wait for, nor it for them.
 func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams) ([]LeaseRenewRow, error) {
 	rows, err := db.Query(ctx, leaseRenew,
-		arg.ExpiresAt,
+		arg.Ttl,
 		arg.Node,
 		arg.Ids,
 		arg.Tokens,
@@ -159,7 +116,7 @@ func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams)
 	items := []LeaseRenewRow{}
 	for rows.Next() {
 		var i LeaseRenewRow
-		if err := rows.Scan(&i.ID, &i.LeaseToken); err != nil {
+		if err := rows.Scan(&i.SessionID, &i.Token); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -170,17 +127,144 @@ func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams)
 	return items, nil
 }
 
+const sessionOpen = `-- name: SessionOpen :one
+WITH locked AS (
+    SELECT l.session_id, l.node FROM session_leases l
+    JOIN sessions s ON s.id = l.session_id
+    WHERE l.session_id = $4 AND $5::text <> ''
+        AND s.deleted_at IS NULL
+        AND (NOT $2::bool OR s.owner = $3::text)
+        AND (l.node IS NULL OR l.node = $5::text OR l.expires_at <= now())
+    FOR UPDATE OF l
+), taken AS (
+    UPDATE session_leases l
+    SET node = $5::text, addr = $6::text, expires_at = now() + $7::interval, token = l.token + 1
+    FROM locked WHERE l.session_id = locked.session_id
+    RETURNING l.session_id, l.node, l.addr, l.expires_at, l.token, locked.node AS prev_node
+)
+SELECT s.id, s.owner, s.title, s.created_at, s.updated_at, s.sandbox_id, s.sandbox_used_at, s.sandbox_paused_at, s.sandbox_killed_at, s.active_at, s.deleted_at, s.sandbox_node, s.client_id,
+    (cur.session_id IS NOT NULL)::bool AS has_lease,
+    (t.session_id IS NOT NULL)::bool AS acquired,
+    COALESCE(t.prev_node, '')::text AS prev_node,
+    COALESCE(t.node, cur.node, '')::text AS lease_node,
+    COALESCE(t.addr, cur.addr, '')::text AS lease_addr,
+    COALESCE(t.expires_at, cur.expires_at) AS lease_expires_at,
+    COALESCE(t.token, cur.token, 0)::bigint AS lease_token,
+    COALESCE(t.session_id IS NOT NULL OR (cur.node IS NOT NULL AND cur.expires_at > now()), false)::bool AS lease_live,
+    session_position_max(s.id)::bigint AS max_position,
+    (CASE WHEN $1::int > 0 AND (NOT $2::bool OR s.owner = $3::text)
+        THEN session_request_ids(s.id, $1::int) ELSE '{}' END)::text[] AS request_ids
+FROM sessions s
+LEFT JOIN session_leases cur ON cur.session_id = s.id
+LEFT JOIN taken t ON t.session_id = s.id
+WHERE s.id = $4
+`
+
+type SessionOpenParams struct {
+	RequestIds int32
+	CheckOwner bool
+	Owner      string
+	ID         uuid.UUID
+	Node       string
+	Addr       string
+	Ttl        pgtype.Interval
+}
+
+type SessionOpenRow struct {
+	Session        Session
+	HasLease       bool
+	Acquired       bool
+	PrevNode       string
+	LeaseNode      string
+	LeaseAddr      string
+	LeaseExpiresAt *time.Time
+	LeaseToken     int64
+	LeaseLive      bool
+	MaxPosition    int64
+	RequestIds     []string
+}
+
+// The session as an actor opens it, in one statement: its row, its highest message
+// position, the request ids of its newest runs (request_ids of them, unless the session
+// is another owner's), and, when node is not ”, its lease taken for node, unless another node
+// holds a live one, the session is a tombstone, or check_owner is set and the session
+// is another owner's; then nothing changes. No row: the session does not exist.
+//
+// The acquisition locks the lease row FOR UPDATE before it updates it: a plain UPDATE
+// would take FOR NO KEY UPDATE, which does not wait for the fenced writes in flight
+// (FOR KEY SHARE). After the wait it re-reads the row (READ COMMITTED), so a lease
+// taken or renewed meanwhile is judged as it is now. The token grows on every
+// acquisition, so the writes of whoever held it before are refused from then on.
+// prev_node is the holder it replaced (” when none). The position is read by
+// session_position_max after the acquisition (the joins come before the projection),
+// with a snapshot of its own, so it counts the writes the lock waited for.
+//
+// Leases live in session_leases, one row per session (migration 000010). Their row
+// locks are chosen so that nothing here waits on an actor's writes in a cycle:
+//
+//	statement                         lock on the lease row   waits for
+//	a fenced write (messages.sql,     FOR KEY SHARE           an acquisition in flight
+//	  runs.sql)
+//	SessionOpen's acquisition         FOR UPDATE              fenced writes in flight
+//	LeaseRenew, LeaseRelease,         FOR NO KEY UPDATE       an acquisition in flight
+//	  LeaseReleaseAll                   (a plain UPDATE)
+//
+// FOR KEY SHARE and FOR NO KEY UPDATE do not conflict: a renewal never waits for a
+// grouped batch of writes (store/group.go), which holds its locks on many sessions
+// until it commits, and a batch never waits for a renewal. An acquisition locks one
+// row, and holds no other lock while it waits, so it cannot close a cycle either.
+// Expiry is judged by the database's clock (now()), never a node's.
+func (q *Queries) SessionOpen(ctx context.Context, db DBTX, arg SessionOpenParams) (SessionOpenRow, error) {
+	row := db.QueryRow(ctx, sessionOpen,
+		arg.RequestIds,
+		arg.CheckOwner,
+		arg.Owner,
+		arg.ID,
+		arg.Node,
+		arg.Addr,
+		arg.Ttl,
+	)
+	var i SessionOpenRow
+	err := row.Scan(
+		&i.Session.ID,
+		&i.Session.Owner,
+		&i.Session.Title,
+		&i.Session.CreatedAt,
+		&i.Session.UpdatedAt,
+		&i.Session.SandboxID,
+		&i.Session.SandboxUsedAt,
+		&i.Session.SandboxPausedAt,
+		&i.Session.SandboxKilledAt,
+		&i.Session.ActiveAt,
+		&i.Session.DeletedAt,
+		&i.Session.SandboxNode,
+		&i.Session.ClientID,
+		&i.HasLease,
+		&i.Acquired,
+		&i.PrevNode,
+		&i.LeaseNode,
+		&i.LeaseAddr,
+		&i.LeaseExpiresAt,
+		&i.LeaseToken,
+		&i.LeaseLive,
+		&i.MaxPosition,
+		&i.RequestIds,
+	)
+	return i, err
+}
+
 const sessionsToRescue = `-- name: SessionsToRescue :many
-SELECT DISTINCT r.session_id FROM runs r JOIN sessions s ON s.id = r.session_id
+SELECT DISTINCT r.session_id FROM runs r
+JOIN sessions s ON s.id = r.session_id
+JOIN session_leases l ON l.session_id = r.session_id
 WHERE (r.status = 'running' OR ($1::bool AND r.status IN ('awaiting_approval', 'paused')))
     AND s.deleted_at IS NULL
-    AND (s.lease_node IS NULL OR s.lease_expires_at <= $2 OR s.lease_node = $3::text)
-LIMIT $4
+    AND (l.node IS NULL OR l.expires_at <= now() OR l.node = $2::text)
+LIMIT $3
 `
 
 type SessionsToRescueParams struct {
 	Waiting bool
-	Now     *time.Time
 	Own     string
 	MaxRows int32
 }
@@ -192,12 +276,7 @@ type SessionsToRescueParams struct {
 // own leases: at its start-up, those of its previous life. The partial index of
 // unfinished runs keeps this to the runs in progress.
 func (q *Queries) SessionsToRescue(ctx context.Context, db DBTX, arg SessionsToRescueParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, sessionsToRescue,
-		arg.Waiting,
-		arg.Now,
-		arg.Own,
-		arg.MaxRows,
-	)
+	rows, err := db.Query(ctx, sessionsToRescue, arg.Waiting, arg.Own, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

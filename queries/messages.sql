@@ -1,15 +1,15 @@
 -- name: MessageInsert :execrows
 -- Fenced (every write of an actor is): with a fence other than 0, nothing is written
--- unless it is the session's lease token. FOR SHARE holds the session row until the
--- write commits, so a takeover either comes before (and the write sees its new token)
--- or waits for it.
+-- unless it is the session's lease token. FOR KEY SHARE holds the lease row until the
+-- write commits, so a takeover (FOR UPDATE) either comes before (and the write sees its
+-- new token) or waits for it; a renewal (FOR NO KEY UPDATE) does neither (leases.sql).
 INSERT INTO messages (
     id, session_id, run_id, position, role, kind, content, status,
     tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
 )
 SELECT @id, @session_id, @run_id, @position, @role, @kind, @content, @status,
     @tool_call_id, @tool_name, @tool_input, @tool_status, @created_at, @created_at
-WHERE (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = @session_id AND f.lease_token = @fence FOR SHARE));
+WHERE (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = @session_id AND f.token = @fence FOR KEY SHARE));
 
 -- name: MessageUpdate :execrows
 -- Writes everything about a message that can change after it is inserted: an assistant
@@ -26,7 +26,7 @@ SET content = @content,
     provider_data = @provider_data,
     updated_at = @updated_at
 WHERE messages.id = @id AND messages.status = ANY(@from_statuses::text[])
-    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = @fence FOR SHARE));
+    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = @fence FOR KEY SHARE));
 
 -- name: MessageGet :one
 SELECT sqlc.embed(m), r.request_id
@@ -64,12 +64,12 @@ SET status = @status,
     updated_at = @updated_at
 WHERE messages.run_id = ANY(@run_ids::uuid[]) AND messages.status = 'streaming'
   AND NOT (messages.id = ANY(COALESCE(@except_ids::uuid[], '{}')))
-  AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = @fence FOR SHARE));
+  AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = @fence FOR KEY SHARE));
 
 -- name: MessageDeleteEmpty :execrows
 -- Removes a segment a process opened and died in before any of its text was stored.
 DELETE FROM messages WHERE messages.id = @id AND messages.status = 'streaming' AND messages.content = '' AND messages.tool_call_id IS NULL
-    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = @fence FOR SHARE));
+    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = @fence FOR KEY SHARE));
 
 -- name: MessagesDeleteBySession :exec
 DELETE FROM messages WHERE session_id = @session_id;

@@ -15,7 +15,7 @@ import (
 
 const messageDeleteEmpty = `-- name: MessageDeleteEmpty :execrows
 DELETE FROM messages WHERE messages.id = $1 AND messages.status = 'streaming' AND messages.content = '' AND messages.tool_call_id IS NULL
-    AND ($2::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = $2 FOR SHARE))
+    AND ($2::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $2 FOR KEY SHARE))
 `
 
 type MessageDeleteEmptyParams struct {
@@ -78,7 +78,7 @@ INSERT INTO messages (
 )
 SELECT $1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $13
-WHERE ($14::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = $2 AND f.lease_token = $14 FOR SHARE))
+WHERE ($14::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = $2 AND f.token = $14 FOR KEY SHARE))
 `
 
 type MessageInsertParams struct {
@@ -99,9 +99,9 @@ type MessageInsertParams struct {
 }
 
 // Fenced (every write of an actor is): with a fence other than 0, nothing is written
-// unless it is the session's lease token. FOR SHARE holds the session row until the
-// write commits, so a takeover either comes before (and the write sees its new token)
-// or waits for it.
+// unless it is the session's lease token. FOR KEY SHARE holds the lease row until the
+// write commits, so a takeover (FOR UPDATE) either comes before (and the write sees its
+// new token) or waits for it; a renewal (FOR NO KEY UPDATE) does neither (leases.sql).
 func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertParams) (int64, error) {
 	result, err := db.Exec(ctx, messageInsert,
 		arg.ID,
@@ -147,7 +147,7 @@ SET content = $1,
     provider_data = $7,
     updated_at = $8
 WHERE messages.id = $9 AND messages.status = ANY($10::text[])
-    AND ($11::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = $11 FOR SHARE))
+    AND ($11::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $11 FOR KEY SHARE))
 `
 
 type MessageUpdateParams struct {
@@ -323,7 +323,7 @@ SET status = $1,
     updated_at = $2
 WHERE messages.run_id = ANY($3::uuid[]) AND messages.status = 'streaming'
   AND NOT (messages.id = ANY(COALESCE($4::uuid[], '{}')))
-  AND ($5::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = messages.session_id AND f.lease_token = $5 FOR SHARE))
+  AND ($5::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $5 FOR KEY SHARE))
 `
 
 type MessagesSettleRunsParams struct {

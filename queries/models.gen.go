@@ -68,12 +68,16 @@ type Session struct {
 	SandboxKilledAt *time.Time
 	ActiveAt        *time.Time
 	DeletedAt       *time.Time
-	LeaseNode       *string
-	LeaseAddr       *string
-	LeaseExpiresAt  *time.Time
-	LeaseToken      int64
 	SandboxNode     *string
 	ClientID        *string
+}
+
+type SessionLease struct {
+	SessionID uuid.UUID
+	Node      *string
+	Addr      *string
+	ExpiresAt *time.Time
+	Token     int64
 }
 
 type StreamLog struct {

@@ -16,7 +16,7 @@ WITH active AS (
     SET updated_at = @started_at, active_at = @started_at,
         title = CASE WHEN sessions.title = '' THEN @title::text ELSE sessions.title END
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
-        AND (@fence::bigint = 0 OR sessions.lease_token = @fence)
+        AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = @fence FOR KEY SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
@@ -64,7 +64,7 @@ SET status = @status,
     resume_request_ids = @resume_request_ids::text[],
     superseded_by = @superseded_by
 WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
-    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = @fence FOR SHARE));
+    AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE));
 
 -- name: RunsListUnfinished :many
 SELECT * FROM runs
@@ -99,7 +99,7 @@ WITH active AS (
 ), touched AS (
     UPDATE sessions SET updated_at = @started_at, active_at = @started_at
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
-        AND (@fence::bigint = 0 OR sessions.lease_token = @fence)
+        AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = @fence FOR KEY SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
@@ -138,7 +138,7 @@ WITH active AS (
         resume_request_ids = @resume_request_ids::text[],
         superseded_by = @superseded_by
     WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
-        AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = @fence FOR SHARE))
+        AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (
@@ -156,10 +156,3 @@ SELECT id FROM runs WHERE session_id = @session_id FOR UPDATE;
 
 -- name: RunsDeleteBySession :exec
 DELETE FROM runs WHERE session_id = @session_id;
-
--- name: RunRequestIDs :many
--- The request ids of the session's newest runs: an actor that knows every one of them
--- can tell a new request from a repeated one without asking the database.
-SELECT request_id FROM runs WHERE session_id = @session_id
-ORDER BY started_at DESC, id DESC
-LIMIT @max_rows;

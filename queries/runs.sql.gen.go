@@ -35,7 +35,7 @@ WITH active AS (
         resume_request_ids = $15::text[],
         superseded_by = $16
     WHERE runs.id = $2 AND runs.status = ANY($17::text[])
-        AND ($18::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = $18 FOR SHARE))
+        AND ($18::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $18 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (
@@ -182,7 +182,7 @@ WITH active AS (
 ), touched AS (
     UPDATE sessions SET updated_at = $3, active_at = $3
     WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
-        AND ($4::bigint = 0 OR sessions.lease_token = $4)
+        AND ($4::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $4 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
@@ -277,39 +277,6 @@ func (q *Queries) RunOwnerLock(ctx context.Context, db DBTX, sessionID uuid.UUID
 	return err
 }
 
-const runRequestIDs = `-- name: RunRequestIDs :many
-SELECT request_id FROM runs WHERE session_id = $1
-ORDER BY started_at DESC, id DESC
-LIMIT $2
-`
-
-type RunRequestIDsParams struct {
-	SessionID uuid.UUID
-	MaxRows   int32
-}
-
-// The request ids of the session's newest runs: an actor that knows every one of them
-// can tell a new request from a repeated one without asking the database.
-func (q *Queries) RunRequestIDs(ctx context.Context, db DBTX, arg RunRequestIDsParams) ([]string, error) {
-	rows, err := db.Query(ctx, runRequestIDs, arg.SessionID, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []string{}
-	for rows.Next() {
-		var request_id string
-		if err := rows.Scan(&request_id); err != nil {
-			return nil, err
-		}
-		items = append(items, request_id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const runStart = `-- name: RunStart :one
 WITH active AS (
     SELECT count(*) AS n FROM runs
@@ -321,7 +288,7 @@ WITH active AS (
     SET updated_at = $3, active_at = $3,
         title = CASE WHEN sessions.title = '' THEN $4::text ELSE sessions.title END
     WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
-        AND ($5::bigint = 0 OR sessions.lease_token = $5)
+        AND ($5::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $5 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
@@ -402,7 +369,7 @@ SET status = $1,
     resume_request_ids = $13::text[],
     superseded_by = $14
 WHERE runs.id = $15 AND runs.status = ANY($16::text[])
-    AND ($17::bigint = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = runs.session_id AND f.lease_token = $17 FOR SHARE))
+    AND ($17::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $17 FOR KEY SHARE))
 `
 
 type RunUpdateParams struct {

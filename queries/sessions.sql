@@ -76,10 +76,18 @@ LIMIT @max;
 -- callers racing to create one session both see the same owner. DO UPDATE (a no-op) is
 -- what makes RETURNING give the existing row: with DO NOTHING a caller that waited on a
 -- concurrent insert would get no row at all. Only called for sessions not yet seen.
-INSERT INTO sessions (id, owner, title, created_at, updated_at)
-VALUES (@id, @owner, @title, @created_at, @created_at)
-ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING *;
+-- The session's lease row (free) is created with it: every session has one, which the
+-- fenced writes lock and SessionOpen acquires.
+WITH s AS (
+    INSERT INTO sessions (id, owner, title, created_at, updated_at)
+    VALUES (@id, @owner, @title, @created_at, @created_at)
+    ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
+    RETURNING *
+), lease AS (
+    INSERT INTO session_leases (session_id) SELECT s.id FROM s
+    ON CONFLICT (session_id) DO NOTHING
+)
+SELECT * FROM s;
 
 -- name: SessionsList :many
 -- A page of owner's conversation list: their live sessions that have a run, most
@@ -155,10 +163,17 @@ WHERE id = @id AND owner = @owner AND deleted_at IS NULL;
 -- name: SessionForClientID :one
 -- The session of owner's chat client_id (the AI SDK's chat id), created with id when it
 -- has none yet; either way the stored one. DO UPDATE (a no-op) returns the existing row.
-INSERT INTO sessions (id, owner, title, created_at, updated_at, client_id)
-VALUES (@id, @owner, '', @created_at, @created_at, @client_id::text)
-ON CONFLICT (owner, client_id) WHERE client_id IS NOT NULL DO UPDATE SET client_id = EXCLUDED.client_id
-RETURNING id, deleted_at;
+-- A new session's lease row is created with it, as in SessionInsert.
+WITH s AS (
+    INSERT INTO sessions (id, owner, title, created_at, updated_at, client_id)
+    VALUES (@id, @owner, '', @created_at, @created_at, @client_id::text)
+    ON CONFLICT (owner, client_id) WHERE client_id IS NOT NULL DO UPDATE SET client_id = EXCLUDED.client_id
+    RETURNING id, deleted_at
+), lease AS (
+    INSERT INTO session_leases (session_id) SELECT s.id FROM s
+    ON CONFLICT (session_id) DO NOTHING
+)
+SELECT s.id, s.deleted_at FROM s;
 
 -- name: SessionByClientID :one
 -- The session of owner's chat client_id, if any.

@@ -35,10 +35,16 @@ func (q *Queries) SessionByClientID(ctx context.Context, db DBTX, arg SessionByC
 }
 
 const sessionForClientID = `-- name: SessionForClientID :one
-INSERT INTO sessions (id, owner, title, created_at, updated_at, client_id)
-VALUES ($1, $2, '', $3, $3, $4::text)
-ON CONFLICT (owner, client_id) WHERE client_id IS NOT NULL DO UPDATE SET client_id = EXCLUDED.client_id
-RETURNING id, deleted_at
+WITH s AS (
+    INSERT INTO sessions (id, owner, title, created_at, updated_at, client_id)
+    VALUES ($1, $2, '', $3, $3, $4::text)
+    ON CONFLICT (owner, client_id) WHERE client_id IS NOT NULL DO UPDATE SET client_id = EXCLUDED.client_id
+    RETURNING id, deleted_at
+), lease AS (
+    INSERT INTO session_leases (session_id) SELECT s.id FROM s
+    ON CONFLICT (session_id) DO NOTHING
+)
+SELECT s.id, s.deleted_at FROM s
 `
 
 type SessionForClientIDParams struct {
@@ -55,6 +61,7 @@ type SessionForClientIDRow struct {
 
 // The session of owner's chat client_id (the AI SDK's chat id), created with id when it
 // has none yet; either way the stored one. DO UPDATE (a no-op) returns the existing row.
+// A new session's lease row is created with it, as in SessionInsert.
 func (q *Queries) SessionForClientID(ctx context.Context, db DBTX, arg SessionForClientIDParams) (SessionForClientIDRow, error) {
 	row := db.QueryRow(ctx, sessionForClientID,
 		arg.ID,
@@ -68,7 +75,7 @@ func (q *Queries) SessionForClientID(ctx context.Context, db DBTX, arg SessionFo
 }
 
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node, client_id FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -86,10 +93,6 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.SandboxKilledAt,
 		&i.ActiveAt,
 		&i.DeletedAt,
-		&i.LeaseNode,
-		&i.LeaseAddr,
-		&i.LeaseExpiresAt,
-		&i.LeaseToken,
 		&i.SandboxNode,
 		&i.ClientID,
 	)
@@ -97,10 +100,16 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 }
 
 const sessionInsert = `-- name: SessionInsert :one
-INSERT INTO sessions (id, owner, title, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $4)
-ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, lease_node, lease_addr, lease_expires_at, lease_token, sandbox_node, client_id
+WITH s AS (
+    INSERT INTO sessions (id, owner, title, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $4)
+    ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
+    RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id
+), lease AS (
+    INSERT INTO session_leases (session_id) SELECT s.id FROM s
+    ON CONFLICT (session_id) DO NOTHING
+)
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id FROM s
 `
 
 type SessionInsertParams struct {
@@ -110,18 +119,36 @@ type SessionInsertParams struct {
 	CreatedAt time.Time
 }
 
+type SessionInsertRow struct {
+	ID              uuid.UUID
+	Owner           string
+	Title           string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	SandboxID       *string
+	SandboxUsedAt   *time.Time
+	SandboxPausedAt *time.Time
+	SandboxKilledAt *time.Time
+	ActiveAt        *time.Time
+	DeletedAt       *time.Time
+	SandboxNode     *string
+	ClientID        *string
+}
+
 // Creates the session unless it exists; either way returns the stored row, so two
 // callers racing to create one session both see the same owner. DO UPDATE (a no-op) is
 // what makes RETURNING give the existing row: with DO NOTHING a caller that waited on a
 // concurrent insert would get no row at all. Only called for sessions not yet seen.
-func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertParams) (Session, error) {
+// The session's lease row (free) is created with it: every session has one, which the
+// fenced writes lock and SessionOpen acquires.
+func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertParams) (SessionInsertRow, error) {
 	row := db.QueryRow(ctx, sessionInsert,
 		arg.ID,
 		arg.Owner,
 		arg.Title,
 		arg.CreatedAt,
 	)
-	var i Session
+	var i SessionInsertRow
 	err := row.Scan(
 		&i.ID,
 		&i.Owner,
@@ -134,10 +161,6 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.SandboxKilledAt,
 		&i.ActiveAt,
 		&i.DeletedAt,
-		&i.LeaseNode,
-		&i.LeaseAddr,
-		&i.LeaseExpiresAt,
-		&i.LeaseToken,
 		&i.SandboxNode,
 		&i.ClientID,
 	)

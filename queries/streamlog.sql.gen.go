@@ -81,7 +81,7 @@ FROM (
         unnest($3::text[]) AS text, unnest($4::uuid[]) AS session_id,
         unnest($5::bigint[]) AS fence
 ) c
-WHERE c.fence = 0 OR EXISTS (SELECT 1 FROM sessions f WHERE f.id = c.session_id AND f.lease_token = c.fence FOR SHARE)
+WHERE c.fence = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = c.session_id AND f.token = c.fence FOR KEY SHARE)
 ON CONFLICT (message_id, start_offset) DO NOTHING
 `
 
@@ -97,8 +97,9 @@ type StreamLogSyncParams struct {
 // One interval of a node's stream log, in one statement: the chunks of text its sessions
 // streamed since the last one, and the removal of the chunks of messages whose final
 // text is stored now. Each chunk is fenced like every write of its session's actor (a
-// fence of 0 is none): a node that lost a session's lease adds nothing to its log. A
-// chunk already there (a retry of an interval whose answer was lost) is left as it is.
+// fence of 0 is none, and the lock is that of every fenced write, see leases.sql): a node
+// that lost a session's lease adds nothing to its log. A chunk already there (a retry of
+// an interval whose answer was lost) is left as it is.
 func (q *Queries) StreamLogSync(ctx context.Context, db DBTX, arg StreamLogSyncParams) error {
 	_, err := db.Exec(ctx, streamLogSync,
 		arg.MessageIds,

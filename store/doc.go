@@ -1,6 +1,8 @@
 // Package store is chatd's PostgreSQL layer: sessions, runs and messages, and the
 // conversation list (one user's sessions by keyset; a deleted session's tombstone, which
-// every run start refuses).
+// every run start refuses); the sessions' leases among several nodes (a row per session,
+// expiring by the database's clock, whose token fences every write of an actor); and the
+// grouping of many sessions' writes into one batch (group.go).
 //
 // It is the only package that imports queries (the sqlc-generated code). It converts rows
 // to the domain types of package chat (chat.Session, chat.Run, chat.Message), maps

@@ -45,6 +45,9 @@ type groupDB struct {
 	queue    []*groupReq // the urgent ones first
 	urgent   int
 	inFlight int
+
+	// queued, when set (tests only), is called after a request joins the queue.
+	queued func()
 }
 
 type groupReq struct {
@@ -93,7 +96,10 @@ func (r groupRow) Scan(dest ...any) error {
 }
 
 // do queues r and waits for its result. A caller that finds a batch's place free sends
-// what is queued itself; the batches after it go out from their own goroutines.
+// what is queued itself; the batches after it go out from their own goroutines. A
+// request whose ctx ends while it is still queued leaves the queue with ctx's error:
+// nothing of it was sent. Once taken into a batch its outcome is the batch's, whatever
+// its ctx: the batch is one transaction, which commits or fails as a whole.
 func (g *groupDB) do(r *groupReq) {
 	if err := r.ctx.Err(); err != nil {
 		r.err = err
@@ -109,16 +115,41 @@ func (g *groupDB) do(r *groupReq) {
 	} else {
 		g.queue = append(g.queue, r)
 	}
+	queued := g.queued
 	if g.inFlight >= g.max {
 		g.mu.Unlock()
-		<-r.done // a batch in flight sends it next
+		if queued != nil {
+			queued()
+		}
+		g.wait(r) // a batch in flight sends it next
 		return
 	}
 	g.inFlight++
 	batch := g.take()
 	g.mu.Unlock()
 	g.send(batch)
-	<-r.done
+	g.wait(r) // in batch, or, behind a full one, in the next
+}
+
+// wait waits for r's batch, or for r's ctx while r is still queued.
+func (g *groupDB) wait(r *groupReq) {
+	select {
+	case <-r.done:
+		return
+	case <-r.ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.queue, r); i >= 0 {
+		g.queue = slices.Delete(g.queue, i, i+1)
+		if i < g.urgent {
+			g.urgent--
+		}
+		g.mu.Unlock()
+		r.err = r.ctx.Err()
+		return
+	}
+	g.mu.Unlock()
+	<-r.done // taken into a batch already
 }
 
 // take removes up to groupMaxBatch queued requests. g.mu is held.

@@ -109,3 +109,32 @@ func TestGroupedRowNotFoundIsItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, stored, 17)
 }
+
+// A grouped write whose context ends while it waits for a batch's place leaves the
+// queue with the context's error, and is never sent; the writes queued with it are.
+func TestQueuedGroupedWriteHonoursItsContext(t *testing.T) {
+	s, b := setup(t)
+	run, _ := startRun(t, s, b, "r1", 1)
+	msg := func(pos int64) chat.Message {
+		return chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
+	}
+	hold := store.HoldGroup(s)
+	ctx, cancel := context.WithCancel(b.ctx)
+	given, kept := msg(2), msg(3)
+	gaveUp, stored := make(chan error, 1), make(chan error, 1)
+	go func() { gaveUp <- s.MessageInsert(ctx, given) }()
+	<-hold.Queued
+	go func() { stored <- s.MessageInsert(b.ctx, kept) }()
+	<-hold.Queued
+
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled, "it gave up while queued, without waiting for a batch")
+	require.Equal(t, 1, hold.Len(), "it left the queue")
+	hold.Release()
+	require.NoError(t, <-stored)
+
+	_, err := s.MessageGet(b.ctx, given.ID)
+	require.ErrorIs(t, err, store.ErrNotFound, "the write that gave up was never sent")
+	_, err = s.MessageGet(b.ctx, kept.ID)
+	require.NoError(t, err)
+}

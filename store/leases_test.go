@@ -2,59 +2,77 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
 )
 
 const ttl = 10 * time.Second
 
-// A lease is held by one node until it expires: another node's acquisition is refused
-// meanwhile and takes it once expired, with a greater token; a renewal extends only what
-// the node still holds; a release gives back only the acquisition it names.
+// A lease is held by one node until it expires, by the database's clock: another
+// node's acquisition is refused meanwhile and takes it once expired, with a greater
+// token; a renewal extends only what the node still holds (an expired lease nobody took
+// too); a release gives back only the acquisition it names.
 func TestLeaseLifecycle(t *testing.T) {
 	s, b := setup(t)
 	id := b.session.ID
-	now := b.now
 
-	_, l, err := s.LeaseAcquire(b.ctx, id, "a", "10.0.0.1:8080", now, ttl)
+	_, l, err := s.LeaseAcquire(b.ctx, id, "a", "10.0.0.1:8080", ttl)
 	require.NoError(t, err)
-	require.Equal(t, store.Lease{Node: "a", Addr: "10.0.0.1:8080", ExpiresAt: now.Add(ttl), Token: 1}, l)
-	require.True(t, l.Live(now))
-	require.False(t, l.Live(now.Add(ttl)))
+	require.Equal(t, store.Lease{Node: "a", Addr: "10.0.0.1:8080", ExpiresAt: l.ExpiresAt, Token: 1, Live: true}, l)
+	first := l.ExpiresAt
 
-	sess, l, err := s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", now.Add(ttl/2), ttl)
+	sess, l, err := s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", ttl)
 	require.NoError(t, err)
 	require.Equal(t, "a", l.Node, "a holds it: b gets who does")
-	require.Equal(t, chat.Session{}, sess)
+	require.True(t, l.Live)
+	require.Equal(t, id, sess.ID)
 
-	held, err := s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, now.Add(ttl/2), ttl)
+	held, err := s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, ttl)
 	require.NoError(t, err)
 	require.Equal(t, []store.HeldLease{{SessionID: id, Token: 1}}, held)
-	_, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", now.Add(ttl+time.Second), ttl)
+	got, err := s.LeaseGet(b.ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, "a", l.Node, "renewed: still a's a TTL after it was first taken")
+	require.False(t, got.ExpiresAt.Before(first), "renewed from the database's now")
+
+	// Its time runs out, by the database's clock: it is no longer live, but until
+	// another node takes it, its holder's renewal keeps it (nothing was lost).
+	storetest.ExpireLease(t, s, id)
+	got, err = s.LeaseGet(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "a", got.Node)
+	require.False(t, got.Live)
+	held, err = s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, ttl)
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	_, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", ttl)
+	require.NoError(t, err)
+	require.Equal(t, "a", l.Node, "renewed after it expired: a's again")
 
 	// a stops renewing: once its lease expires, b takes it over.
-	later := now.Add(ttl/2 + ttl)
-	sess, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", later, ttl)
+	storetest.ExpireLease(t, s, id)
+	sess, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", ttl)
 	require.NoError(t, err)
-	require.Equal(t, store.Lease{Node: "b", Addr: "10.0.0.2:8080", ExpiresAt: later.Add(ttl), Token: 2}, l)
+	require.Equal(t, store.Lease{Node: "b", Addr: "10.0.0.2:8080", ExpiresAt: l.ExpiresAt, Token: 2, Live: true}, l)
 	require.Equal(t, id, sess.ID)
-	held, err = s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, later, ttl)
+	held, err = s.LeaseRenew(b.ctx, "a", map[uuid.UUID]int64{id: 1}, ttl)
 	require.NoError(t, err)
 	require.Empty(t, held, "a learns that it lost it")
-	held, err = s.LeaseRenew(b.ctx, "b", map[uuid.UUID]int64{id: 1}, later, ttl)
+	held, err = s.LeaseRenew(b.ctx, "b", map[uuid.UUID]int64{id: 1}, ttl)
 	require.NoError(t, err)
 	require.Empty(t, held, "a token that is not the lease's renews nothing")
 
 	require.NoError(t, s.LeaseRelease(b.ctx, id, "a", 1))
-	got, err := s.LeaseGet(b.ctx, id)
+	got, err = s.LeaseGet(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "b", got.Node, "a's release names an acquisition that is over")
 	require.NoError(t, s.LeaseRelease(b.ctx, id, "b", 2))
@@ -63,9 +81,9 @@ func TestLeaseLifecycle(t *testing.T) {
 	require.Equal(t, store.Lease{Token: 2}, got, "free, and the token stays")
 
 	// The same node acquires again at once: a restarted node takes its sessions back.
-	_, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", later, ttl)
+	_, l, err = s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", ttl)
 	require.NoError(t, err)
-	_, l2, err := s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", later, ttl)
+	_, l2, err := s.LeaseAcquire(b.ctx, id, "b", "10.0.0.2:8080", ttl)
 	require.NoError(t, err)
 	require.Equal(t, "b", l2.Node)
 	require.Greater(t, l2.Token, l.Token, "every acquisition fences the one before, the node's own too")
@@ -73,7 +91,9 @@ func TestLeaseLifecycle(t *testing.T) {
 	n, err := s.LeaseReleaseAll(b.ctx, "b")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	_, _, err = s.LeaseAcquire(b.ctx, uuid.New(), "b", "x:1", later, ttl)
+	_, _, err = s.LeaseAcquire(b.ctx, uuid.New(), "b", "x:1", ttl)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.LeaseGet(b.ctx, uuid.New())
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -82,7 +102,7 @@ func TestLeaseLifecycle(t *testing.T) {
 func TestFencedWritesAreRefusedAfterATakeover(t *testing.T) {
 	s, b := setup(t)
 	id := b.session.ID
-	_, old, err := s.LeaseAcquire(b.ctx, id, "a", "a:1", b.now, ttl)
+	_, old, err := s.LeaseAcquire(b.ctx, id, "a", "a:1", ttl)
 	require.NoError(t, err)
 	fa := store.WithFence(b.ctx, old.Token)
 
@@ -95,8 +115,9 @@ func TestFencedWritesAreRefusedAfterATakeover(t *testing.T) {
 	empty := chat.Message{ID: uuid.New(), SessionID: id, RunID: &run.ID, Position: 3, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
 	require.NoError(t, s.MessageInsert(fa, empty))
 
-	// b takes the session over.
-	_, cur, err := s.LeaseAcquire(b.ctx, id, "b", "b:1", b.now.Add(2*ttl), ttl)
+	// b takes the session over once a's lease has expired.
+	storetest.ExpireLease(t, s, id)
+	_, cur, err := s.LeaseAcquire(b.ctx, id, "b", "b:1", ttl)
 	require.NoError(t, err)
 	require.Equal(t, "b", cur.Node)
 	before := sessionState(t, s, b.ctx, id)
@@ -153,7 +174,7 @@ func sessionState(t *testing.T, s *store.Store, ctx context.Context, id uuid.UUI
 	var out string
 	require.NoError(t, s.Pool().QueryRow(ctx, `
 		SELECT jsonb_build_array(
-			(SELECT to_jsonb(x) - 'lease_node' - 'lease_addr' - 'lease_expires_at' - 'lease_token' FROM sessions x WHERE x.id = $1),
+			(SELECT to_jsonb(x) FROM sessions x WHERE x.id = $1),
 			(SELECT jsonb_agg(to_jsonb(r) ORDER BY r.id) FROM runs r WHERE r.session_id = $1),
 			(SELECT jsonb_agg(to_jsonb(m) ORDER BY m.position, m.id) FROM messages m WHERE m.session_id = $1))::text`, id).Scan(&out))
 	return out
@@ -199,4 +220,215 @@ func TestNodeSandboxes(t *testing.T) {
 	got, err = a.SessionSandbox(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "", got)
+}
+
+// SessionOpen, case by case: what it finds, and whether it acquires.
+func TestSessionOpen(t *testing.T) {
+	s, b := setup(t)
+	id := b.session.ID
+	open := func(req store.OpenRequest) store.Opened {
+		t.Helper()
+		o, err := s.SessionOpen(b.ctx, id, req)
+		require.NoError(t, err)
+		return o
+	}
+	asA := store.OpenRequest{Node: "a", Addr: "a:1", TTL: ttl}
+	asB := store.OpenRequest{Node: "b", Addr: "b:1", TTL: ttl}
+
+	// A session that does not exist: nothing found, nothing made.
+	o, err := s.SessionOpen(b.ctx, uuid.New(), asA)
+	require.NoError(t, err)
+	require.Equal(t, store.Opened{}, o)
+
+	// Without a node it only reads.
+	startRun(t, s, b, "r1", 1)
+	o = open(store.OpenRequest{})
+	require.True(t, o.Found)
+	require.Equal(t, b.session.ID, o.Session.ID)
+	require.Equal(t, "alice", o.Session.Owner)
+	require.EqualValues(t, 1, o.MaxPosition)
+	require.False(t, o.Acquired)
+	require.Equal(t, store.Lease{}, o.Lease, "free, never acquired")
+
+	// Another owner's session, with the owner checked: nothing is acquired.
+	o = open(store.OpenRequest{Node: "a", Addr: "a:1", TTL: ttl, Owner: "mallory", CheckOwner: true})
+	require.True(t, o.Found)
+	require.Equal(t, "alice", o.Session.Owner)
+	require.False(t, o.Acquired)
+	require.Equal(t, store.Lease{}, o.Lease)
+
+	// Free: taken, from nobody.
+	o = open(store.OpenRequest{Node: "a", Addr: "a:1", TTL: ttl, Owner: "alice", CheckOwner: true})
+	require.True(t, o.Acquired)
+	require.Equal(t, "", o.PrevNode)
+	require.Equal(t, store.Lease{Node: "a", Addr: "a:1", ExpiresAt: o.Lease.ExpiresAt, Token: 1, Live: true}, o.Lease)
+	require.EqualValues(t, 1, o.MaxPosition)
+
+	// The node's own again (a restarted node): taken, with a new token.
+	o = open(asA)
+	require.True(t, o.Acquired)
+	require.Equal(t, "a", o.PrevNode)
+	require.EqualValues(t, 2, o.Lease.Token)
+
+	// Held elsewhere and live: b gets who holds it, and changes nothing.
+	o = open(asB)
+	require.True(t, o.Found)
+	require.False(t, o.Acquired)
+	require.Equal(t, store.Lease{Node: "a", Addr: "a:1", ExpiresAt: o.Lease.ExpiresAt, Token: 2, Live: true}, o.Lease)
+
+	// Held elsewhere and expired, by the database's clock: a takeover.
+	storetest.ExpireLease(t, s, id)
+	o = open(asB)
+	require.True(t, o.Acquired)
+	require.Equal(t, "a", o.PrevNode)
+	require.Equal(t, store.Lease{Node: "b", Addr: "b:1", ExpiresAt: o.Lease.ExpiresAt, Token: 3, Live: true}, o.Lease)
+
+	// A tombstone is found, deleted, and never acquired, not even once its lease
+	// expired: a process that opens it can write nothing under a new token.
+	require.NoError(t, s.SessionDelete(b.ctx, "alice", id, b.now))
+	storetest.ExpireLease(t, s, id)
+	o = open(asA)
+	require.True(t, o.Found)
+	require.NotNil(t, o.Session.DeletedAt)
+	require.False(t, o.Acquired)
+	require.Equal(t, "b", o.Lease.Node)
+	require.False(t, o.Lease.Live)
+	require.EqualValues(t, 3, o.Lease.Token)
+	require.Zero(t, o.MaxPosition, "its messages went with it")
+}
+
+// SessionOpen is one statement, whatever it finds and whether it acquires: a hello for
+// a session that does not exist, or is not the caller's, costs one round trip.
+func TestSessionOpenIsOneStatement(t *testing.T) {
+	counter := &batchCounter{}
+	s, b := setup(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
+	startRun(t, s, b, "r1", 1)
+	for name, c := range map[string]struct {
+		id  uuid.UUID
+		req store.OpenRequest
+	}{
+		"missing":         {uuid.New(), store.OpenRequest{Node: "a", Addr: "a:1", TTL: ttl}},
+		"read":            {b.session.ID, store.OpenRequest{}},
+		"not the owner's": {b.session.ID, store.OpenRequest{Node: "a", Addr: "a:1", TTL: ttl, Owner: "mallory", CheckOwner: true}},
+		"acquired":        {b.session.ID, store.OpenRequest{Node: "a", Addr: "a:1", TTL: ttl}},
+		"held elsewhere":  {b.session.ID, store.OpenRequest{Node: "b", Addr: "b:1", TTL: ttl}},
+	} {
+		counter.alone.Store(0)
+		counter.batches.Store(0)
+		_, err := s.SessionOpen(b.ctx, c.id, c.req)
+		require.NoError(t, err, name)
+		require.EqualValues(t, 1, counter.alone.Load(), name)
+		require.Zero(t, counter.batches.Load(), name)
+	}
+}
+
+// The lock modes at work. A fenced write in flight (its transaction open) holds up a
+// takeover, which then refuses every later write of the old holder, and counts what
+// the write stored; a renewal waits for neither the write nor the takeover.
+func TestTakeoverWaitsForFencedWritesAndRenewalsWaitForNothing(t *testing.T) {
+	s, b := setup(t)
+	id := b.session.ID
+	_, a, err := s.LeaseAcquire(b.ctx, id, "a", "a:1", ttl)
+	require.NoError(t, err)
+	fa := store.WithFence(b.ctx, a.Token)
+	run, _ := startRun(t, s, b, "r1", 1)
+	msg := func(pos int64) chat.Message {
+		return chat.Message{ID: uuid.New(), SessionID: id, RunID: &run.ID, Position: pos, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
+	}
+
+	// inFlight makes a's fenced insert of m in a transaction it keeps open until the
+	// returned func is called; that func returns the transaction's outcome.
+	inFlight := func(m chat.Message) (commit func() error) {
+		written, release, done := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- s.InTx(b.ctx, func(tx *store.Store) error {
+				err := tx.MessageInsert(fa, m)
+				written <- err
+				<-release
+				return err
+			})
+		}()
+		require.NoError(t, <-written)
+		var once sync.Once
+		commit = func() error {
+			once.Do(func() { close(release) })
+			return <-done
+		}
+		t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failed test ends it too
+		return commit
+	}
+	openAsB := func() chan store.Opened {
+		out := make(chan store.Opened, 1)
+		go func() {
+			o, err := s.SessionOpen(b.ctx, id, store.OpenRequest{Node: "b", Addr: "b:1", TTL: ttl})
+			assert.NoError(t, err)
+			out <- o
+		}()
+		return out
+	}
+	renewA := func() []store.HeldLease {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		held, err := s.LeaseRenew(ctx, "a", map[uuid.UUID]int64{id: a.Token}, ttl)
+		require.NoError(t, err, "a renewal must wait for nothing")
+		return held
+	}
+
+	// a's write is in flight, and a's lease expires. b's takeover waits for the write;
+	// a's renewal waits for neither, and keeps the lease a's.
+	commit := inFlight(msg(2))
+	storetest.ExpireLease(t, s, id)
+	opened := openAsB()
+	awaitLockWait(t, s)
+	require.Len(t, renewA(), 1, "renewed while a write and a takeover are in flight")
+	select {
+	case <-opened:
+		t.Fatal("the takeover did not wait for the fenced write in flight")
+	default:
+	}
+	require.NoError(t, commit())
+	o := <-opened
+	require.False(t, o.Acquired, "a renewed meanwhile: its lease is live")
+	require.Equal(t, "a", o.Lease.Node)
+
+	// Again, and a does not renew: b takes over once the write committed, and counts
+	// its message; a's writes after it are refused.
+	commit = inFlight(msg(3))
+	storetest.ExpireLease(t, s, id)
+	opened = openAsB()
+	awaitLockWait(t, s)
+	select {
+	case <-opened:
+		t.Fatal("the takeover did not wait for the fenced write in flight")
+	default:
+	}
+	require.NoError(t, commit())
+	o = <-opened
+	require.True(t, o.Acquired)
+	require.Equal(t, "a", o.PrevNode)
+	require.Greater(t, o.Lease.Token, a.Token)
+	require.EqualValues(t, 3, o.MaxPosition, "the position counts the write the takeover waited for")
+	require.ErrorIs(t, s.MessageInsert(fa, msg(4)), store.ErrFenced)
+	require.Empty(t, renewA(), "a learns it lost the lease")
+}
+
+// awaitLockWait waits until a statement on s's database waits for a row lock.
+func awaitLockWait(t *testing.T, s *store.Store) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		var n int
+		require.NoError(t, s.Pool().QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&n))
+		if n > 0 {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("no statement came to wait for a lock")
+		}
+	}
 }

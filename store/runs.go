@@ -60,15 +60,6 @@ func (s *Store) RunStartCounted(ctx context.Context, run chat.Run, user chat.Mes
 	return int(row.Active), nil
 }
 
-// RunRequestIDs returns the request ids of the session's newest runs, at most limit.
-func (s *Store) RunRequestIDs(ctx context.Context, sessionID uuid.UUID, limit int) ([]string, error) {
-	ids, err := s.q.RunRequestIDs(ctx, s.db, queries.RunRequestIDsParams{SessionID: sessionID, MaxRows: int32(limit)})
-	if err != nil {
-		return nil, fmt.Errorf("request ids of session %s: %w", sessionID, mapErr(err))
-	}
-	return ids, nil
-}
-
 // notStarted is the error of a run start that wrote nothing: the owner's limit when the
 // count reached it, the fence when the lease was taken over, else a session that is gone.
 func (s *Store) notStarted(ctx context.Context, op string, sessionID uuid.UUID, active int64, maxActive int) error {

@@ -33,7 +33,7 @@ func (s *Store) SessionCreate(ctx context.Context, sess chat.Session) (chat.Sess
 	if err != nil {
 		return chat.Session{}, fmt.Errorf("create session %s: %w", sess.ID, mapErr(err))
 	}
-	return sessionFromRow(row), nil
+	return sessionFromRow(queries.Session(row)), nil
 }
 
 // SessionSandbox returns the id of the session's sandbox, "" for none. It returns

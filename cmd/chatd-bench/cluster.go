@@ -362,7 +362,7 @@ func leases(ctx context.Context, dbURL string) (map[string]leaseRow, error) {
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT id::text, coalesce(lease_node, ''), lease_expires_at FROM sessions")
+	rows, err := conn.Query(ctx, "SELECT session_id::text, coalesce(node, ''), expires_at FROM session_leases")
 	if err != nil {
 		return nil, err
 	}

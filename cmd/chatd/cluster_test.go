@@ -79,7 +79,7 @@ func (c *cluster) owner(id string) *child {
 	c.t.Helper()
 	l, err := c.st.LeaseGet(dbCtx(c.t), uuid.MustParse(id))
 	require.NoError(c.t, err)
-	if !l.Live(time.Now()) {
+	if !l.Live {
 		return nil
 	}
 	for _, n := range c.nodes {

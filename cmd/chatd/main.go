@@ -246,7 +246,8 @@ func (m *Main) build() error {
 			if err != nil {
 				return "", false, err
 			}
-			return l.Addr, l.Node != m.Node() && l.Live(clock.Now()), nil
+			// Live by the database's clock: the nodes' clocks need not agree.
+			return l.Addr, l.Node != m.Node() && l.Live, nil
 		},
 		Node:    m.Node,
 		Metrics: transportMetrics,
@@ -315,8 +316,12 @@ func (m *Main) build() error {
 	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
 	// one the hub's writes rely on (lease renewal) goes before it.
 	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger(),
+		Metrics: lease.NewMetrics(m.registry),
 		// Runs are not continued: a dead node's runs that wait for a person end too.
-		RescueWaiting: m.cfg.Recover != RecoverContinue}
+		RescueWaiting: m.cfg.Recover != RecoverContinue,
+		// When the database answers again, what the conversations queued is retried at
+		// once, under the leases the node still holds.
+		Answered: m.journal.Kick}
 	m.renewer, m.rescuer = lease.NewRenewer(leases), lease.NewRescuer(leases)
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatd_leases_held",

@@ -176,7 +176,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.EqualValues(t, 2, s.value(t, "chatd_catchups_total", "kind", "snapshot"))
 	require.Zero(t, s.value(t, "chatd_ring_evictions_total"))
 
-	for _, stmt := range []string{"RunStart", "MessageInsert", "MessageUpdate", "RunUpdate", "SessionInsert", "LeaseAcquire"} {
+	for _, stmt := range []string{"RunStart", "MessageInsert", "MessageUpdate", "RunUpdate", "SessionInsert", "SessionOpen"} {
 		require.NotZero(t, s.count(t, "chatd_db_statement_duration_seconds", "statement", stmt), stmt)
 		require.Zero(t, s.value(t, "chatd_db_statement_errors_total", "statement", stmt), stmt)
 	}

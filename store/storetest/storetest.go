@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -96,6 +97,23 @@ func NewPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 func New(t testing.TB, opts ...func(*pgxpool.Config)) *store.Store {
 	t.Helper()
 	return store.New(NewPool(t, opts...))
+}
+
+// ExpireLease lets session id's lease run out at once: its expiry moves into the past by
+// the database's clock, which is the clock leases expire by. Its holder and token stay,
+// as for a node that stopped renewing. It fails the test when the session has no lease
+// row.
+func ExpireLease(t testing.TB, st *store.Store, id uuid.UUID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tag, err := st.Pool().Exec(ctx, "UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1", id)
+	if err != nil {
+		t.Fatalf("expire the lease of session %s: %v", id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		t.Fatalf("expire the lease of session %s: no lease row", id)
+	}
 }
 
 // ensureTemplate returns the name of the migrated template database, building it first

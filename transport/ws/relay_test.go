@@ -77,7 +77,7 @@ func relayEnv(t *testing.T, addr string) (*env, string) {
 	id := uuid.New()
 	_, err := e.store.SessionCreate(ctx, chat.Session{ID: id, CreatedAt: e.ConvClock.Now()})
 	require.NoError(t, err)
-	_, l, err := e.store.LeaseAcquire(ctx, id, "there", addr, e.ConvClock.Now(), time.Minute)
+	_, l, err := e.store.LeaseAcquire(ctx, id, "there", addr, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, "there", l.Node)
 	return e, id.String()

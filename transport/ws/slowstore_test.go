@@ -10,6 +10,7 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
 )
 
 // slowStore makes every call to the store it wraps wait first, as on a database far
@@ -90,13 +91,6 @@ func (g *storeGate) wait(ctx context.Context) error {
 	}
 }
 
-func (s slowStore) SessionGet(ctx context.Context, id uuid.UUID) (chat.Session, error) {
-	if err := s.wait(ctx); err != nil {
-		return chat.Session{}, err
-	}
-	return s.Store.SessionGet(ctx, id)
-}
-
 func (s slowStore) SessionCreate(ctx context.Context, sess chat.Session) (chat.Session, error) {
 	if err := s.wait(ctx); err != nil {
 		return chat.Session{}, err
@@ -104,11 +98,11 @@ func (s slowStore) SessionCreate(ctx context.Context, sess chat.Session) (chat.S
 	return s.Store.SessionCreate(ctx, sess)
 }
 
-func (s slowStore) MessagePositionMax(ctx context.Context, id uuid.UUID) (int64, error) {
+func (s slowStore) SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (store.Opened, error) {
 	if err := s.wait(ctx); err != nil {
-		return 0, err
+		return store.Opened{}, err
 	}
-	return s.Store.MessagePositionMax(ctx, id)
+	return s.Store.SessionOpen(ctx, id, req)
 }
 
 func (s slowStore) MessagesBefore(ctx context.Context, id uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {

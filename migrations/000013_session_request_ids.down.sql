@@ -1,0 +1,1 @@
+DROP FUNCTION session_request_ids(uuid, integer);
