@@ -157,6 +157,11 @@ func TestDatabaseOutageLongerThanTheLeaseTTL(t *testing.T) {
 			require.NotEqual(t, chat.MessageStreaming, m.Status, "session %d: nothing is left streaming", i)
 		}
 	}
+	// The outage was one: renewals failed (for longer than a TTL), and writes waited.
+	require.Positive(t, metric(t, admin, "chatd_lease_renewal_failures_total"))
+	require.Contains(t, proc.log.String(), "renewing this node's session leases again")
+	require.Positive(t, metric(t, admin, `chatd_journal_write_failures_total{failure="transient",sqlstate=""}`)+
+		metric(t, admin, `chatd_journal_write_failures_total{failure="transient",sqlstate="57P01"}`))
 	require.NotContains(t, proc.log.String(), "continuing a run from its checkpoint", "no run was run again")
 	require.NotContains(t, proc.log.String(), "stopping: the session's lease is another node's", "no actor let its writes go")
 }
