@@ -36,7 +36,6 @@ type Holder interface {
 type Store interface {
 	// Leases expire by the database's clock: nothing here passes a time of this node's.
 	LeaseRenew(ctx context.Context, node string, held map[uuid.UUID]int64, ttl time.Duration) ([]store.HeldLease, error)
-	LeaseReleaseAll(ctx context.Context, node string) (int64, error)
 	SessionsToRescue(ctx context.Context, own string, waiting bool, limit int) ([]uuid.UUID, error)
 }
 

@@ -21,8 +21,8 @@
 --   a fenced write (messages.sql,     FOR KEY SHARE           an acquisition in flight
 --     runs.sql)
 --   SessionOpen's acquisition         FOR UPDATE              fenced writes in flight
---   LeaseRenew, LeaseRelease,         FOR NO KEY UPDATE       an acquisition in flight
---     LeaseReleaseAll                   (a plain UPDATE)
+--   LeaseRenew, LeaseRelease          FOR NO KEY UPDATE       an acquisition in flight
+--                                       (a plain UPDATE)
 --
 -- FOR KEY SHARE and FOR NO KEY UPDATE do not conflict: a renewal never waits for a
 -- grouped batch of writes (store/group.go), which holds its locks on many sessions
@@ -83,12 +83,6 @@ RETURNING session_id, token;
 -- token stays: it only grows.
 UPDATE session_leases SET node = NULL, addr = NULL, expires_at = NULL
 WHERE session_id = @id AND node = @node::text AND token = @token;
-
--- name: LeaseReleaseAll :execrows
--- Gives back every lease node holds: a node that shuts down lets others take its
--- sessions at once instead of after the lease's time.
-UPDATE session_leases SET node = NULL, addr = NULL, expires_at = NULL
-WHERE node = @node::text;
 
 -- name: SessionsToRescue :many
 -- Sessions with a run that streams (running: an agent must drive it) and no live lease:

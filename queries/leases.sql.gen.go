@@ -61,21 +61,6 @@ func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleasePar
 	return result.RowsAffected(), nil
 }
 
-const leaseReleaseAll = `-- name: LeaseReleaseAll :execrows
-UPDATE session_leases SET node = NULL, addr = NULL, expires_at = NULL
-WHERE node = $1::text
-`
-
-// Gives back every lease node holds: a node that shuts down lets others take its
-// sessions at once instead of after the lease's time.
-func (q *Queries) LeaseReleaseAll(ctx context.Context, db DBTX, node string) (int64, error) {
-	result, err := db.Exec(ctx, leaseReleaseAll, node)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const leaseRenew = `-- name: LeaseRenew :many
 UPDATE session_leases SET expires_at = now() + $1::interval
 WHERE node = $2::text

@@ -51,9 +51,6 @@ LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.run_id = @run_id
 ORDER BY m.position;
 
--- name: MessagePositionMax :one
-SELECT COALESCE(MAX(position), 0)::bigint FROM messages WHERE session_id = @session_id;
-
 -- name: MessagesSettleRuns :execrows
 -- Ends what runs left in progress: rows still streaming (open segments, tool calls that
 -- never ended) take the given status, and tool calls that never ended are cancelled.

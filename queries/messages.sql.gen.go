@@ -125,17 +125,6 @@ func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertP
 	return result.RowsAffected(), nil
 }
 
-const messagePositionMax = `-- name: MessagePositionMax :one
-SELECT COALESCE(MAX(position), 0)::bigint FROM messages WHERE session_id = $1
-`
-
-func (q *Queries) MessagePositionMax(ctx context.Context, db DBTX, sessionID uuid.UUID) (int64, error) {
-	row := db.QueryRow(ctx, messagePositionMax, sessionID)
-	var column_1 int64
-	err := row.Scan(&column_1)
-	return column_1, err
-}
-
 const messageUpdate = `-- name: MessageUpdate :execrows
 UPDATE messages
 SET content = $1,

@@ -66,23 +66,6 @@ SET status = @status,
 WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
     AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE));
 
--- name: RunsListUnfinished :many
-SELECT * FROM runs
-WHERE status IN ('running', 'awaiting_approval', 'paused')
-ORDER BY started_at;
-
--- name: RunsInterruptUnfinished :many
--- Ends every run a dead process left unfinished. Only for start-up: a live process's runs
--- would be ended too.
-UPDATE runs
-SET status = 'interrupted',
-    error_code = @error_code,
-    error_message = @error_message,
-    ended_at = @ended_at,
-    last_activity_at = @ended_at
-WHERE status IN ('running', 'awaiting_approval', 'paused')
-RETURNING id;
-
 -- name: RunLatest :one
 -- The session's newest run.
 SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;

@@ -205,15 +205,6 @@ func (s *Store) LeaseRelease(ctx context.Context, id uuid.UUID, node string, tok
 	return nil
 }
 
-// LeaseReleaseAll gives back every lease node holds, and returns how many.
-func (s *Store) LeaseReleaseAll(ctx context.Context, node string) (int64, error) {
-	n, err := s.q.LeaseReleaseAll(ctx, s.db, node)
-	if err != nil {
-		return 0, fmt.Errorf("release the leases of node %s: %w", node, mapErr(err))
-	}
-	return n, nil
-}
-
 // SessionsToRescue returns up to limit sessions with a streaming run and no live lease,
 // by the database's clock: their node died or shut down, and no agent drives the run.
 // own ("" for none) adds the sessions whose lease names that node: a node starting again

@@ -169,15 +169,6 @@ func (s *Store) MessagesSettleRun(ctx context.Context, runID uuid.UUID, status c
 	return n, nil
 }
 
-// MessagePositionMax returns the highest position used in the session, 0 for none.
-func (s *Store) MessagePositionMax(ctx context.Context, sessionID uuid.UUID) (int64, error) {
-	n, err := s.q.MessagePositionMax(ctx, s.db, sessionID)
-	if err != nil {
-		return 0, fmt.Errorf("max position of session %s: %w", sessionID, mapErr(err))
-	}
-	return n, nil
-}
-
 func kindOrText(k chat.MessageKind) chat.MessageKind {
 	if k == "" {
 		return chat.KindText

@@ -261,50 +261,6 @@ func (s *Store) checkRunUpdate(ctx context.Context, id uuid.UUID, from []chat.Ru
 	return fmt.Errorf("update run %s: %w: status is %s, not %s", id, ErrStale, cur.Status, orList(from))
 }
 
-// RunsUnfinished lists the runs that are not in a terminal status, oldest first.
-func (s *Store) RunsUnfinished(ctx context.Context) ([]chat.Run, error) {
-	rows, err := s.q.RunsListUnfinished(ctx, s.db)
-	if err != nil {
-		return nil, fmt.Errorf("list unfinished runs: %w", mapErr(err))
-	}
-	runs := make([]chat.Run, len(rows))
-	for i, r := range rows {
-		runs[i] = runFromRow(r)
-	}
-	return runs, nil
-}
-
-// RunsInterruptUnfinished ends every unfinished run as interrupted with reason, and marks
-// what they left open (streaming assistant segments, running tool calls) interrupted too.
-// It is for start-up, when no run can be live: a dead process left these behind. Text an
-// open segment had streamed is lost; what was stored at earlier segment boundaries stays.
-// It returns the ids of the runs it ended.
-func (s *Store) RunsInterruptUnfinished(ctx context.Context, now time.Time, reason chat.ErrorInfo) ([]uuid.UUID, error) {
-	now = chat.Timestamp(now)
-	var ids []uuid.UUID
-	err := s.InTx(ctx, func(tx *Store) error {
-		var err error
-		ids, err = tx.q.RunsInterruptUnfinished(ctx, tx.db, queries.RunsInterruptUnfinishedParams{
-			ErrorCode:    &reason.Code,
-			ErrorMessage: &reason.Message,
-			EndedAt:      &now,
-		})
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		_, err = tx.q.MessagesSettleRuns(ctx, tx.db, queries.MessagesSettleRunsParams{
-			Status:    string(chat.MessageInterrupted),
-			UpdatedAt: now,
-			RunIds:    ids,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("interrupt unfinished runs: %w", mapErr(err))
-	}
-	return ids, nil
-}
-
 func runFromRow(r queries.Run) chat.Run {
 	return chat.Run{
 		ID:             r.ID,

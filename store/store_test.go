@@ -228,54 +228,6 @@ func TestMessagesBeforePages(t *testing.T) {
 	require.Equal(t, []int64{1}, positions(msgs))
 	require.False(t, more)
 
-	max, err := s.MessagePositionMax(b.ctx, b.session.ID)
-	require.NoError(t, err)
-	require.EqualValues(t, 7, max)
-	max, err = s.MessagePositionMax(b.ctx, uuid.New())
-	require.NoError(t, err)
-	require.EqualValues(t, 0, max)
-}
-
-func TestRunsInterruptUnfinished(t *testing.T) {
-	s, b := setup(t)
-	live, _ := startRun(t, s, b, "live", 1)
-	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 2, Role: chat.RoleAssistant, Status: chat.MessageStreaming, CreatedAt: b.now}
-	require.NoError(t, s.MessageInsert(b.ctx, seg))
-	tool := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &live.ID, Position: 3, Role: chat.RoleTool, Status: chat.MessageStreaming, CreatedAt: b.now,
-		Tool: &chat.ToolCall{CallID: "c", Name: "t", Input: json.RawMessage(`{}`), Status: chat.ToolRunning}}
-	require.NoError(t, s.MessageInsert(b.ctx, tool))
-
-	done, _ := startRun(t, s, b, "done", 4)
-	done.Status = chat.RunDone
-	ended := b.now
-	done.EndedAt = &ended
-	require.NoError(t, s.RunUpdate(b.ctx, done, chat.RunRunning))
-
-	later := b.now.Add(time.Minute)
-	ids, err := s.RunsInterruptUnfinished(b.ctx, later, chat.ErrorInfo{Code: "interrupted", Message: "the server stopped"})
-	require.NoError(t, err)
-	require.Equal(t, []uuid.UUID{live.ID}, ids)
-
-	got, err := s.RunGet(b.ctx, live.ID)
-	require.NoError(t, err)
-	require.Equal(t, chat.RunInterrupted, got.Status)
-	require.Equal(t, &chat.ErrorInfo{Code: "interrupted", Message: "the server stopped"}, got.Error)
-	require.Equal(t, later, *got.EndedAt)
-
-	msgs, err := s.MessagesByRun(b.ctx, live.ID)
-	require.NoError(t, err)
-	require.Equal(t, chat.MessageComplete, msgs[0].Status, "the user message is untouched")
-	require.Equal(t, chat.MessageInterrupted, msgs[1].Status)
-	require.Equal(t, chat.MessageInterrupted, msgs[2].Status)
-	require.Equal(t, chat.ToolCancelled, msgs[2].Tool.Status)
-
-	got, err = s.RunGet(b.ctx, done.ID)
-	require.NoError(t, err)
-	require.Equal(t, chat.RunDone, got.Status, "a finished run is left alone")
-
-	ids, err = s.RunsInterruptUnfinished(b.ctx, later, chat.ErrorInfo{Code: "interrupted"})
-	require.NoError(t, err)
-	require.Empty(t, ids)
 }
 
 func TestInTxRollsBack(t *testing.T) {

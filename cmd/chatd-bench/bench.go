@@ -515,8 +515,8 @@ type stormResult struct {
 }
 
 var readStatements = map[string]bool{
-	"SessionGet": true, "MessagesListBefore": true, "MessagesListByRun": true, "MessagePositionMax": true,
-	"RunGet": true, "RunGetByRequest": true, "RunsListUnfinished": true,
+	"SessionGet": true, "MessagesListBefore": true, "MessagesListByRun": true,
+	"RunGet": true, "RunGetByRequest": true, "RunLatest": true, "StreamLogRead": true,
 }
 
 // storm cuts every client and reconnects them resuming; stale (the snapshot storm, see
