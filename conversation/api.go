@@ -111,9 +111,11 @@ func (a *Actor) Unsubscribe(_ context.Context, sub Subscriber) {
 	}
 }
 
-// Stop ends the actor for a server shutdown: the active run is stored and ended as
+// Stop ends the actor for a server shutdown: the active run is suspended for the next
+// process (Config.SuspendOnStop: its open segment stored, interrupted) or ended
 // interrupted, subscribers are dropped with DropShutdown, and the actor stops taking
-// intents. Use Wait to wait for the run goroutine.
+// intents. What it queued is stored before it stops, writes that fail retried until ctx
+// ends (each one it could not store is logged). Use Wait to wait for the run goroutine.
 func (a *Actor) Stop(ctx context.Context) error {
 	_, err := call(ctx, a, func(r chan result[struct{}]) intent { return &stopIntent{ctx, r} })
 	if errors.Is(err, ErrStopped) {

@@ -19,17 +19,19 @@
 //	segment.go    assistant segments (text and reasoning) and their live text
 //	coalesce.go   merging deltas within a window
 //	tools.go      tool calls; approval.go: approvals, pauses and usage
-//	journal.go    every database read and write of the actor: guarded updates, retries,
-//	              the overlay of what clients were told, lost-insert settlement
-//	writebehind.go the session's ordered write queue and its writer goroutine: writes
-//	              stored behind the events, so no token waits for the database
+//	journal.go    every database read and write of the actor, by durability class; the
+//	              writes go through the session's queue of the journal service (package
+//	              journal: order, fences, retries, failures, the stream log)
+//	writebehind.go the overlay of queued writes on reads, what the actor does with the
+//	              writes the database refused (onWrites), and waiting for a step's writes
+//	runcount.go   what a start must know before its model is called early
 //	recent.go     the session's newest messages and latest run, in memory: snapshots
 //	              and a run's history for its model without a database read
 //	ring.go       the replay ring of events; event.go: events, formats, subscribers
 //	deadlines.go  the eviction and abandonment deadlines of all actors, as services
 //
 // The package does not know any wire format: a Subscriber encodes events with its own
-// Format (Event.Encode caches one encoding per format), and the journal is its only way
-// to the database (the Store interface). It does not know about other sessions either;
+// Format (Event.Encode caches one encoding per format), and its journal is its only way
+// to the database (the Store interface, and the journal package's queue). It does not know about other sessions either;
 // the hub starts, finds and evicts actors. convtest is a recording Subscriber for tests.
 package conversation

@@ -185,9 +185,11 @@ func (h *Hub) Lookup(id uuid.UUID) (*conversation.Actor, bool) {
 	return a, ok
 }
 
-// Shutdown stops every actor: active runs are stored as interrupted and subscribers are
-// dropped with conversation.DropShutdown. It returns when all actors and their run
-// goroutines are gone, or ctx ends. New hellos fail with ErrClosed from the start.
+// Shutdown stops every actor (see conversation.Actor.Stop): active runs are left for the
+// next process (suspended) or, without SuspendOnStop, ended interrupted, what the actors
+// queued is stored within ctx, and subscribers are dropped with
+// conversation.DropShutdown. It returns when all actors and their run goroutines are
+// gone, or ctx ends. New hellos fail with ErrClosed from the start.
 func (h *Hub) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true

@@ -3,7 +3,7 @@
 -- actor makes is fenced by the lease's token, so a node that lost the lease (paused,
 -- partitioned, slow) cannot write a row afterwards, whatever it believes.
 
--- The node holding the lease (a random id per process) and where other nodes reach it
+-- The node holding the lease (CHATD_NODE_ID, by default its address) and where other nodes reach it
 -- (host:port of its listener), until lease_expires_at; all NULL when no node holds it.
 ALTER TABLE sessions ADD COLUMN lease_node text;
 ALTER TABLE sessions ADD COLUMN lease_addr text;

@@ -18,7 +18,7 @@ CREATE TABLE session_leases (
     -- Every session has its row from its creation: the statements that create a
     -- session (SessionInsert, SessionForClientID) create it in the same statement.
     session_id uuid PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
-    -- The node holding the lease (a random id per process) and where other nodes reach
+    -- The node holding the lease (CHATD_NODE_ID, by default its address) and where other nodes reach
     -- it (host:port of its listener), until expires_at, by the database's clock; all
     -- NULL when no node holds it.
     node text,

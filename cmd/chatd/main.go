@@ -162,8 +162,9 @@ func (m *Main) AdminAddr() string {
 }
 
 // Run builds chatd and starts its services: it connects to the database, applies
-// migrations, marks runs a dead process left behind as interrupted, kills what its
-// sandboxes left running, and starts serving.
+// migrations, takes up the runs a dead process (or node) left behind (continued, or
+// with CHATD_RECOVER=interrupt ended interrupted), kills what its sandboxes left
+// running, and starts serving.
 // It returns once the server listens; when it fails, nothing it started is left running.
 // Run is called once.
 func (m *Main) Run(ctx context.Context) error {
@@ -310,9 +311,11 @@ func (m *Main) build() error {
 	}
 
 	// Started in this order, stopped in the reverse: the listener stops taking requests,
-	// then the hub ends the active runs as interrupted (their last events are queued to
-	// the sockets still open), then the transport flushes and closes those sockets with
-	// 1001, then the sandboxes' processes are killed, then the pool closes. A service
+	// then the hub leaves the active runs for the next process (suspended, their open
+	// segments stored; with CHATD_RECOVER=interrupt ended interrupted) and stores what
+	// its actors queued, then the journal stores its last interval of the stream log,
+	// then the transport flushes and closes the sockets with 1001, then the sandboxes'
+	// processes are killed, then the pool closes. A service
 	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
 	// one the hub's writes rely on (lease renewal) goes before it.
 	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger(),
@@ -685,10 +688,11 @@ func (m *Main) modelName() string {
 }
 
 // Close stops chatd's services in the reverse of their start order: stop accepting
-// connections, end active runs as interrupted with their text stored (their last event
-// reaches the clients), close every socket with 1001, kill the sandboxes' processes,
-// close the database pool. ctx bounds the graceful part. It is safe after a Run that
-// failed part way, and a second time.
+// connections, leave active runs for the next process with their text stored (or end
+// them interrupted, with CHATD_RECOVER=interrupt), store what the conversations queued
+// (on a budget of its own, CHATD_SHUTDOWN_TIMEOUT), close every socket with 1001, kill
+// the sandboxes' processes, close the database pool. ctx bounds the rest. It is safe
+// after a Run that failed part way, and a second time.
 func (m *Main) Close(ctx context.Context) error {
 	return m.services.Stop(ctx)
 }
