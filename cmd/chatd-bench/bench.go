@@ -310,6 +310,12 @@ type fanRow struct {
 // measure waits out the warm-up, then measures the window. The server CPU is srv's and
 // the others' together (the nodes of a cluster that a frame passes through).
 func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warmup, window time.Duration, others ...*server) (fanRow, error) {
+	return measureAround(ctx, g, srv, sessions, warmup, window, nil, nil, others...)
+}
+
+// measureAround is measure, with before and after (when not nil) called as the window
+// begins and ends, to take figures of the same window.
+func measureAround(ctx context.Context, g *gen, srv *server, sessions []*session, warmup, window time.Duration, before, after func() error, others ...*server) (fanRow, error) {
 	srvs := append([]*server{srv}, others...)
 	cpus := func() []time.Duration {
 		c := make([]time.Duration, len(srvs))
@@ -329,6 +335,11 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 		t.lat = hist{}
 		t.mu.Unlock()
 	}
+	if before != nil {
+		if err := before(); err != nil {
+			return fanRow{}, err
+		}
+	}
 	c0, cpus0, self0, w0, t0 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
 	g.measuring.Store(true)
 	select {
@@ -338,6 +349,11 @@ func measure(ctx context.Context, g *gen, srv *server, sessions []*session, warm
 	}
 	g.measuring.Store(false)
 	c1, cpus1, self1, w1, t1 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
+	if after != nil {
+		if err := after(); err != nil {
+			return fanRow{}, err
+		}
+	}
 	var cpu0, cpu1 time.Duration
 	var nodeCores []float64
 	for i := range srvs {

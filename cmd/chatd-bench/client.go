@@ -48,6 +48,7 @@ type tab struct {
 	nextTok int // next token index of the current run; -1 when not known
 
 	frames    atomic.Int64
+	textBytes atomic.Int64 // of the deltas' text, as sent (JSON-escaped)
 	gaps      atomic.Int64
 	dups      atomic.Int64
 	runsDone  atomic.Int64
@@ -214,6 +215,7 @@ func (t *tab) handle(f []byte, now time.Time) {
 		if j := bytes.IndexByte(text, '"'); j >= 0 {
 			text = text[:j]
 		}
+		t.textBytes.Add(int64(len(text)))
 		t.tokens(text, now)
 		return
 	}

@@ -92,7 +92,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
-	scen := fs.String("scenarios", "fanout,storm,snapstorm,idle,storage,scale", "scenarios to run, comma-separated: fanout, storm, snapstorm, idle, storage, scale, cluster (storm and snapstorm run on the fan-out's sessions; cluster, three chatd nodes on one database, is not in the default set)")
+	scen := fs.String("scenarios", "fanout,storm,snapstorm,idle,storage,scale", "scenarios to run, comma-separated: fanout, storm, snapstorm, idle, storage, scale, cluster, streamlog (storm and snapstorm run on the fan-out's sessions; cluster, three chatd nodes on one database, and streamlog, the stream log's cost, are not in the default set)")
 	fs.IntVar(&o.sessions, "sessions", 1000, "fan-out: sessions (S)")
 	fs.IntVar(&o.tabs, "tabs", 3, "fan-out: tabs per session (T)")
 	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
@@ -217,6 +217,11 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.scenarios["cluster"] {
 		if err := b.cluster(ctx); err != nil {
+			return err
+		}
+	}
+	if o.scenarios["streamlog"] {
+		if err := b.streamLog(ctx); err != nil {
 			return err
 		}
 	}

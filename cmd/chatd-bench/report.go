@@ -35,6 +35,9 @@ func (r *report) blocks() []resultBlock {
 	if r.cluster != nil {
 		out = append(out, resultBlock{mode + " cluster", r.clusterMarkdown()})
 	}
+	if r.streamLog != nil {
+		out = append(out, resultBlock{mode + " stream log", r.streamLogMarkdown()})
+	}
 	return out
 }
 
@@ -62,6 +65,7 @@ type report struct {
 
 	snapStorm *stormResult
 	scale     *scaleResult
+	streamLog *streamLogResult
 
 	// The Centrifuge peer's storm and idle density (peer.go), beside chatd's.
 	peerStorm *stormResult
