@@ -138,8 +138,7 @@ func (l *streamLog) signal() {
 // an interval after the last time it did (at once after a pause), so while text streams
 // the intervals keep their pace whatever their statements take; every collectEvery it
 // removes the chunks no message needs.
-func (w *Writer) run(stop, done chan struct{}) {
-	defer close(done)
+func (w *Writer) run(stop <-chan struct{}) {
 	l := &w.stream
 	gc := w.clock.NewTicker(collectEvery)
 	defer gc.Stop()

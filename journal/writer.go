@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 )
 
@@ -68,10 +69,7 @@ type Writer struct {
 	nHalt  atomic.Int32
 
 	stream streamLog
-	loop   struct {
-		mu         sync.Mutex
-		stop, done chan struct{}
-	}
+	loop   service.Loop
 }
 
 // NewWriter returns an unstarted writer.
@@ -101,36 +99,12 @@ func (w *Writer) Start(context.Context) error {
 	if w.cfg.StreamSync <= 0 {
 		return nil
 	}
-	w.loop.mu.Lock()
-	defer w.loop.mu.Unlock()
-	if w.loop.done != nil {
-		return errors.New("journal: already started")
-	}
-	w.loop.stop, w.loop.done = make(chan struct{}), make(chan struct{})
-	go w.run(w.loop.stop, w.loop.done)
-	return nil
+	return w.loop.Start(w.run)
 }
 
 // Stop stores what the stream log holds and stops it (stop the conversations first:
 // what they store as they stop removes their logs).
-func (w *Writer) Stop(ctx context.Context) error {
-	w.loop.mu.Lock()
-	stop, done := w.loop.stop, w.loop.done
-	w.loop.stop = nil
-	w.loop.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	if stop != nil {
-		close(stop)
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (w *Writer) Stop(ctx context.Context) error { return w.loop.Stop(ctx) }
 
 // halt records that q waits for a retry (on) or no longer does.
 func (w *Writer) halt(q *Queue, on bool) {

@@ -8,8 +8,6 @@ package lease
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,47 +65,6 @@ type Config struct {
 	Answered func()
 	// Rescued, when set, is told the sessions each rescue pass took up (for tests).
 	Rescued func(ids []uuid.UUID)
-}
-
-// loop is a started service's goroutine.
-type loop struct {
-	mu   sync.Mutex
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (l *loop) start(run func(stop <-chan struct{})) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
-		return errors.New("lease: already started")
-	}
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
-	stop, done := l.stop, l.done
-	go func() {
-		defer close(done)
-		run(stop)
-	}()
-	return nil
-}
-
-func (l *loop) halt(ctx context.Context) error {
-	l.mu.Lock()
-	stop, done := l.stop, l.done
-	l.stop = nil
-	l.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	if stop != nil {
-		close(stop)
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (c *Config) defaults() {

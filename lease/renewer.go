@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/service"
 )
 
 // Renewer is the service that keeps this node's leases: every TTL/3 it extends all of
@@ -26,7 +28,7 @@ import (
 // other nodes' rescue passes, every TTL/3, find those leases expired.
 type Renewer struct {
 	cfg  Config
-	loop loop
+	loop service.Loop
 	// failingSince is when the renewals began to fail; zero while they succeed.
 	failingSince time.Time
 }
@@ -40,7 +42,7 @@ func NewRenewer(cfg Config) *Renewer {
 // Start starts the renewals: one at once, then every TTL/3, and every retryInterval
 // while they fail.
 func (r *Renewer) Start(context.Context) error {
-	return r.loop.start(func(stop <-chan struct{}) {
+	return r.loop.Start(func(stop <-chan struct{}) {
 		for {
 			next := r.cfg.TTL / 3
 			if !r.Renew(context.Background()) {
@@ -68,7 +70,7 @@ func (r *Renewer) retryInterval() time.Duration {
 // shutdown, before this); one whose release failed expires a TTL after its last renewal.
 // Nothing else is released: a process that restarted on this node's address may hold
 // the same node's leases already.
-func (r *Renewer) Stop(ctx context.Context) error { return r.loop.halt(ctx) }
+func (r *Renewer) Stop(ctx context.Context) error { return r.loop.Stop(ctx) }
 
 // Renew makes one renewal, and reports whether the database answered: the running
 // service calls it every TTL/3, and sooner after a failure. Leases another node took

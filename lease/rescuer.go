@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/service"
 )
 
 // Rescuer is the service that takes up the runs no live node drives: a session with a
@@ -15,7 +16,7 @@ import (
 // its checkpoint, with no client needed. A pass runs at start-up and every TTL/3.
 type Rescuer struct {
 	cfg  Config
-	loop loop
+	loop service.Loop
 	// passed is set after the first pass that knew the node's id: only that one takes
 	// up the sessions whose lease names this node (its previous life's).
 	passed bool
@@ -32,7 +33,7 @@ func NewRescuer(cfg Config) *Rescuer {
 // TTL/3.
 func (r *Rescuer) Start(ctx context.Context) error {
 	r.Pass(ctx)
-	return r.loop.start(func(stop <-chan struct{}) {
+	return r.loop.Start(func(stop <-chan struct{}) {
 		t := r.cfg.Clock.NewTicker(r.cfg.TTL / 3)
 		defer t.Stop()
 		for {
@@ -47,7 +48,7 @@ func (r *Rescuer) Start(ctx context.Context) error {
 }
 
 // Stop stops the passes, waiting for the one under way.
-func (r *Rescuer) Stop(ctx context.Context) error { return r.loop.halt(ctx) }
+func (r *Rescuer) Stop(ctx context.Context) error { return r.loop.Stop(ctx) }
 
 // Pass takes up every session to rescue it finds, and returns those it took.
 func (r *Rescuer) Pass(ctx context.Context) []uuid.UUID {
