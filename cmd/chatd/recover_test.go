@@ -185,12 +185,13 @@ func TestCrashAnywhereProperty(t *testing.T) {
 
 // The stream log's crash property: a chain of chatd processes on one database, each
 // killed with SIGKILL while a segment streams (the seed picks after how many of its
-// words), the next one continuing the run. Before each restart the open segment's log
-// holds a prefix of what the client saw, with everything the client had an interval
-// (plus logSlack) before the crash; after it, the segment is stored interrupted with
-// exactly that text (or removed, when the log held none), the continued run's text is
-// an uninterrupted run's, word for word, and the tab that followed it ends equal to the
-// database. 20 seeds; CHATD_CRASH_SEEDS runs more.
+// words), the next one continuing the run. After each restart the segment that was open
+// is stored interrupted with what its log held (or removed, when it held nothing): a
+// prefix of what the client saw, with everything the client had an interval (plus
+// logSlack) before the crash. The continued run's text is an uninterrupted run's, word
+// for word, and the tab that followed it ends equal to the database. 20 seeds;
+// CHATD_CRASH_SEEDS runs more. (The log is judged by what the next process stored, not
+// read at the crash: the dead process's last statement may still commit after it died.)
 func TestKillMidSegmentKeepsTheStreamedText(t *testing.T) {
 	seeds := 20
 	if v := os.Getenv("CHATD_CRASH_SEEDS"); v != "" {
@@ -241,10 +242,6 @@ func TestKillMidSegmentKeepsTheStreamedText(t *testing.T) {
 		proc.wait(15 * time.Second)
 
 		segID := uuid.MustParse(seg)
-		logged, err := st.StreamLogRead(dbCtx(t), []uuid.UUID{segID})
-		require.NoError(t, err)
-		requireLogged(t, pieces, logged[segID], killed, interval)
-
 		proc = restartChild(t, proc, fmt.Sprintf("chatd %d", seed), env)
 		back := wstest.Dial(t, proc.wsURL(), nil)
 		back.State = c.State
@@ -260,16 +257,19 @@ func TestKillMidSegmentKeepsTheStreamedText(t *testing.T) {
 				kept = &stored[i]
 			}
 		}
-		if logged[segID] == "" {
-			require.Nil(t, kept, "seed %d (killed after %d words): a segment whose log held nothing goes", seed, words)
-		} else {
-			require.NotNil(t, kept, "seed %d", seed)
+		logged := "" // a segment whose log held nothing goes
+		if kept != nil {
 			require.Equal(t, chat.MessageInterrupted, kept.Status, "seed %d", seed)
-			require.Equal(t, logged[segID], kept.Content, "seed %d (killed after %d words): the segment keeps its logged text", seed, words)
+			require.NotEmpty(t, kept.Content, "seed %d: an empty segment goes", seed)
+			logged = kept.Content
 		}
+		requireLogged(t, pieces, logged, killed, interval)
+		left, err := st.StreamLogRead(dbCtx(t), []uuid.UUID{segID})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(left[segID]), len(logged), "seed %d: the log holds no more than was stored", seed)
 		require.Equal(t, want, replyText(stored, ack.RunID), "seed %d (killed after %d words): the text", seed, words)
 		require.Empty(t, wstest.Diff(toWire(t, stored), back.State.Sorted()), "seed %d: the tab equals the database", seed)
-		t.Logf("seed %d: killed after %d words (%d bytes), %d bytes logged", seed, words, len(strings.Join(textsOf(pieces), "")), len(logged[segID]))
+		t.Logf("seed %d: killed after %d words (%d bytes), %d bytes logged", seed, words, len(strings.Join(textsOf(pieces), "")), len(logged))
 		back.WS.CloseNow()
 		c.WS.CloseNow()
 	}
