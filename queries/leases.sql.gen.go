@@ -191,8 +191,8 @@ type SessionOpenRow struct {
 //	a fenced write (messages.sql,     FOR KEY SHARE           an acquisition in flight
 //	  runs.sql)
 //	SessionOpen's acquisition         FOR UPDATE              fenced writes in flight
-//	LeaseRenew, LeaseRelease,         FOR NO KEY UPDATE       an acquisition in flight
-//	  LeaseReleaseAll                   (a plain UPDATE)
+//	LeaseRenew, LeaseRelease          FOR NO KEY UPDATE       an acquisition in flight
+//	                                    (a plain UPDATE)
 //
 // FOR KEY SHARE and FOR NO KEY UPDATE do not conflict: a renewal never waits for a
 // grouped batch of writes (store/group.go), which holds its locks on many sessions
