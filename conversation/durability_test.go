@@ -3,6 +3,8 @@ package conversation_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -322,6 +324,51 @@ func TestUnsubscribeIsNeverLost(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the actor kept a subscriber that unsubscribed")
 	}
+}
+
+// syncBuffer is a log that tests read while actors write to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A stop whose budget ends before the database takes what the session queued logs each
+// write it could not store, at error level, naming it: the next process continues the
+// run from what was stored, and an operator can see what that was not.
+func TestStopLogsWhatItCouldNotStore(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	var log syncBuffer
+	a := conversation.Start(conversation.Config{Store: st, Agent: script.New(script.Text("done")),
+		Logger: zerolog.New(&log).Level(zerolog.ErrorLevel)}, uuid.New(), nil)
+	ctx := testCtx(t)
+	tab := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
+	require.NoError(t, err)
+	st.set("RunUpdate", failBefore, -1) // the run's end never passes
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	require.EqualValues(t, "chat.done", tab.Await(t, convtest.Terminal).Type)
+
+	budget, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancel()
+	require.NoError(t, a.Stop(budget))
+	<-budget.Done()
+	require.NoError(t, a.Wait(ctx))
+	require.Contains(t, log.String(), `"level":"error"`)
+	require.Contains(t, log.String(), `"statement":"RunUpdate","run_id":"`+res.RunID.String()+`","status":"done","message":"stopping with a write the database did not take"`)
 }
 
 // At a stop, what the session queued is stored within the stop's budget: a write that

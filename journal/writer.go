@@ -163,7 +163,7 @@ func (w *Writer) failed(q *Queue, wr Write, f Failure, err error) {
 	case Permanent:
 		ev(log.Error()).Msg("the database will never take this write; giving up on it")
 	case Gone:
-		ev(log.Warn()).Msg("a row the write refers to is gone: the session was deleted")
+		ev(log.Error()).Msg("a row the write refers to is gone (the session was deleted); giving up on it")
 	case Fenced:
 		if q.fencedOut.CompareAndSwap(false, true) {
 			w.metrics.fenced.Inc()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/agenttest"
+	"github.com/chatd/chatd/auth/authtest"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store/storetest"
 	"github.com/chatd/chatd/transport/wstest"
@@ -329,4 +330,46 @@ func TestBadProviderSettingFailsAtStart(t *testing.T) {
 	err = m.Run(ctx)
 	require.ErrorContains(t, err, "CHATD_THINKING_BUDGET")
 	require.NoError(t, m.Close(ctx))
+}
+
+// A refused chat.send never reaches the model provider, where each request is money:
+// five repeats of an ended run's requestId, and five sends over the user's limit of
+// active runs (CHATD_MAX_RUNS_PER_USER=1, in another session), make no request at the
+// OpenAI-compatible server. Only the two runs that start do.
+func TestRefusedSendsNeverReachTheProvider(t *testing.T) {
+	gate := make(chan struct{})
+	t.Cleanup(func() { close(gate) })
+	llm := agenttest.NewServer(t,
+		agenttest.SSE(agenttest.Data(openAIChunk(`{"role":"assistant","content":"Hello."}`, ""), openAIChunk(`{}`, "stop"))...),
+		agenttest.Gated(gate, agenttest.Data(openAIChunk(`{"role":"assistant","content":"Working"}`, "")), agenttest.Data(openAIChunk(`{}`, "stop"))),
+	)
+	m, _ := startInProcess(t, map[string]string{
+		"CHATD_AGENT": "openai", "OPENAI_BASE_URL": llm.URL + "/v1", "CHATD_MODEL": "gpt-e2e",
+		"CHATD_AUTH": "jwt", "CHATD_JWT_SECRET": testSecret, "CHATD_MAX_RUNS_PER_USER": "1",
+	})
+	alice := authtest.HS256(t, []byte(testSecret), authtest.Claims{Subject: "alice", ExpiresAt: time.Now().Add(time.Hour)})
+	wsURL := "ws://" + m.Addr() + "/v1/ws"
+	tab := wstest.Dial(t, wsURL, nil)
+	tab.Token = alice
+	tab.Hello("")
+	first := tab.Chat("r1", "hi")
+	require.Equal(t, "ack", first.Type, "%s", first.Raw)
+	require.Equal(t, "chat.done", tab.ReadTerminal().Type)
+	for range 5 {
+		again := tab.Chat("r1", "hi")
+		require.Equal(t, "ack", again.Type, "%s", again.Raw)
+		require.True(t, again.Duplicate)
+	}
+	busy := tab.Chat("r2", "work on it")
+	require.Equal(t, "ack", busy.Type, "%s", busy.Raw)
+	tab.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.RunID == busy.RunID })
+
+	other := wstest.Dial(t, wsURL, nil)
+	other.Token = alice
+	other.Hello("")
+	for i := range 5 {
+		reply := other.Chat(fmt.Sprintf("over-%d", i), "hi")
+		require.Equal(t, "rate_limited", reply.Code, "%s", reply.Raw)
+	}
+	require.Len(t, llm.Requests(), 2, "only the runs that started called the model")
 }
