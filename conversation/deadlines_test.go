@@ -48,9 +48,8 @@ func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
 	b := d.AfterFunc(2*time.Second, f.at("b"))
 	d.AfterFunc(2*time.Second, f.at("b2"))
 	require.Equal(t, 4, d.Len())
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 1), "one timer for all")
+	// AfterFunc arms the timer before it returns, so the first advance cannot miss it.
+	armed(t, clock, "one timer for all")
 
 	require.True(t, b.Stop())
 	require.False(t, b.Stop(), "stopped once")
@@ -58,12 +57,27 @@ func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
 	f.none(t)
 	clock.Advance(time.Nanosecond)
 	require.Equal(t, "a", f.next(t))
+	// The fire that called "a" re-arms the timer for the next deadline in the clock's
+	// own goroutine, and "a" can be heard before it has: advancing now could pass b2's
+	// deadline with no timer armed, and b2 would never fire.
+	armed(t, clock, "re-armed for b2")
 	clock.Advance(time.Second)
 	require.Equal(t, "b2", f.next(t))
 	f.none(t)
+	armed(t, clock, "re-armed for c")
 	clock.Advance(time.Second)
 	require.Equal(t, "c", f.next(t))
 	require.Zero(t, d.Len())
+}
+
+// armed waits until the service's one clock timer is armed. The service never has more
+// than one, so a count of 1 means the timer an advance must fire is there; a fired timer
+// leaves the clock before its callback runs, so this cannot see the previous one.
+func armed(t *testing.T, clock *clockwork.FakeClock, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), msg)
 }
 
 // Deadlines armed before Start fire after it; after Stop nothing fires, and arming is
