@@ -3,6 +3,7 @@ package conversation
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -25,8 +26,12 @@ func (f fired) next(t *testing.T) string {
 	}
 }
 
+// none checks that no deadline fired. It runs in a synctest bubble: a deadline fires in
+// goroutines of its own (the clock's AfterFunc, then the callback's), and synctest.Wait
+// returns once they have run, so what has not come by then did not fire.
 func (f fired) none(t *testing.T) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case n := <-f:
 		t.Fatalf("deadline %s fired", n)
@@ -36,7 +41,9 @@ func (f fired) none(t *testing.T) {
 
 // Many deadlines share one clock timer, each fires exactly when it is due, and a
 // disarmed one never fires.
-func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
+func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) { synctest.Test(t, testDeadlinesFireOnTime) }
+
+func testDeadlinesFireOnTime(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	d := NewDeadlines("test", clock)
 	require.NoError(t, d.Start(t.Context()))
@@ -82,7 +89,9 @@ func armed(t *testing.T, clock *clockwork.FakeClock, msg string) {
 
 // Deadlines armed before Start fire after it; after Stop nothing fires, and arming is
 // harmless.
-func TestDeadlinesLifecycle(t *testing.T) {
+func TestDeadlinesLifecycle(t *testing.T) { synctest.Test(t, testDeadlinesLifecycle) }
+
+func testDeadlinesLifecycle(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	d := NewDeadlines("test", clock)
 	f := make(fired, 10)
