@@ -3,6 +3,7 @@ package conversation
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -25,8 +26,12 @@ func (f fired) next(t *testing.T) string {
 	}
 }
 
+// none checks that no deadline fired. It runs in a synctest bubble: a deadline fires in
+// goroutines of its own (the clock's AfterFunc, then the callback's), and synctest.Wait
+// returns once they have run, so what has not come by then did not fire.
 func (f fired) none(t *testing.T) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case n := <-f:
 		t.Fatalf("deadline %s fired", n)
@@ -36,7 +41,9 @@ func (f fired) none(t *testing.T) {
 
 // Many deadlines share one clock timer, each fires exactly when it is due, and a
 // disarmed one never fires.
-func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
+func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) { synctest.Test(t, testDeadlinesFireOnTime) }
+
+func testDeadlinesFireOnTime(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	d := NewDeadlines("test", clock)
 	require.NoError(t, d.Start(t.Context()))
@@ -48,9 +55,8 @@ func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
 	b := d.AfterFunc(2*time.Second, f.at("b"))
 	d.AfterFunc(2*time.Second, f.at("b2"))
 	require.Equal(t, 4, d.Len())
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, clock.BlockUntilContext(ctx, 1), "one timer for all")
+	// AfterFunc arms the timer before it returns, so the first advance cannot miss it.
+	armed(t, clock, "one timer for all")
 
 	require.True(t, b.Stop())
 	require.False(t, b.Stop(), "stopped once")
@@ -58,17 +64,34 @@ func TestDeadlinesFireOnTimeWithOneTimer(t *testing.T) {
 	f.none(t)
 	clock.Advance(time.Nanosecond)
 	require.Equal(t, "a", f.next(t))
+	// The fire that called "a" re-arms the timer for the next deadline in the clock's
+	// own goroutine, and "a" can be heard before it has: advancing now could pass b2's
+	// deadline with no timer armed, and b2 would never fire.
+	armed(t, clock, "re-armed for b2")
 	clock.Advance(time.Second)
 	require.Equal(t, "b2", f.next(t))
 	f.none(t)
+	armed(t, clock, "re-armed for c")
 	clock.Advance(time.Second)
 	require.Equal(t, "c", f.next(t))
 	require.Zero(t, d.Len())
 }
 
+// armed waits until the service's one clock timer is armed. The service never has more
+// than one, so a count of 1 means the timer an advance must fire is there; a fired timer
+// leaves the clock before its callback runs, so this cannot see the previous one.
+func armed(t *testing.T, clock *clockwork.FakeClock, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), msg)
+}
+
 // Deadlines armed before Start fire after it; after Stop nothing fires, and arming is
 // harmless.
-func TestDeadlinesLifecycle(t *testing.T) {
+func TestDeadlinesLifecycle(t *testing.T) { synctest.Test(t, testDeadlinesLifecycle) }
+
+func testDeadlinesLifecycle(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	d := NewDeadlines("test", clock)
 	f := make(fired, 10)

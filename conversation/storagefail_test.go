@@ -156,8 +156,14 @@ func snapshotOf(t *testing.T, a *conversation.Actor) []chat.Message {
 	return f.Messages
 }
 
+// waitTimers waits until clock has at least n timers, whoever armed them (the actor,
+// its journal's retries, a Deadlines service on the same clock). n must be positive:
+// every clock has at least zero timers, so no wait can show that one is not armed.
 func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int) {
 	t.Helper()
+	if n < 1 {
+		t.Fatalf("waitTimers(%d) would return at once and show nothing", n)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, clock.BlockUntilContext(ctx, n))

@@ -198,10 +198,9 @@ func TestExposedDeployment(t *testing.T) {
 	sandboxes := sandboxDir(t)
 	dbURL := storetest.NewURL(t)
 
-	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
-	admin := freeAddr(t)
-	e := &exposed{t: t, port: port, admin: admin, key: key1}
-	e.chatd = startChildOn(t, "chatd", "0.0.0.0:"+port, "127.0.0.1:"+port, []string{"-admin-addr", admin}, map[string]string{
+	e := &exposed{t: t, key: key1}
+	// On every interface, at a port the kernel picks as chatd binds it (see startChild).
+	e.chatd = startChildOn(t, "chatd", "0.0.0.0:0", "127.0.0.1", []string{"-admin-addr", "127.0.0.1:0"}, map[string]string{
 		"DATABASE_URL":       dbURL,
 		"CHATD_AUTH":         "jwt",
 		"CHATD_JWKS_URL":     idp.URL,
@@ -226,6 +225,9 @@ func TestExposedDeployment(t *testing.T) {
 		"CHATD_TEST_SECRET":        secret, // in chatd's environment
 		"CHATD_TEST_DATA":          data,
 	})
+	_, e.port, _ = net.SplitHostPort(e.chatd.addr)
+	e.admin = e.chatd.admin
+	admin := e.admin
 
 	t.Run("the public listener serves no metrics and no pprof", func(t *testing.T) {
 		for _, path := range []string{"/metrics", "/debug/pprof/"} {

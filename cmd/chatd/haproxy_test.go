@@ -102,10 +102,26 @@ func haproxyBin(t *testing.T) string {
 // the test ends, and its configuration and log are printed when the test failed.
 func startHAProxy(t *testing.T, backends []string) (addr string, log *syncBuffer) {
 	t.Helper()
+	// HAProxy cannot say which port the kernel gave it, so its port is picked beforehand
+	// (freeAddr), and another process may take it before HAProxy binds it: then HAProxy
+	// exits at once, and is started again on another.
+	const attempts = 3
+	for i := 1; ; i++ {
+		addr, log, ok := startHAProxyOn(t, freeAddr(t), backends, i < attempts)
+		if ok {
+			return addr, log
+		}
+		t.Logf("haproxy found %s taken; trying another port", addr)
+	}
+}
+
+// startHAProxyOn is startHAProxy listening on addr. When HAProxy exits because addr is
+// taken and retry is set, it returns ok false instead of failing the test.
+func startHAProxyOn(t *testing.T, addr string, backends []string, retry bool) (_ string, log *syncBuffer, ok bool) {
+	t.Helper()
 	bin := haproxyBin(t)
 	shipped, err := os.ReadFile(shippedHAProxyConfig)
 	require.NoError(t, err)
-	addr = freeAddr(t)
 	cfg, err := haproxyConfig(string(shipped), addr, backends)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
@@ -147,6 +163,9 @@ func startHAProxy(t *testing.T, backends []string) (addr string, log *syncBuffer
 	for {
 		select {
 		case <-done:
+			if retry && strings.Contains(log.String(), "Address already in use") {
+				return addr, log, false
+			}
 			t.Fatalf("haproxy exited before it accepted connections: %s\n%s", cmd.ProcessState, log.String())
 		case <-deadline.C:
 			t.Fatalf("haproxy did not accept connections on %s in time (last error: %v)\n%s", addr, lastErr, log.String())
@@ -158,7 +177,7 @@ func startHAProxy(t *testing.T, backends []string) (addr string, log *syncBuffer
 			continue
 		}
 		_ = conn.Close()
-		return addr, log
+		return addr, log, true
 	}
 }
 

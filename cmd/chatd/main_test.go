@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -697,14 +697,20 @@ type child struct {
 	t    *testing.T
 	name string
 	cmd  *exec.Cmd
-	addr string
-	log  *syncBuffer
+	// host is where the child is reached; addr is host with the port it listens on, and
+	// admin its admin listener's address ("" for none): both are known once it listens.
+	host  string
+	addr  string
+	admin string
+	log   *syncBuffer
 
 	done     chan struct{} // closed once the process has exited and been reaped
 	exitedAt time.Time     // set before done is closed
 }
 
-// freeAddr returns a loopback address nothing listens on right now.
+// freeAddr returns a loopback address nothing listens on right now. Nothing keeps it
+// free: another process may bind it before whoever it was picked for does. A chatd child
+// listens on port 0 instead and says which port it got (startChildOn).
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -716,25 +722,29 @@ func freeAddr(t *testing.T) string {
 
 // startChild starts chatd as a child process with env added to the test's environment,
 // and waits until it answers /healthz. It is killed, if still running, when the test ends,
-// and its log is printed when the test failed.
+// and its log is printed when the test failed. It listens, and has its admin listener,
+// on loopback ports the kernel picks as it binds them: a port picked beforehand, by
+// listening on it and closing it, may be taken by another process before the child
+// binds it (a test's connections to PostgreSQL get their local ports from the same
+// range), and the child fails with "address already in use".
 func startChild(t *testing.T, name string, env map[string]string) *child {
 	t.Helper()
-	addr := freeAddr(t)
-	return startChildOn(t, name, addr, addr, []string{"-admin-addr", "127.0.0.1:0"}, env)
+	return startChildOn(t, name, "127.0.0.1:0", "127.0.0.1", []string{"-admin-addr", "127.0.0.1:0"}, env)
 }
 
 // restartChild starts chatd again where prev listened (prev has exited): the same node,
-// as a restarted process on its host is.
+// as a restarted process on its host is. Its port is prev's, so it cannot be left to
+// the kernel.
 func restartChild(t *testing.T, prev *child, name string, env map[string]string) *child {
 	t.Helper()
-	return startChildOn(t, name, prev.addr, prev.addr, []string{"-admin-addr", "127.0.0.1:0"}, env)
+	return startChildOn(t, name, prev.addr, prev.host, []string{"-admin-addr", "127.0.0.1:0"}, env)
 }
 
-// startChildOn is startChild listening on listen (which may be every interface), reached
-// at addr, with more command-line arguments.
-func startChildOn(t *testing.T, name, listen, addr string, args []string, env map[string]string) *child {
+// startChildOn is startChild listening on listen (which may be every interface, and
+// port 0 for one the kernel picks), reached on host, with more command-line arguments.
+func startChildOn(t *testing.T, name, listen, host string, args []string, env map[string]string) *child {
 	t.Helper()
-	c := &child{t: t, name: name, addr: addr, log: &syncBuffer{}, done: make(chan struct{})}
+	c := &child{t: t, name: name, host: host, log: &syncBuffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], append([]string{"-addr", listen}, args...)...)
 	c.cmd.Env = append(os.Environ(), childEnv+"=1", "CHATD_LOG_FORMAT=json", "CHATD_LOG_LEVEL=debug")
 	for k, v := range env {
@@ -763,28 +773,31 @@ func startChildOn(t *testing.T, name, listen, addr string, args []string, env ma
 	return c
 }
 
-// waitHealthy polls GET /healthz until it answers 200, the process exits, or a deadline.
+// waitHealthy waits for the log line that says where the child listens, then polls GET
+// /healthz until it answers 200, the process exits, or a deadline.
 func (c *child) waitHealthy() {
 	c.t.Helper()
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: time.Second}
-	url := "http://" + c.addr + "/healthz"
 
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
-	var lastErr error
+	lastErr := errors.New("it has not said where it listens")
 	for {
 		select {
 		case <-c.done:
 			c.t.Fatalf("%s exited before it answered /healthz: %s\n%s", c.name, c.cmd.ProcessState, c.log.String())
 		case <-deadline.C:
-			c.t.Fatalf("%s did not answer %s in time (last error: %v)", c.name, url, lastErr)
+			c.t.Fatalf("%s did not answer /healthz at %q in time (last error: %v)", c.name, c.addr, lastErr)
 		case <-ticker.C:
 		}
-		resp, err := hc.Get(url)
+		if c.addr == "" && !c.listening() {
+			continue
+		}
+		resp, err := hc.Get("http://" + c.addr + "/healthz")
 		if err != nil {
 			lastErr = err
 			continue
@@ -797,12 +810,35 @@ func (c *child) waitHealthy() {
 	}
 }
 
-// adminAddr is where the child's admin listener listens, as its log says.
+// listening reads where the child listens from its log line "chatd listening" (Main's
+// logListening, which comes once both listeners are bound) and sets addr and admin; it
+// reports false while there is no such line yet.
+func (c *child) listening() bool {
+	for _, line := range strings.Split(c.log.String(), "\n") {
+		var l struct {
+			Message string `json:"message"`
+			Addr    string `json:"addr"`
+			Admin   string `json:"admin_addr"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || !strings.HasPrefix(l.Message, "chatd listening") {
+			continue
+		}
+		_, port, err := net.SplitHostPort(l.Addr)
+		require.NoError(c.t, err, "the address in %s", line)
+		c.addr = net.JoinHostPort(c.host, port)
+		if l.Admin != AdminOff {
+			c.admin = l.Admin
+		}
+		return true
+	}
+	return false
+}
+
+// adminAddr is where the child's admin listener listens.
 func (c *child) adminAddr() string {
 	c.t.Helper()
-	m := regexp.MustCompile(`"admin_addr":"([^"]+)"`).FindStringSubmatch(c.log.String())
-	require.NotNil(c.t, m, "%s logged no admin address", c.name)
-	return m[1]
+	require.NotEmpty(c.t, c.admin, "%s has no admin listener", c.name)
+	return c.admin
 }
 
 // wsURL is the child's WebSocket endpoint.

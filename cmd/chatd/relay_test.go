@@ -16,11 +16,11 @@ import (
 	"github.com/chatd/chatd/transport/wstest"
 )
 
-// startNode starts a chatd node with an admin listener at a known address.
+// startNode starts a chatd node and returns it with its admin listener's address.
 func startNode(t *testing.T, name string, env map[string]string) (*child, string) {
 	t.Helper()
-	addr, admin := freeAddr(t), freeAddr(t)
-	return startChildOn(t, name, addr, addr, []string{"-admin-addr", admin}, env), admin
+	c := startChild(t, name, env)
+	return c, c.admin
 }
 
 // apiAt sends an HTTP API request to the node at addr and returns its status and body.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
@@ -148,26 +149,71 @@ func TestHelloDeadline(t *testing.T) {
 	requireHistory(t, late, "late-2")
 }
 
+// pingArms is the connections' fake clock, telling each time a ping timer is armed. After
+// a ping the next one is armed by the ping's goroutine once Ping has returned, and
+// nothing the client sees says when: the server having read the pong is not enough (the
+// goroutine may not have run since), and until then the clock's one timer is the ping's
+// timeout, so counting timers cannot tell the two apart. An advance made before the
+// re-arm moves the next ping out by as much, and the test waits for a ping that never
+// comes.
+type pingArms struct {
+	*clockwork.FakeClock
+	armed chan struct{}
+}
+
+func newPingArms() *pingArms { return &pingArms{armed: make(chan struct{}, 16)} }
+
+// install makes the server's connections use a, on the fake clock newEnv gave them.
+func (a *pingArms) install(c *ws.Config) {
+	a.FakeClock = c.Clock.(*clockwork.FakeClock)
+	c.Clock = a
+}
+
+func (a *pingArms) AfterFunc(d time.Duration, f func()) clockwork.Timer {
+	t := a.FakeClock.AfterFunc(d, f)
+	if d == ws.DefaultPingInterval { // no other timer of a connection is this long
+		select {
+		case a.armed <- struct{}{}:
+		default: // more arms than the test waits for; it would time out waiting
+		}
+	}
+	return t
+}
+
+// wait returns once the next ping timer has been armed.
+func (a *pingArms) wait(ctx context.Context, t *testing.T) {
+	t.Helper()
+	select {
+	case <-a.armed:
+	case <-ctx.Done():
+		t.Fatal("the server did not arm its next ping")
+	}
+}
+
 func TestPingKeepsReadingClientOpen(t *testing.T) {
 	t.Parallel()
-	e := livenessEnv(t, envOptions{})
+	arms := newPingArms()
+	e := livenessEnv(t, envOptions{wsConfig: arms.install})
 	ctx := waitContext(t)
 	c, pings := pingClient(t, e, true)
 	r := readInBackground(t, c)
 
 	for i := range 4 {
-		require.NoError(t, e.WSClock.BlockUntilContext(ctx, 1)) // the ping timer
+		// The first ping timer is armed when the connection starts; each next one after
+		// the ping before it was answered.
+		arms.wait(ctx, t)
 		e.WSClock.Advance(ws.DefaultPingInterval)
 		r.waitPing(ctx, t, pings)
 		// The reply to the first request comes after the client's reader has handled the
 		// ping, so its pong is written; the second request is on the wire behind that pong,
-		// so its reply means the server has read the pong. The next Advance cannot find
-		// this ping's timeout still armed.
+		// so its reply means the server has read the pong.
 		r.roundTrip(ctx, t, fmt.Sprintf("ping-%d-a", i))
 		r.roundTrip(ctx, t, fmt.Sprintf("ping-%d-b", i))
 	}
 
 	// A whole ping timeout later nothing has cut the connection, and no other ping came.
+	// The last ping's timeout is stopped before the next ping is armed.
+	arms.wait(ctx, t)
 	e.WSClock.Advance(ws.DefaultPingTimeout)
 	r.roundTrip(ctx, t, "final")
 	require.Empty(t, pings, "more pings than ping intervals")
