@@ -462,7 +462,7 @@ func (p *Provider) freeze(bx *box) error {
 			if _, ok := last[pid]; !ok {
 				settled = false
 			}
-			if st == 'T' || st == 't' || st == 'Z' || st == 'X' {
+			if stopped(pid, st) {
 				continue
 			}
 			settled = false
@@ -483,6 +483,40 @@ func (p *Provider) freeze(bx *box) error {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// stopped reports whether process pid, in state st, runs no more code of its own: it is
+// stopped or dead, or it sleeps in the kernel with a SIGSTOP pending, which stops it the
+// moment it wakes, before it returns to its own code. The last is a shell that vforked a
+// child (state D, waiting for the child to exec) when the SIGSTOP reached the child
+// before its exec: the parent cannot stop while the child is stopped, and needs not.
+func stopped(pid int, st byte) bool {
+	switch st {
+	case 'T', 't', 'Z', 'X':
+		return true
+	case 'D':
+		return stopPending(pid)
+	}
+	return false
+}
+
+// stopPending reports whether process pid has a SIGSTOP pending, for itself or for its
+// thread group (/proc/PID/status: SigPnd, ShdPnd).
+func stopPending(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigPnd" && k != "ShdPnd") {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(uint(syscall.SIGSTOP)-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func namespaces(bx *box) map[uint64]bool {

@@ -13,6 +13,16 @@ func (p *Provider) Processes(id string) map[int]byte {
 	return p.members(namespaces(bx))
 }
 
+// Stopped reports, by pid, whether each process of sandbox id runs no more code of its
+// own (stopped, dead, or in the kernel with a SIGSTOP pending), as Pause judges it.
+func (p *Provider) Stopped(id string) map[int]bool {
+	out := map[int]bool{}
+	for pid, st := range p.Processes(id) {
+		out[pid] = stopped(pid, st)
+	}
+	return out
+}
+
 // SetFreeze changes how long Pause waits for processes to stop, and how it reads a
 // process's state (nil: from /proc), to stand for a process that will not stop.
 func (p *Provider) SetFreeze(wait time.Duration, state func(pid int) (byte, bool)) {
