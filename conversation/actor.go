@@ -34,12 +34,16 @@ type Actor struct {
 	// leaving never waits for a busy actor and is never lost (Unsubscribe).
 	unsubs struct {
 		mu     sync.Mutex
-		subs   []Subscriber
+		subs   []leaving
 		signal chan struct{}
 	}
-	// leftEarly are subscribers that unsubscribed before their hello was handled: the
-	// hello then subscribes nothing. Owned by the loop goroutine.
-	leftEarly map[Subscriber]bool
+	// hellos numbers the hellos as they are sent, so an unsubscribe knows which hellos
+	// of its subscriber it comes after.
+	hellos atomic.Uint64
+	// leftEarly are subscribers that unsubscribed before a hello of theirs was handled,
+	// with the number of the last hello sent then: such a hello subscribes nothing, a
+	// later one does. Owned by the loop goroutine.
+	leftEarly map[Subscriber]uint64
 	done      chan struct{} // closed once the actor takes no more intents
 	finished  chan struct{} // closed once it also has no run goroutine left
 	closeOnce sync.Once
@@ -229,9 +233,9 @@ func (a *Actor) closeDone() {
 func (a *Actor) handle(it intent) {
 	switch it := it.(type) {
 	case *helloIntent:
-		v, err := a.hello(it.req)
+		v, err := a.hello(it.req, it.n)
 		it.reply <- result[HelloResult]{v, err}
-		if refusedHello(err) && a.idle() {
+		if refusedHello(err) && a.run == nil && a.idle() {
 			// Nothing to keep it for: a hello for a missing session, or someone else's,
 			// must not leave an actor (and its memory) behind, or a stream of them is a
 			// cheap attack on memory.
@@ -313,17 +317,23 @@ func (a *Actor) takeUnsubscribes() {
 	subs := a.unsubs.subs
 	a.unsubs.subs = nil
 	a.unsubs.mu.Unlock()
-	for _, sub := range subs {
-		if _, ok := a.subs[sub]; ok {
-			delete(a.subs, sub)
+	for _, l := range subs {
+		if _, ok := a.subs[l.sub]; ok {
+			delete(a.subs, l.sub)
 			continue
 		}
 		if a.leftEarly == nil || len(a.leftEarly) > 1000 {
 			// A hello waits in the inbox for an instant, not for a thousand leavers.
-			a.leftEarly = make(map[Subscriber]bool)
+			a.leftEarly = make(map[Subscriber]uint64)
 		}
-		a.leftEarly[sub] = true
+		a.leftEarly[l.sub] = l.hellos
 	}
+}
+
+// leaving is an unsubscribe, with the number of the last hello sent when it was made.
+type leaving struct {
+	sub    Subscriber
+	hellos uint64
 }
 
 // refusedHello reports whether err refused a hello for a session the caller may not

@@ -47,7 +47,10 @@ type HelloResult struct {
 // It creates the session when it does not exist and req.Create is set (ErrNoSession
 // otherwise), and returns ErrNotYours when it belongs to someone else, *Error with CodeStorage when the database fails, or ErrStopped.
 func (a *Actor) Hello(ctx context.Context, req HelloRequest) (HelloResult, error) {
-	return call(ctx, a, func(r chan result[HelloResult]) intent { return &helloIntent{req, r} })
+	// Numbered as it is sent: an unsubscribe of the same subscriber taken after this
+	// number came after this hello, and undoes it (takeUnsubscribes).
+	n := a.hellos.Add(1)
+	return call(ctx, a, func(r chan result[HelloResult]) intent { return &helloIntent{req, n, r} })
 }
 
 // SendRequest starts a run with a user message.
@@ -103,7 +106,7 @@ func (a *Actor) History(ctx context.Context, before int64, limit int) (HistoryPa
 // subscribes nothing. ctx is not needed; it stays for the callers' symmetry.
 func (a *Actor) Unsubscribe(_ context.Context, sub Subscriber) {
 	a.unsubs.mu.Lock()
-	a.unsubs.subs = append(a.unsubs.subs, sub)
+	a.unsubs.subs = append(a.unsubs.subs, leaving{sub, a.hellos.Load()})
 	a.unsubs.mu.Unlock()
 	select {
 	case a.unsubs.signal <- struct{}{}:
@@ -160,6 +163,7 @@ type result[T any] struct {
 type (
 	helloIntent struct {
 		req   HelloRequest
+		n     uint64 // see Actor.hellos
 		reply chan result[HelloResult]
 	}
 	sendIntent struct {

@@ -393,3 +393,49 @@ func TestStopStoresQueuedWritesWithinItsBudget(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, chat.RunDone, run.Status, "stored before the actor stopped")
 }
+
+// A subscriber whose hello failed (the database did not answer) and that was then
+// unsubscribed, as a connection does after any failed hello, may say hello again and is
+// caught up: the unsubscribe undoes the hellos sent before it, not those after.
+func TestHelloAgainAfterAFailedOneIsCaughtUp(t *testing.T) {
+	t.Parallel()
+	st := newFaultStore(t)
+	a := startActor(t, st, script.New())
+	ctx := testCtx(t)
+	tab := convtest.New()
+	st.set("SessionOpen", failBefore, 1)
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
+	requireCode(t, err, conversation.CodeStorage)
+	a.Unsubscribe(ctx, tab)
+	_, err = a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
+	require.NoError(t, err)
+	require.NotNil(t, tab.AwaitCatchUp(t, 1).Snapshot, "the second hello is answered")
+}
+
+// A hello refused for another user's session does not stop an actor that still holds a
+// run (here one waiting for a decision, with nobody watching): the run keeps waiting
+// in it, and the actor stops cleanly later.
+func TestARefusedHelloLeavesAParkedRunAlone(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	clock := clockwork.NewFakeClock()
+	a := startActorWithClock(t, st, script.New(script.AwaitOnly("c1", "t", `{}`, nil), script.Hang()), clock, func(c *conversation.Config) {
+		c.SuspendOnStop = true
+	})
+	ctx := testCtx(t)
+	tab := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Owner: "alice", Subscriber: tab})
+	require.NoError(t, err)
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	tab.Await(t, func(f *conversation.Event) bool {
+		return f.Type == conversation.EventRunStatus && f.Run.Status == chat.RunAwaitingApproval
+	})
+	a.Unsubscribe(ctx, tab)
+
+	_, err = a.Hello(ctx, conversation.HelloRequest{Owner: "mallory", Subscriber: convtest.New()})
+	require.ErrorIs(t, err, conversation.ErrNotYours)
+	decided, err := a.Decide(ctx, res.RunID, "c1", true)
+	require.NoError(t, err, "the same actor still holds the run")
+	require.Equal(t, res.RunID, decided.RunID)
+}

@@ -334,15 +334,16 @@ func (j *sessionJournal) runByRequest(requestID string) (chat.Run, error) {
 // after the writes queued before it (journal.BeforeAck), and waited for.
 //
 // With maxActive above 0 it also returns how many active runs the owner had before this
-// one, as the database counted them (when it answered).
-func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int) (int, error) {
-	var active int
-	err := j.q.Do(func(ctx context.Context) (err error) {
+// one, as the database counted them, and counted true when the database gave that
+// answer (not for a start whose answer was lost and then found stored).
+func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int) (active int, counted bool, err error) {
+	err = j.q.Do(func(ctx context.Context) (err error) {
 		active, err = j.st.RunStartCounted(ctx, run, user, maxActive)
 		return err
 	})
+	counted = err == nil || errors.Is(err, store.ErrRunLimit)
 	if errors.Is(err, store.ErrRunLimit) {
-		return active, err // an answer: nothing was stored, no position moved
+		return active, counted, err // an answer: nothing was stored, no position moved
 	}
 	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, journal.ErrWaits) {
 		// The statement may have committed before its answer was lost.
@@ -354,7 +355,7 @@ func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int
 		// Whatever happened, the next message's position must be read again.
 		j.loaded = false
 		j.recent.forget()
-		return active, err
+		return active, counted, err
 	}
 	j.nextPos++
 	j.recent.add(user)
@@ -362,7 +363,7 @@ func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int
 	if j.requests != nil {
 		j.requests[run.RequestID] = true
 	}
-	return active, nil
+	return active, counted, nil
 }
 
 // maxKnownRequests bounds the request ids an actor keeps: a session with more runs is
@@ -478,6 +479,12 @@ func (j *sessionJournal) continueRun(r chat.Run, maxActive int, from ...chat.Run
 // session's writes.
 func (j *sessionJournal) stream(id uuid.UUID) *journal.Stream {
 	return j.w.Stream(j.session, id, j.q.Fence())
+}
+
+// streamFrom is stream for a message whose log already holds offset bytes (another
+// process logged them): what it streams now follows them.
+func (j *sessionJournal) streamFrom(id uuid.UUID, offset int) *journal.Stream {
+	return j.w.StreamFrom(j.session, id, j.q.Fence(), offset)
 }
 
 // streamed reads what the stream log holds of the messages ids (the text a process

@@ -124,13 +124,17 @@ func (a *Actor) countAs(run *runState, now chat.RunStatus) {
 	if g := a.cfg.Metrics.runsActive[now]; g != nil {
 		g.Inc()
 	}
-	if a.session != nil && (run.counted == "") != (now == "") {
-		// The owner's count of active runs, for the next start's guess (runcount.go).
-		delta := 1
-		if now == "" {
-			delta = -1
-		}
-		a.cfg.RunCounts.add(a.session.Owner, delta)
+	// The owner's count of active runs, for the next start's guess (runcount.go): up
+	// when a run becomes active here, down only when it ends. A run suspended or moved
+	// is still active in the database, so counting it down would let a start be
+	// guessed safe that the database then refuses; counting a taken-up run twice only
+	// makes the guess wait for the database.
+	switch {
+	case a.session == nil:
+	case run.counted == "" && now != "":
+		a.cfg.RunCounts.add(a.session.Owner, 1)
+	case run.counted != "" && now == "" && !run.info.Status.Active():
+		a.cfg.RunCounts.add(a.session.Owner, -1)
 	}
 	run.counted = now
 }

@@ -187,8 +187,14 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 		}
 		state.calls[m.Tool.CallID] = true
 		if m.Status == chat.MessageStreaming {
-			// Running or waiting for a decision: the agent ends it, or waits for it.
-			state.tools[m.Tool.CallID] = &liveMessage{msg: m}
+			// Running or waiting for a decision: the agent ends it, or waits for it. The
+			// output a dead process logged (the seam put it in Output, as clients are
+			// shown it) stays in the log, and what a re-run streams is logged after it.
+			logged := 0
+			if m.Tool.Output != nil {
+				logged = len(*m.Tool.Output)
+			}
+			state.tools[m.Tool.CallID] = &liveMessage{msg: m, log: a.journal.streamFrom(m.ID, logged)}
 		}
 		if m.Tool.Status == chat.ToolAwaitingApproval {
 			// A decision can come before the agent asks for it (AwaitDecision).

@@ -81,14 +81,17 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	// A repeated request is answered from what is stored, without a statement that
 	// could start anything.
 	if a.journal.knowsRequest(req.RequestID) {
-		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
-			if prev.Status.Active() {
-				// Stored as running, yet no agent drives it (none is active here): a
-				// start whose answer was lost. Start it now.
-				return a.adopt(prev)
-			}
-			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+		prev, err := a.journal.runByRequest(req.RequestID)
+		if err != nil {
+			// Not a new run either: the client sends it again.
+			return SendResult{}, a.storageError("read the run", err)
 		}
+		if prev.Status.Active() {
+			// Stored as running, yet no agent drives it (none is active here): a start
+			// whose answer was lost. Start it now.
+			return a.adopt(prev)
+		}
+		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 	}
 
 	now := a.now()
@@ -110,14 +113,15 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
 	run := newRunState(info)
 	limit := a.runLimit()
-	if !a.journal.requestsComplete || (limit > 0 && !a.cfg.RunCounts.clear(a.session.Owner, limit, now)) {
+	if !a.journal.requestsComplete || a.journal.q.Halted() || (limit > 0 && !a.cfg.RunCounts.clear(a.session.Owner, limit, now)) {
 		// The database may refuse this start (a request id the actor cannot tell new,
-		// the owner near the limit): the model waits for its answer.
+		// an earlier write waiting for the database, the owner near the limit): the
+		// model waits for its answer.
 		run.stored = make(chan struct{})
 	}
 	a.startRunAgent(run, user, nil)
-	active, err := a.journal.startRun(info, user, limit)
-	if limit > 0 && (err == nil || errors.Is(err, store.ErrRunLimit)) {
+	active, counted, err := a.journal.startRun(info, user, limit)
+	if limit > 0 && counted {
 		a.cfg.RunCounts.counted(a.session.Owner, active, now) // activate counts this one
 	}
 	if err != nil {

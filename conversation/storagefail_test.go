@@ -109,6 +109,14 @@ func (f *faultStore) RunStartCounted(ctx context.Context, r chat.Run, m chat.Mes
 	return active, err
 }
 
+func (f *faultStore) SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (o store.Opened, err error) {
+	err = f.do("SessionOpen", func() (err error) {
+		o, err = f.Store.SessionOpen(ctx, id, req)
+		return err
+	})
+	return o, err
+}
+
 func (f *faultStore) RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error) {
 	var r chat.Run
 	err := f.do("RunByRequest", func() error {

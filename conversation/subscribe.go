@@ -2,7 +2,7 @@ package conversation
 
 import "github.com/chatd/chatd/chat"
 
-func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
+func (a *Actor) hello(req HelloRequest, n uint64) (HelloResult, error) {
 	if req.Subscriber == nil {
 		return HelloResult{}, errorf(CodeBadRequest, "hello needs a subscriber")
 	}
@@ -61,10 +61,12 @@ func (a *Actor) hello(req HelloRequest) (HelloResult, error) {
 	} else {
 		a.cfg.Metrics.catchUpSnapshot.Inc()
 	}
-	a.takeUnsubscribes() // one that came before its own hello
-	if a.leftEarly[sub] {
+	a.takeUnsubscribes() // one that came before this hello was handled
+	if left, ok := a.leftEarly[sub]; ok {
 		delete(a.leftEarly, sub)
-		return res, nil // it left already: its connection is closing
+		if left >= n {
+			return res, nil // it left after sending this hello: its connection is closing
+		}
 	}
 	if !sub.CatchUp(c) {
 		sub.Dropped(DropSlow)

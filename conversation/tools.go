@@ -95,6 +95,9 @@ func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
 	if output == "" {
 		output = tool.buf.String()
 	}
+	if output == "" && res.Interrupted && tool.msg.Tool.Output != nil {
+		output = *tool.msg.Tool.Output // what a process that died had streamed, as logged
+	}
 	status, msgErr := chat.ToolOK, (*chat.ErrorInfo)(nil)
 	switch {
 	case res.Interrupted:

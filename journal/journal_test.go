@@ -306,3 +306,32 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s", name)
 	return 0
 }
+
+// fencedStore refuses every write for its fence, as the database does once another node
+// took the session over.
+type fencedStore struct{ journal.Store }
+
+func (fencedStore) RunUpdate(context.Context, chat.Run, ...chat.RunStatus) error {
+	return store.ErrFenced
+}
+
+// A queue fenced out (another node holds its session) writes nothing more and, once its
+// actor stops (Halt), leaves nothing behind: no queued write in the gauges, and no queue
+// for the node to retry when its database answers.
+func TestAFencedOutQueueLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s, fence := e.session()
+	q := e.w.Open(journal.QueueConfig{Session: s, Store: fencedStore{e.st.Store}, Leased: true})
+	q.SetFence(fence)
+	run := chat.Run{ID: uuid.New(), SessionID: s, Status: chat.RunDone}
+	require.NoError(t, q.Add(journal.Write{Run: &run}))
+	require.NoError(t, q.Add(journal.Write{Run: &run}))
+	require.False(t, q.Await())
+	require.True(t, q.FencedOut())
+	require.ErrorIs(t, q.Add(journal.Write{Run: &run}), journal.ErrFencedOut)
+	q.Halt()
+	require.Zero(t, e.w.HaltedQueues(), "a fenced-out queue is not retried")
+	require.Zero(t, gauge(t, e.reg, "chatd_journal_queued_writes"))
+	require.EqualValues(t, 1, value(t, e.reg, "chatd_fenced_writes_total"))
+}

@@ -225,11 +225,23 @@ func (q *Queue) popLocked() {
 	}
 }
 
-// haltLocked stops the writer at the head write, which waits for a retry. q.mu is held.
+// haltLocked stops the writer at the head write, which waits for a retry: the node
+// retries it when its database answers again (Writer.Kick), unless the queue is fenced
+// out and will never write again. q.mu is held.
 func (q *Queue) haltLocked() {
 	if !q.halted {
 		q.halted = true
-		q.w.halt(q, true)
+		if !q.fencedOut.Load() {
+			q.w.halt(q, true)
+		}
+	}
+}
+
+// unhaltLocked lets the writer go on. q.mu is held.
+func (q *Queue) unhaltLocked() {
+	if q.halted {
+		q.halted = false
+		q.w.halt(q, false)
 	}
 }
 
@@ -261,9 +273,8 @@ func (q *Queue) flush(extra bool) {
 		q.retry.Stop()
 		q.retry = nil
 	}
-	if q.halted && !q.fencedOut.Load() {
-		q.halted = false
-		q.w.halt(q, false)
+	if !q.fencedOut.Load() {
+		q.unhaltLocked()
 	}
 	q.startLocked()
 }
@@ -285,12 +296,37 @@ func (q *Queue) wait() {
 // dropped; what the writer reported is in Outcomes. It blocks the caller for at most a
 // statement timeout per write.
 func (q *Queue) Await() bool {
-	q.wait()
-	if q.Halted() && !q.fencedOut.Load() {
-		q.flush(true)
-		q.wait()
+	return q.settle(true)
+}
+
+// settle waits until the writer is idle, retrying a halted queue once when retry is set,
+// and reports whether it is empty. The verdict is taken with q.mu held and no writer
+// running: a retry timer or a Kick that starts the writer meanwhile is waited for too.
+func (q *Queue) settle(retry bool) bool {
+	for {
+		q.mu.Lock()
+		if q.busy {
+			done := q.done
+			q.mu.Unlock()
+			<-done
+			continue
+		}
+		if retry && q.halted && !q.fencedOut.Load() {
+			retry = false
+			q.extra = true
+			if q.retry != nil {
+				q.retry.Stop()
+				q.retry = nil
+			}
+			q.unhaltLocked()
+			q.startLocked()
+			q.mu.Unlock()
+			continue
+		}
+		empty := !q.halted && len(q.items) == 0
+		q.mu.Unlock()
+		return empty
 	}
-	return !q.Halted()
 }
 
 // Do makes a statement of Class BeforeAck: after the writes queued before it (Await),
@@ -356,8 +392,9 @@ func (q *Queue) Queued() []Write {
 	return slices.Clone(q.items)
 }
 
-// Halt stops the writer after the write in flight and waits for it: the actor stops
-// without storing the rest (fenced out: another node holds the session).
+// Halt stops the writer after the write in flight, waits for it, and forgets what is
+// left: the actor stops without storing it (fenced out: another node holds the session,
+// and its view wins).
 func (q *Queue) Halt() {
 	q.mu.Lock()
 	q.haltLocked()
@@ -367,6 +404,7 @@ func (q *Queue) Halt() {
 	}
 	q.mu.Unlock()
 	q.wait()
+	q.Discard()
 }
 
 // Discard forgets the queued writes: their session was deleted, or another node holds
@@ -383,10 +421,7 @@ func (q *Queue) Discard() {
 		q.w.metrics.queued(q, false)
 	}
 	q.items, q.outcomes, q.retryDelay = nil, nil, 0
-	if q.halted {
-		q.halted = false
-		q.w.halt(q, false)
-	}
+	q.unhaltLocked()
 }
 
 // Close stores what is queued before the actor stops: writes that fail in a way that may
@@ -399,13 +434,13 @@ func (q *Queue) Close(ctx context.Context) []Write {
 	q.mu.Unlock()
 	for {
 		q.Flush()
-		q.wait()
-		if !q.Halted() || q.fencedOut.Load() || !q.pause(ctx) {
+		if q.settle(false) || q.fencedOut.Load() || !q.pause(ctx) {
 			break
 		}
 	}
 	if q.fencedOut.Load() {
-		return nil // another node holds the session: what is left is not ours to store
+		q.Discard() // another node holds the session: what is left is not ours to store
+		return nil
 	}
 	left := q.Queued()
 	for _, w := range left {

@@ -64,10 +64,17 @@ func (l *streamLog) init() {
 // Stream returns the log of message, of session, streamed under fence (its lease's
 // token; 0 for none), nil when the writer keeps no stream log.
 func (w *Writer) Stream(session, message uuid.UUID, fence int64) *Stream {
+	return w.StreamFrom(session, message, fence, 0)
+}
+
+// StreamFrom is Stream for a message whose log holds offset bytes already (logged by a
+// process that died): what it appends is logged after them, and Stored removes them
+// all.
+func (w *Writer) StreamFrom(session, message uuid.UUID, fence int64, offset int) *Stream {
 	if w == nil || w.cfg.StreamSync <= 0 {
 		return nil
 	}
-	return &Stream{w: w, session: session, message: message, fence: fence}
+	return &Stream{w: w, session: session, message: message, fence: fence, offset: offset, cut: offset > 0}
 }
 
 // Logged returns a handle on a message whose log another process wrote (a run taken up
@@ -217,23 +224,25 @@ func (w *Writer) sync() bool {
 		f := Classify(err)
 		w.metrics.streamFailures.Inc()
 		w.metrics.failure(f, store.SQLState(err))
+		// The removals wait for the next interval either way.
+		l.mu.Lock()
+		l.done = append(done, l.done...)
+		l.mu.Unlock()
 		if f == Permanent {
 			// Its text is cleaned as it is published, so this is a bug, not data: the
-			// interval is given up rather than retried forever.
+			// chunks are given up rather than retried forever (a log with a gap is read
+			// back up to the gap).
 			w.cfg.Logger.Error().Err(err).Str("sqlstate", store.SQLState(err)).Int("chunks", len(chunks)).Msg("the database will never take this interval of the stream log; giving it up")
 			for _, s := range from {
 				s.unsent = nil
 				delete(l.unsent, s)
 			}
-			return false
+			return len(done) > 0
 		}
 		if !l.failing {
 			w.cfg.Logger.Warn().Err(err).Int("chunks", len(chunks)).Msg("could not store the stream log; it is kept and tried again")
 		}
 		l.failing = true
-		l.mu.Lock()
-		l.done = append(done, l.done...)
-		l.mu.Unlock()
 		return true
 	}
 	bytes := 0

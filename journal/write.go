@@ -127,8 +127,8 @@ func exec(ctx context.Context, st Store, w Write, keep []uuid.UUID) error {
 	switch {
 	case w.Msg != nil && w.Insert:
 		err := st.MessageInsert(ctx, *w.Msg)
-		if w.retried && errors.Is(err, store.ErrConflict) {
-			return nil // the earlier try committed before its answer was lost
+		if w.retried && errors.Is(err, store.ErrConflict) && store.Constraint(err) == "messages_pkey" {
+			return nil // its own row: the earlier try committed before its answer was lost
 		}
 		return err
 	case w.Msg != nil:

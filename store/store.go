@@ -87,7 +87,7 @@ func mapErr(err error) error {
 	}
 	switch {
 	case pgErr.Code == "23505": // unique_violation
-		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+		return fmt.Errorf("%w (%s): %w", ErrConflict, pgErr.ConstraintName, err)
 	case pgErr.Code == "23503": // foreign_key_violation
 		return fmt.Errorf("%w: %w", ErrGone, err)
 	case permanentSQLState(pgErr.Code):
@@ -111,6 +111,16 @@ func permanentSQLState(code string) bool {
 		return true
 	}
 	return code == "XX001" || code == "XX002"
+}
+
+// Constraint returns the name of the constraint a PostgreSQL error err wraps is about
+// ("" when none): which uniqueness rule an ErrConflict broke.
+func Constraint(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.ConstraintName
+	}
+	return ""
 }
 
 // SQLState returns the SQLSTATE of the PostgreSQL error err wraps, "" when it wraps none
