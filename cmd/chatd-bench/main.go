@@ -126,7 +126,7 @@ func parseFlags(args []string) (options, error) {
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "fanout", "storm", "snapstorm", "idle", "storage", "scale", "cluster":
+		case "fanout", "storm", "snapstorm", "idle", "storage", "scale", "cluster", "streamlog":
 			o.scenarios[s] = true
 		case "":
 		default:

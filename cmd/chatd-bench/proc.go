@@ -148,6 +148,30 @@ func procRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
+// postgresCPU is the CPU time the PostgreSQL processes running now have used (the
+// server and its backends: those a chatd opens live as long as its pool keeps them).
+func postgresCPU() time.Duration {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			continue
+		}
+		if d, err := procCPU(pid); err == nil {
+			total += d
+		}
+	}
+	return total
+}
+
 // selfCPU is the CPU time this process (the load generator) has used.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage

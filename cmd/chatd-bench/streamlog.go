@@ -30,6 +30,7 @@ type streamLogRow struct {
 	streamedBytes float64 // text the model streamed during the window (one tab's count per session)
 	loggedBytes   float64 // bytes the stream log stored during the window
 	walBytes      float64 // write-ahead log the database server wrote during the window
+	dbCPUPerToken time.Duration
 	seconds       float64
 }
 
@@ -99,11 +100,12 @@ func (b *bench) streamLogOne(ctx context.Context, srv *server, dbURL, content st
 	var m0, m1 metrics
 	var bytes0, bytes1 float64
 	var t0, t1 time.Time
+	var db0, db1 time.Duration
 	row := streamLogRow{}
 	row.fan, err = measureAround(ctx, g, srv, sessions, o.warmup, o.window,
 		func() error {
 			m0, err = scrape(srv.adminAddr)
-			bytes0, t0 = streamed(), time.Now()
+			bytes0, t0, db0 = streamed(), time.Now(), postgresCPU()
 			if err == nil {
 				err = conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&wal0)
 			}
@@ -111,7 +113,7 @@ func (b *bench) streamLogOne(ctx context.Context, srv *server, dbURL, content st
 		},
 		func() error {
 			m1, err = scrape(srv.adminAddr)
-			bytes1, t1 = streamed(), time.Now()
+			bytes1, t1, db1 = streamed(), time.Now(), postgresCPU()
 			if err == nil {
 				err = conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&wal1)
 			}
@@ -135,6 +137,10 @@ func (b *bench) streamLogOne(ctx context.Context, srv *server, dbURL, content st
 	row.loggedBytes = m1.sum("chatd_stream_log_bytes_total") - m0.sum("chatd_stream_log_bytes_total")
 	if row.fan.tokensPerFrame > 0 {
 		row.cpuPerToken = time.Duration(float64(row.fan.cpuPerFrame) / row.fan.tokensPerFrame)
+		// Per delivered token, as chatd's column: frames times the tokens a frame carries.
+		if tokens := row.fan.framesPerSec * row.seconds * row.fan.tokensPerFrame; tokens > 0 {
+			row.dbCPUPerToken = time.Duration(float64(db1-db0) / tokens)
+		}
 	}
 	if c := sumCounts(allTabs(sessions)); c.gaps+c.dups > 0 {
 		return streamLogRow{}, fmt.Errorf("%s: %d gaps and %d duplicates", srv.name, c.gaps, c.dups)
@@ -147,11 +153,11 @@ func (r *report) streamLogMarkdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("%s", r.header())
-	w("**Stream log** (`CHATD_STREAM_SYNC`): the fan-out at S=%d sessions × T=%d tabs, R=%d tokens/s per run, coalescing off, on chatd with the stream log off and at 50 ms in turns, each on a fresh process and database. CPU per token is the server's CPU per delivered frame divided by the tokens a frame carries; statements per second are chatd's (the stream log's, and every other); the byte ratios are per byte of text the model streamed (one tab's count per session): what the stream log stored, and the write-ahead log PostgreSQL wrote in the window (all of it, the segments' rows included).",
+	w("**Stream log** (`CHATD_STREAM_SYNC`): the fan-out at S=%d sessions × T=%d tabs, R=%d tokens/s per run, coalescing off, on chatd with the stream log off and at 50 ms in turns, each on a fresh process and database. CPU per token is the server's CPU per delivered frame divided by the tokens a frame carries; statements per second are chatd's (the stream log's, and every other); the byte ratios are per byte of text the model streamed (one tab's count per session): what the stream log stored, and the write-ahead log PostgreSQL wrote in the window (all of it, the segments' rows included). PostgreSQL's CPU per token is its processes' CPU in the window per delivered token, like chatd's.",
 		res.sessions, res.tabs, res.rate)
 	w("")
-	w("| stream log | frames/s | CPU/token | p99 | stream log statements/s | other statements/s | logged bytes / streamed byte | WAL bytes / streamed byte |")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|")
+	w("| stream log | frames/s | CPU/token | PostgreSQL CPU/token | p99 | stream log statements/s | other statements/s | logged bytes / streamed byte | WAL bytes / streamed byte |")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var off, on []time.Duration
 	for _, row := range res.rows {
 		name := "off"
@@ -161,7 +167,7 @@ func (r *report) streamLogMarkdown() string {
 		} else {
 			off = append(off, row.cpuPerToken)
 		}
-		w("| %s | %.0f | %s | %s | %.1f | %.1f | %.2f | %.1f |", name, row.fan.framesPerSec, us(row.cpuPerToken), ms(row.fan.p99),
+		w("| %s | %.0f | %s | %s | %s | %.1f | %.1f | %.2f | %.1f |", name, row.fan.framesPerSec, us(row.cpuPerToken), us(row.dbCPUPerToken), ms(row.fan.p99),
 			row.logPerSec, row.otherPerSec, row.loggedBytes/row.streamedBytes, row.walBytes/row.streamedBytes)
 	}
 	if mOff, mOn := meanDuration(off), meanDuration(on); mOff > 0 && mOn > 0 {
