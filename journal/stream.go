@@ -2,7 +2,6 @@ package journal
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +32,7 @@ type Stream struct {
 	fence   int64
 
 	mu      sync.Mutex
-	pending []string // appended since the last chunk
+	pending []byte // appended since the last chunk (its array is kept for the next)
 	dirty   bool     // in the loop's dirty list
 	cut     bool     // a chunk was made: the database may hold some of its log
 	stored  bool     // the final text is stored: no more chunks, and the log goes
@@ -98,7 +97,7 @@ func (s *Stream) Append(text string) {
 		s.mu.Unlock()
 		return
 	}
-	s.pending = append(s.pending, text)
+	s.pending = append(s.pending, text...)
 	first := !s.dirty
 	s.dirty = true
 	s.mu.Unlock()
@@ -191,13 +190,13 @@ func (w *Writer) sync() bool {
 	for _, s := range dirty {
 		s.mu.Lock()
 		if !s.stored && len(s.pending) > 0 {
-			text := strings.Join(s.pending, "")
+			text := string(s.pending)
 			s.unsent = append(s.unsent, store.StreamChunk{MessageID: s.message, SessionID: s.session, Offset: s.offset, Text: text, Fence: s.fence})
 			s.offset += len(text)
 			s.cut = true
 			l.unsent[s] = struct{}{}
 		}
-		s.pending, s.dirty = nil, false
+		s.pending, s.dirty = s.pending[:0], false
 		s.mu.Unlock()
 	}
 	var chunks []store.StreamChunk

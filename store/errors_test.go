@@ -52,3 +52,20 @@ func TestPermanentErrorsAreClassified(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrGone)
 	require.Equal(t, "23503", store.SQLState(err))
 }
+
+// uuids are sent from their bytes (RegisterTypes): alone, in arrays and as pointers, they
+// arrive as the same uuids, NULL included.
+func TestUUIDsAreSentAsTheyAre(t *testing.T) {
+	s, b := setup(t)
+	ids := []uuid.UUID{uuid.New(), uuid.New()}
+	var one uuid.UUID
+	var many []uuid.UUID
+	var none *uuid.UUID
+	require.NoError(t, s.Pool().QueryRow(b.ctx, "SELECT $1::uuid, $2::uuid[], $3::uuid", ids[0], ids, (*uuid.UUID)(nil)).Scan(&one, &many, &none))
+	require.Equal(t, ids[0], one)
+	require.Equal(t, ids, many)
+	require.Nil(t, none)
+	var text string
+	require.NoError(t, s.Pool().QueryRow(b.ctx, "SELECT $1::uuid::text", &ids[1]).Scan(&text))
+	require.Equal(t, ids[1].String(), text)
+}

@@ -84,6 +84,13 @@ func (b *bench) streamLogOne(ctx context.Context, srv *server, dbURL, content st
 	if err := startRuns(ctx, sessions, content); err != nil {
 		return streamLogRow{}, err
 	}
+	if o.profileDir != "" {
+		go func() {
+			time.Sleep(o.warmup)
+			seconds := max(int(o.window/time.Second)-1, 1)
+			saveProfile(srv, o.profileDir, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), "cpu")
+		}()
+	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return streamLogRow{}, err

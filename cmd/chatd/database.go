@@ -38,7 +38,7 @@ func newDatabase(url string, reg prometheus.Registerer) (*database, error) {
 		poolCfg.MaxConns = 16
 	}
 	poolCfg.ConnConfig.Tracer = store.NewMetrics(reg)
-	poolCfg.AfterConnect = store.PrepareHot
+	poolCfg.AfterConnect = store.AfterConnect
 	return &database{url: url, poolCfg: poolCfg, registry: reg}, nil
 }
 

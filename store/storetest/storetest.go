@@ -82,6 +82,12 @@ func NewPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 		t.Fatalf("parse pool config: %v", err)
 	}
 	cfg.MaxConns = 4
+	// Values are sent as chatd sends them (its statements are prepared on their first
+	// use here, which counts no statement more).
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		store.RegisterTypes(conn.TypeMap())
+		return nil
+	}
 	for _, o := range opts {
 		o(cfg)
 	}
