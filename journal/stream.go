@@ -33,9 +33,9 @@ type Stream struct {
 
 	mu      sync.Mutex
 	pending []byte // appended since the last chunk (its array is kept for the next)
-	dirty   bool     // in the loop's dirty list
-	cut     bool     // a chunk was made: the database may hold some of its log
-	stored  bool     // the final text is stored: no more chunks, and the log goes
+	dirty   bool   // in the loop's dirty list
+	cut     bool   // a chunk was made: the database may hold some of its log
+	stored  bool   // the final text is stored: no more chunks, and the log goes
 
 	// The loop's own.
 	offset int                 // bytes turned into chunks so far
