@@ -13,8 +13,8 @@
 // Pause stops every process in the sandbox's pid namespaces (SIGSTOP, repeated until a
 // look at them all finds each one stopped and none new, so a process forked meanwhile is
 // stopped too); Connect resumes them (SIGCONT). A Pause that cannot see every process
-// stopped within freezeWait (one in an uninterruptible wait, say) resumes them and fails:
-// it never says paused of a sandbox that may still run. (A cgroup freezer would be
+// stopped within freezeWait (processes that fork new ones faster than it looks, say)
+// resumes them and fails: it never says paused of a sandbox that may still run. (A cgroup freezer would be
 // exact, but needs a delegated cgroup v2 hierarchy, which chatd cannot count on.) Kill
 // ends every namespace: bwrap is killed, and with it the namespace's first process
 // (bwrap's --die-with-parent), and Linux kills everything in a pid namespace whose first
@@ -438,9 +438,9 @@ var errFreeze = errors.New("its processes could not all be stopped; they run on"
 // running. It sends SIGSTOP to each process not stopped until a look at /proc finds
 // every one stopped and none that the look before did not: a child forked while its
 // parent was being stopped (listed after the walk read its place in /proc, as a reused
-// lower pid is) shows in the next look. A process stops once it is out of an
-// uninterruptible wait; freeze waits for that up to p.freezeWait, then sends SIGCONT to
-// all and fails. A command still starting, whose namespace is not known yet, fails it
+// lower pid is) shows in the next look. A process in an uninterruptible wait counts once
+// its SIGSTOP is pending (see stopped); freeze waits for the rest up to p.freezeWait,
+// then sends SIGCONT to all and fails. A command still starting, whose namespace is not known yet, fails it
 // at once. p.mu is held.
 func (p *Provider) freeze(bx *box) error {
 	for sp := range bx.spaces {

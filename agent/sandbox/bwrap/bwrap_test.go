@@ -518,9 +518,11 @@ func TestRefusesUnsafeDir(t *testing.T) {
 	require.Empty(t, entries, "a sandbox was made through the link")
 }
 
-// A Pause that cannot see every process stopped (one in an uninterruptible wait, here
-// one whose state always reads D) fails, within its bound, and leaves the sandbox
-// running, every process resumed: it never claims a pause it did not make.
+// A Pause that cannot see every process stopped (here one whose state always reads R, as
+// if the kernel never stopped it) fails, within its bound, and leaves the sandbox
+// running, every process resumed: it never claims a pause it did not make. (A state of D
+// would not do: a process in an uninterruptible wait with the SIGSTOP pending counts as
+// stopped, and Pause sends it that SIGSTOP.)
 func TestPauseFailsWhenAProcessWillNotStop(t *testing.T) {
 	p := newProvider(t, bwrap.Config{})
 	sb, err := p.Create(context.Background())
@@ -538,7 +540,7 @@ func TestPauseFailsWhenAProcessWillNotStop(t *testing.T) {
 	}
 	p.SetFreeze(100*time.Millisecond, func(pid int) (byte, bool) {
 		if pid == stuck {
-			return 'D', true
+			return 'R', true
 		}
 		return bwrap.ProcState(pid)
 	})
