@@ -25,13 +25,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// logStore is the real store, telling the test of every interval the stream log stores
-// (and failing the next ones when told to).
+// logStore is the real store, failing the stream log's next intervals when told to.
 type logStore struct {
 	*store.Store
-	synced chan error
-	mu     sync.Mutex
-	fail   int
+	mu   sync.Mutex
+	fail int
 }
 
 func (l *logStore) StreamLogSync(ctx context.Context, chunks []store.StreamChunk, done []uuid.UUID) error {
@@ -41,33 +39,33 @@ func (l *logStore) StreamLogSync(ctx context.Context, chunks []store.StreamChunk
 		l.fail--
 	}
 	l.mu.Unlock()
-	err := errors.New("injected: the database is unavailable")
-	if !fail {
-		err = l.Store.StreamLogSync(ctx, chunks, done)
+	if fail {
+		return errors.New("injected: the database is unavailable")
 	}
-	l.synced <- err
-	return err
+	return l.Store.StreamLogSync(ctx, chunks, done)
 }
 
 type env struct {
-	t     *testing.T
-	st    *logStore
-	clock *clockwork.FakeClock
-	w     *journal.Writer
-	reg   *prometheus.Registry
+	t      *testing.T
+	st     *logStore
+	synced chan error // each interval's outcome, once the writer counted it
+	clock  *clockwork.FakeClock
+	w      *journal.Writer
+	reg    *prometheus.Registry
 }
 
 const interval = 50 * time.Millisecond
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	st := &logStore{Store: storetest.New(t), synced: make(chan error, 16)}
+	st := &logStore{Store: storetest.New(t)}
 	reg := prometheus.NewRegistry()
-	e := &env{t: t, st: st, clock: clockwork.NewFakeClock(), reg: reg}
+	e := &env{t: t, st: st, synced: make(chan error, 16), clock: clockwork.NewFakeClock(), reg: reg}
 	e.w = journal.NewWriter(journal.Config{
 		Clock: e.clock, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
 		Metrics: journal.NewMetrics(reg), StreamSync: interval, Log: st,
 	})
+	e.w.OnSync(func(err error) { e.synced <- err })
 	require.NoError(t, e.w.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, e.w.Stop(context.Background())) })
 	return e
@@ -97,14 +95,14 @@ func (e *env) interval() error {
 	defer stopWaiting()
 	go func() { waiting <- e.clock.BlockUntilContext(wctx, 2) }() // its timer, and the collection's ticker
 	select {
-	case err := <-e.st.synced:
+	case err := <-e.synced:
 		return err
 	case err := <-waiting:
 		require.NoError(e.t, err, "the stream log neither stored nor waited for an interval")
 	}
 	e.clock.Advance(interval)
 	select {
-	case err := <-e.st.synced:
+	case err := <-e.synced:
 		return err
 	case <-ctx.Done():
 		e.t.Fatal("no interval of the stream log was stored")
@@ -127,6 +125,13 @@ func TestStreamLogStoresEachIntervalInOneStatement(t *testing.T) {
 	e := newEnv(t)
 	s1, f1 := e.session()
 	s2, f2 := e.session()
+	// The first text of a quiet node is stored at once, which could split the text below
+	// at any point: an interval of other text first sets the pace, so that what follows
+	// waits for the clock.
+	e.w.Stream(s1, uuid.New(), f1).Append(".")
+	require.NoError(t, e.interval())
+	require.EqualValues(t, 1, value(t, e.reg, "chatd_stream_log_statements_total"))
+
 	m1, m2, m3 := uuid.New(), uuid.New(), uuid.New()
 	a, b := e.w.Stream(s1, m1, f1), e.w.Stream(s2, m2, f2)
 	a.Append("Hello")
@@ -134,13 +139,13 @@ func TestStreamLogStoresEachIntervalInOneStatement(t *testing.T) {
 	b.Append("Bonjour")
 	require.NoError(t, e.interval())
 	require.Equal(t, map[uuid.UUID]string{m1: "Hello, ", m2: "Bonjour"}, e.logged(m1, m2))
-	require.EqualValues(t, 1, value(t, e.reg, "chatd_stream_log_statements_total"))
+	require.EqualValues(t, 2, value(t, e.reg, "chatd_stream_log_statements_total"))
 
 	a.Append("world")
 	require.NoError(t, e.interval())
 	require.Equal(t, map[uuid.UUID]string{m1: "Hello, world", m2: "Bonjour"}, e.logged(m1, m2))
-	require.EqualValues(t, 2, value(t, e.reg, "chatd_stream_log_statements_total"))
-	require.EqualValues(t, len("Hello, Bonjourworld"), value(t, e.reg, "chatd_stream_log_bytes_total"))
+	require.EqualValues(t, 3, value(t, e.reg, "chatd_stream_log_statements_total"))
+	require.EqualValues(t, len(".Hello, Bonjourworld"), value(t, e.reg, "chatd_stream_log_bytes_total"))
 
 	a.Stored()
 	a.Append("ignored") // after its final text: nothing more is logged
@@ -151,7 +156,7 @@ func TestStreamLogStoresEachIntervalInOneStatement(t *testing.T) {
 	short.Append("never logged")
 	short.Stored() // stored before any interval: no chunk, and no statement to remove one
 	select {
-	case err := <-e.st.synced:
+	case err := <-e.synced:
 		t.Fatalf("an interval with nothing to do made a statement (%v)", err)
 	default:
 	}
@@ -308,11 +313,19 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // fencedStore refuses every write for its fence, as the database does once another node
-// took the session over.
-type fencedStore struct{ journal.Store }
+// took the session over, once open is closed.
+type fencedStore struct {
+	journal.Store
+	open chan struct{}
+}
 
-func (fencedStore) RunUpdate(context.Context, chat.Run, ...chat.RunStatus) error {
-	return store.ErrFenced
+func (f fencedStore) RunUpdate(ctx context.Context, _ chat.Run, _ ...chat.RunStatus) error {
+	select {
+	case <-f.open:
+		return store.ErrFenced
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // A queue fenced out (another node holds its session) writes nothing more and, once its
@@ -322,11 +335,13 @@ func TestAFencedOutQueueLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s, fence := e.session()
-	q := e.w.Open(journal.QueueConfig{Session: s, Store: fencedStore{e.st.Store}, Leased: true})
+	db := fencedStore{Store: e.st.Store, open: make(chan struct{})}
+	q := e.w.Open(journal.QueueConfig{Session: s, Store: db, Leased: true})
 	q.SetFence(fence)
 	run := chat.Run{ID: uuid.New(), SessionID: s, Status: chat.RunDone}
 	require.NoError(t, q.Add(journal.Write{Run: &run}))
-	require.NoError(t, q.Add(journal.Write{Run: &run}))
+	require.NoError(t, q.Add(journal.Write{Run: &run})) // queued behind the first
+	close(db.open)
 	require.False(t, q.Await())
 	require.True(t, q.FencedOut())
 	require.ErrorIs(t, q.Add(journal.Write{Run: &run}), journal.ErrFencedOut)

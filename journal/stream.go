@@ -219,6 +219,9 @@ func (w *Writer) sync() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.StatementTimeout)
 	err := w.cfg.Log.StreamLogSync(ctx, chunks, done)
 	cancel()
+	if w.synced != nil {
+		defer w.synced(err)
+	}
 	if err != nil {
 		f := Classify(err)
 		w.metrics.streamFailures.Inc()

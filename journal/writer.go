@@ -70,6 +70,8 @@ type Writer struct {
 
 	stream streamLog
 	loop   service.Loop
+
+	synced func(error) // tests: told of each interval's statement once it is accounted for
 }
 
 // NewWriter returns an unstarted writer.
