@@ -38,7 +38,7 @@ const (
 // Store is what an actor needs of the database. *store.Store implements it; tests wrap
 // the real one to inject failures.
 type Store interface {
-	SessionCreate(ctx context.Context, sess chat.Session) (chat.Session, error)
+	SessionCreateLimited(ctx context.Context, sess chat.Session, max int) (chat.Session, error)
 	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
 	MessageInsert(ctx context.Context, m chat.Message) error
@@ -110,6 +110,10 @@ type Config struct {
 	// retry or continue past it is refused with CodeRateLimited and stores nothing. The
 	// anonymous user ("") has no limit. 0 is no limit.
 	MaxRunsPerUser int
+	// MaxSessionsPerUser bounds the live sessions one user has, across every process on
+	// the database: a hello that would create one more is refused with CodeRateLimited
+	// and creates nothing. The anonymous user ("") has no limit. 0 is no limit.
+	MaxSessionsPerUser int
 	// RunCounts keeps the database's count of each user's active runs, so a start that
 	// surely is under MaxRunsPerUser calls the model while its row is stored (see
 	// runcount.go). Share one among the actors of a process; nil: every limited start

@@ -111,10 +111,10 @@ func (j *sessionJournal) position() int64 { return j.nextPos }
 
 // createSession stores a new session unless one with its id exists, and returns the
 // stored one: compare its owner. With leases it then acquires the new session's lease.
-func (j *sessionJournal) createSession(sess chat.Session) (chat.Session, error) {
+func (j *sessionJournal) createSession(sess chat.Session, maxPerOwner int) (chat.Session, error) {
 	ctx, cancel := j.ctx()
 	defer cancel()
-	created, err := j.st.SessionCreate(ctx, sess)
+	created, err := j.st.SessionCreateLimited(ctx, sess, maxPerOwner)
 	if err == nil && created.Owner == sess.Owner && created.CreatedAt.Equal(chat.Timestamp(sess.CreatedAt)) {
 		// This one made it: it has no run, so every request id is new.
 		j.requests, j.requestsComplete = map[string]bool{}, true

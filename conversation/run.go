@@ -56,7 +56,7 @@ func newRunState(info chat.Run) *runState {
 func (a *Actor) isCurrent(run *runState) bool { return run != nil && a.run == run }
 
 func (a *Actor) send(req SendRequest) (SendResult, error) {
-	if err := validateSend(req, a.cfg.MaxContentBytes); err != nil {
+	if err := ValidateSend(req, a.cfg.MaxContentBytes); err != nil {
 		return SendResult{}, err
 	}
 	if err := a.load(); err != nil {
@@ -219,7 +219,10 @@ func (a *Actor) adopt(prev chat.Run) (SendResult, error) {
 	return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 }
 
-func validateSend(req SendRequest, maxContent int) error {
+// ValidateSend checks a send as the actor will, for content of at most maxContent bytes
+// (Config.MaxContentBytes): a transport that would create a session for it checks first,
+// so that a refused send creates nothing.
+func ValidateSend(req SendRequest, maxContent int) error {
 	switch {
 	case req.RequestID == "":
 		return errorf(CodeBadRequest, "requestId is required")

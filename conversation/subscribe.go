@@ -1,6 +1,11 @@
 package conversation
 
-import "github.com/chatd/chatd/chat"
+import (
+	"errors"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/store"
+)
 
 func (a *Actor) hello(req HelloRequest, n uint64) (HelloResult, error) {
 	if req.Subscriber == nil {
@@ -16,7 +21,10 @@ func (a *Actor) hello(req HelloRequest, n uint64) (HelloResult, error) {
 		if !req.Create {
 			return HelloResult{}, ErrNoSession
 		}
-		sess, err := a.journal.createSession(chat.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()})
+		sess, err := a.journal.createSession(chat.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()}, a.cfg.MaxSessionsPerUser)
+		if errors.Is(err, store.ErrSessionLimit) {
+			return HelloResult{}, errorf(CodeRateLimited, "too many sessions for this user (at most %d): delete one to start another", a.cfg.MaxSessionsPerUser)
+		}
 		if err != nil {
 			return HelloResult{}, a.storageError("create the session", err)
 		}

@@ -178,3 +178,12 @@ SELECT s.id, s.deleted_at FROM s;
 -- name: SessionByClientID :one
 -- The session of owner's chat client_id, if any.
 SELECT id, deleted_at FROM sessions WHERE owner = @owner AND client_id = @client_id::text;
+
+-- name: SessionsOwnerLock :exec
+-- Serializes, until the transaction ends, the creation of owner's sessions by every node:
+-- the count that follows is then the count the insert adds to.
+SELECT pg_advisory_xact_lock(hashtextextended('chatd.sessions/' || @owner::text, 0));
+
+-- name: SessionsOwnerLive :one
+-- How many live (not deleted) sessions owner has (sessions_owner_live_idx).
+SELECT count(*) FROM sessions WHERE owner = @owner AND deleted_at IS NULL;

@@ -613,3 +613,26 @@ func (q *Queries) SessionsList(ctx context.Context, db DBTX, arg SessionsListPar
 	}
 	return items, nil
 }
+
+const sessionsOwnerLive = `-- name: SessionsOwnerLive :one
+SELECT count(*) FROM sessions WHERE owner = $1 AND deleted_at IS NULL
+`
+
+// How many live (not deleted) sessions owner has (sessions_owner_live_idx).
+func (q *Queries) SessionsOwnerLive(ctx context.Context, db DBTX, owner string) (int64, error) {
+	row := db.QueryRow(ctx, sessionsOwnerLive, owner)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const sessionsOwnerLock = `-- name: SessionsOwnerLock :exec
+SELECT pg_advisory_xact_lock(hashtextextended('chatd.sessions/' || $1::text, 0))
+`
+
+// Serializes, until the transaction ends, the creation of owner's sessions by every node:
+// the count that follows is then the count the insert adds to.
+func (q *Queries) SessionsOwnerLock(ctx context.Context, db DBTX, owner string) error {
+	_, err := db.Exec(ctx, sessionsOwnerLock, owner)
+	return err
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +35,56 @@ func (s *Store) SessionCreate(ctx context.Context, sess chat.Session) (chat.Sess
 		return chat.Session{}, fmt.Errorf("create session %s: %w", sess.ID, mapErr(err))
 	}
 	return sessionFromRow(queries.Session(row)), nil
+}
+
+// SessionCreateLimited is SessionCreate for an owner who may have at most max live
+// sessions: a new one past that is ErrSessionLimit, and nothing is written. A session that
+// exists already is returned as SessionCreate would. max 0, or the anonymous owner (""),
+// is no limit. Creations of one owner are serialized across every node.
+func (s *Store) SessionCreateLimited(ctx context.Context, sess chat.Session, max int) (chat.Session, error) {
+	if max <= 0 || sess.Owner == "" {
+		return s.SessionCreate(ctx, sess)
+	}
+	var out chat.Session
+	err := s.InTx(ctx, func(tx *Store) error {
+		if err := tx.ownerLock(ctx, sess.Owner); err != nil {
+			return err
+		}
+		existing, err := tx.SessionGet(ctx, sess.ID)
+		switch {
+		case err == nil:
+			out = existing
+			return nil
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		if err := tx.underLimit(ctx, sess.Owner, max); err != nil {
+			return err
+		}
+		out, err = tx.SessionCreate(ctx, sess)
+		return err
+	})
+	if err != nil {
+		return chat.Session{}, fmt.Errorf("create session %s: %w", sess.ID, err)
+	}
+	return out, nil
+}
+
+// ownerLock serializes the creation of owner's sessions until the transaction ends.
+func (s *Store) ownerLock(ctx context.Context, owner string) error {
+	return mapErr(s.q.SessionsOwnerLock(ctx, s.db, owner))
+}
+
+// underLimit is ErrSessionLimit when owner has max live sessions or more.
+func (s *Store) underLimit(ctx context.Context, owner string, max int) error {
+	n, err := s.q.SessionsOwnerLive(ctx, s.db, owner)
+	if err != nil {
+		return mapErr(err)
+	}
+	if n >= int64(max) {
+		return ErrSessionLimit
+	}
+	return nil
 }
 
 // SessionSandbox returns the id of the session's sandbox, "" for none. It returns
@@ -162,8 +213,33 @@ func summaryFromRow(r queries.SessionSummaryGetRow) chat.SessionSummary {
 
 // SessionForClientID returns the session of owner's chat clientID (an id the client
 // chose, such as the AI SDK's chat id), creating it at now when it has none; deleted
-// tells a tombstone, whose chat id stays taken.
-func (s *Store) SessionForClientID(ctx context.Context, owner, clientID string, now time.Time) (id uuid.UUID, deleted bool, err error) {
+// tells a tombstone, whose chat id stays taken. A new session that would take owner
+// past max live sessions is ErrSessionLimit, and nothing is written (max 0, or the
+// anonymous owner: no limit).
+func (s *Store) SessionForClientID(ctx context.Context, owner, clientID string, now time.Time, max int) (id uuid.UUID, deleted bool, err error) {
+	if max > 0 && owner != "" {
+		// The chat's session usually exists: found without a lock. A new one is made
+		// under the owner's lock, counted first.
+		id, deleted, err := s.SessionByClientID(ctx, owner, clientID)
+		if !errors.Is(err, ErrNotFound) {
+			return id, deleted, err
+		}
+		err = s.InTx(ctx, func(tx *Store) error {
+			if err := tx.ownerLock(ctx, owner); err != nil {
+				return err
+			}
+			id, deleted, err = tx.SessionByClientID(ctx, owner, clientID)
+			if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if err := tx.underLimit(ctx, owner, max); err != nil {
+				return fmt.Errorf("session of chat %q: %w", clientID, err)
+			}
+			id, deleted, err = tx.SessionForClientID(ctx, owner, clientID, now, 0)
+			return err
+		})
+		return id, deleted, err
+	}
 	row, err := s.q.SessionForClientID(ctx, s.db, queries.SessionForClientIDParams{
 		ID: uuid.New(), Owner: owner, CreatedAt: chat.Timestamp(now), ClientID: clientID,
 	})

@@ -28,6 +28,9 @@ var (
 	// session's owner has as many active runs as the limit the caller gave; nothing was
 	// written.
 	ErrRunLimit = errors.New("too many active runs")
+	// ErrSessionLimit is returned when a new session would take its owner past the limit
+	// of live sessions the caller gave; nothing was written.
+	ErrSessionLimit = errors.New("too many sessions")
 	// ErrGone is returned when a row the write refers to is gone (SQLSTATE 23503, a
 	// foreign key): a message of a run that was deleted with its session. Nothing was
 	// written, and the write can never be made.

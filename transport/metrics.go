@@ -30,10 +30,17 @@ const (
 const (
 	// LimitCommand: a command over its connection's command rate (error rate_limited).
 	LimitCommand = "command"
-	// LimitUserConns: a connection over its user's connection limit (close 4029).
+	// LimitUserConns: a WebSocket or an AI SDK stream over its user's limit of
+	// connections (close 4029, HTTP 429).
 	LimitUserConns = "user_conns"
-	// LimitAddrConns: a connection over its remote address's connection limit (close 4029).
+	// LimitAddrConns: a connection over its remote address's connection limit (HTTP 429
+	// at the listener, close 4029 for a WebSocket).
 	LimitAddrConns = "addr_conns"
+	// LimitConns: a connection over the listener's limit of connections (HTTP 503).
+	LimitConns = "conns"
+	// LimitSessions: a new session over its user's limit of sessions (error
+	// rate_limited).
+	LimitSessions = "sessions"
 	// LimitHandshake: an upgrade over its remote address's handshake rate (HTTP 429).
 	LimitHandshake = "handshake"
 	// LimitRuns: a run over its user's limit of active runs (error rate_limited).
@@ -61,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_rate_limited_total",
-			Help: "Commands, connections, handshakes and runs refused by a limit: command and runs (error rate_limited), user_conns and addr_conns (close 4029), handshake (HTTP 429).",
+			Help: "Commands, connections, handshakes, runs and sessions refused by a limit: command, runs and sessions (error rate_limited), user_conns (close 4029 or HTTP 429), addr_conns (HTTP 429, or close 4029), conns (HTTP 503), handshake (HTTP 429).",
 		}, []string{"limit"}),
 		relayedConns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_relayed_connections_total",

@@ -86,6 +86,9 @@ func (r *Relay) Header() http.Header {
 // would. answered, if not nil, is called once the node has answered (before its answer
 // is copied back); when the node cannot be reached, fallback serves the request instead.
 func (r *Relay) Proxy(w http.ResponseWriter, req *http.Request, addr string, answered func(*http.Response), fallback http.HandlerFunc) {
+	// The answer may be a stream or an upgraded connection, as long as the node's: that
+	// node's timeouts bound the request (it reads the body under its own), not this one's.
+	Unbounded(w)
 	target := &url.URL{Scheme: "http", Host: addr}
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -75,6 +75,22 @@ type Config struct {
 	// CHATD_MAX_CONNS_PER_ADDR).
 	MaxConnsPerUser int
 	MaxConnsPerAddr int
+	// MaxConns bounds the connections the listener holds; one more is answered 503 and
+	// closed. Its default is three quarters of the open-file limit; 0 is no limit
+	// (CHATD_MAX_CONNS).
+	MaxConns int
+	// MaxSessionsPerUser bounds the live (not deleted) sessions of one authenticated
+	// user across every chatd on the database; a new one over it is refused
+	// rate_limited. 0 is no limit (CHATD_MAX_SESSIONS_PER_USER).
+	MaxSessionsPerUser int
+	// HTTPReadTimeout bounds reading a request, its body included; HTTPWriteTimeout
+	// writing an answer that is not a stream; HTTPIdleTimeout how long a kept-alive
+	// connection waits for its next request (CHATD_HTTP_READ_TIMEOUT,
+	// CHATD_HTTP_WRITE_TIMEOUT, CHATD_HTTP_IDLE_TIMEOUT). WebSockets and streams are
+	// bounded by their own means once they start.
+	HTTPReadTimeout  time.Duration
+	HTTPWriteTimeout time.Duration
+	HTTPIdleTimeout  time.Duration
 	// MaxRunsPerUser bounds the active runs of one authenticated user across their
 	// sessions and every chatd on the database, the anonymous user excepted: a send,
 	// retry or continue over it is answered error rate_limited. 0 is no limit
@@ -328,6 +344,11 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxConnsPerUser, "max-conns-per-user", env.int("CHATD_MAX_CONNS_PER_USER", ws.DefaultMaxConnsPerUser), "connections per authenticated user, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_USER)")
 	fs.IntVar(&c.MaxRunsPerUser, "max-runs-per-user", env.int("CHATD_MAX_RUNS_PER_USER", conversation.DefaultMaxRunsPerUser), "active runs per authenticated user, 0 for no limit; more are answered rate_limited (CHATD_MAX_RUNS_PER_USER)")
 	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "connections per remote address, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_ADDR)")
+	fs.IntVar(&c.MaxConns, "max-conns", env.int("CHATD_MAX_CONNS", defaultMaxConns()), "connections the listener holds, 0 for no limit; more are answered 503 (CHATD_MAX_CONNS; default: 3/4 of the open-file limit)")
+	fs.IntVar(&c.MaxSessionsPerUser, "max-sessions-per-user", env.int("CHATD_MAX_SESSIONS_PER_USER", DefaultMaxSessionsPerUser), "live sessions per authenticated user, 0 for no limit; more are refused rate_limited (CHATD_MAX_SESSIONS_PER_USER)")
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", env.duration("CHATD_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout), "bound on reading a request, its body included (CHATD_HTTP_READ_TIMEOUT)")
+	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", env.duration("CHATD_HTTP_WRITE_TIMEOUT", DefaultHTTPWriteTimeout), "bound on writing an answer that is not a stream (CHATD_HTTP_WRITE_TIMEOUT)")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", env.duration("CHATD_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout), "close a kept-alive connection idle this long between requests (CHATD_HTTP_IDLE_TIMEOUT)")
 	c.HandshakeRate = env.rate("CHATD_HANDSHAKE_RATE", ws.DefaultHandshakeRate)
 	fs.Var(rateValue{&c.HandshakeRate}, "handshake-rate", "WebSocket upgrades per remote address, e.g. 20/s or off; more are answered 429 (CHATD_HANDSHAKE_RATE)")
 	fs.IntVar(&c.HandshakeBurst, "handshake-burst", env.int("CHATD_HANDSHAKE_BURST", ws.DefaultHandshakeBurst), "upgrades an address may make at once within its rate (CHATD_HANDSHAKE_BURST)")
@@ -441,6 +462,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_MAX_CONNS_PER_USER (-max-conns-per-user) is %d; use 0 (no limit) or more", c.MaxConnsPerUser)
 	case c.MaxConnsPerAddr < 0:
 		return fmt.Errorf("CHATD_MAX_CONNS_PER_ADDR (-max-conns-per-addr) is %d; use 0 (no limit) or more", c.MaxConnsPerAddr)
+	case c.MaxConns < 0:
+		return fmt.Errorf("CHATD_MAX_CONNS (-max-conns) is %d; use 0 (no limit) or more", c.MaxConns)
+	case c.MaxSessionsPerUser < 0:
+		return fmt.Errorf("CHATD_MAX_SESSIONS_PER_USER (-max-sessions-per-user) is %d; use 0 (no limit) or more", c.MaxSessionsPerUser)
+	case c.HTTPReadTimeout <= 0:
+		return fmt.Errorf("CHATD_HTTP_READ_TIMEOUT (-http-read-timeout) is %s; it must be positive", c.HTTPReadTimeout)
+	case c.HTTPWriteTimeout <= 0:
+		return fmt.Errorf("CHATD_HTTP_WRITE_TIMEOUT (-http-write-timeout) is %s; it must be positive", c.HTTPWriteTimeout)
+	case c.HTTPIdleTimeout <= 0:
+		return fmt.Errorf("CHATD_HTTP_IDLE_TIMEOUT (-http-idle-timeout) is %s; it must be positive", c.HTTPIdleTimeout)
 	case c.IdleEvict <= 0:
 		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
 	case c.ShutdownTimeout <= 0:

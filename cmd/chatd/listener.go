@@ -7,15 +7,50 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/chatd/chatd/transport"
 )
+
+// The HTTP server's timeouts (CHATD_HTTP_*_TIMEOUT): a request has this long to arrive,
+// body included; an answer that is not a stream this long to be written; a kept-alive
+// connection waits this long for its next request. Headers alone get headerTimeout at
+// most, so a client that trickles them is let go sooner.
+const (
+	DefaultHTTPReadTimeout  = 60 * time.Second
+	DefaultHTTPWriteTimeout = 60 * time.Second
+	DefaultHTTPIdleTimeout  = 60 * time.Second
+	headerTimeout           = 10 * time.Second
+)
+
+// DefaultMaxSessionsPerUser is CHATD_MAX_SESSIONS_PER_USER's default.
+const DefaultMaxSessionsPerUser = 10000
+
+// defaultMaxConns is CHATD_MAX_CONNS's default: three quarters of the process's
+// open-file limit (which Go raises to its hard limit at start), so that a flood of
+// connections leaves descriptors for the database, the sandboxes' pipes and the relay.
+func defaultMaxConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == 0 {
+		return 768
+	}
+	return int(max(64, min(lim.Cur, 1<<22)*3/4))
+}
+
+// httpLimits are a listener's timeouts and connection limits.
+type httpLimits struct {
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	Conns                                  transport.ConnLimits
+}
 
 // listener is the HTTP server as a service: Start listens and serves, Stop stops
 // accepting, waits for the requests in progress and for Serve to return. Upgraded
 // WebSocket connections are no longer the HTTP server's: the transport closes them.
 type listener struct {
-	addr string
-	srv  *http.Server
+	addr   string
+	srv    *http.Server
+	limits httpLimits
 
 	ln net.Listener
 	// bound is ln's address once it listens: read by other goroutines (the lease
@@ -25,10 +60,17 @@ type listener struct {
 	served chan error
 }
 
-func newListener(addr string, h http.Handler) *listener {
+func newListener(addr string, h http.Handler, l httpLimits) *listener {
 	return &listener{
-		addr: addr,
-		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		addr:   addr,
+		limits: l,
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: min(headerTimeout, l.ReadTimeout),
+			ReadTimeout:       l.ReadTimeout,
+			WriteTimeout:      l.WriteTimeout,
+			IdleTimeout:       l.IdleTimeout,
+		},
 	}
 }
 
@@ -44,12 +86,12 @@ func (l *listener) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", l.addr, err)
 	}
-	l.ln = ln
 	if a, ok := ln.Addr().(*net.TCPAddr); ok {
 		l.bound.Store(a)
 	}
+	l.ln = transport.LimitListener(ln, l.limits.Conns)
 	l.served = make(chan error, 1)
-	go func() { l.served <- l.srv.Serve(ln) }()
+	go func() { l.served <- l.srv.Serve(l.ln) }()
 	return nil
 }
 

@@ -207,21 +207,22 @@ func (m *Main) build() error {
 		Log:        st,
 	})
 	m.hub, err = hub.New(conversation.Config{
-		Journal:         m.journal,
-		Clock:           clock,
-		Evictions:       evictions,
-		Abandonments:    abandonments,
-		Store:           st,
-		Agent:           loop,
-		AbandonAfter:    m.cfg.AbandonAfter,
-		Logger:          m.log,
-		RingEvents:      m.cfg.RingEvents,
-		RingBytes:       m.cfg.RingBytes,
-		MaxReplayBytes:  max(m.cfg.SendQueueBytes/2, 1),
-		IdleTimeout:     m.cfg.IdleEvict,
-		MaxContentBytes: m.cfg.MaxContentBytes,
-		MaxRecoveries:   conversation.DefaultMaxRecoveries,
-		MaxRunsPerUser:  m.cfg.MaxRunsPerUser,
+		Journal:            m.journal,
+		Clock:              clock,
+		Evictions:          evictions,
+		Abandonments:       abandonments,
+		Store:              st,
+		Agent:              loop,
+		AbandonAfter:       m.cfg.AbandonAfter,
+		Logger:             m.log,
+		RingEvents:         m.cfg.RingEvents,
+		RingBytes:          m.cfg.RingBytes,
+		MaxReplayBytes:     max(m.cfg.SendQueueBytes/2, 1),
+		IdleTimeout:        m.cfg.IdleEvict,
+		MaxContentBytes:    m.cfg.MaxContentBytes,
+		MaxSessionsPerUser: m.cfg.MaxSessionsPerUser,
+		MaxRecoveries:      conversation.DefaultMaxRecoveries,
+		MaxRunsPerUser:     m.cfg.MaxRunsPerUser,
 		// Every chatd is a node, one or several on the database.
 		Lease: &conversation.LeaseConfig{Node: m.Node, Addr: m.NodeAddr, TTL: m.cfg.LeaseTTL},
 		// A rolling restart continues every run where it stopped.
@@ -254,6 +255,8 @@ func (m *Main) build() error {
 		Metrics: transportMetrics,
 		Logger:  m.log,
 	})
+	// A user's WebSockets and AI SDK streams count against one limit.
+	users := transport.NewUserStreams(noLimit(m.cfg.MaxConnsPerUser))
 	wsSrv, err := ws.New(ws.Config{
 		Hub:               m.hub,
 		Auth:              auth,
@@ -268,7 +271,7 @@ func (m *Main) build() error {
 		MaxQueuedCommands: m.cfg.MaxQueuedCommands,
 		CommandRate:       m.cfg.CommandRate,
 		CommandBurst:      m.cfg.CommandBurst,
-		MaxConnsPerUser:   noLimit(m.cfg.MaxConnsPerUser),
+		Users:             users,
 		MaxConnsPerAddr:   noLimit(m.cfg.MaxConnsPerAddr),
 		HandshakeRate:     m.cfg.HandshakeRate,
 		HandshakeBurst:    m.cfg.HandshakeBurst,
@@ -287,27 +290,41 @@ func (m *Main) build() error {
 		return err
 	}
 	aisdkHandler := aisdk.New(aisdk.Config{
-		Hub:            m.hub,
-		Store:          st,
-		Auth:           auth,
-		SendQueueBytes: m.cfg.SendQueueBytes,
-		Clock:          clock,
-		Metrics:        transportMetrics,
-		AllowedOrigins: m.cfg.AllowedOrigins,
-		Logger:         m.log,
-		Relay:          relay,
-		NeedsApproval:  func(tool string) bool { return m.needsApproval[tool] },
+		Hub:                m.hub,
+		Store:              st,
+		Auth:               auth,
+		SendQueueBytes:     m.cfg.SendQueueBytes,
+		Clock:              clock,
+		Metrics:            transportMetrics,
+		AllowedOrigins:     m.cfg.AllowedOrigins,
+		Logger:             m.log,
+		Relay:              relay,
+		NeedsApproval:      func(tool string) bool { return m.needsApproval[tool] },
+		Users:              users,
+		MaxContentBytes:    m.cfg.MaxContentBytes,
+		MaxSessionsPerUser: m.cfg.MaxSessionsPerUser,
 	})
 	m.srv, err = transport.New(transport.Config{WebSocket: wsSrv, API: api, AISDK: aisdkHandler, Ready: st.Ping, App: web.Handler(), Logger: m.log})
 	if err != nil {
 		return err
 	}
-	m.http = newListener(m.cfg.Addr, m.srv.Handler())
+	m.http = newListener(m.cfg.Addr, m.srv.Handler(), httpLimits{
+		ReadTimeout: m.cfg.HTTPReadTimeout, WriteTimeout: m.cfg.HTTPWriteTimeout, IdleTimeout: m.cfg.HTTPIdleTimeout,
+		Conns: transport.ConnLimits{
+			PerAddr: noLimit(m.cfg.MaxConnsPerAddr), Total: noLimit(m.cfg.MaxConns),
+			Metrics: transportMetrics, Logger: m.log.With().Str("component", "listener").Logger(),
+		},
+	})
 	// The HTTP server's Shutdown waits for its requests: the AI SDK's streams end first
 	// (their clients resume), or one waiting for an approval would hold it up.
 	m.http.srv.RegisterOnShutdown(aisdkHandler.Shutdown)
 	if m.cfg.AdminAddr != AdminOff {
-		m.admin = newListener(m.cfg.AdminAddr, m.adminHandler(m.registry))
+		// An operator's: no connection limits, and no write timeout, so a profile may
+		// take as long as it asks.
+		m.admin = newListener(m.cfg.AdminAddr, m.adminHandler(m.registry), httpLimits{
+			ReadTimeout: m.cfg.HTTPReadTimeout, IdleTimeout: m.cfg.HTTPIdleTimeout,
+			Conns: transport.ConnLimits{PerAddr: -1, Total: -1},
+		})
 	}
 
 	// Started in this order, stopped in the reverse: the listener stops taking requests,

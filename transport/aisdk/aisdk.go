@@ -37,7 +37,7 @@ const MaxChatIDLen = 200
 
 // Store is what the endpoints need of the database.
 type Store interface {
-	SessionForClientID(ctx context.Context, owner, clientID string, now time.Time) (uuid.UUID, bool, error)
+	SessionForClientID(ctx context.Context, owner, clientID string, now time.Time, max int) (uuid.UUID, bool, error)
 	SessionByClientID(ctx context.Context, owner, clientID string) (uuid.UUID, bool, error)
 	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
@@ -62,6 +62,17 @@ type Config struct {
 	// NeedsApproval tells the tools whose calls wait for a person: the transcript shows
 	// such a call that ran as approved, as the stream did. nil: none.
 	NeedsApproval func(tool string) bool
+	// Users counts each user's streams against the limit the node's WebSockets share
+	// (CHATD_MAX_CONNS_PER_USER): one over it is answered 429 rate_limited. nil: no
+	// limit.
+	Users *transport.UserStreams
+	// MaxContentBytes is the largest user message (the conversations'
+	// MaxContentBytes): a POST is checked against it before its chat is created.
+	// 0: conversation.DefaultMaxContentBytes.
+	MaxContentBytes int
+	// MaxSessionsPerUser bounds a user's live sessions (the conversations'): a POST
+	// that would create one more is answered 429 rate_limited. 0: no limit.
+	MaxSessionsPerUser int
 }
 
 // Handler serves /v1/aisdk/.
@@ -79,6 +90,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.MaxContentBytes <= 0 {
+		cfg.MaxContentBytes = conversation.DefaultMaxContentBytes
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger.With().Str("component", "aisdk").Logger(), mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /v1/aisdk/chat", h.authed(h.send))
@@ -122,19 +136,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	httpapi.WriteJSON(w, status, v)
 }
 
-func (h *Handler) authed(f func(w http.ResponseWriter, r *http.Request, owner string)) http.HandlerFunc {
+// caller is who sent a request: the token's user, and when the token expires (zero:
+// never). A stream ends when its token expires, as a WebSocket is closed.
+type caller struct {
+	owner   string
+	expires time.Time
+}
+
+func (h *Handler) authed(f func(w http.ResponseWriter, r *http.Request, who caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		token, ok := httpapi.Bearer(r.Header.Get("Authorization"))
 		if !ok {
 			writeError(w, errorf(conversation.CodeUnauthorized, `the Authorization header must be "Bearer <token>"`))
 			return
 		}
-		owner, err := h.cfg.Auth.Authenticate(r.Context(), r, token)
+		owner, expires, err := transport.AuthenticateExpiry(r.Context(), h.cfg.Auth, r, token)
 		if err != nil {
 			writeError(w, errorf(conversation.CodeUnauthorized, "unauthorized"))
 			return
 		}
-		f(w, r, owner)
+		f(w, r, caller{owner: owner, expires: expires})
 	}
 }
 
@@ -194,13 +215,16 @@ func (h *Handler) session(ctx context.Context, owner, id string, create bool) (u
 	var deleted bool
 	var err error
 	if create {
-		sid, deleted, err = h.cfg.Store.SessionForClientID(ctx, owner, id, h.cfg.Clock.Now())
+		sid, deleted, err = h.cfg.Store.SessionForClientID(ctx, owner, id, h.cfg.Clock.Now(), h.cfg.MaxSessionsPerUser)
 	} else {
 		sid, deleted, err = h.cfg.Store.SessionByClientID(ctx, owner, id)
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return uuid.Nil, false, nil
+	case errors.Is(err, store.ErrSessionLimit):
+		h.cfg.Metrics.RateLimited(transport.LimitSessions)
+		return uuid.Nil, false, errorf(conversation.CodeRateLimited, "too many chats for this user (at most %d): delete one to start another", h.cfg.MaxSessionsPerUser)
 	case err != nil:
 		return uuid.Nil, false, errorf(conversation.CodeStorage, "the database is unavailable")
 	case deleted:
@@ -235,10 +259,17 @@ type sendBody struct {
 // send is POST /v1/aisdk/chat: the last user message starts a run (its id is the
 // idempotency key), regenerate-message retries the latest run, and an assistant message
 // whose tool parts carry approval responses decides them; the answer is the run's stream.
-func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
+// Everything the body asks is checked before anything is stored: a refused POST creates
+// no chat. Only a user message creates one; the others need the chat to exist.
+func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		writeError(w, errorf(conversation.CodeTooLarge, "the body is over %d bytes", MaxBodyBytes))
+		return
+	}
 	if err != nil {
-		writeError(w, errorf(conversation.CodeTooLarge, "the body is over %d bytes, or could not be read", MaxBodyBytes))
+		// It did not arrive whole in time (CHATD_HTTP_READ_TIMEOUT), or the client left.
+		writeError(w, errorf(conversation.CodeBadRequest, "the body could not be read: %v", err))
 		return
 	}
 	withBody(r, body) // for a relay to the chat's node
@@ -247,20 +278,26 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
 		writeError(w, errorf(conversation.CodeBadRequest, "the body is not the JSON useChat sends: %v", err))
 		return
 	}
-	if len(req.Messages) == 0 && req.Trigger != "regenerate-message" {
-		writeError(w, errorf(conversation.CodeBadRequest, "messages is empty"))
+	decisions, approvalRun, isApproval := approvals(req)
+	create, err := h.checkSend(req, isApproval)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	sid, _, err := h.session(r.Context(), owner, req.ID, true)
+	sid, ok, err := h.session(r.Context(), who.owner, req.ID, create)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	if decisions, runID, ok := approvals(req); ok {
+	if !ok {
+		writeError(w, errorf(conversation.CodeNotFound, "no such chat"))
+		return
+	}
+	if isApproval {
 		// useChat sending the conversation back after addToolApprovalResponse: it has
 		// the run so far and appends what follows. Subscribe first, then decide, so the
 		// stream misses nothing the decision sets going.
-		h.streamWith(w, r, owner, sid, runID, streamOptions{continuation: true, then: func(ctx context.Context) error {
+		h.streamWith(w, r, who, sid, approvalRun, streamOptions{continuation: true, then: func(ctx context.Context) error {
 			return h.cfg.Hub.Do(ctx, sid, func(a *conversation.Actor) error {
 				for call, approved := range decisions {
 					if _, err := a.Decide(ctx, uuid.Nil, call, approved); err != nil && !isDecided(err) {
@@ -282,7 +319,46 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, owner string) {
 		h.fail(w, r, err)
 		return
 	}
-	h.stream(w, r, owner, sid, runID, false)
+	h.stream(w, r, who, sid, runID, false)
+}
+
+// checkSend checks a POST's body, and says whether it may create its chat: a new user
+// message may, a regeneration, an approval or an assistant message may not.
+func (h *Handler) checkSend(req sendBody, isApproval bool) (create bool, err error) {
+	if err := validChatID(req.ID); err != nil {
+		return false, err
+	}
+	if isApproval || req.Trigger == "regenerate-message" {
+		return false, nil
+	}
+	if len(req.Messages) == 0 {
+		return false, errorf(conversation.CodeBadRequest, "messages is empty")
+	}
+	last := req.Messages[len(req.Messages)-1]
+	switch last.Role {
+	case "user":
+		if last.ID == "" {
+			return false, errorf(conversation.CodeBadRequest, "the last message has no id")
+		}
+		return true, conversation.ValidateSend(userSend(last), h.cfg.MaxContentBytes)
+	case "assistant":
+		if _, err := uuid.Parse(last.ID); err != nil {
+			return false, errorf(conversation.CodeBadRequest, "the last message is an assistant message without an approval response")
+		}
+		return false, nil
+	}
+	return false, errorf(conversation.CodeBadRequest, "the last message's role is %q; chatd answers user messages", last.Role)
+}
+
+// userSend is the send a user message asks for: its text parts, its id the request id.
+func userSend(m uiMessage) conversation.SendRequest {
+	var text []string
+	for _, p := range m.Parts {
+		if p.Type == "text" {
+			text = append(text, p.Text)
+		}
+	}
+	return conversation.SendRequest{RequestID: m.ID, Content: strings.Join(text, "\n")}
 }
 
 // approvals reads the decisions of a POST whose last message is the assistant's with
@@ -330,28 +406,14 @@ func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID,
 		return res.RunID, err
 	}
 	last := req.Messages[len(req.Messages)-1]
-	switch last.Role {
-	case "user":
-		var text []string
-		for _, p := range last.Parts {
-			if p.Type == "text" {
-				text = append(text, p.Text)
-			}
-		}
-		if last.ID == "" {
-			return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message has no id")
-		}
-		res, err := a.Send(ctx, conversation.SendRequest{RequestID: last.ID, Content: strings.Join(text, "\n")})
+	if last.Role == "user" {
+		res, err := a.Send(ctx, userSend(last))
 		return res.RunID, err
-	case "assistant":
-		// An assistant message without approval answers (send decides those): the
-		// message is a run, streamed as it is.
-		if id, err := uuid.Parse(last.ID); err == nil {
-			return id, nil
-		}
-		return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message is an assistant message without an approval response")
 	}
-	return uuid.Nil, errorf(conversation.CodeBadRequest, "the last message's role is %q; chatd answers user messages", last.Role)
+	// An assistant message without approval answers (send decides those): the message
+	// is a run, streamed as it is (checkSend made sure its id is one).
+	id, _ := uuid.Parse(last.ID)
+	return id, nil
 }
 
 // flush waits for the writes the session's actor on this node has made, when it has
@@ -372,8 +434,8 @@ func isDecided(err error) bool {
 
 // resume is GET /v1/aisdk/chat/{id}/stream: the active run from its start, then live;
 // 204 when there is none.
-func (h *Handler) resume(w http.ResponseWriter, r *http.Request, owner string) {
-	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, who caller) {
+	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)
 	if err != nil {
 		if ce := (*conversation.Error)(nil); errors.As(err, &ce) && ce.Code == conversation.CodeNotFound {
 			w.WriteHeader(http.StatusNoContent)
@@ -392,12 +454,12 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, owner string) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	h.stream(w, r, owner, sid, latest.ID, true)
+	h.stream(w, r, who, sid, latest.ID, true)
 }
 
 // stop is POST /v1/aisdk/chat/{id}/stop: cancels the active run, for every client.
-func (h *Handler) stop(w http.ResponseWriter, r *http.Request, owner string) {
-	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+func (h *Handler) stop(w http.ResponseWriter, r *http.Request, who caller) {
+	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -422,7 +484,7 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request, owner string) {
 }
 
 // approve is POST /v1/aisdk/chat/{id}/approve {toolCallId, approved}.
-func (h *Handler) approve(w http.ResponseWriter, r *http.Request, owner string) {
+func (h *Handler) approve(w http.ResponseWriter, r *http.Request, who caller) {
 	var body struct {
 		ToolCallID string `json:"toolCallId"`
 		Approved   *bool  `json:"approved"`
@@ -436,7 +498,7 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request, owner string) 
 		writeError(w, errorf(conversation.CodeBadRequest, `the body must be {"toolCallId": "...", "approved": true|false}`))
 		return
 	}
-	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -16,6 +16,10 @@ import (
 // closeGrace bounds how long a stream asked to end may take to.
 const closeGrace = 5 * time.Second
 
+// expiredPart ends a stream whose token expired: an error part the SDK puts in useChat's
+// error, with chatd's code first, then the stream's end.
+var expiredPart = []byte(`data: {"type":"error","errorText":"unauthorized: the token expired; resume the stream with a new one"}` + "\n\n" + done)
+
 // streams are the open streams, so a shutdown can end them: an HTTP server's Shutdown
 // waits for its requests, and a stream lasts as long as its run.
 type streams struct {
@@ -74,8 +78,8 @@ func (s *sseWriter) Cut() {
 // subscriber of the session's actor like a WebSocket tab, with the same bounded queue: one
 // that does not keep up is ended. With resume, a run that is not the session's latest is
 // answered 204 (nothing to resume).
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, owner string, sid, runID uuid.UUID, resume bool) {
-	h.streamWith(w, r, owner, sid, runID, streamOptions{resume: resume})
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, who caller, sid, runID uuid.UUID, resume bool) {
+	h.streamWith(w, r, who, sid, runID, streamOptions{resume: resume})
 }
 
 // streamOptions: resume answers 204 for a run that is not the session's latest;
@@ -87,8 +91,16 @@ type streamOptions struct {
 	then         func(ctx context.Context) error
 }
 
-func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner string, sid, runID uuid.UUID, o streamOptions) {
+func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller, sid, runID uuid.UUID, o streamOptions) {
 	resume := o.resume
+	if h.cfg.Users != nil {
+		if !h.cfg.Users.Acquire(who.owner) {
+			h.cfg.Metrics.RateLimited(transport.LimitUserConns)
+			writeError(w, errorf(conversation.CodeRateLimited, "too many connections for this user: close a stream or a tab, then try again"))
+			return
+		}
+		defer h.cfg.Users.Release(who.owner)
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	enc := newEncoder(runID)
@@ -105,7 +117,7 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner strin
 		Metrics:       h.cfg.Metrics,
 		Logger:        h.log,
 	}, sw, r.RemoteAddr)
-	actor, _, err := h.cfg.Hub.Hello(ctx, sid, conversation.HelloRequest{Owner: owner, Subscriber: out, Format: format})
+	actor, _, err := h.cfg.Hub.Hello(ctx, sid, conversation.HelloRequest{Owner: who.owner, Subscriber: out, Format: format})
 	if actor != nil {
 		defer func() {
 			out.Detach()
@@ -136,6 +148,18 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner strin
 			return
 		}
 	}
+	// A stream lasts as long as its run: the server's write timeout is for answers. A
+	// client that does not read is cut by its queue's budget, and the token's expiry ends
+	// the stream.
+	transport.Unbounded(w)
+	expired := make(chan struct{})
+	if !who.expires.IsZero() {
+		t := h.cfg.Clock.AfterFunc(who.expires.Sub(h.cfg.Clock.Now()), func() {
+			close(expired)
+			sw.Wake()
+		})
+		defer t.Stop()
+	}
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")
@@ -147,6 +171,15 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, owner strin
 
 	var spare [][]byte
 	for {
+		select {
+		case <-expired:
+			// As a WebSocket is closed with 4001: the client gets a new token and
+			// resumes (GET .../stream), from the run's start.
+			_, _ = w.Write(expiredPart)
+			_ = rc.Flush()
+			return
+		default:
+		}
 		frames, req, ok := out.Take(spare)
 		if !ok {
 			select {

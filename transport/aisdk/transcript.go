@@ -16,8 +16,8 @@ const maxTranscript = 10000
 // (its run's requestId); each run's answer is one assistant message whose id is the run's.
 // A run's open segment shows what is stored of it; resume (GET .../stream) streams the
 // rest.
-func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, owner string) {
-	sid, ok, err := h.session(r.Context(), owner, r.PathValue("id"), false)
+func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller) {
+	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -145,6 +145,10 @@ func (c *conn) hello(f clientFrame) {
 	}
 	if err != nil {
 		c.helloFailure = replyCode(err)
+		if c.helloFailure == codeRateLimited {
+			// The one limit a hello meets in the conversation: the user's sessions.
+			c.s.cfg.Metrics.RateLimited(transport.LimitSessions)
+		}
 		c.replyErr(f.RequestID, err)
 		return
 	}

@@ -108,31 +108,10 @@ func refuseHandshake(w http.ResponseWriter, delay time.Duration) {
 }
 
 // acquireUser counts one more connection of user; false when the user already has
-// MaxConnsPerUser. The anonymous user ("") is not limited: with CHATD_AUTH=none every
-// client is that user.
-func (s *Server) acquireUser(user string) bool {
-	if user == "" || s.cfg.MaxConnsPerUser < 0 {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.userConns[user] >= s.cfg.MaxConnsPerUser {
-		return false
-	}
-	s.userConns[user]++
-	return true
-}
+// as many as the limit allows (Config.Users, Config.MaxConnsPerUser).
+func (s *Server) acquireUser(user string) bool { return s.users.Acquire(user) }
 
-func (s *Server) releaseUser(user string) {
-	if user == "" || s.cfg.MaxConnsPerUser < 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.userConns[user]--; s.userConns[user] <= 0 {
-		delete(s.userConns, user)
-	}
-}
+func (s *Server) releaseUser(user string) { s.users.Release(user) }
 
 // allowCommand takes a token from the connection's command bucket.
 func (c *conn) allowCommand() bool {

@@ -82,8 +82,12 @@ type Config struct {
 	CommandBurst int
 	// MaxConnsPerUser bounds the connections of one user, counted from a successful
 	// authentication in hello; one more is closed with 4029. The anonymous user ("") is
-	// not limited. Negative turns it off.
+	// not limited. Negative turns it off. Ignored when Users is set.
 	MaxConnsPerUser int
+	// Users counts each user's connections against a limit shared with the node's other
+	// transports (the AI SDK's streams): nil counts WebSockets alone, up to
+	// MaxConnsPerUser.
+	Users *transport.UserStreams
 	// MaxConnsPerAddr bounds the connections from one remote address (RemoteHost); one
 	// more is closed with 4029 right after the upgrade. Negative turns it off.
 	MaxConnsPerAddr int
@@ -193,9 +197,10 @@ type Server struct {
 	conns    map[*conn]struct{}
 	closing  bool
 	handlers sync.WaitGroup
-	// Connections per user and per remote address (limits.go). Under mu.
-	userConns map[string]int
+	// Connections per remote address (limits.go). Under mu.
 	addrConns map[string]int
+	// users counts connections per user (limits.go).
+	users *transport.UserStreams
 
 	// Handshake buckets per remote address (limits.go).
 	hsMu       sync.Mutex
@@ -216,6 +221,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With().Str("component", "ws").Logger()
+	users := cfg.Users
+	if users == nil {
+		users = transport.NewUserStreams(cfg.MaxConnsPerUser)
+	}
 	proxies, stopProxies := context.WithCancel(context.Background())
 	return &Server{
 		proxies:     proxies,
@@ -233,8 +242,8 @@ func New(cfg Config) (*Server, error) {
 			Logger:        log,
 		},
 		conns:      make(map[*conn]struct{}),
-		userConns:  make(map[string]int),
 		addrConns:  make(map[string]int),
+		users:      users,
 		handshakes: make(map[string]*handshakeLimiter),
 	}, nil
 }
@@ -251,6 +260,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuseHandshake(w, delay)
 		return
 	}
+	// The connection is the WebSocket's from here: its own pings and deadlines bound
+	// it, not the HTTP server's timeouts (which the hijacked connection would keep).
+	transport.Unbounded(w)
 	if addr, ok := s.relayTarget(r); ok {
 		s.proxyUpgrade(w, r, addr, host)
 		return

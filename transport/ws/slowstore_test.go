@@ -91,11 +91,11 @@ func (g *storeGate) wait(ctx context.Context) error {
 	}
 }
 
-func (s slowStore) SessionCreate(ctx context.Context, sess chat.Session) (chat.Session, error) {
+func (s slowStore) SessionCreateLimited(ctx context.Context, sess chat.Session, max int) (chat.Session, error) {
 	if err := s.wait(ctx); err != nil {
 		return chat.Session{}, err
 	}
-	return s.Store.SessionCreate(ctx, sess)
+	return s.Store.SessionCreateLimited(ctx, sess, max)
 }
 
 func (s slowStore) SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (store.Opened, error) {
