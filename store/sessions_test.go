@@ -3,10 +3,12 @@ package store_test
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/chat"
@@ -174,4 +176,70 @@ func TestRunContinueMarksTheSessionActive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, later, sum.ActiveAt)
 	require.Equal(t, run.ID, sum.ActiveRunID)
+}
+
+// A user's live sessions stop at the limit, however many creations race, on one pool or
+// several (one per node); a session that exists is returned over the limit too, a
+// deleted one makes room, and the anonymous user and a limit of 0 are not limited.
+func TestSessionCreateLimited(t *testing.T) {
+	s, b := setup(t)
+	pool, err := pgxpool.New(b.ctx, s.Pool().Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	other := store.New(pool) // another node's pool on the same database
+	const limit = 3
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := range 12 {
+		st := s
+		if i%2 == 1 {
+			st = other
+		}
+		wg.Go(func() {
+			_, err := st.SessionCreateLimited(b.ctx, chat.Session{ID: uuid.New(), Owner: "carol", CreatedAt: b.now}, limit)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	created := 0
+	for err := range errs {
+		if err == nil {
+			created++
+			continue
+		}
+		require.ErrorIs(t, err, store.ErrSessionLimit)
+	}
+	require.Equal(t, limit, created)
+	var ids []uuid.UUID
+	rows, err := s.Pool().Query(b.ctx, "SELECT id FROM sessions WHERE owner = 'carol'")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id uuid.UUID
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, ids, limit)
+
+	again, err := s.SessionCreateLimited(b.ctx, chat.Session{ID: ids[0], Owner: "carol", CreatedAt: b.now}, limit)
+	require.NoError(t, err, "an existing session is not a new one")
+	require.Equal(t, ids[0], again.ID)
+
+	_, _, err = s.SessionForClientID(b.ctx, "carol", "chat-1", b.now, limit)
+	require.ErrorIs(t, err, store.ErrSessionLimit)
+	require.NoError(t, s.SessionDelete(b.ctx, "carol", ids[0], b.now))
+	id, deleted, err := s.SessionForClientID(b.ctx, "carol", "chat-1", b.now, limit)
+	require.NoError(t, err, "the deleted one made room")
+	require.False(t, deleted)
+	found, _, err := s.SessionForClientID(b.ctx, "carol", "chat-1", b.now, limit)
+	require.NoError(t, err, "the chat's session exists: found over the limit")
+	require.Equal(t, id, found)
+
+	for range limit + 1 {
+		_, err := s.SessionCreateLimited(b.ctx, chat.Session{ID: uuid.New(), Owner: "", CreatedAt: b.now}, limit)
+		require.NoError(t, err, "the anonymous user is not limited")
+		_, err = s.SessionCreateLimited(b.ctx, chat.Session{ID: uuid.New(), Owner: "dave", CreatedAt: b.now}, 0)
+		require.NoError(t, err, "0 is no limit")
+	}
 }
