@@ -111,7 +111,7 @@ type Config struct {
 	// anonymous user ("") has no limit. 0 is no limit.
 	MaxRunsPerUser int
 	// MaxSessionsPerUser bounds the live sessions one user has, across every process on
-	// the database: a hello that would create one more is refused with CodeRateLimited
+	// the database: a hello that would create one more is refused with CodeTooManySessions
 	// and creates nothing. The anonymous user ("") has no limit. 0 is no limit.
 	MaxSessionsPerUser int
 	// RunCounts keeps the database's count of each user's active runs, so a start that

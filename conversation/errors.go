@@ -18,6 +18,10 @@ const (
 	// CodeRateLimited refuses a run over its user's limit of active runs
 	// (Config.MaxRunsPerUser); transports use it for their own limits too.
 	CodeRateLimited = "rate_limited"
+	// CodeTooManySessions refuses a new session over its user's limit of live sessions
+	// (Config.MaxSessionsPerUser): unlike rate_limited, waiting does not help; deleting
+	// a session does.
+	CodeTooManySessions = "too_many_sessions"
 	CodeStorage     = "storage"
 	CodeInternal    = "internal"
 

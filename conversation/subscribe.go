@@ -23,7 +23,7 @@ func (a *Actor) hello(req HelloRequest, n uint64) (HelloResult, error) {
 		}
 		sess, err := a.journal.createSession(chat.Session{ID: a.id, Owner: req.Owner, CreatedAt: a.now()}, a.cfg.MaxSessionsPerUser)
 		if errors.Is(err, store.ErrSessionLimit) {
-			return HelloResult{}, errorf(CodeRateLimited, "too many sessions for this user (at most %d): delete one to start another", a.cfg.MaxSessionsPerUser)
+			return HelloResult{}, errorf(CodeTooManySessions, "too many sessions for this user (at most %d): delete one to start another", a.cfg.MaxSessionsPerUser)
 		}
 		if err != nil {
 			return HelloResult{}, a.storageError("create the session", err)

@@ -39,7 +39,7 @@ const (
 	// LimitConns: a connection over the listener's limit of connections (HTTP 503).
 	LimitConns = "conns"
 	// LimitSessions: a new session over its user's limit of sessions (error
-	// rate_limited).
+	// too_many_sessions).
 	LimitSessions = "sessions"
 	// LimitHandshake: an upgrade over its remote address's handshake rate (HTTP 429).
 	LimitHandshake = "handshake"
@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_rate_limited_total",
-			Help: "Commands, connections, handshakes, runs and sessions refused by a limit: command, runs and sessions (error rate_limited), user_conns (close 4029 or HTTP 429), addr_conns (HTTP 429, or close 4029), conns (HTTP 503), handshake (HTTP 429).",
+			Help: "Commands, connections, handshakes, runs and sessions refused by a limit: command and runs (error rate_limited), sessions (error too_many_sessions), user_conns (close 4029 or HTTP 429), addr_conns (HTTP 429, or close 4029), conns (HTTP 503), handshake (HTTP 429).",
 		}, []string{"limit"}),
 		relayedConns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_relayed_connections_total",

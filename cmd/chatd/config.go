@@ -81,7 +81,7 @@ type Config struct {
 	MaxConns int
 	// MaxSessionsPerUser bounds the live (not deleted) sessions of one authenticated
 	// user across every chatd on the database; a new one over it is refused
-	// rate_limited. 0 is no limit (CHATD_MAX_SESSIONS_PER_USER).
+	// too_many_sessions. 0 is no limit (CHATD_MAX_SESSIONS_PER_USER).
 	MaxSessionsPerUser int
 	// HTTPReadTimeout bounds reading a request, its body included; HTTPWriteTimeout
 	// writing an answer that is not a stream; HTTPIdleTimeout how long a kept-alive
@@ -345,7 +345,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxRunsPerUser, "max-runs-per-user", env.int("CHATD_MAX_RUNS_PER_USER", conversation.DefaultMaxRunsPerUser), "active runs per authenticated user, 0 for no limit; more are answered rate_limited (CHATD_MAX_RUNS_PER_USER)")
 	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "connections per remote address, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_ADDR)")
 	fs.IntVar(&c.MaxConns, "max-conns", env.int("CHATD_MAX_CONNS", defaultMaxConns()), "connections the listener holds, 0 for no limit; more are answered 503 (CHATD_MAX_CONNS; default: 3/4 of the open-file limit)")
-	fs.IntVar(&c.MaxSessionsPerUser, "max-sessions-per-user", env.int("CHATD_MAX_SESSIONS_PER_USER", DefaultMaxSessionsPerUser), "live sessions per authenticated user, 0 for no limit; more are refused rate_limited (CHATD_MAX_SESSIONS_PER_USER)")
+	fs.IntVar(&c.MaxSessionsPerUser, "max-sessions-per-user", env.int("CHATD_MAX_SESSIONS_PER_USER", DefaultMaxSessionsPerUser), "live sessions per authenticated user, 0 for no limit; more are refused too_many_sessions (CHATD_MAX_SESSIONS_PER_USER)")
 	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", env.duration("CHATD_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout), "bound on reading a request, its body included (CHATD_HTTP_READ_TIMEOUT)")
 	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", env.duration("CHATD_HTTP_WRITE_TIMEOUT", DefaultHTTPWriteTimeout), "bound on writing an answer that is not a stream (CHATD_HTTP_WRITE_TIMEOUT)")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", env.duration("CHATD_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout), "close a kept-alive connection idle this long between requests (CHATD_HTTP_IDLE_TIMEOUT)")

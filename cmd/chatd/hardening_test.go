@@ -377,10 +377,10 @@ func TestSessionsPerUserAreLimitedAndRefusalsCreateNothing(t *testing.T) {
 	// Over the limit: a new chat is refused, on the WebSocket too; her chats still work.
 	over := aisdkPost(t, addr, "127.0.10.2", alice, "one-more", "u1", "hi")
 	require.Equal(t, http.StatusTooManyRequests, over.StatusCode)
-	require.Equal(t, "rate_limited", errorCode(t, over))
+	require.Equal(t, "too_many_sessions", errorCode(t, over))
 	ws := wstest.Dial(t, "ws://"+addr+"/v1/ws", &wstest.DialOptions{HTTPClient: from("127.0.10.3")})
 	ws.Send(map[string]any{"type": "hello", "requestId": "h", "token": alice})
-	require.Equal(t, "rate_limited", ws.ReadReply("h").Code)
+	require.Equal(t, "too_many_sessions", ws.ReadReply("h").Code)
 	var existing, chat string
 	require.NoError(t, st.Pool().QueryRow(dbCtx(t), "SELECT id::text, client_id FROM sessions WHERE owner = 'alice' LIMIT 1").Scan(&existing, &chat))
 	ws.Send(map[string]any{"type": "hello", "requestId": "h2", "token": alice, "sessionId": existing})

@@ -71,7 +71,7 @@ type Config struct {
 	// 0: conversation.DefaultMaxContentBytes.
 	MaxContentBytes int
 	// MaxSessionsPerUser bounds a user's live sessions (the conversations'): a POST
-	// that would create one more is answered 429 rate_limited. 0: no limit.
+	// that would create one more is answered 429 too_many_sessions. 0: no limit.
 	MaxSessionsPerUser int
 }
 
@@ -224,7 +224,7 @@ func (h *Handler) session(ctx context.Context, owner, id string, create bool) (u
 		return uuid.Nil, false, nil
 	case errors.Is(err, store.ErrSessionLimit):
 		h.cfg.Metrics.RateLimited(transport.LimitSessions)
-		return uuid.Nil, false, errorf(conversation.CodeRateLimited, "too many chats for this user (at most %d): delete one to start another", h.cfg.MaxSessionsPerUser)
+		return uuid.Nil, false, errorf(conversation.CodeTooManySessions, "too many chats for this user (at most %d): delete one to start another", h.cfg.MaxSessionsPerUser)
 	case err != nil:
 		return uuid.Nil, false, errorf(conversation.CodeStorage, "the database is unavailable")
 	case deleted:

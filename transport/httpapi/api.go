@@ -222,7 +222,7 @@ func Status(code string) int {
 	switch code {
 	case conversation.CodeRunActive, conversation.CodeNoRun:
 		return http.StatusConflict
-	case conversation.CodeRateLimited:
+	case conversation.CodeRateLimited, conversation.CodeTooManySessions:
 		return http.StatusTooManyRequests
 	case conversation.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

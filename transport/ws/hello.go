@@ -145,8 +145,7 @@ func (c *conn) hello(f clientFrame) {
 	}
 	if err != nil {
 		c.helloFailure = replyCode(err)
-		if c.helloFailure == codeRateLimited {
-			// The one limit a hello meets in the conversation: the user's sessions.
+		if c.helloFailure == conversation.CodeTooManySessions {
 			c.s.cfg.Metrics.RateLimited(transport.LimitSessions)
 		}
 		c.replyErr(f.RequestID, err)

@@ -3,6 +3,7 @@
 // closes. Every test ends comparing the library's state with the database.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
 import { ChatClient, MemoryStorage, SessionsClient, pendingApprovals, uuid4 } from '../client/dist/index.js';
 import { startChatd } from './chatd.mjs';
 import { waitFor, within, prng, nodeWebSocket, startProxy, dbMessages, clientMessages, watchContent, checkTrace, summary } from './client-util.mjs';
@@ -345,6 +346,39 @@ test('a made-up session id is not found: the hello is refused (not_found, 4004),
     assert.deepEqual(rows, [{ sessions: 0, runs: 0 }], 'no session was created, nothing ran');
   } finally {
     c.close();
+    await srv.stop();
+  }
+});
+
+// An HS256 JWT for sub, signed with secret, valid for an hour.
+function jwt(secret, sub) {
+  const b64 = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+  const body = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub, exp: Math.floor(Date.now() / 1000) + 3600 })}`;
+  return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
+}
+
+test('a new session over the user\'s limit: the hello is refused (too_many_sessions), the client stops with 4029, nothing is created, no reconnect', { timeout: 30000 }, async () => {
+  const secret = '0123456789abcdef0123456789abcdef';
+  const srv = await startChatd({ env: { CHATD_AUTH: 'jwt', CHATD_JWT_SECRET: secret, CHATD_MAX_SESSIONS_PER_USER: '1' } });
+  const token = jwt(secret, 'gail');
+  const first = client(srv.wsURL, { token });
+  const second = client(srv.wsURL, { token });
+  try {
+    first.connect();
+    await waitFor(first, (s) => s.connection === 'live' && s.sessionId);
+    const sent = second.send('one too many');
+    second.connect();
+    await assert.rejects(sent, (e) => e.code === 'closed');
+    assert.equal(second.state.closed.code, 4029);
+    assert.match(second.state.closed.reason, /too many sessions/);
+    assert.equal(second.state.connection, 'offline', 'not connected, and not trying');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(second.traceLog.filter((e) => e.type === 'reconnect').length, 0);
+    const rows = await srv.query(`SELECT count(*)::int AS sessions FROM sessions`);
+    assert.deepEqual(rows, [{ sessions: 1 }], 'only the first client\'s session');
+  } finally {
+    first.close();
+    second.close();
     await srv.stop();
   }
 });

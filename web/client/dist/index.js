@@ -897,6 +897,9 @@ var ChatClient = class {
       case "bad_request":
         this.fatal(4e3, `hello refused: ${e.message}`);
         return;
+      case "too_many_sessions":
+        this.fatal(4029, e.message);
+        return;
       case "moved":
         this.forceReconnect("hello: moved");
         return;

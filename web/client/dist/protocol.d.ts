@@ -11,7 +11,7 @@ export type CancelReason = 'user' | 'abandoned' | 'shutdown';
 export type Decision = 'approve' | 'deny';
 export type ResumeMode = 'continue' | 'retry';
 /** The code of an error reply. */
-export type ErrorCode = 'bad_request' | 'unknown_type' | 'not_found' | 'unauthorized' | 'run_active' | 'no_run' | 'conflict' | 'too_large' | 'rate_limited' | 'moved' | 'busy' | 'storage' | 'internal';
+export type ErrorCode = 'bad_request' | 'unknown_type' | 'not_found' | 'unauthorized' | 'run_active' | 'no_run' | 'conflict' | 'too_large' | 'rate_limited' | 'too_many_sessions' | 'moved' | 'busy' | 'storage' | 'internal';
 /** The error of a run or a message: an open set of codes. */
 export interface ErrorObject {
     code: string;

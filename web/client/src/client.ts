@@ -737,6 +737,11 @@ export class ChatClient {
       case 'bad_request':
         this.fatal(4000, `hello refused: ${e.message}`);
         return;
+      case 'too_many_sessions':
+        // A new session over the user's limit: trying again cannot help until the app
+        // deletes one (SessionsClient.delete) and starts a new client.
+        this.fatal(4029, e.message);
+        return;
       case 'moved':
         // Another node holds the session and this one could not reach it; 4010 follows.
         // Reconnect at once: the next node (or this one, once the lease is free) serves it.

@@ -28,6 +28,7 @@ export type ErrorCode =
   | 'conflict'
   | 'too_large'
   | 'rate_limited'
+  | 'too_many_sessions'
   | 'moved'
   | 'busy'
   | 'storage'
