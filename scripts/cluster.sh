@@ -58,7 +58,10 @@ admin_addr() { echo "127.0.0.1:$((ADMIN_PORT + $1))"; }
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start_node() {
-	local n=$1 pidf="$DIR/node$n.pid" addr
+	# Two statements: local expands all its words before it assigns any, so pidf would
+	# read a caller's n (unset when start N runs it: "n: unbound variable").
+	local n=$1
+	local pidf="$DIR/node$n.pid" addr
 	addr=$(node_addr "$n")
 	if running "$pidf"; then
 		say "node $n already runs (pid $(cat "$pidf"))"
