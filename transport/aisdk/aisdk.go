@@ -230,7 +230,7 @@ func (h *Handler) session(ctx context.Context, owner, id string, create bool) (u
 	case errors.Is(err, store.ErrNotFound):
 		return uuid.Nil, false, nil
 	case err != nil:
-		return uuid.Nil, false, errorf(conversation.CodeStorage, "the database is unavailable")
+		return uuid.Nil, false, conversation.StoreError("find the chat", err)
 	case deleted:
 		return uuid.Nil, false, errorf(conversation.CodeNotFound, "the chat was deleted")
 	}
