@@ -17,17 +17,53 @@ const MaxRequestIDLen = 128
 // MaxToolNameLen is the longest tool name, in bytes.
 const MaxToolNameLen = 64
 
+// Errors of CheckID and CheckJSONText. Their text completes a sentence that names what
+// was checked: "the chat id " + err.Error().
+var (
+	ErrNotUTF8 = errors.New("is not valid UTF-8")
+	ErrHasNUL  = errors.New("contains a NUL character")
+)
+
+// CheckID checks the text of an id a client gave (a chat id, a message or request id, a
+// tool call id; a session or run id before it is parsed as a UUID), whatever its length
+// limit: an id must be valid UTF-8 without NUL. PostgreSQL's text holds neither, so such
+// an id can be neither stored nor looked up: the database would refuse the statement
+// (SQLSTATE class 22), and a client must not be told that as an outage. Transports check
+// ids with it where they enter, before anything reads the database, and answer
+// bad_request. It returns ErrNotUTF8 or ErrHasNUL.
+func CheckID(id string) error {
+	switch {
+	case !utf8.ValidString(id):
+		return ErrNotUTF8
+	case strings.IndexByte(id, 0) >= 0:
+		return ErrHasNUL
+	}
+	return nil
+}
+
+// CheckJSONText checks that b, JSON a client sent (a WebSocket frame, a request's body),
+// is valid UTF-8, as JSON must be (RFC 8259): it returns ErrNotUTF8 otherwise.
+// encoding/json replaces each byte of invalid UTF-8 in a string with U+FFFD without a
+// word, so an id with such bytes would silently become another id, and two different
+// ones the same (a requestId, the idempotency key, would take the other's run). Its NULs
+// are escapes (\u0000), which CheckID finds once decoded.
+func CheckJSONText(b []byte) error {
+	if !utf8.Valid(b) {
+		return ErrNotUTF8
+	}
+	return nil
+}
+
 // ValidRequestID reports whether id is a requestId the protocol allows: 1 to
 // MaxRequestIDLen characters (not bytes) of valid UTF-8 without NUL.
 func ValidRequestID(id string) bool {
-	return id != "" && utf8.ValidString(id) && utf8.RuneCountInString(id) <= MaxRequestIDLen &&
-		strings.IndexByte(id, 0) < 0
+	return id != "" && CheckID(id) == nil && utf8.RuneCountInString(id) <= MaxRequestIDLen
 }
 
 // ValidToolCallID reports whether id can name a tool call: 1 to 256 bytes of UTF-8
 // without NUL.
 func ValidToolCallID(id string) bool {
-	return id != "" && len(id) <= 256 && utf8.ValidString(id) && strings.IndexByte(id, 0) < 0
+	return id != "" && len(id) <= 256 && CheckID(id) == nil
 }
 
 // ValidToolName reports whether name can name a tool: 1 to MaxToolNameLen ASCII letters,

@@ -33,6 +33,21 @@ func TestValidRequestIDCountsCharacters(t *testing.T) {
 	require.False(t, chat.ValidRequestID("bad \xff"))
 }
 
+func TestCheckIDRefusesWhatPostgreSQLTextCannotHold(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"a", "chat-1", "é€😀", "\uFFFD", strings.Repeat("x", 1000)} {
+		require.NoError(t, chat.CheckID(id), "%q", id)
+	}
+	for _, id := range []string{"\xff", "a\xffb", "\xc3", "\xed\xa0\x80" /* a surrogate */, "\xf4\x90\x80\x80" /* over U+10FFFF */} {
+		require.ErrorIs(t, chat.CheckID(id), chat.ErrNotUTF8, "%q", id)
+	}
+	require.ErrorIs(t, chat.CheckID("a\x00b"), chat.ErrHasNUL)
+	require.Equal(t, "the chat id is not valid UTF-8", "the chat id "+chat.CheckID("\xff").Error())
+
+	require.NoError(t, chat.CheckJSONText([]byte(`{"id":"é","n":"\u0000"}`)))
+	require.ErrorIs(t, chat.CheckJSONText([]byte("{\"id\":\"\xff\"}")), chat.ErrNotUTF8)
+}
+
 func TestCheckToolInputFollowsJSONB(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, chat.CheckToolInput([]byte(`{"q":"x","n":[1,{"k":"é"}]}`)))

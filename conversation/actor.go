@@ -360,9 +360,11 @@ func (a *Actor) parkable() bool {
 
 func (a *Actor) now() time.Time { return chat.Timestamp(a.cfg.Clock.Now()) }
 
+// storageError logs a store call of op that failed and returns what the client that
+// asked for op is told (StoreError).
 func (a *Actor) storageError(op string, err error) *Error {
 	a.logger().Error().Err(err).Str("op", op).Msg("database call failed")
-	return errorf(CodeStorage, "could not %s: the database is unavailable", op)
+	return StoreError(op, err)
 }
 
 func (a *Actor) stop() {

@@ -3,6 +3,9 @@ package conversation
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/chatd/chatd/store"
 )
 
 // Error codes of *Error. They are the protocol's error codes; the transport sends them as
@@ -44,6 +47,25 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
 func errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// StoreError is the *Error a client is answered with when a store call of what it asked
+// for (op says which: "read the run") failed with err, neither store.ErrNotFound nor
+// the end of the request's context. A statement the database refuses for good
+// (store.ErrInvalid) is no outage, and trying again cannot help: a value it cannot take
+// (a data exception, SQLSTATE class 22: text that is not UTF-8, a number out of range)
+// is CodeBadRequest, as a request's values are the client's; any other refusal (a
+// constraint, a statement the schema does not know) is CodeInternal. Anything else is
+// CodeStorage: the database did not answer, try again.
+func StoreError(op string, err error) *Error {
+	if errors.Is(err, store.ErrInvalid) {
+		state := store.SQLState(err)
+		if strings.HasPrefix(state, "22") {
+			return errorf(CodeBadRequest, "could not %s: the database refuses one of its values (SQLSTATE %s)", op, state)
+		}
+		return errorf(CodeInternal, "could not %s: the database refuses it (SQLSTATE %s)", op, state)
+	}
+	return errorf(CodeStorage, "could not %s: the database is unavailable", op)
 }
 
 var (

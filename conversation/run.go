@@ -275,7 +275,9 @@ func (a *Actor) onRunEnd(run *runState, err error) {
 // must not go on as if it were.
 func (a *Actor) failStorage(run *runState, op string, err error) {
 	e := a.storageError(op, err)
-	a.finish(run, chat.RunError, &chat.ErrorInfo{Code: e.Code, Message: e.Message}, "")
+	// storage whatever the database said (protocol.md: the transcript could not be
+	// written); the message says whether it did not answer or refused.
+	a.finish(run, chat.RunError, &chat.ErrorInfo{Code: CodeStorage, Message: e.Message}, "")
 }
 
 // finish ends the run: the open segment and running tools are closed with statuses that

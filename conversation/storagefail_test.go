@@ -3,11 +3,13 @@ package conversation_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
@@ -370,5 +372,38 @@ func TestUnstoredDecisionIsNotHeard(t *testing.T) {
 	case d := <-decided:
 		t.Fatalf("the agent heard the decision %+v", d)
 	default:
+	}
+}
+
+// A send whose start the database refuses for good is not told the database is
+// unavailable: a value it cannot take (SQLSTATE class 22) is bad_request, another
+// refusal internal; a failure that may pass stays storage. Nothing is started.
+func TestRefusedSendIsNoOutage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{fmt.Errorf("%w: %w", store.ErrInvalid, &pgconn.PgError{Code: "22021", Message: "invalid byte sequence for encoding \"UTF8\": 0xff"}), conversation.CodeBadRequest},
+		{fmt.Errorf("%w: %w", store.ErrInvalid, &pgconn.PgError{Code: "42703", Message: "column does not exist"}), conversation.CodeInternal},
+		{errInjected, conversation.CodeStorage},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			t.Parallel()
+			st, a, live := faultSetup(t, script.New(script.Text("hi")), nil)
+			ctx := context.Background()
+			st.setErr("RunStart", tc.err, 1)
+			_, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+			var ce *conversation.Error
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, tc.code, ce.Code, "%v", ce)
+			if tc.code != conversation.CodeStorage {
+				require.NotContains(t, ce.Message, "unavailable")
+				require.Contains(t, ce.Message, "SQLSTATE "+store.SQLState(tc.err))
+			}
+			require.NoError(t, a.Flush(ctx))
+			require.Empty(t, stored(t, st.Store, a.SessionID()), "nothing was started")
+			require.Empty(t, live.Messages())
+		})
 	}
 }

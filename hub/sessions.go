@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,8 +44,10 @@ type SessionSandboxes interface {
 // Sessions is a user's conversation list: listing and renaming read and write the
 // store; deleting also ends the session's actor, kills its sandbox and removes its
 // workspaces. It is what the HTTP sessions API calls (transport.Sessions). Its errors
-// are *conversation.Error: ErrNotFound, CodeStorage when the database fails,
-// CodeInternal when the sandbox cannot be killed; or the context's error.
+// are *conversation.Error: ErrNotFound, CodeStorage when the database does not answer
+// (CodeBadRequest or CodeInternal when it refuses a statement for good: see
+// conversation.StoreError), CodeInternal when the sandbox cannot be killed; or the
+// context's error.
 type Sessions struct {
 	hub       *Hub
 	store     SessionStore
@@ -171,8 +172,9 @@ func (s *Sessions) Delete(ctx context.Context, owner string, id uuid.UUID) error
 // errShuttingDown answers a deletion that arrives while the hub shuts down.
 var errShuttingDown = &conversation.Error{Code: conversation.CodeInternal, Message: "chatd is shutting down: try again in a moment"}
 
-// fail maps a store error: ErrNotFound, the context's own error, or CodeStorage (the
-// cause is logged here, not returned: the caller answers a client with it).
+// fail maps a store error: ErrNotFound, the context's own error, or
+// conversation.StoreError's (CodeStorage when the database did not answer; the cause is
+// logged here, not returned: the caller answers a client with it).
 func (s *Sessions) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -181,5 +183,5 @@ func (s *Sessions) fail(ctx context.Context, op string, err error) error {
 		return ctx.Err()
 	}
 	s.log.Error().Err(err).Str("op", op).Msg("database call failed")
-	return &conversation.Error{Code: conversation.CodeStorage, Message: fmt.Sprintf("could not %s: the database is unavailable", op)}
+	return conversation.StoreError(op, err)
 }

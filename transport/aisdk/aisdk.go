@@ -198,9 +198,37 @@ func withBody(r *http.Request, body []byte) {
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 }
 
+// validChatID checks a chat id before anything looks it up: one that is not text
+// (chat.CheckID) would fail the database's statement, which is no outage.
 func validChatID(id string) *conversation.Error {
-	if id == "" || len(id) > MaxChatIDLen || strings.ContainsRune(id, 0) {
+	if err := chat.CheckID(id); err != nil {
+		return errorf(conversation.CodeBadRequest, "the chat id %v", err)
+	}
+	if id == "" || len(id) > MaxChatIDLen {
 		return errorf(conversation.CodeBadRequest, "the chat id must be 1 to %d bytes", MaxChatIDLen)
+	}
+	return nil
+}
+
+// checkBodyIDs checks the ids of a POST's body that chatd reads besides the chat id
+// (chat.CheckID): its JSON was UTF-8 (checked before decoding), but an escape may still
+// have put a NUL in one.
+func checkBodyIDs(req sendBody) *conversation.Error {
+	ids := [][2]string{{"messageId", req.MessageID}}
+	if n := len(req.Messages); n > 0 {
+		last := req.Messages[n-1]
+		ids = append(ids, [2]string{"the last message's id", last.ID})
+		for _, p := range last.Parts {
+			ids = append(ids, [2]string{"toolCallId", p.ToolCallID})
+			if p.Approval != nil {
+				ids = append(ids, [2]string{"approval.id", p.Approval.ID})
+			}
+		}
+	}
+	for _, id := range ids {
+		if err := chat.CheckID(id[1]); err != nil {
+			return errorf(conversation.CodeBadRequest, "%s %v", id[0], err)
+		}
 	}
 	return nil
 }
@@ -226,7 +254,7 @@ func (h *Handler) session(ctx context.Context, owner, id string, create bool) (u
 		h.cfg.Metrics.RateLimited(transport.LimitSessions)
 		return uuid.Nil, false, errorf(conversation.CodeTooManySessions, "too many chats for this user (at most %d): delete one to start another", h.cfg.MaxSessionsPerUser)
 	case err != nil:
-		return uuid.Nil, false, errorf(conversation.CodeStorage, "the database is unavailable")
+		return uuid.Nil, false, conversation.StoreError("find the chat", err)
 	case deleted:
 		return uuid.Nil, false, errorf(conversation.CodeNotFound, "the chat was deleted")
 	}
@@ -273,9 +301,19 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		return
 	}
 	withBody(r, body) // for a relay to the chat's node
+	// Before decoding: encoding/json would make the bytes U+FFFD without a word, and two
+	// message ids (idempotency keys) one.
+	if err := chat.CheckJSONText(body); err != nil {
+		writeError(w, errorf(conversation.CodeBadRequest, "the body %v", err))
+		return
+	}
 	var req sendBody
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, errorf(conversation.CodeBadRequest, "the body is not the JSON useChat sends: %v", err))
+		return
+	}
+	if err := checkBodyIDs(req); err != nil {
+		writeError(w, err)
 		return
 	}
 	decisions, approvalRun, isApproval := approvals(req)
@@ -492,10 +530,18 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request, who caller) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
 	withBody(r, raw)
 	if err == nil {
+		if err = chat.CheckJSONText(raw); err != nil {
+			writeError(w, errorf(conversation.CodeBadRequest, "the body %v", err))
+			return
+		}
 		err = json.Unmarshal(raw, &body)
 	}
 	if err != nil || body.ToolCallID == "" || body.Approved == nil {
 		writeError(w, errorf(conversation.CodeBadRequest, `the body must be {"toolCallId": "...", "approved": true|false}`))
+		return
+	}
+	if err := chat.CheckID(body.ToolCallID); err != nil {
+		writeError(w, errorf(conversation.CodeBadRequest, "toolCallId %v", err))
 		return
 	}
 	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)

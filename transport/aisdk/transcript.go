@@ -29,7 +29,7 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 	h.flush(r.Context(), sid)
 	msgs, _, err := h.cfg.Store.MessagesBefore(r.Context(), sid, 0, maxTranscript)
 	if err != nil {
-		writeError(w, errorf(conversation.CodeStorage, "the database is unavailable"))
+		writeError(w, conversation.StoreError("read the chat", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs, h.cfg.NeedsApproval)})

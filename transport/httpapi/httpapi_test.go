@@ -406,11 +406,18 @@ func TestRename(t *testing.T) {
 		`{"title": 5}`: "JSON",
 		`["title"]`:    "JSON",
 		`{"title":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`: "larger",
+		// Not made U+FFFD by the decoder: refused as it came.
+		"{\"title\":\"trip \xff\"}": "the body is not valid UTF-8",
 	} {
 		msg := e.errorOf(e.do(http.MethodPatch, "/v1/sessions/"+id, alice, []byte(body)), http.StatusBadRequest, "bad_request")
 		require.Contains(t, msg, want, body)
 	}
 	e.errorOf(e.rename(alice, "not-a-uuid", "x"), http.StatusNotFound, "not_found")
+	// An id that is not even text is no session's: bad_request, not a database error.
+	for path, want := range map[string]string{"%FF": "the session id is not valid UTF-8", "a%00b": "the session id contains a NUL"} {
+		require.Contains(t, e.errorOf(e.rename(alice, path, "x"), http.StatusBadRequest, "bad_request"), want)
+		require.Contains(t, e.errorOf(e.do(http.MethodDelete, "/v1/sessions/"+path, alice, nil), http.StatusBadRequest, "bad_request"), want)
+	}
 	e.errorOf(e.rename(alice, uuid.NewString(), "x"), http.StatusNotFound, "not_found")
 	e.errorOf(e.do(http.MethodPost, "/v1/sessions", alice, nil), http.StatusMethodNotAllowed, "bad_request")
 	e.errorOf(e.do(http.MethodGet, "/v1/sessions/"+id, alice, nil), http.StatusMethodNotAllowed, "bad_request")

@@ -143,8 +143,13 @@ func (a *API) delete(w http.ResponseWriter, r *http.Request, owner string) {
 }
 
 // sessionID reads the {id} of the path. An id that is not a UUID names no session:
-// not_found, as an unknown one is.
+// not_found, as an unknown one is. One that is not even text (chat.CheckID: not UTF-8,
+// or with NUL) is bad_request: no session could have it, so saying so tells nothing.
 func (a *API) sessionID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	if err := chat.CheckID(r.PathValue("id")); err != nil {
+		a.writeError(w, r, badRequest("the session id "+err.Error()))
+		return uuid.Nil, false
+	}
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil || id == uuid.Nil {
 		a.writeError(w, r, &conversation.Error{Code: conversation.CodeNotFound, Message: "session not found"})
@@ -161,6 +166,10 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	if err != nil {
 		return badRequest("could not read the body")
+	}
+	// Before decoding: encoding/json would make the bytes U+FFFD without a word.
+	if err := chat.CheckJSONText(b); err != nil {
+		return badRequest("the body " + err.Error())
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return badRequest("the body must be a JSON object: " + err.Error())

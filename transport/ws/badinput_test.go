@@ -93,6 +93,13 @@ func TestBadInput(t *testing.T) {
 		{name: "chat.send with NUL in content", frame: send("nul", "a\u0000b"), wantCode: "bad_request", wantReqID: "nul"},
 		{name: "wrong field type", frame: send("typed", 5), wantCode: "bad_request", wantReqID: "typed"},
 
+		// Frames that are not UTF-8: encoding/json would make the bytes U+FFFD, so two such
+		// requestIds would be one. A requestId is echoed unless it holds the bytes.
+		{name: "chat.send with a requestId that is not UTF-8", raw: []byte("{\"type\":\"chat.send\",\"requestId\":\"r\xff\",\"content\":\"hi\"}"), wantCode: "bad_request", wantMsg: "not valid UTF-8"},
+		{name: "chat.send with content that is not UTF-8", raw: []byte("{\"type\":\"chat.send\",\"requestId\":\"utf8\",\"content\":\"h\xc3\"}"), wantCode: "bad_request", wantReqID: "utf8", wantMsg: "not valid UTF-8"},
+		{name: "hello with a sessionId that is not UTF-8", noHello: true, raw: []byte("{\"type\":\"hello\",\"requestId\":\"sid-utf8\",\"sessionId\":\"\xff\"}"), wantCode: "bad_request", wantReqID: "sid-utf8", wantMsg: "not valid UTF-8"},
+		{name: "tool.decide with a toolCallId that is not UTF-8", raw: []byte("{\"type\":\"tool.decide\",\"requestId\":\"td-utf8\",\"toolCallId\":\"c\xed\xa0\x80\",\"decision\":\"approve\"}"), wantCode: "bad_request", wantReqID: "td-utf8", wantMsg: "not valid UTF-8"},
+
 		// Protocol violations.
 		{name: "command before hello", noHello: true, frame: send("early", "hi"), wantCode: "bad_request", wantReqID: "early", wantClose: 4000},
 		{name: "second hello", frame: map[string]any{"type": "hello", "requestId": "again", "sessionId": sid}, wantCode: "bad_request", wantReqID: "again", wantClose: 4000},
@@ -113,6 +120,7 @@ func TestBadInput(t *testing.T) {
 
 		// tool.decide.
 		{name: "tool.decide without toolCallId", frame: map[string]any{"type": "tool.decide", "requestId": "td-no-id", "decision": "approve"}, wantCode: "bad_request", wantReqID: "td-no-id"},
+		{name: "tool.decide with NUL in toolCallId", frame: map[string]any{"type": "tool.decide", "requestId": "td-nul", "toolCallId": "c\u0000", "decision": "approve"}, wantCode: "bad_request", wantReqID: "td-nul", wantMsg: "toolCallId contains a NUL"},
 		{name: "tool.decide with unknown decision", frame: map[string]any{"type": "tool.decide", "requestId": "td-maybe", "toolCallId": "call-1", "decision": "maybe"}, wantCode: "bad_request", wantReqID: "td-maybe"},
 		{name: "tool.decide with no pending approval", frame: map[string]any{"type": "tool.decide", "requestId": "td-ok", "toolCallId": "call-1", "decision": "approve"}, wantCode: "not_found", wantReqID: "td-ok"},
 

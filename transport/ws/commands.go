@@ -3,6 +3,7 @@ package ws
 import (
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 )
 
@@ -62,9 +63,12 @@ func (c *conn) command(f clientFrame) {
 		c.reply(wireHistory{Type: "history", RequestID: f.RequestID, Messages: toWireMessages(page.Messages), HasMore: page.HasMore})
 
 	case typeToolDecide:
+		idErr := chat.CheckID(f.ToolCallID)
 		switch {
 		case f.ToolCallID == "":
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "tool.decide needs a toolCallId")
+		case idErr != nil:
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "toolCallId "+idErr.Error())
 		case f.Decision != "approve" && f.Decision != "deny":
 			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
 		default:

@@ -50,6 +50,9 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		if frame.RequestID != nil && !chat.ValidRequestID(*frame.RequestID) {
 			t.Fatalf("a command with an invalid requestId %q was taken", *frame.RequestID)
 		}
+		if !utf8.Valid(data) {
+			t.Fatalf("a frame that is not UTF-8 was taken: %q", data)
+		}
 		// What was taken is what the frame says: encoding the command and decoding it
 		// again gives the same command.
 		b, err := json.Marshal(frame)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -104,6 +106,16 @@ func decodeClientFrame(typ websocket.MessageType, data []byte) (clientFrame, *ba
 	var f clientFrame
 	err := json.Unmarshal(data, &f)
 	validID := f.RequestID != nil && chat.ValidRequestID(*f.RequestID)
+	if textErr := chat.CheckJSONText(data); textErr != nil {
+		// encoding/json made each byte that is not UTF-8 U+FFFD without a word: an id
+		// would have become another (two requestIds one, and the second send a
+		// duplicate of the first). The requestId is echoed unless it may be one of them.
+		var echo *string
+		if validID && !strings.ContainsRune(*f.RequestID, utf8.RuneError) {
+			echo = f.RequestID
+		}
+		return clientFrame{}, &badFrame{requestID: echo, code: conversation.CodeBadRequest, message: "the frame " + textErr.Error() + ": its ids and text must be"}
+	}
 	if f.RequestID != nil && !validID {
 		return clientFrame{}, &badFrame{code: conversation.CodeBadRequest, message: fmt.Sprintf("requestId must be 1 to %d characters", chat.MaxRequestIDLen)}
 	}
