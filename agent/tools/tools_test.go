@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,18 @@ func TestShellTimeoutDoesNotOverflow(t *testing.T) {
 	e := newEnv(t)
 	_, err := tools.Shell{Timeout: 200 * time.Millisecond}.Run(context.Background(), input(map[string]any{"command": "sleep 30", "timeout_seconds": 9223372037}), e)
 	require.EqualError(t, err, "the command was stopped after 200ms")
+}
+
+// Over-long output keeps its head and its real end, with the exit code after it: the
+// middle is left out, and the marker says how much.
+func TestShellKeepsTheEndOfLongOutput(t *testing.T) {
+	e := newEnv(t)
+	out, err := tools.Shell{}.Run(context.Background(), input(map[string]string{
+		"command": "echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3",
+	}), e)
+	require.EqualError(t, err, "the command exited with code 3")
+	require.True(t, strings.HasPrefix(out, "BEGIN\nxxx"), out[:20])
+	require.Contains(t, out, "bytes of output left out]")
+	require.True(t, strings.HasSuffix(out, "x\nEND-MARKER\n\n[exit code 3]"), out[len(out)-50:])
+	require.Less(t, len(out), 1<<20+200)
 }
