@@ -102,12 +102,15 @@ func (s Shell) Run(ctx context.Context, input json.RawMessage, env agent.Env) (s
 	if err != nil {
 		return "", err
 	}
+	// A sandbox that cuts the output itself sends the head, its marker and the tail,
+	// which the tail kept here has room for: only one marker is ever shown.
 	var kept bytes.Buffer
-	out := &sandbox.HeadTail{Head: shellKeep / 2, Tail: shellKeep / 2, Out: &kept}
+	out := &sandbox.HeadTail{Head: shellKeep / 2, Tail: shellKeep/2 + sandbox.MaxMarker, Out: &kept}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		Command: in.Command,
-		Timeout: limit,
-		Output:  io.MultiWriter(out, env.Output()),
+		Command:     in.Command,
+		Timeout:     limit,
+		Output:      io.MultiWriter(out, env.Output()),
+		OutputLimit: shellKeep,
 	})
 	_ = out.Close() // into kept, which takes all
 	text := kept.String()
@@ -117,6 +120,10 @@ func (s Shell) Run(ctx context.Context, input json.RawMessage, env agent.Env) (s
 	switch {
 	case res.TimedOut:
 		return text, fmt.Errorf("the command was stopped after %s", limit)
+	case res.Exceeded != "" && res.ExitCode == -1:
+		return text, fmt.Errorf("the command was stopped at a limit of the sandbox: %s", res.Exceeded)
+	case res.Exceeded != "":
+		return text + fmt.Sprintf("\n[exit code %d]", res.ExitCode), fmt.Errorf("the command exited with code %d at a limit of the sandbox: %s", res.ExitCode, res.Exceeded)
 	case res.ExitCode != 0:
 		return text + fmt.Sprintf("\n[exit code %d]", res.ExitCode), fmt.Errorf("the command exited with code %d", res.ExitCode)
 	}

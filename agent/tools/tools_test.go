@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/tools"
 )
@@ -103,16 +106,36 @@ func TestShellTimeoutDoesNotOverflow(t *testing.T) {
 	require.EqualError(t, err, "the command was stopped after 200ms")
 }
 
+// newBwrapEnv gives a tool a bubblewrap sandbox (CHATD_BWRAP names bwrap, else PATH).
+func newBwrapEnv(t *testing.T) *env {
+	t.Helper()
+	// When the tests run as root, bwrap runs as nobody, who must reach the workspace.
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	require.NoError(t, os.Chmod(dir, 0o711))
+	p, err := bwrap.New(bwrap.Config{Dir: dir, Bwrap: os.Getenv("CHATD_BWRAP")})
+	require.NoError(t, err, "bubblewrap must be installed (scripts/bwrap.sh)")
+	t.Cleanup(p.Close)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	return &env{sb: sb}
+}
+
 // Over-long output keeps its head and its real end, with the exit code after it: the
-// middle is left out, and the marker says how much.
+// middle is left out, and one marker says how much. With bwrap the sandbox cuts it,
+// with local the tool.
 func TestShellKeepsTheEndOfLongOutput(t *testing.T) {
-	e := newEnv(t)
-	out, err := tools.Shell{}.Run(context.Background(), input(map[string]string{
-		"command": "echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3",
-	}), e)
-	require.EqualError(t, err, "the command exited with code 3")
-	require.True(t, strings.HasPrefix(out, "BEGIN\nxxx"), out[:20])
-	require.Contains(t, out, "bytes of output left out]")
-	require.True(t, strings.HasSuffix(out, "x\nEND-MARKER\n\n[exit code 3]"), out[len(out)-50:])
-	require.Less(t, len(out), 1<<20+200)
+	for name, e := range map[string]*env{"local": newEnv(t), "bwrap": newBwrapEnv(t)} {
+		out, err := tools.Shell{}.Run(context.Background(), input(map[string]string{
+			"command": "echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3",
+		}), e)
+		require.EqualError(t, err, "the command exited with code 3", name)
+		require.True(t, strings.HasPrefix(out, "BEGIN\nxxx"), "%s: %.20q", name, out)
+		require.Equal(t, 1, strings.Count(out, "bytes of output left out]"), name)
+		if name == "bwrap" {
+			// The sandbox kept its 1 MiB, and the tool all of it.
+			require.True(t, strings.Contains(out, sandbox.OmittedMarker(3000000+int64(len("BEGIN\n\nEND-MARKER\n"))-1<<20)), "%q", out[1<<19-20:1<<19+80])
+		}
+		require.True(t, strings.HasSuffix(out, "x\nEND-MARKER\n\n[exit code 3]"), "%s: %q", name, out[len(out)-50:])
+	}
 }

@@ -744,3 +744,86 @@ func TestRemoveKillsAndDeletes(t *testing.T) {
 	}
 	require.DirExists(t, dir)
 }
+
+// countingWriter counts what chatd read of a command's output, keeping its start and end.
+type countingWriter struct {
+	n    int64
+	kept sandbox.HeadTail
+	buf  bytes.Buffer
+}
+
+func newCountingWriter() *countingWriter {
+	c := &countingWriter{}
+	c.kept = sandbox.HeadTail{Head: 4 << 20, Tail: 4 << 20, Out: &c.buf}
+	return c
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.kept.Write(p)
+}
+
+func (c *countingWriter) String() string {
+	_ = c.kept.Close()
+	return c.buf.String()
+}
+
+// A command's output over the limit its caller keeps is cut in the sandbox: chatd reads
+// the head, a marker of what was left out, and the real end, and no more, however much
+// the command writes. What the command leaves in the background, holding the output
+// open, does not hold up the end, and is killed.
+func TestOutputIsCutInTheSandbox(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	const keep = 1 << 20
+	out := newCountingWriter()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command:     "echo BEGIN; sleep 1000 & head -c 200000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3",
+		Timeout:     time.Minute,
+		Output:      out,
+		OutputLimit: keep,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.ExitCode)
+	require.Empty(t, res.Exceeded)
+	s := out.String()
+	require.LessOrEqual(t, out.n, int64(keep+sandbox.MaxMarker), "chatd read more than the limit")
+	require.True(t, strings.HasPrefix(s, "BEGIN\nxxx"), "%.20q", s)
+	require.Contains(t, s, sandbox.OmittedMarker(int64(200000000+len("BEGIN\n\nEND-MARKER\n")-keep)))
+	require.True(t, strings.HasSuffix(s, "xxx\nEND-MARKER\n"), "%q", s[len(s)-40:])
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+
+	// Under the limit, or with none, all of it comes.
+	for _, limit := range []int{0, keep} {
+		out := newCountingWriter()
+		res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+			Command: "head -c 300000 /dev/zero | tr '\\0' y; echo; echo END; exit 4", Timeout: time.Minute, Output: out, OutputLimit: limit,
+		})
+		require.NoError(t, err)
+		require.Equal(t, 4, res.ExitCode)
+		require.Equal(t, strings.Repeat("y", 300000)+"\nEND\n", out.String())
+	}
+}
+
+// The command cannot write to chatd's end of the output around the filter: the processes
+// that hold it are not its to open through /proc.
+func TestEscapeOutputFilter(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out := newCountingWriter()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "for p in /proc/[0-9]*; do for fd in 1 2 4 5; do head -c 5000000 /dev/zero > $p/fd/$fd && echo wrote $p/fd/$fd; done; done; " +
+			"cat /proc/1/fd/5 /proc/2/fd/5 > copy && echo copied the executable; exit 0",
+		Timeout: time.Minute, Output: out, OutputLimit: 64 << 10,
+	})
+	require.NoError(t, err)
+	s := out.String()
+	require.LessOrEqual(t, out.n, int64(64<<10+sandbox.MaxMarker), s)
+	require.NotContains(t, s, "wrote /proc/1/")
+	require.NotContains(t, s, "wrote /proc/2/")
+	require.NotContains(t, s, "copied")
+	require.Contains(t, s, "Permission denied")
+	require.Equal(t, 0, res.ExitCode)
+}
