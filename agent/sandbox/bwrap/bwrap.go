@@ -38,6 +38,7 @@
 package bwrap
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,22 +66,35 @@ import (
 // ErrNotFound is returned by New when bwrap cannot be found.
 var ErrNotFound = errors.New("bubblewrap (bwrap) was not found: install Debian's bubblewrap package (apt-get install bubblewrap) or name its path with CHATD_BWRAP")
 
-// Limits bound every process of a command (setrlimit, hard and soft). Zero is no limit.
+// Limits bound what a command, and a sandbox, may use. Those of each process are
+// setrlimits (the kernel enforces them: the process gets an error or a signal); the
+// totals are watched while the command runs (watch.go), and a command over one is
+// stopped. Zero is no limit.
 type Limits struct {
-	CPUSeconds uint64 // CPU time of each process (RLIMIT_CPU)
+	// CPUSeconds is the CPU time of a command's processes together (watched), and of
+	// each (RLIMIT_CPU: SIGXCPU at it, SIGKILL a second later).
+	CPUSeconds uint64
 	Memory     uint64 // address space of each process, bytes (RLIMIT_AS)
-	Processes  uint64 // processes in the command's namespace (RLIMIT_NPROC)
-	FileSize   uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
-	TmpSize    uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
+	// TotalMemory is the memory of a sandbox's processes together, bytes (watched: see
+	// memoryUse). Its /tmp and /dev/shm are bounded apart, by TmpSize.
+	TotalMemory uint64
+	Processes   uint64 // processes in the command's namespace (RLIMIT_NPROC)
+	OpenFiles   uint64 // open files of each process (RLIMIT_NOFILE)
+	FileSize    uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
+	Disk        uint64 // size of the workspace, bytes (watched: sandbox.DiskUsage)
+	TmpSize     uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
 }
 
 // DefaultLimits are the limits of a provider that sets none.
 var DefaultLimits = Limits{
-	CPUSeconds: 600,
-	Memory:     4 << 30,
-	Processes:  256,
-	FileSize:   1 << 30,
-	TmpSize:    256 << 20,
+	CPUSeconds:  600,
+	Memory:      4 << 30,
+	TotalMemory: 2 << 30,
+	Processes:   256,
+	OpenFiles:   1024,
+	FileSize:    1 << 30,
+	Disk:        2 << 30,
+	TmpSize:     256 << 20,
 }
 
 // NobodyID is the user and group the commands run as when chatd runs as root.
@@ -99,6 +113,10 @@ type Config struct {
 	// UID and GID are who commands run as when chatd runs as root (0 means NobodyID).
 	// Otherwise they run as chatd's user.
 	UID, GID uint32
+	// WatchEvery and DiskEvery are how often a running command's processes and its
+	// workspace are measured against the limits that are totals (see watch.go); 0 (or
+	// less) means 250ms and 1s.
+	WatchEvery, DiskEvery time.Duration
 }
 
 const (
@@ -134,6 +152,9 @@ type Provider struct {
 	// procState reads a process's state; tests change them.
 	freezeWait time.Duration
 	procState  func(pid int) (byte, bool)
+	// watchEvery and diskEvery are how often a running command's processes and its
+	// workspace are measured against the limits (watch).
+	watchEvery, diskEvery time.Duration
 
 	// mu guards boxes and everything in them. It is never held while waiting on bwrap.
 	mu    sync.Mutex
@@ -207,6 +228,8 @@ func New(cfg Config) (*Provider, error) {
 
 		freezeWait: defaultFreezeWait,
 		procState:  procState,
+		watchEvery: cmp.Or(max(cfg.WatchEvery, 0), defaultWatchEvery),
+		diskEvery:  cmp.Or(max(cfg.DiskEvery, 0), defaultDiskEvery),
 	}
 	if os.Geteuid() == 0 {
 		uid, gid := cfg.UID, cfg.GID
@@ -689,7 +712,7 @@ func (p *Provider) args(id, command string, keep int) []string {
 	for _, lim := range []struct {
 		name string
 		v    uint64
-	}{{"as", l.Memory}, {"nproc", l.Processes}, {"fsize", l.FileSize}} {
+	}{{"as", l.Memory}, {"nproc", l.Processes}, {"nofile", l.OpenFiles}, {"fsize", l.FileSize}} {
 		if lim.v > 0 {
 			a = append(a, "--"+lim.name+"="+strconv.FormatUint(lim.v, 10))
 		}
@@ -730,6 +753,12 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	}
 	keep := max(req.OutputLimit, 0)
 	p := h.p
+	// The workspace's size as the command starts (see overDisk). One that cannot be
+	// measured counts as empty: the command is stopped if it still cannot be.
+	var diskAtStart int64
+	if p.limits.Disk > 0 {
+		diskAtStart, _ = sandbox.DiskUsage(p.Workspace(h.id), 0)
+	}
 
 	var pipes [3][2]*os.File // status, output, control: read and write ends
 	for i := range pipes {
@@ -884,6 +913,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
 		}
 		p.mu.Unlock()
+		defer p.watch(h.id, bx, sp, diskAtStart, exceeded)()
 	case <-ctx.Done():
 		// Nothing of the command may be running yet to end it gently.
 		kill()

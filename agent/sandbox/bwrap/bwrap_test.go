@@ -406,7 +406,9 @@ func TestEscapeFillDisk(t *testing.T) {
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	out, res := run(t, sb, "head -c 100000000 /dev/zero > big")
-	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Equal(t, 128+int(syscall.SIGXFSZ), res.ExitCode, out)
+	require.Contains(t, out, "File size limit exceeded")
+	require.Equal(t, "a process wrote past the largest file size, 1 MiB (SIGXFSZ, exit code 153)", res.Exceeded)
 	fi, err := os.Stat(filepath.Join(p.Workspace(sb.ID()), "big"))
 	require.NoError(t, err)
 	require.LessOrEqual(t, fi.Size(), int64(fsize))
@@ -826,4 +828,141 @@ func TestEscapeOutputFilter(t *testing.T) {
 	require.NotContains(t, s, "copied")
 	require.Contains(t, s, "Permission denied")
 	require.Equal(t, 0, res.ExitCode)
+}
+
+// The limits: each test crosses one and sees the command end with an error that names
+// it, and the sandbox, and chatd, carry on.
+
+// fast looks at the limits that are totals every few milliseconds.
+func fast(l bwrap.Limits) bwrap.Config {
+	return bwrap.Config{Limits: &l, WatchEvery: 5 * time.Millisecond, DiskEvery: 5 * time.Millisecond}
+}
+
+// stillWorks checks that the sandbox runs commands after one crossed a limit, and that
+// nothing of that one is left.
+func stillWorks(t *testing.T, p *bwrap.Provider, sb sandbox.Sandbox) {
+	t.Helper()
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+	require.NoError(t, exec.Command("true").Run(), "chatd cannot start a process")
+	out, res := run(t, sb, "echo alive")
+	require.Equal(t, 0, res.ExitCode, out)
+	require.Equal(t, "alive\n", out)
+}
+
+func TestLimitOpenFiles(t *testing.T) {
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{OpenFiles: 6}})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out, res := run(t, sb, "touch f; exec 3<f 4<f 5<f 6<f 7<f; echo opened")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "Too many open files")
+	require.NotContains(t, out, "opened")
+	stillWorks(t, p, sb)
+
+	// By default a command gets 1024, not chatd's own.
+	pd := newProvider(t, bwrap.Config{})
+	sbd, err := pd.Create(context.Background())
+	require.NoError(t, err)
+	out, _ = run(t, sbd, "ulimit -n; ulimit -Hn")
+	require.Equal(t, "1024\n1024\n", out)
+}
+
+// The CPU time of a command's processes together: four processes, each far from the
+// limit (RLIMIT_CPU) when their sum reaches it.
+func TestLimitCPUTimeTogether(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{CPUSeconds: 1}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo spinning; for i in 1 2 3 4; do (while :; do :; done) & done; wait",
+		Timeout: time.Minute, Output: &out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.False(t, res.TimedOut)
+	require.Contains(t, res.Exceeded, "of CPU time together, over the limit of 1s")
+	require.Equal(t, "spinning\n", out.String(), "the output sent before the stop is kept")
+	stillWorks(t, p, sb)
+
+	// One process alone is held by RLIMIT_CPU (or the watch, whichever looks first).
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "while :; do :; done", Timeout: time.Minute})
+	require.NoError(t, err)
+	require.Contains(t, res.Exceeded, "CPU time")
+}
+
+// The memory of a sandbox's processes together: four processes holding 30 MB each,
+// under the limit of 64 MiB alone and not together.
+func TestLimitMemoryTogether(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{TotalMemory: 64 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		// tail holds the last 30 MB of its input until the input ends, which sleep delays.
+		Command: "echo LAST-WORDS; for i in 1 2 3 4; do { head -c 30000000 /dev/zero; sleep 1000; } | tail -c 30000000 > /dev/null & done; wait",
+		Timeout: time.Minute, Output: &out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.Contains(t, res.Exceeded, "the sandbox's processes used")
+	require.Contains(t, res.Exceeded, "of memory together, over the limit of 64 MiB")
+	require.Equal(t, "LAST-WORDS\n", out.String())
+	stillWorks(t, p, sb)
+
+	// One of them is within it.
+	out.Reset()
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "head -c 30000000 /dev/zero | tail -c 30000000 | wc -c", Timeout: time.Minute, Output: &out,
+	})
+	require.NoError(t, err)
+	require.Empty(t, res.Exceeded)
+	require.Equal(t, "30000000\n", out.String())
+}
+
+// The workspace's size: many files, each under the largest file size.
+func TestLimitDisk(t *testing.T) {
+	const limit = 8 << 20
+	p := newProvider(t, fast(bwrap.Limits{Disk: limit, FileSize: 1 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo writing; i=0; while :; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); done",
+		Timeout: time.Minute, Output: &out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.Equal(t, "the workspace grew past its limit of 8 MiB", res.Exceeded)
+	require.Equal(t, "writing\n", out.String())
+	size, err := sandbox.DiskUsage(ws, 0)
+	require.NoError(t, err)
+	require.Greater(t, size, int64(limit))
+	t.Logf("the workspace holds %d bytes after the stop (limit %d)", size, limit)
+	stillWorks(t, p, sb)
+
+	// Over its limit, the workspace still lets a command run that does not grow it, and
+	// stops one that does.
+	out.Reset()
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "ls | wc -l > /dev/null; head -c 2000000 /dev/zero > more; echo wrote; sleep 1000", Timeout: time.Minute, Output: &out,
+	})
+	require.NoError(t, err)
+	require.Contains(t, res.Exceeded, "the workspace, over its limit of 8 MiB when the command started")
+	// Deleting brings it back under.
+	out2, res := run(t, sb, "rm -f f* more; echo cleaned")
+	require.Equal(t, 0, res.ExitCode, out2)
+	require.Empty(t, res.Exceeded)
+	out2, res = run(t, sb, "for i in 1 2 3 4; do head -c 1000000 /dev/zero > g$i; done; echo fits")
+	require.Equal(t, "fits\n", out2)
+	require.Empty(t, res.Exceeded)
+
+	// A workspace nested too deep to measure stops the command.
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "i=0; while [ $i -lt 200 ]; do mkdir d && cd d || exit 9; i=$((i+1)); done; sleep 1000", Timeout: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Contains(t, res.Exceeded, "the workspace could not be measured")
+	require.Contains(t, res.Exceeded, "nested deeper than")
 }
