@@ -140,9 +140,12 @@ type Provider struct {
 	bwrap   string
 	prlimit string
 	// exe is chatd's executable (O_PATH), which every sandbox runs (see inside).
-	exe     *os.File
-	network bool
-	limits  Limits
+	exe *os.File
+	// procMasks are bwrap's arguments that hide what the sandbox's /proc tells of the
+	// host (procMasks).
+	procMasks []string
+	network   bool
+	limits    Limits
 	// cred is who bwrap runs as; nil for chatd's user.
 	cred *syscall.Credential
 
@@ -228,6 +231,7 @@ func New(cfg Config) (*Provider, error) {
 
 		freezeWait: defaultFreezeWait,
 		procState:  procState,
+		procMasks:  procMasks(),
 		watchEvery: cmp.Or(max(cfg.WatchEvery, 0), defaultWatchEvery),
 		diskEvery:  cmp.Or(max(cfg.DiskEvery, 0), defaultDiskEvery),
 	}
@@ -645,6 +649,41 @@ func closeOnExec() {
 	}
 }
 
+// The sandbox's /proc is its own (its pid namespace's), but much of it is the host's:
+// the kernel's, and the machine's. What only tells of the host, or of its kernel's
+// insides, is hidden: a file by /dev/null bound over it (reading it fails: the bind is
+// nodev), a directory by an empty read-only tmpfs. Without capabilities, the sandbox
+// cannot unmount them. What programs read to size themselves (meminfo, cpuinfo, stat,
+// loadavg, /proc/sys) stays, as do mounts (which name the workspace's host directory)
+// and the command lines of the sandbox's processes (bwrap's among them).
+var (
+	procHiddenFiles = []string{
+		"cmdline", "config.gz", "kallsyms", "kcore", "keys", "key-users", "kmsg", "modules",
+		"iomem", "ioports", "kpagecgroup", "kpagecount", "kpageflags", "latency_stats",
+		"sched_debug", "slabinfo", "sysrq-trigger", "timer_list", "timer_stats",
+		"vmallocinfo", "sys/kernel/random/boot_id",
+	}
+	procHiddenDirs = []string{"acpi", "asound", "bus", "driver", "irq", "scsi"}
+)
+
+// procMasks are bwrap's arguments that hide procHiddenFiles and procHiddenDirs in the
+// sandbox's /proc, those this kernel has (as the host's /proc shows): bwrap cannot mount
+// over what is not there.
+func procMasks() []string {
+	var a []string
+	for _, f := range procHiddenFiles {
+		if fi, err := os.Lstat("/proc/" + f); err == nil && !fi.IsDir() {
+			a = append(a, "--ro-bind", "/dev/null", "/proc/"+f)
+		}
+	}
+	for _, d := range procHiddenDirs {
+		if fi, err := os.Lstat("/proc/" + d); err == nil && fi.IsDir() {
+			a = append(a, "--size", "4096", "--tmpfs", "/proc/"+d, "--remount-ro", "/proc/"+d)
+		}
+	}
+	return a
+}
+
 // args is bwrap's command line for command in sandbox id, keeping keep bytes of its
 // output (0: all); bwrap reports to fd 3, and finds chatd's executable at exeFD.
 func (p *Provider) args(id, command string, keep int) []string {
@@ -690,7 +729,9 @@ func (p *Provider) args(id, command string, keep int) []string {
 	if p.limits.TmpSize > 0 {
 		size = []string{"--size", strconv.FormatUint(p.limits.TmpSize, 10)}
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(a, "--proc", "/proc")
+	a = append(a, p.procMasks...)
+	a = append(a, "--dev", "/dev")
 	a = append(append(a, size...), "--tmpfs", "/dev/shm")
 	a = append(append(a, size...), "--tmpfs", "/tmp")
 	a = append(a, "--bind", p.Workspace(id), workspacePath,

@@ -966,3 +966,30 @@ func TestLimitDisk(t *testing.T) {
 	require.Contains(t, res.Exceeded, "the workspace could not be measured")
 	require.Contains(t, res.Exceeded, "nested deeper than")
 }
+
+// The sandbox's /proc hides what tells only of the host (its kernel's command line and
+// symbols, its boot id, its devices), and keeps what programs read to size themselves.
+func TestProcHidesTheHost(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	hostBoot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	require.NoError(t, err)
+	hostCmdline, err := os.ReadFile("/proc/cmdline")
+	require.NoError(t, err)
+	out, res := run(t, sb, "cat /proc/sys/kernel/random/boot_id /proc/cmdline; head -c 100 /proc/kallsyms; ls /proc/acpi /proc/bus /proc/irq; touch /proc/acpi/x")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.NotContains(t, out, strings.TrimSpace(string(hostBoot)))
+	require.NotContains(t, out, strings.TrimSpace(string(hostCmdline)))
+	require.Contains(t, out, "cat: /proc/cmdline: Permission denied")
+	require.Contains(t, out, "head: cannot open '/proc/kallsyms' for reading: Permission denied")
+	require.Contains(t, out, "touch: cannot touch '/proc/acpi/x': Read-only file system")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		require.True(t, strings.HasSuffix(line, "Permission denied") || strings.HasSuffix(line, ":") || strings.HasSuffix(line, "Read-only file system") || line == "",
+			"%q: a hidden file or directory showed something", line)
+	}
+	out, res = run(t, sb, "nproc >/dev/null && head -1 /proc/meminfo && cat /proc/sys/kernel/ostype")
+	require.Equal(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "MemTotal:")
+	require.Contains(t, out, "Linux")
+}
