@@ -792,7 +792,7 @@ func TestOutputIsCutInTheSandbox(t *testing.T) {
 	s := out.String()
 	require.LessOrEqual(t, out.n, int64(keep+sandbox.MaxMarker), "chatd read more than the limit")
 	require.True(t, strings.HasPrefix(s, "BEGIN\nxxx"), "%.20q", s)
-	require.Contains(t, s, sandbox.OmittedMarker(int64(200000000+len("BEGIN\n\nEND-MARKER\n")-keep)))
+	require.True(t, strings.Contains(s, sandbox.OmittedMarker(int64(200000000+len("BEGIN\n\nEND-MARKER\n")-keep))), "no marker, or another count")
 	require.True(t, strings.HasSuffix(s, "xxx\nEND-MARKER\n"), "%q", s[len(s)-40:])
 	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
 
@@ -992,4 +992,25 @@ func TestProcHidesTheHost(t *testing.T) {
 	require.Equal(t, 0, res.ExitCode, out)
 	require.Contains(t, out, "MemTotal:")
 	require.Contains(t, out, "Linux")
+}
+
+// A command stopped at a limit sends the end of its output, kept in the sandbox, as one
+// that ends does.
+func TestStopKeepsTheEndOfTheOutput(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{Disk: 4 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out := newCountingWriter()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; " +
+			"i=0; while :; do head -c 500000 /dev/zero > f$i; i=$((i+1)); done",
+		Timeout: time.Minute, Output: out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, "the workspace grew past its limit of 4 MiB", res.Exceeded)
+	s := out.String()
+	require.LessOrEqual(t, out.n, int64(1<<20+sandbox.MaxMarker))
+	require.True(t, strings.HasPrefix(s, "BEGIN\nxxx"), "%.20q", s)
+	require.True(t, strings.Contains(s, "bytes of output left out] …\n"), "no marker")
+	require.True(t, strings.HasSuffix(s, "xxx\nEND-MARKER\n"), "%q", s[len(s)-40:])
 }
