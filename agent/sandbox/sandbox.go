@@ -53,10 +53,20 @@ type ExecRequest struct {
 	Command string
 	Timeout time.Duration // 0 for none beyond ctx
 	Output  io.Writer     // may be nil
+	// OutputLimit, when positive, is how much of the command's output its caller keeps:
+	// a provider that can (bwrap) keeps the first and the last half of a longer output
+	// where the command runs, with OmittedMarker between them, so that Output receives
+	// at most OutputLimit+MaxMarker bytes and chatd reads no more. Others pass on all of
+	// it, and the caller keeps what it wants (HeadTail).
+	OutputLimit int
 }
 
 // ExecResult is how a command ended.
 type ExecResult struct {
 	ExitCode int  // -1 when it was killed
 	TimedOut bool // killed because the timeout passed
+	// Exceeded, when not empty, says which of the sandbox's limits the command crossed:
+	// the sandbox stopped it (ExitCode -1), or the kernel killed one of its processes for
+	// it (ExitCode is then the shell's, such as 152 for CPU time).
+	Exceeded string
 }

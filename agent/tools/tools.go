@@ -102,46 +102,36 @@ func (s Shell) Run(ctx context.Context, input json.RawMessage, env agent.Env) (s
 	if err != nil {
 		return "", err
 	}
-	out := &headBuffer{limit: shellKeep}
+	// A sandbox that cuts the output itself sends the head, its marker and the tail,
+	// which the tail kept here has room for: only one marker is ever shown.
+	var kept bytes.Buffer
+	out := &sandbox.HeadTail{Head: shellKeep / 2, Tail: shellKeep/2 + sandbox.MaxMarker, Out: &kept}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		Command: in.Command,
-		Timeout: limit,
-		Output:  io.MultiWriter(out, env.Output()),
+		Command:     in.Command,
+		Timeout:     limit,
+		Output:      io.MultiWriter(out, env.Output()),
+		OutputLimit: shellKeep,
 	})
+	_ = out.Close() // into kept, which takes all
+	text := kept.String()
 	if err != nil {
-		return out.String(), err
+		return text, err
 	}
 	switch {
 	case res.TimedOut:
-		return out.String(), fmt.Errorf("the command was stopped after %s", limit)
+		return text, fmt.Errorf("the command was stopped after %s", limit)
+	case res.Exceeded != "" && res.ExitCode == -1:
+		return text, fmt.Errorf("the command was stopped at a limit of the sandbox: %s", res.Exceeded)
+	case res.Exceeded != "":
+		return text + fmt.Sprintf("\n[exit code %d]", res.ExitCode), fmt.Errorf("the command exited with code %d at a limit of the sandbox: %s", res.ExitCode, res.Exceeded)
 	case res.ExitCode != 0:
-		return out.String() + fmt.Sprintf("\n[exit code %d]", res.ExitCode), fmt.Errorf("the command exited with code %d", res.ExitCode)
+		return text + fmt.Sprintf("\n[exit code %d]", res.ExitCode), fmt.Errorf("the command exited with code %d", res.ExitCode)
 	}
-	return out.String() + "\n[exit code 0]", nil
+	return text + "\n[exit code 0]", nil
 }
 
-// shellKeep is how much of a command's output Shell keeps for its result (the loop caps
-// results further); the rest is counted, not kept, so a chatty command cannot exhaust
-// memory.
+// shellKeep is how much of a command's output Shell keeps for its result, its first half
+// and its last (the loop caps results further, keeping both ends too); the middle of a
+// longer output is counted, not kept, so a chatty command cannot exhaust memory, and its
+// end, where exit statuses and last errors are, survives.
 const shellKeep = 1 << 20
-
-// headBuffer keeps the first limit bytes written to it and counts the rest.
-type headBuffer struct {
-	limit   int
-	buf     bytes.Buffer
-	dropped int
-}
-
-func (h *headBuffer) Write(p []byte) (int, error) {
-	keep := min(len(p), h.limit-h.buf.Len())
-	h.buf.Write(p[:keep])
-	h.dropped += len(p) - keep
-	return len(p), nil
-}
-
-func (h *headBuffer) String() string {
-	if h.dropped > 0 {
-		return h.buf.String() + fmt.Sprintf("\n… [%d more bytes of output not kept]", h.dropped)
-	}
-	return h.buf.String()
-}

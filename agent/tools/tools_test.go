@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/sandbox"
+	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/tools"
 )
@@ -100,4 +104,55 @@ func TestShellTimeoutDoesNotOverflow(t *testing.T) {
 	e := newEnv(t)
 	_, err := tools.Shell{Timeout: 200 * time.Millisecond}.Run(context.Background(), input(map[string]any{"command": "sleep 30", "timeout_seconds": 9223372037}), e)
 	require.EqualError(t, err, "the command was stopped after 200ms")
+}
+
+// newBwrapEnv gives a tool a bubblewrap sandbox (CHATD_BWRAP names bwrap, else PATH),
+// configured by cfg.
+func newBwrapEnv(t *testing.T, cfg bwrap.Config) *env {
+	t.Helper()
+	// When the tests run as root, bwrap runs as nobody, who must reach the workspace.
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	require.NoError(t, os.Chmod(dir, 0o711))
+	cfg.Dir, cfg.Bwrap = dir, os.Getenv("CHATD_BWRAP")
+	p, err := bwrap.New(cfg)
+	require.NoError(t, err, "bubblewrap must be installed (scripts/bwrap.sh)")
+	t.Cleanup(p.Close)
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	return &env{sb: sb}
+}
+
+// Over-long output keeps its head and its real end, with the exit code after it: the
+// middle is left out, and one marker says how much. With bwrap the sandbox cuts it,
+// with local the tool.
+func TestShellKeepsTheEndOfLongOutput(t *testing.T) {
+	for name, e := range map[string]*env{"local": newEnv(t), "bwrap": newBwrapEnv(t, bwrap.Config{})} {
+		out, err := tools.Shell{}.Run(context.Background(), input(map[string]string{
+			"command": "echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3",
+		}), e)
+		require.EqualError(t, err, "the command exited with code 3", name)
+		require.True(t, strings.HasPrefix(out, "BEGIN\nxxx"), "%s: %.20q", name, out)
+		require.Equal(t, 1, strings.Count(out, "bytes of output left out]"), name)
+		if name == "bwrap" {
+			// The sandbox kept its 1 MiB, and the tool all of it.
+			require.True(t, strings.Contains(out, sandbox.OmittedMarker(3000000+int64(len("BEGIN\n\nEND-MARKER\n"))-1<<20)), "%q", out[1<<19-20:1<<19+80])
+		}
+		require.True(t, strings.HasSuffix(out, "x\nEND-MARKER\n\n[exit code 3]"), "%s: %q", name, out[len(out)-50:])
+	}
+}
+
+// A command that crosses a limit of the sandbox fails with an error that names it.
+func TestShellSaysWhichLimit(t *testing.T) {
+	e := newBwrapEnv(t, bwrap.Config{
+		Limits:     &bwrap.Limits{FileSize: 1 << 20, Disk: 4 << 20},
+		WatchEvery: 5 * time.Millisecond, DiskEvery: 5 * time.Millisecond,
+	})
+	out, err := tools.Shell{}.Run(context.Background(), input(map[string]string{"command": "head -c 2000000 /dev/zero > big"}), e)
+	require.EqualError(t, err, "the command exited with code 153 at a limit of the sandbox: a process wrote past the largest file size, 1 MiB (SIGXFSZ, exit code 153)")
+	require.Equal(t, "File size limit exceeded\n\n[exit code 153]", out)
+
+	out, err = tools.Shell{}.Run(context.Background(), input(map[string]string{"command": "echo filling; i=0; while :; do head -c 500000 /dev/zero > f$i; i=$((i+1)); done"}), e)
+	require.EqualError(t, err, "the command was stopped at a limit of the sandbox: the workspace grew past its limit of 4 MiB")
+	require.Equal(t, "filling\n", out)
 }

@@ -174,14 +174,21 @@ type Config struct {
 	Bwrap string
 	// SandboxNetwork gives bwrap sandboxes the host's network (CHATD_SANDBOX_NETWORK).
 	SandboxNetwork bool
-	// The limits of every process of a bwrap sandbox's commands; 0 for none
-	// (CHATD_SANDBOX_CPU_TIME, CHATD_SANDBOX_MEMORY, CHATD_SANDBOX_PROCESSES,
-	// CHATD_SANDBOX_FILE_SIZE, CHATD_SANDBOX_TMP_SIZE).
-	SandboxCPUTime   time.Duration
-	SandboxMemory    int
-	SandboxProcesses int
-	SandboxFileSize  int
-	SandboxTmpSize   int
+	// The limits of a bwrap sandbox's commands (bwrap.Limits); 0 for none. Each process
+	// has its address space (CHATD_SANDBOX_MEMORY), open files
+	// (CHATD_SANDBOX_OPEN_FILES) and largest file (CHATD_SANDBOX_FILE_SIZE); a command
+	// its CPU time, its processes together and each (CHATD_SANDBOX_CPU_TIME), and
+	// processes (CHATD_SANDBOX_PROCESSES); a sandbox the memory of its processes
+	// together (CHATD_SANDBOX_TOTAL_MEMORY), the size of its workspace
+	// (CHATD_SANDBOX_DISK) and of its /tmp and /dev/shm (CHATD_SANDBOX_TMP_SIZE).
+	SandboxCPUTime     time.Duration
+	SandboxMemory      int
+	SandboxTotalMemory int
+	SandboxProcesses   int
+	SandboxOpenFiles   int
+	SandboxFileSize    int
+	SandboxDisk        int
+	SandboxTmpSize     int
 
 	// Agent is the model provider: demo, openai or anthropic (CHATD_AGENT).
 	Agent string
@@ -292,6 +299,10 @@ const (
 	RecoverInterrupt = "interrupt"
 )
 
+// minSandboxOpenFiles bounds CHATD_SANDBOX_OPEN_FILES from below: fewer, and a shell
+// cannot run a pipeline with a redirection or two.
+const minSandboxOpenFiles = 16
+
 // Sandbox providers (CHATD_SANDBOX).
 const (
 	SandboxBwrap = "bwrap"
@@ -320,6 +331,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.SendQueueBytes = env.bytes("CHATD_SEND_QUEUE_BYTES", transport.DefaultSendQueueBytes)
 	c.ReadLimit = env.bytes("CHATD_READ_LIMIT", ws.DefaultReadLimit)
 	c.SandboxMemory = env.bytesUpTo("CHATD_SANDBOX_MEMORY", int(bwrap.DefaultLimits.Memory), maxLargeBytes)
+	c.SandboxTotalMemory = env.bytesUpTo("CHATD_SANDBOX_TOTAL_MEMORY", int(bwrap.DefaultLimits.TotalMemory), maxLargeBytes)
+	c.SandboxDisk = env.bytesUpTo("CHATD_SANDBOX_DISK", int(bwrap.DefaultLimits.Disk), maxLargeBytes)
 	c.SandboxFileSize = env.bytesUpTo("CHATD_SANDBOX_FILE_SIZE", int(bwrap.DefaultLimits.FileSize), maxLargeBytes)
 	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
@@ -378,10 +391,13 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.StringVar(&c.Bwrap, "bwrap", env.str("CHATD_BWRAP", ""), "bubblewrap's executable; empty looks for bwrap in PATH (CHATD_BWRAP)")
 	c.SandboxNetwork = env.onOff("CHATD_SANDBOX_NETWORK", false)
 	fs.Var(onOff{&c.SandboxNetwork}, "sandbox-network", "on or off: give bwrap sandboxes the host's network (CHATD_SANDBOX_NETWORK)")
-	fs.DurationVar(&c.SandboxCPUTime, "sandbox-cpu-time", env.duration("CHATD_SANDBOX_CPU_TIME", time.Duration(bwrap.DefaultLimits.CPUSeconds)*time.Second), "CPU time of each sandboxed process, 0 for no limit (CHATD_SANDBOX_CPU_TIME)")
+	fs.DurationVar(&c.SandboxCPUTime, "sandbox-cpu-time", env.duration("CHATD_SANDBOX_CPU_TIME", time.Duration(bwrap.DefaultLimits.CPUSeconds)*time.Second), "CPU time of a sandboxed command, its processes together and each, 0 for no limit (CHATD_SANDBOX_CPU_TIME)")
 	fs.Var(largeSize{byteSize{&c.SandboxMemory}}, "sandbox-memory", "address space of each sandboxed process, e.g. 4GiB, 0 for no limit (CHATD_SANDBOX_MEMORY)")
+	fs.Var(largeSize{byteSize{&c.SandboxTotalMemory}}, "sandbox-total-memory", "memory of a sandbox's processes together, e.g. 2GiB, 0 for no limit (CHATD_SANDBOX_TOTAL_MEMORY)")
 	fs.IntVar(&c.SandboxProcesses, "sandbox-processes", env.int("CHATD_SANDBOX_PROCESSES", int(bwrap.DefaultLimits.Processes)), "processes of a sandboxed command, 0 for no limit (CHATD_SANDBOX_PROCESSES)")
+	fs.IntVar(&c.SandboxOpenFiles, "sandbox-open-files", env.int("CHATD_SANDBOX_OPEN_FILES", int(bwrap.DefaultLimits.OpenFiles)), "open files of each sandboxed process, 0 for chatd's own limit (CHATD_SANDBOX_OPEN_FILES)")
 	fs.Var(largeSize{byteSize{&c.SandboxFileSize}}, "sandbox-file-size", "largest file a sandboxed process may write, e.g. 1GiB, 0 for no limit (CHATD_SANDBOX_FILE_SIZE)")
+	fs.Var(largeSize{byteSize{&c.SandboxDisk}}, "sandbox-disk", "size of a sandbox's workspace, e.g. 2GiB, 0 for no limit (CHATD_SANDBOX_DISK)")
 	fs.Var(largeSize{byteSize{&c.SandboxTmpSize}}, "sandbox-tmp-size", "size of a sandbox's private /tmp and /dev/shm each, e.g. 256MiB, 0 for the kernel's default (CHATD_SANDBOX_TMP_SIZE)")
 
 	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic; synth for benchmarks (CHATD_AGENT)")
@@ -512,8 +528,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_CPU_TIME (-sandbox-cpu-time) is %s; use whole seconds", c.SandboxCPUTime)
 	case c.SandboxProcesses < 0:
 		return fmt.Errorf("CHATD_SANDBOX_PROCESSES (-sandbox-processes) is %d; it must not be negative", c.SandboxProcesses)
-	case c.SandboxMemory < 0 || c.SandboxFileSize < 0 || c.SandboxTmpSize < 0:
-		return errors.New("CHATD_SANDBOX_MEMORY, CHATD_SANDBOX_FILE_SIZE and CHATD_SANDBOX_TMP_SIZE must not be negative")
+	case c.SandboxOpenFiles < 0 || (c.SandboxOpenFiles > 0 && c.SandboxOpenFiles < minSandboxOpenFiles):
+		return fmt.Errorf("CHATD_SANDBOX_OPEN_FILES (-sandbox-open-files) is %d; use 0 (chatd's own limit) or at least %d, which a shell's pipelines need", c.SandboxOpenFiles, minSandboxOpenFiles)
+	case c.SandboxMemory < 0 || c.SandboxTotalMemory < 0 || c.SandboxFileSize < 0 || c.SandboxDisk < 0 || c.SandboxTmpSize < 0:
+		return errors.New("CHATD_SANDBOX_MEMORY, CHATD_SANDBOX_TOTAL_MEMORY, CHATD_SANDBOX_FILE_SIZE, CHATD_SANDBOX_DISK and CHATD_SANDBOX_TMP_SIZE must not be negative")
 	case c.ContextTokens < 1000:
 		return fmt.Errorf("CHATD_CONTEXT_TOKENS (-context-tokens) is %d; it must be at least 1000", c.ContextTokens)
 	case c.MaxTokens < 0:

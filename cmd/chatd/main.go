@@ -528,6 +528,10 @@ func (m *Main) newSandboxes() (sandboxProvider, error) {
 			Processes:  uint64(m.cfg.SandboxProcesses),
 			FileSize:   uint64(m.cfg.SandboxFileSize),
 			TmpSize:    uint64(m.cfg.SandboxTmpSize),
+
+			TotalMemory: uint64(m.cfg.SandboxTotalMemory),
+			OpenFiles:   uint64(m.cfg.SandboxOpenFiles),
+			Disk:        uint64(m.cfg.SandboxDisk),
 		},
 	})
 	if err != nil {

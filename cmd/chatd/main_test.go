@@ -108,6 +108,10 @@ func TestParseConfigDefaults(t *testing.T) {
 		SandboxFileSize:  1 << 30,
 		SandboxTmpSize:   256 << 20,
 
+		SandboxTotalMemory: 2 << 30,
+		SandboxOpenFiles:   1024,
+		SandboxDisk:        2 << 30,
+
 		WorkspaceRetention: 7 * 24 * time.Hour,
 
 		Agent:         "demo",
@@ -175,6 +179,10 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_SANDBOX_PROCESSES":  "64",
 		"CHATD_SANDBOX_FILE_SIZE":  "10MiB",
 		"CHATD_SANDBOX_TMP_SIZE":   "1MiB",
+
+		"CHATD_SANDBOX_TOTAL_MEMORY": "16GiB",
+		"CHATD_SANDBOX_OPEN_FILES":   "128",
+		"CHATD_SANDBOX_DISK":         "100GiB",
 
 		"CHATD_WORKSPACE_RETENTION": "30d",
 
@@ -251,6 +259,10 @@ func TestParseConfigValues(t *testing.T) {
 		SandboxProcesses: 64,
 		SandboxFileSize:  10 << 20,
 		SandboxTmpSize:   1 << 20,
+
+		SandboxTotalMemory: 16 << 30,
+		SandboxOpenFiles:   128,
+		SandboxDisk:        100 << 30,
 
 		WorkspaceRetention: 30 * 24 * time.Hour,
 
@@ -335,6 +347,9 @@ func TestParseConfigValues(t *testing.T) {
 				"-sandbox-processes", "0",
 				"-sandbox-file-size", "2GiB",
 				"-sandbox-tmp-size", "16MiB",
+				"-sandbox-total-memory", "0",
+				"-sandbox-open-files", "0",
+				"-sandbox-disk", "0",
 				"-agent", "openai",
 				"-model", "gpt-test",
 				"-openai-base-url", "http://127.0.0.1:9/v1",
@@ -441,6 +456,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxSteps: 20, SandboxDir: defaultSandboxDir(envMap(nil), os.Geteuid()),
 					SandboxCPUTime: 10 * time.Minute, SandboxMemory: 4 << 30, SandboxProcesses: 256,
 					SandboxFileSize: 1 << 30, SandboxTmpSize: 256 << 20, WorkspaceRetention: 7 * 24 * time.Hour,
+					SandboxTotalMemory: 2 << 30, SandboxOpenFiles: 1024, SandboxDisk: 2 << 30,
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 					Auth: "none",
 				}
@@ -603,6 +619,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "sandbox cpu time in ms", env: map[string]string{"CHATD_SANDBOX_CPU_TIME": "1500ms"}, mention: []string{"CHATD_SANDBOX_CPU_TIME", "whole seconds"}},
 		{name: "sandbox processes negative", env: map[string]string{"CHATD_SANDBOX_PROCESSES": "-1"}, mention: []string{"CHATD_SANDBOX_PROCESSES"}},
 		{name: "sandbox memory not a size", env: map[string]string{"CHATD_SANDBOX_MEMORY": "lots"}, mention: []string{"CHATD_SANDBOX_MEMORY"}},
+		{name: "sandbox total memory not a size", env: map[string]string{"CHATD_SANDBOX_TOTAL_MEMORY": "lots"}, mention: []string{"CHATD_SANDBOX_TOTAL_MEMORY"}},
+		{name: "sandbox disk over 1TiB", env: map[string]string{"CHATD_SANDBOX_DISK": "2048GiB"}, mention: []string{"CHATD_SANDBOX_DISK", "too large"}},
+		{name: "sandbox open files too few", env: map[string]string{"CHATD_SANDBOX_OPEN_FILES": "3"}, mention: []string{"CHATD_SANDBOX_OPEN_FILES", "at least 16"}},
+		{name: "sandbox open files negative flag", args: []string{"-sandbox-open-files", "-1"}, mention: []string{"CHATD_SANDBOX_OPEN_FILES", "-sandbox-open-files"}},
 		{name: "pprof maybe", env: map[string]string{"CHATD_PPROF": "maybe"}, mention: []string{"CHATD_PPROF", "on or off"}},
 		{name: "pprof flag maybe", args: []string{"-pprof=maybe"}, mention: []string{"pprof"}},
 		{name: "unknown agent", env: map[string]string{"CHATD_AGENT": "gemini"}, mention: []string{"CHATD_AGENT", "gemini", "openai"}},

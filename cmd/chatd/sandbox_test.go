@@ -301,3 +301,72 @@ func TestSessionsAPIDeletesTheSandboxOfAnotherNode(t *testing.T) {
 	}, func() string { return "A's janitor did not remove the deleted session's workspace" })
 	require.NoDirExists(t, workspace)
 }
+
+// shellCall is a scripted model's turn that asks for the shell tool to run command.
+func shellCall(t *testing.T, id, command string) agenttest.Answer {
+	t.Helper()
+	input, err := json.Marshal(map[string]string{"command": command})
+	require.NoError(t, err)
+	args, err := json.Marshal(string(input))
+	require.NoError(t, err)
+	return agenttest.SSE(agenttest.Data(
+		openAIChunk(`{"tool_calls":[{"index":0,"id":"`+id+`","type":"function","function":{"name":"shell","arguments":`+string(args)+`}}]}`, ""),
+		openAIChunk(`{}`, "tool_calls"),
+		"[DONE]",
+	)...)
+}
+
+// The sandbox's limits, set through chatd's settings, end to end: approved commands
+// cross the open-file limit and the CPU time limit, and write more than the tool keeps;
+// the model is told which limit each crossed, gets the head and the real end of the
+// long output with its exit code, and chatd carries on.
+func TestShellToolLimitsEndToEnd(t *testing.T) {
+	srv := agenttest.NewServer(t,
+		shellCall(t, "call_files", "for i in $(seq 20); do touch f$i; done; paste f* > /dev/null; "+
+			"echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3"),
+		shellCall(t, "call_cpu", "for i in 1 2 3 4; do (while :; do :; done) & done; wait"),
+		agenttest.SSE(agenttest.Data(
+			openAIChunk(`{"role":"assistant","content":"Done."}`, ""),
+			openAIChunk(`{}`, "stop"),
+			"[DONE]",
+		)...),
+	)
+	m, _ := startInProcess(t, map[string]string{
+		"CHATD_AGENT": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "CHATD_MODEL": "gpt-e2e",
+		"CHATD_SHELL_TOOL": "on", "CHATD_SANDBOX_DIR": sandboxDir(t),
+		"CHATD_SANDBOX_OPEN_FILES": "16", "CHATD_SANDBOX_CPU_TIME": "1s",
+	})
+	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+	c.Hello("")
+	require.Equal(t, "ack", c.Chat("r1", "cross the limits").Type)
+	for i := range 2 {
+		st := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.PendingApproval != nil })
+		id := fmt.Sprintf("d%d", i)
+		c.Send(map[string]any{"type": "tool.decide", "requestId": id, "toolCallId": st.Run.PendingApproval.ToolCallID, "decision": "approve"})
+		require.Equal(t, "ack", c.ReadReply(id).Type)
+	}
+	end := c.ReadTerminal()
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+
+	require.Len(t, srv.Requests(), 3)
+	result := func(req int) string {
+		msgs := srv.Body(req)["messages"].([]any)
+		return msgs[len(msgs)-1].(map[string]any)["content"].(string)
+	}
+	files := result(1)
+	t.Logf("the first command's result, %d bytes: %.300q … %q", len(files), files, files[max(0, len(files)-200):])
+	require.Contains(t, files, "Too many open files")
+	require.Contains(t, files, "BEGIN\nxxx")
+	require.Contains(t, files, "… [output truncated: ")
+	require.True(t, strings.HasSuffix(files, "xxx\nEND-MARKER\n\n[exit code 3]\n[error: the command exited with code 3]"), "%q", files[max(0, len(files)-200):])
+	require.Less(t, len(files), 70<<10)
+
+	cpu := result(2)
+	t.Logf("the second command's result: %q", cpu)
+	require.True(t, strings.HasPrefix(cpu, "the command was stopped at a limit of the sandbox: its processes used "), cpu)
+	require.True(t, strings.HasSuffix(cpu, "of CPU time together, over the limit of 1s"), cpu)
+
+	// chatd carries on.
+	status, _ := adminGet(t, m, "/healthz")
+	require.Equal(t, http.StatusOK, status)
+}

@@ -21,6 +21,12 @@
 // process died. The processes are found by their pid namespace (/proc/PID/ns/pid), which
 // a sandboxed process cannot leave.
 //
+// Between bwrap and the command's shell runs chatd's own executable (inside.go): it cuts
+// output over the caller's limit (ExecRequest.OutputLimit) to its head and tail in the
+// sandbox, so that chatd never reads more, and when the shell exits it kills what the
+// command left in the background and sends the tail; closing its control pipe stops the
+// command the same way, keeping the end of its output.
+//
 // Sandbox processes never outlive chatd: bwrap is started with a parent-death signal
 // (from a thread kept for that, package launcher) and passes it on to the namespace's
 // first process. So, unlike the local provider, nothing needs sweeping at start-up.
@@ -32,6 +38,7 @@
 package bwrap
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -59,22 +66,35 @@ import (
 // ErrNotFound is returned by New when bwrap cannot be found.
 var ErrNotFound = errors.New("bubblewrap (bwrap) was not found: install Debian's bubblewrap package (apt-get install bubblewrap) or name its path with CHATD_BWRAP")
 
-// Limits bound every process of a command (setrlimit, hard and soft). Zero is no limit.
+// Limits bound what a command, and a sandbox, may use. Those of each process are
+// setrlimits (the kernel enforces them: the process gets an error or a signal); the
+// totals are watched while the command runs (watch.go), and a command over one is
+// stopped. Zero is no limit.
 type Limits struct {
-	CPUSeconds uint64 // CPU time of each process (RLIMIT_CPU)
+	// CPUSeconds is the CPU time of a command's processes together (watched), and of
+	// each (RLIMIT_CPU: SIGXCPU at it, SIGKILL a second later).
+	CPUSeconds uint64
 	Memory     uint64 // address space of each process, bytes (RLIMIT_AS)
-	Processes  uint64 // processes in the command's namespace (RLIMIT_NPROC)
-	FileSize   uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
-	TmpSize    uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
+	// TotalMemory is the memory of a sandbox's processes together, bytes (watched: see
+	// memoryUse). Its /tmp and /dev/shm are bounded apart, by TmpSize.
+	TotalMemory uint64
+	Processes   uint64 // processes in the command's namespace (RLIMIT_NPROC)
+	OpenFiles   uint64 // open files of each process (RLIMIT_NOFILE)
+	FileSize    uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
+	Disk        uint64 // size of the workspace, bytes (watched: sandbox.DiskUsage)
+	TmpSize     uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
 }
 
 // DefaultLimits are the limits of a provider that sets none.
 var DefaultLimits = Limits{
-	CPUSeconds: 600,
-	Memory:     4 << 30,
-	Processes:  256,
-	FileSize:   1 << 30,
-	TmpSize:    256 << 20,
+	CPUSeconds:  600,
+	Memory:      4 << 30,
+	TotalMemory: 2 << 30,
+	Processes:   256,
+	OpenFiles:   1024,
+	FileSize:    1 << 30,
+	Disk:        2 << 30,
+	TmpSize:     256 << 20,
 }
 
 // NobodyID is the user and group the commands run as when chatd runs as root.
@@ -93,6 +113,10 @@ type Config struct {
 	// UID and GID are who commands run as when chatd runs as root (0 means NobodyID).
 	// Otherwise they run as chatd's user.
 	UID, GID uint32
+	// WatchEvery and DiskEvery are how often a running command's processes and its
+	// workspace are measured against the limits that are totals (see watch.go); 0 (or
+	// less) means 250ms and 1s.
+	WatchEvery, DiskEvery time.Duration
 }
 
 const (
@@ -103,6 +127,9 @@ const (
 	workspacePath = "/workspace"
 	// outputGrace is how long Exec keeps reading output once the command has exited.
 	outputGrace = 500 * time.Millisecond
+	// stopGrace is how long a command that Exec stops (its time limit, a sandbox limit)
+	// has to end and send the end of its output (see inside) before it is killed.
+	stopGrace = 2 * time.Second
 	// defaultFreezeWait bounds how long Pause waits for the sandbox's processes to stop.
 	defaultFreezeWait = 2 * time.Second
 )
@@ -112,8 +139,13 @@ type Provider struct {
 	dir     string
 	bwrap   string
 	prlimit string
-	network bool
-	limits  Limits
+	// exe is chatd's executable (O_PATH), which every sandbox runs (see inside).
+	exe *os.File
+	// procMasks are bwrap's arguments that hide what the sandbox's /proc tells of the
+	// host (procMasks).
+	procMasks []string
+	network   bool
+	limits    Limits
 	// cred is who bwrap runs as; nil for chatd's user.
 	cred *syscall.Credential
 
@@ -123,6 +155,9 @@ type Provider struct {
 	// procState reads a process's state; tests change them.
 	freezeWait time.Duration
 	procState  func(pid int) (byte, bool)
+	// watchEvery and diskEvery are how often a running command's processes and its
+	// workspace are measured against the limits (watch).
+	watchEvery, diskEvery time.Duration
 
 	// mu guards boxes and everything in them. It is never held while waiting on bwrap.
 	mu    sync.Mutex
@@ -179,15 +214,26 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Limits != nil {
 		limits = *cfg.Limits
 	}
+	// Opened by /proc/self/exe, it is the running executable even if its file was
+	// replaced or removed since; run by its descriptor (insidePath), it needs no place
+	// in the sandbox's file system, nor can the command read it.
+	fd, err := unix.Open("/proc/self/exe", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open chatd's executable: %w", err)
+	}
 	p := &Provider{
 		bwrap:   path,
 		prlimit: prlimit,
+		exe:     os.NewFile(uintptr(fd), "chatd"),
 		network: cfg.Network,
 		limits:  limits,
 		boxes:   make(map[string]*box),
 
 		freezeWait: defaultFreezeWait,
 		procState:  procState,
+		procMasks:  procMasks(),
+		watchEvery: cmp.Or(max(cfg.WatchEvery, 0), defaultWatchEvery),
+		diskEvery:  cmp.Or(max(cfg.DiskEvery, 0), defaultDiskEvery),
 	}
 	if os.Geteuid() == 0 {
 		uid, gid := cfg.UID, cfg.GID
@@ -603,8 +649,44 @@ func closeOnExec() {
 	}
 }
 
-// args is bwrap's command line for command in sandbox id; bwrap reports to fd 3.
-func (p *Provider) args(id, command string) []string {
+// The sandbox's /proc is its own (its pid namespace's), but much of it is the host's:
+// the kernel's, and the machine's. What only tells of the host, or of its kernel's
+// insides, is hidden: a file by /dev/null bound over it (reading it fails: the bind is
+// nodev), a directory by an empty read-only tmpfs. Without capabilities, the sandbox
+// cannot unmount them. What programs read to size themselves (meminfo, cpuinfo, stat,
+// loadavg, /proc/sys) stays, as do mounts (which name the workspace's host directory)
+// and the command lines of the sandbox's processes (bwrap's among them).
+var (
+	procHiddenFiles = []string{
+		"cmdline", "config.gz", "kallsyms", "kcore", "keys", "key-users", "kmsg", "modules",
+		"iomem", "ioports", "kpagecgroup", "kpagecount", "kpageflags", "latency_stats",
+		"sched_debug", "slabinfo", "sysrq-trigger", "timer_list", "timer_stats",
+		"vmallocinfo", "sys/kernel/random/boot_id",
+	}
+	procHiddenDirs = []string{"acpi", "asound", "bus", "driver", "irq", "scsi"}
+)
+
+// procMasks are bwrap's arguments that hide procHiddenFiles and procHiddenDirs in the
+// sandbox's /proc, those this kernel has (as the host's /proc shows): bwrap cannot mount
+// over what is not there.
+func procMasks() []string {
+	var a []string
+	for _, f := range procHiddenFiles {
+		if fi, err := os.Lstat("/proc/" + f); err == nil && !fi.IsDir() {
+			a = append(a, "--ro-bind", "/dev/null", "/proc/"+f)
+		}
+	}
+	for _, d := range procHiddenDirs {
+		if fi, err := os.Lstat("/proc/" + d); err == nil && fi.IsDir() {
+			a = append(a, "--size", "4096", "--tmpfs", "/proc/"+d, "--remount-ro", "/proc/"+d)
+		}
+	}
+	return a
+}
+
+// args is bwrap's command line for command in sandbox id, keeping keep bytes of its
+// output (0: all); bwrap reports to fd 3, and finds chatd's executable at exeFD.
+func (p *Provider) args(id, command string, keep int) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -647,7 +729,9 @@ func (p *Provider) args(id, command string) []string {
 	if p.limits.TmpSize > 0 {
 		size = []string{"--size", strconv.FormatUint(p.limits.TmpSize, 10)}
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(a, "--proc", "/proc")
+	a = append(a, p.procMasks...)
+	a = append(a, "--dev", "/dev")
 	a = append(append(a, size...), "--tmpfs", "/dev/shm")
 	a = append(append(a, size...), "--tmpfs", "/tmp")
 	a = append(a, "--bind", p.Workspace(id), workspacePath,
@@ -659,12 +743,17 @@ func (p *Provider) args(id, command string) []string {
 		"--setenv", "LANG", "C.UTF-8",
 		"--setenv", "TERM", "dumb",
 		"--setenv", "TMPDIR", "/tmp",
-		"--", p.prlimit)
+		"--", insidePath, insideArg, strconv.Itoa(keep), p.prlimit)
 	l := p.limits
+	if l.CPUSeconds > 0 {
+		// SIGXCPU at the limit, which kills with a status that says why (152), and
+		// SIGKILL a second later for a process that ignores it.
+		a = append(a, fmt.Sprintf("--cpu=%d:%d", l.CPUSeconds, l.CPUSeconds+1))
+	}
 	for _, lim := range []struct {
 		name string
 		v    uint64
-	}{{"cpu", l.CPUSeconds}, {"as", l.Memory}, {"nproc", l.Processes}, {"fsize", l.FileSize}} {
+	}{{"as", l.Memory}, {"nproc", l.Processes}, {"nofile", l.OpenFiles}, {"fsize", l.FileSize}} {
 		if lim.v > 0 {
 			a = append(a, "--"+lim.name+"="+strconv.FormatUint(lim.v, 10))
 		}
@@ -689,7 +778,10 @@ type status struct {
 }
 
 // Exec runs command with sh -c in the sandbox's workspace and returns when it ends, with
-// everything it started in the background.
+// everything it started in the background. A command stopped for its time limit or a
+// sandbox limit is given stopGrace to send the end of its output (see inside); one whose
+// ctx is cancelled, or that sends more output than req.OutputLimit lets through (which
+// only a command that got around inside could), is killed at once.
 func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -700,22 +792,41 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	if out == nil {
 		out = io.Discard
 	}
+	keep := max(req.OutputLimit, 0)
 	p := h.p
+	// The workspace's size as the command starts (see overDisk). One that cannot be
+	// measured counts as empty: the command is stopped if it still cannot be.
+	var diskAtStart int64
+	if p.limits.Disk > 0 {
+		diskAtStart, _ = sandbox.DiskUsage(p.Workspace(h.id), 0)
+	}
 
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return sandbox.ExecResult{}, err
+	var pipes [3][2]*os.File // status, output, control: read and write ends
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, pp := range pipes[:i] {
+				pp[0].Close()
+				pp[1].Close()
+			}
+			return sandbox.ExecResult{}, err
+		}
+		pipes[i] = [2]*os.File{r, w}
 	}
+	statusR, statusW := pipes[0][0], pipes[0][1]
+	outR, outW := pipes[1][0], pipes[1][1]
+	controlR, controlW := pipes[2][0], pipes[2][1]
 	defer statusR.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		statusW.Close()
-		return sandbox.ExecResult{}, err
-	}
 	defer outR.Close()
-	cmd := exec.Command(p.bwrap, p.args(h.id, req.Command)...)
+	defer controlW.Close()
+	closeChild := func() {
+		statusW.Close()
+		outW.Close()
+		controlR.Close()
+	}
+	cmd := exec.Command(p.bwrap, p.args(h.id, req.Command, keep)...)
 	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = []*os.File{statusW}
+	cmd.ExtraFiles = []*os.File{statusW, controlR, p.exe} // 3, controlFD, exeFD
 	// bwrap itself gets nothing of chatd's environment either.
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
@@ -732,14 +843,12 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	}
 	if err != nil {
 		p.mu.Unlock()
-		statusW.Close()
-		outW.Close()
+		closeChild()
 		return sandbox.ExecResult{}, err
 	}
 	closeOnExec()
 	launched, err := p.launcher.Start(cmd)
-	statusW.Close()
-	outW.Close()
+	closeChild()
 	if err != nil {
 		p.tidy(h.id, bx)
 		p.mu.Unlock()
@@ -775,10 +884,21 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			}
 		}
 	}()
+	// exceeded says why the command must stop: a sandbox limit it crossed. overflow
+	// says it sent more output than inside lets through: it got around it, and chatd
+	// reads no more of it.
+	exceeded := make(chan string, 1)
+	overflow := make(chan string, 1)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		_, _ = io.Copy(out, outR)
+		var w io.Writer = out
+		if keep > 0 {
+			w = &capWriter{w: out, left: int64(keep + sandbox.MaxMarker)}
+		}
+		if _, err := io.Copy(w, outR); errors.Is(err, errOutputOver) {
+			overflow <- fmt.Sprintf("it sent more than %d bytes of output, around the sandbox's output filter", keep+sandbox.MaxMarker)
+		}
 	}()
 	exited := make(chan struct{}) // bwrap exited
 	go func() {
@@ -790,19 +910,38 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		p.mu.Unlock()
 		close(exited)
 	}()
-	// kill ends the command and its namespace, for a timeout or a cancelled ctx.
-	kill := func() (sandbox.ExecResult, error) {
+	// kill ends the command and its namespace at once.
+	kill := func() {
 		p.mu.Lock()
 		_ = cmd.Process.Kill()
 		p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
 		p.mu.Unlock()
 		<-exited
 		<-copied
-		res := sandbox.ExecResult{ExitCode: -1, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}
-		if !res.TimedOut {
-			return res, ctx.Err()
+	}
+	// stop ends the command for res: a time limit or another limit. inside ends it and
+	// sends what it kept, unless that takes longer than stopGrace.
+	stop := func(res sandbox.ExecResult) (sandbox.ExecResult, error) {
+		res.ExitCode = -1
+		_ = controlW.Close()
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-exited:
+			_ = outR.SetReadDeadline(time.Now().Add(outputGrace))
+			<-copied
+		case <-grace.C:
+			kill()
 		}
 		return res, nil
+	}
+	// cancelled ends the command for ctx: its time limit passed, or it was cancelled.
+	cancelled := func() (sandbox.ExecResult, error) {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return stop(sandbox.ExecResult{TimedOut: true})
+		}
+		kill()
+		return sandbox.ExecResult{ExitCode: -1}, ctx.Err()
 	}
 
 	select {
@@ -815,8 +954,14 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			p.signal(&box{spaces: map[*space]struct{}{sp: {}}}, syscall.SIGKILL)
 		}
 		p.mu.Unlock()
+		defer p.watch(h.id, bx, sp, diskAtStart, exceeded)()
 	case <-ctx.Done():
-		return kill()
+		// Nothing of the command may be running yet to end it gently.
+		kill()
+		return sandbox.ExecResult{ExitCode: -1, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}, nilUnlessCancelled(ctx)
+	case why := <-overflow:
+		kill()
+		return sandbox.ExecResult{ExitCode: -1, Exceeded: why}, nil
 	}
 
 	res := sandbox.ExecResult{}
@@ -833,7 +978,12 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 			res.ExitCode = cmd.ProcessState.ExitCode()
 		}
 	case <-ctx.Done():
-		return kill()
+		return cancelled()
+	case why := <-overflow:
+		kill()
+		return sandbox.ExecResult{ExitCode: -1, Exceeded: why}, nil
+	case why := <-exceeded:
+		return stop(sandbox.ExecResult{Exceeded: why})
 	}
 	// Everything the command wrote is in the pipe; bwrap is ending, and its namespace
 	// with it. Should anything hold the pipe open longer, reading ends after outputGrace.
@@ -841,5 +991,69 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	<-copied
 	_ = outR.Close()
 	<-exited
+	res.Exceeded = p.killedFor(res.ExitCode)
+	select {
+	case why := <-overflow: // as the command ended
+		res.Exceeded = why
+	default:
+	}
 	return res, nil
+}
+
+// killedFor says which limit a command's exit code tells the kernel killed its shell,
+// or a process whose status the shell passed on, for: the signals of RLIMIT_CPU and
+// RLIMIT_FSIZE, sent for nothing else.
+func (p *Provider) killedFor(code int) string {
+	switch {
+	case code == 128+int(syscall.SIGXCPU) && p.limits.CPUSeconds > 0:
+		return fmt.Sprintf("a process used its %s of CPU time (SIGXCPU, exit code %d)", time.Duration(p.limits.CPUSeconds)*time.Second, code)
+	case code == 128+int(syscall.SIGXFSZ) && p.limits.FileSize > 0:
+		return fmt.Sprintf("a process wrote past the largest file size, %s (SIGXFSZ, exit code %d)", sizeString(p.limits.FileSize), code)
+	}
+	return ""
+}
+
+// nilUnlessCancelled is ctx's error when it was cancelled, nil when its deadline passed:
+// a time limit is a result, not an error.
+func nilUnlessCancelled(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// errOutputOver is capWriter's error.
+var errOutputOver = errors.New("output over its limit")
+
+// capWriter passes on left bytes and fails the write that would go past them.
+type capWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *capWriter) Write(b []byte) (int, error) {
+	if int64(len(b)) > c.left {
+		n, err := c.w.Write(b[:c.left])
+		c.left -= int64(n)
+		if err == nil {
+			err = errOutputOver
+		}
+		return n, err
+	}
+	n, err := c.w.Write(b)
+	c.left -= int64(n)
+	return n, err
+}
+
+// sizeString writes n bytes with the largest binary unit that divides it.
+func sizeString(n uint64) string {
+	for _, u := range []struct {
+		name string
+		size uint64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatUint(n/u.size, 10) + " " + u.name
+		}
+	}
+	return strconv.FormatUint(n, 10) + " bytes"
 }

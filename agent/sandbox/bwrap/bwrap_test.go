@@ -406,7 +406,9 @@ func TestEscapeFillDisk(t *testing.T) {
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	out, res := run(t, sb, "head -c 100000000 /dev/zero > big")
-	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Equal(t, 128+int(syscall.SIGXFSZ), res.ExitCode, out)
+	require.Contains(t, out, "File size limit exceeded")
+	require.Equal(t, "a process wrote past the largest file size, 1 MiB (SIGXFSZ, exit code 153)", res.Exceeded)
 	fi, err := os.Stat(filepath.Join(p.Workspace(sb.ID()), "big"))
 	require.NoError(t, err)
 	require.LessOrEqual(t, fi.Size(), int64(fsize))
@@ -743,4 +745,272 @@ func TestRemoveKillsAndDeletes(t *testing.T) {
 		require.NoError(t, p.Remove(ctx, bad), bad)
 	}
 	require.DirExists(t, dir)
+}
+
+// countingWriter counts what chatd read of a command's output, keeping its start and end.
+type countingWriter struct {
+	n    int64
+	kept sandbox.HeadTail
+	buf  bytes.Buffer
+}
+
+func newCountingWriter() *countingWriter {
+	c := &countingWriter{}
+	c.kept = sandbox.HeadTail{Head: 4 << 20, Tail: 4 << 20, Out: &c.buf}
+	return c
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.kept.Write(p)
+}
+
+func (c *countingWriter) String() string {
+	_ = c.kept.Close()
+	return c.buf.String()
+}
+
+// A command's output over the limit its caller keeps is cut in the sandbox: chatd reads
+// the head, a marker of what was left out, and the real end, and no more, however much
+// the command writes. What the command leaves in the background, holding the output
+// open, does not hold up the end, and is killed.
+func TestOutputIsCutInTheSandbox(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	const keep = 1 << 20
+	out := newCountingWriter()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command:     "echo BEGIN; sleep 1000 & head -c 200000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; exit 3",
+		Timeout:     time.Minute,
+		Output:      out,
+		OutputLimit: keep,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.ExitCode)
+	require.Empty(t, res.Exceeded)
+	s := out.String()
+	require.LessOrEqual(t, out.n, int64(keep+sandbox.MaxMarker), "chatd read more than the limit")
+	require.True(t, strings.HasPrefix(s, "BEGIN\nxxx"), "%.20q", s)
+	require.True(t, strings.Contains(s, sandbox.OmittedMarker(int64(200000000+len("BEGIN\n\nEND-MARKER\n")-keep))), "no marker, or another count")
+	require.True(t, strings.HasSuffix(s, "xxx\nEND-MARKER\n"), "%q", s[len(s)-40:])
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+
+	// Under the limit, or with none, all of it comes.
+	for _, limit := range []int{0, keep} {
+		out := newCountingWriter()
+		res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+			Command: "head -c 300000 /dev/zero | tr '\\0' y; echo; echo END; exit 4", Timeout: time.Minute, Output: out, OutputLimit: limit,
+		})
+		require.NoError(t, err)
+		require.Equal(t, 4, res.ExitCode)
+		require.Equal(t, strings.Repeat("y", 300000)+"\nEND\n", out.String())
+	}
+}
+
+// The command cannot write to chatd's end of the output around the filter: the processes
+// that hold it are not its to open through /proc.
+func TestEscapeOutputFilter(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out := newCountingWriter()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "for p in /proc/[0-9]*; do for fd in 1 2 4 5; do head -c 5000000 /dev/zero > $p/fd/$fd && echo wrote $p/fd/$fd; done; done; " +
+			"cat /proc/1/fd/5 /proc/2/fd/5 > copy && echo copied the executable; exit 0",
+		Timeout: time.Minute, Output: out, OutputLimit: 64 << 10,
+	})
+	require.NoError(t, err)
+	s := out.String()
+	require.LessOrEqual(t, out.n, int64(64<<10+sandbox.MaxMarker), s)
+	require.NotContains(t, s, "wrote /proc/1/")
+	require.NotContains(t, s, "wrote /proc/2/")
+	require.NotContains(t, s, "copied")
+	require.Contains(t, s, "Permission denied")
+	require.Equal(t, 0, res.ExitCode)
+}
+
+// The limits: each test crosses one and sees the command end with an error that names
+// it, and the sandbox, and chatd, carry on.
+
+// fast looks at the limits that are totals every few milliseconds.
+func fast(l bwrap.Limits) bwrap.Config {
+	return bwrap.Config{Limits: &l, WatchEvery: 5 * time.Millisecond, DiskEvery: 5 * time.Millisecond}
+}
+
+// stillWorks checks that the sandbox runs commands after one crossed a limit, and that
+// nothing of that one is left.
+func stillWorks(t *testing.T, p *bwrap.Provider, sb sandbox.Sandbox) {
+	t.Helper()
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+	require.NoError(t, exec.Command("true").Run(), "chatd cannot start a process")
+	out, res := run(t, sb, "echo alive")
+	require.Equal(t, 0, res.ExitCode, out)
+	require.Equal(t, "alive\n", out)
+}
+
+func TestLimitOpenFiles(t *testing.T) {
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{OpenFiles: 6}})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out, res := run(t, sb, "touch f; exec 3<f 4<f 5<f 6<f 7<f; echo opened")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "Too many open files")
+	require.NotContains(t, out, "opened")
+	stillWorks(t, p, sb)
+
+	// By default a command gets 1024, not chatd's own.
+	pd := newProvider(t, bwrap.Config{})
+	sbd, err := pd.Create(context.Background())
+	require.NoError(t, err)
+	out, _ = run(t, sbd, "ulimit -n; ulimit -Hn")
+	require.Equal(t, "1024\n1024\n", out)
+}
+
+// The CPU time of a command's processes together: four processes, each far from the
+// limit (RLIMIT_CPU) when their sum reaches it.
+func TestLimitCPUTimeTogether(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{CPUSeconds: 1}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo spinning; for i in 1 2 3 4; do (while :; do :; done) & done; wait",
+		Timeout: time.Minute, Output: &out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.False(t, res.TimedOut)
+	require.Contains(t, res.Exceeded, "of CPU time together, over the limit of 1s")
+	require.Equal(t, "spinning\n", out.String(), "the output sent before the stop is kept")
+	stillWorks(t, p, sb)
+
+	// One process alone is held by RLIMIT_CPU (or the watch, whichever looks first).
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{Command: "while :; do :; done", Timeout: time.Minute})
+	require.NoError(t, err)
+	require.Contains(t, res.Exceeded, "CPU time")
+}
+
+// The memory of a sandbox's processes together: four processes holding 30 MB each,
+// under the limit of 64 MiB alone and not together.
+func TestLimitMemoryTogether(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{TotalMemory: 64 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		// tail holds the last 30 MB of its input until the input ends, which sleep delays.
+		Command: "echo LAST-WORDS; for i in 1 2 3 4; do { head -c 30000000 /dev/zero; sleep 1000; } | tail -c 30000000 > /dev/null & done; wait",
+		Timeout: time.Minute, Output: &out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.Contains(t, res.Exceeded, "the sandbox's processes used")
+	require.Contains(t, res.Exceeded, "of memory together, over the limit of 64 MiB")
+	require.Equal(t, "LAST-WORDS\n", out.String())
+	stillWorks(t, p, sb)
+
+	// One of them is within it.
+	out.Reset()
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "head -c 30000000 /dev/zero | tail -c 30000000 | wc -c", Timeout: time.Minute, Output: &out,
+	})
+	require.NoError(t, err)
+	require.Empty(t, res.Exceeded)
+	require.Equal(t, "30000000\n", out.String())
+}
+
+// The workspace's size: many files, each under the largest file size.
+func TestLimitDisk(t *testing.T) {
+	const limit = 8 << 20
+	p := newProvider(t, fast(bwrap.Limits{Disk: limit, FileSize: 1 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	ws := p.Workspace(sb.ID())
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo writing; i=0; while :; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); done",
+		Timeout: time.Minute, Output: &out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.Equal(t, "the workspace grew past its limit of 8 MiB", res.Exceeded)
+	require.Equal(t, "writing\n", out.String())
+	size, err := sandbox.DiskUsage(ws, 0)
+	require.NoError(t, err)
+	require.Greater(t, size, int64(limit))
+	t.Logf("the workspace holds %d bytes after the stop (limit %d)", size, limit)
+	stillWorks(t, p, sb)
+
+	// Over its limit, the workspace still lets a command run that does not grow it, and
+	// stops one that does.
+	out.Reset()
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "ls | wc -l > /dev/null; head -c 2000000 /dev/zero > more; echo wrote; sleep 1000", Timeout: time.Minute, Output: &out,
+	})
+	require.NoError(t, err)
+	require.Contains(t, res.Exceeded, "the workspace, over its limit of 8 MiB when the command started")
+	// Deleting brings it back under.
+	out2, res := run(t, sb, "rm -f f* more; echo cleaned")
+	require.Equal(t, 0, res.ExitCode, out2)
+	require.Empty(t, res.Exceeded)
+	out2, res = run(t, sb, "for i in 1 2 3 4; do head -c 1000000 /dev/zero > g$i; done; echo fits")
+	require.Equal(t, "fits\n", out2)
+	require.Empty(t, res.Exceeded)
+
+	// A workspace nested too deep to measure stops the command.
+	res, err = sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "i=0; while [ $i -lt 200 ]; do mkdir d && cd d || exit 9; i=$((i+1)); done; sleep 1000", Timeout: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Contains(t, res.Exceeded, "the workspace could not be measured")
+	require.Contains(t, res.Exceeded, "nested deeper than")
+}
+
+// The sandbox's /proc hides what tells only of the host (its kernel's command line and
+// symbols, its boot id, its devices), and keeps what programs read to size themselves.
+func TestProcHidesTheHost(t *testing.T) {
+	p := newProvider(t, bwrap.Config{})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	hostBoot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	require.NoError(t, err)
+	hostCmdline, err := os.ReadFile("/proc/cmdline")
+	require.NoError(t, err)
+	out, res := run(t, sb, "cat /proc/sys/kernel/random/boot_id /proc/cmdline; head -c 100 /proc/kallsyms; ls /proc/acpi /proc/bus /proc/irq; touch /proc/acpi/x")
+	require.NotEqual(t, 0, res.ExitCode, out)
+	require.NotContains(t, out, strings.TrimSpace(string(hostBoot)))
+	require.NotContains(t, out, strings.TrimSpace(string(hostCmdline)))
+	require.Contains(t, out, "cat: /proc/cmdline: Permission denied")
+	require.Contains(t, out, "head: cannot open '/proc/kallsyms' for reading: Permission denied")
+	require.Contains(t, out, "touch: cannot touch '/proc/acpi/x': Read-only file system")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		require.True(t, strings.HasSuffix(line, "Permission denied") || strings.HasSuffix(line, ":") || strings.HasSuffix(line, "Read-only file system") || line == "",
+			"%q: a hidden file or directory showed something", line)
+	}
+	out, res = run(t, sb, "nproc >/dev/null && head -1 /proc/meminfo && cat /proc/sys/kernel/ostype")
+	require.Equal(t, 0, res.ExitCode, out)
+	require.Contains(t, out, "MemTotal:")
+	require.Contains(t, out, "Linux")
+}
+
+// A command stopped at a limit sends the end of its output, kept in the sandbox, as one
+// that ends does.
+func TestStopKeepsTheEndOfTheOutput(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{Disk: 4 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	out := newCountingWriter()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo BEGIN; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo END-MARKER; " +
+			"i=0; while :; do head -c 500000 /dev/zero > f$i; i=$((i+1)); done",
+		Timeout: time.Minute, Output: out, OutputLimit: 1 << 20,
+	})
+	require.NoError(t, err)
+	require.Equal(t, "the workspace grew past its limit of 4 MiB", res.Exceeded)
+	s := out.String()
+	require.LessOrEqual(t, out.n, int64(1<<20+sandbox.MaxMarker))
+	require.True(t, strings.HasPrefix(s, "BEGIN\nxxx"), "%.20q", s)
+	require.True(t, strings.Contains(s, "bytes of output left out] …\n"), "no marker")
+	require.True(t, strings.HasSuffix(s, "xxx\nEND-MARKER\n"), "%q", s[len(s)-40:])
 }

@@ -1,0 +1,220 @@
+package bwrap
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chatd/chatd/agent/sandbox"
+)
+
+// What a setrlimit cannot bound, because it counts one process at a time or none, is
+// watched while a command runs: the CPU time of the command's processes together, the
+// memory of the sandbox's processes together, and the size of its workspace. Every
+// watchEvery the sandbox's processes are measured, and every diskEvery, or twenty times
+// as long as the last measure took (so that a workspace of many files costs chatd at
+// most a twentieth of a CPU), its workspace; the command is stopped once one is over its
+// limit. Between two looks a command can go over by what it uses in that time.
+const (
+	defaultWatchEvery = 250 * time.Millisecond
+	defaultDiskEvery  = time.Second
+	// diskShare is how many times as long as a measure of the workspace took the next
+	// waits at least.
+	diskShare = 20
+	// clockTicks is the unit of /proc/PID/stat's times (USER_HZ, 100 on every Linux).
+	clockTicks = 100
+)
+
+// watch watches the limits of the command in namespace sp of box bx until the returned
+// func is called, and says on exceeded (without blocking) the first it finds crossed.
+// diskAtStart is the workspace's size when the command started (see overDisk).
+func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, exceeded chan<- string) (stop func()) {
+	l := p.limits
+	if l.CPUSeconds == 0 && l.TotalMemory == 0 && l.Disk == 0 {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(p.watchEvery)
+		defer tick.Stop()
+		nextDisk := time.Now().Add(p.diskEvery)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			why := p.overProcesses(bx, sp)
+			if why == "" && l.Disk > 0 && !time.Now().Before(nextDisk) {
+				began := time.Now()
+				why = p.overDisk(id, diskAtStart)
+				nextDisk = time.Now().Add(max(p.diskEvery, diskShare*time.Since(began)))
+			}
+			if why != "" {
+				select {
+				case exceeded <- why:
+				default:
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// overProcesses says which limit the processes of the box, or those of sp, are over, if
+// any: the CPU time of sp's together, the memory of all the box's together.
+func (p *Provider) overProcesses(bx *box, sp *space) string {
+	l := p.limits
+	if l.CPUSeconds == 0 && l.TotalMemory == 0 {
+		return ""
+	}
+	p.mu.Lock()
+	nss := namespaces(bx)
+	p.mu.Unlock()
+	var ticks, mem uint64
+	for pid, ns := range p.memberNamespaces(nss) {
+		if l.CPUSeconds > 0 && ns == sp.ns {
+			ticks += cpuTicks(pid)
+		}
+		if l.TotalMemory > 0 {
+			mem += memoryUse(pid)
+		}
+	}
+	switch {
+	case l.CPUSeconds > 0 && ticks > l.CPUSeconds*clockTicks:
+		return fmt.Sprintf("its processes used %s of CPU time together, over the limit of %s",
+			(time.Duration(ticks) * time.Second / clockTicks).Round(10*time.Millisecond), time.Duration(l.CPUSeconds)*time.Second)
+	case l.TotalMemory > 0 && mem > l.TotalMemory:
+		return fmt.Sprintf("the sandbox's processes used %s of memory together, over the limit of %s", humanSize(mem), sizeString(l.TotalMemory))
+	}
+	return ""
+}
+
+// overDisk says whether the workspace of sandbox id is over its limit, or over the size
+// it had when the command started if that was more: a workspace over its limit (from an
+// earlier command's last moments, or a lower limit since) does not stop commands that
+// do not grow it, such as the one that deletes files. A workspace that cannot be measured
+// (see sandbox.DiskUsage) is over it.
+func (p *Provider) overDisk(id string, atStart int64) string {
+	limit := max(int64(p.limits.Disk), atStart)
+	size, err := sandbox.DiskUsage(p.Workspace(id), limit)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the workspace could not be measured against its limit of %s: %v", sizeString(p.limits.Disk), err)
+	case size <= limit:
+		return ""
+	case atStart > int64(p.limits.Disk):
+		return fmt.Sprintf("the workspace, over its limit of %s when the command started (%s), grew", sizeString(p.limits.Disk), humanSize(uint64(atStart)))
+	}
+	return fmt.Sprintf("the workspace grew past its limit of %s", sizeString(p.limits.Disk))
+}
+
+// memberNamespaces lists the processes in the pid namespaces nss, with their namespace.
+func (p *Provider) memberNamespaces(nss map[uint64]bool) map[int]uint64 {
+	out := map[int]uint64{}
+	if len(nss) == 0 {
+		return out
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ns, ok := pidNamespace(pid); ok && nss[ns] {
+			out[pid] = ns
+		}
+	}
+	return out
+}
+
+// cpuTicks is the CPU time of process pid and of the children it waited for, in clock
+// ticks (/proc/PID/stat: utime, stime, cutime, cstime). A process reaped by no one (its
+// parent ignores SIGCHLD) leaves its time uncounted once it is gone.
+func cpuTicks(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	// Fields from the state on: field N of proc(5) is f[N-3].
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0
+	}
+	var t uint64
+	for _, s := range f[11:15] {
+		n, _ := strconv.ParseUint(s, 10, 64)
+		t += n
+	}
+	return t
+}
+
+// memoryUse is the memory process pid holds that only it or the sandbox can free: its
+// proportional share of anonymous and shared-memory pages (smaps_rollup: Pss_Anon,
+// Pss_Shmem), so that pages shared after a fork count once; not the pages of files it
+// maps, which the kernel can drop and read again. Without those lines (older kernels),
+// its resident anonymous and shared pages (status: RssAnon, RssShmem).
+func memoryUse(pid int) uint64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/"
+	if n, ok := sumKB(dir+"smaps_rollup", "Pss_Anon:", "Pss_Shmem:"); ok {
+		return n
+	}
+	n, _ := sumKB(dir+"status", "RssAnon:", "RssShmem:")
+	return n
+}
+
+// sumKB adds the values (in kB) of the lines of file that begin with keys; ok when
+// there were all of them.
+func sumKB(file string, keys ...string) (uint64, bool) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var sum uint64
+	found := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, k := range keys {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				if err == nil {
+					sum += n << 10
+					found++
+				}
+			}
+		}
+	}
+	return sum, found == len(keys)
+}
+
+// humanSize writes n bytes in the largest binary unit under it, to a tenth.
+func humanSize(n uint64) string {
+	for _, u := range []struct {
+		name string
+		size uint64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			return strconv.FormatFloat(float64(n)/float64(u.size), 'f', 1, 64) + " " + u.name
+		}
+	}
+	return strconv.FormatUint(n, 10) + " bytes"
+}
