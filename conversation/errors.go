@@ -25,8 +25,8 @@ const (
 	// (Config.MaxSessionsPerUser): unlike rate_limited, waiting does not help; deleting
 	// a session does.
 	CodeTooManySessions = "too_many_sessions"
-	CodeStorage     = "storage"
-	CodeInternal    = "internal"
+	CodeStorage         = "storage"
+	CodeInternal        = "internal"
 
 	// CodeAgent ends a run whose agent failed with an error that carries no code.
 	CodeAgent = "agent_error"
