@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"bytes"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -29,8 +31,17 @@ type ConnLimits struct {
 
 // LimitListener returns ln with l's limits.
 func LimitListener(ln net.Listener, l ConnLimits) net.Listener {
-	return &limitListener{Listener: ln, l: l, addrs: map[string]int{}}
+	return &limitListener{Listener: ln, l: l, addrs: map[string]int{}, refusing: make(chan struct{}, maxRefusing)}
 }
+
+const (
+	// maxRefusing bounds the connections being answered a refusal at once; more are
+	// closed without a word, so that refusals cannot hold more descriptors than this.
+	maxRefusing = 64
+	// refuseWait bounds how long a refused connection is kept: for its request's head
+	// to arrive, then for the client to read the answer.
+	refuseWait = time.Second
+)
 
 type limitListener struct {
 	net.Listener
@@ -39,6 +50,9 @@ type limitListener struct {
 	mu    sync.Mutex
 	total int
 	addrs map[string]int
+
+	// refusing holds a token per connection being refused.
+	refusing chan struct{}
 }
 
 // Accept returns the next connection within the limits; those over them are refused
@@ -56,7 +70,7 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 		}
 		ll.l.Metrics.RateLimited(limit)
 		ll.l.Logger.Debug().Str("remote", c.RemoteAddr().String()).Str("limit", limit).Msg("refused a connection over a limit")
-		refuse(c, limit)
+		ll.refuse(c, limit)
 	}
 }
 
@@ -84,18 +98,60 @@ func (ll *limitListener) release(host string) {
 	}
 }
 
-// refuse answers a connection over limit with an HTTP error and closes it. The answer is
-// a few bytes into a new socket's empty buffer: the write does not wait on the client.
-func refuse(c net.Conn, limit string) {
-	status, text := http.StatusTooManyRequests, "too many connections from this address\n"
-	if limit == LimitConns {
-		status, text = http.StatusServiceUnavailable, "the server has as many connections as it takes; try again\n"
+// refuse answers a connection over limit with an HTTP error and closes it, on a
+// goroutine of its own that lasts refuseWait at most. The answer waits for the request's
+// head: a client answered before it has sent its request (Go's, a browser's) takes the
+// answer for a broken connection. The connection is closed without an answer when
+// maxRefusing are being refused already, or its request does not come in time.
+func (ll *limitListener) refuse(c net.Conn, limit string) {
+	select {
+	case ll.refusing <- struct{}{}:
+	default:
+		_ = c.Close()
+		return
 	}
-	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = c.Write([]byte("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n" +
-		"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\n" +
-		"Content-Length: " + strconv.Itoa(len(text)) + "\r\n\r\n" + text))
-	_ = c.Close()
+	go func() {
+		defer func() { <-ll.refusing }()
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(refuseWait))
+		if !readHead(c) {
+			return
+		}
+		status, text := http.StatusTooManyRequests, "too many connections from this address\n"
+		if limit == LimitConns {
+			status, text = http.StatusServiceUnavailable, "the server has as many connections as it takes; try again\n"
+		}
+		_, err := c.Write([]byte("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n" +
+			"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\n" +
+			"Content-Length: " + strconv.Itoa(len(text)) + "\r\n\r\n" + text))
+		if err != nil {
+			return
+		}
+		// Closed for writing, then read until the client closes: closing with a body
+		// unread would reset the connection, and the client might lose the answer.
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 1<<20))
+	}()
+}
+
+// readHead reads c until the end of an HTTP request's head; false when it does not come
+// (in time, or within 16 KiB).
+func readHead(c net.Conn) bool {
+	buf := make([]byte, 0, 4<<10)
+	var chunk [2 << 10]byte
+	for len(buf) < 16<<10 {
+		n, err := c.Read(chunk[:])
+		buf = append(buf, chunk[:n]...)
+		if bytes.Contains(buf, []byte("\r\n\r\n")) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return false
 }
 
 func hostOf(a net.Addr) string {

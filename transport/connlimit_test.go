@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -27,6 +28,8 @@ func dialRefused(t *testing.T, ln net.Listener) int {
 	c, err := net.Dial("tcp", ln.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
+	_, err = io.WriteString(c, "GET / HTTP/1.1\r\nHost: chatd\r\n\r\n")
+	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	require.NoError(t, err)
@@ -62,4 +65,20 @@ func TestLimitListenerCountsEachConnectionOnce(t *testing.T) {
 
 	dialAccepted(t, ln, accepted) // the closed one made room for one
 	require.Equal(t, http.StatusTooManyRequests, dialRefused(t, ln), "and only for one")
+
+	// A refused client that sends no request is let go without an answer.
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer silent.Close()
+	require.NoError(t, silent.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got, err := io.ReadAll(silent)
+	require.NoError(t, err, "closed by the listener, within its wait")
+	require.Empty(t, got)
+
+	// Go's HTTP client, which fails on an answer that comes before its request, reads
+	// the refusal.
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + ln.Addr().String() + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 }

@@ -62,9 +62,12 @@ func holdSlowBody(t *testing.T, ip, addr string) net.Conn {
 	return c
 }
 
-// refusedStatus reads the status a connection the server refuses at once is answered with.
+// refusedStatus sends a request on a connection the server refuses, and returns the
+// status it is answered with.
 func refusedStatus(t *testing.T, c net.Conn) int {
 	t.Helper()
+	_, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: chatd\r\n\r\n")
+	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	require.NoError(t, err)
