@@ -1,1 +1,1 @@
-DROP INDEX IF EXISTS sessions_owner_live_idx;
+DROP INDEX CONCURRENTLY IF EXISTS sessions_owner_live_idx;

@@ -14,9 +14,13 @@ import (
 
 // ConnLimits bound the TCP connections a listener holds, whatever they carry: requests
 // kept alive between them, a body still arriving, WebSockets and AI SDK streams. A
-// connection over a limit is answered at once, before any of it is read, with a short
-// HTTP error (429 over the address's limit, 503 over the total) and closed: it holds no
-// descriptor and no goroutine. Limits below 0 are off.
+// connection over a limit is not served: once its request's head has arrived it is
+// answered with a short HTTP error (429 over the address's limit, 503 over the total)
+// and closed, within a second, and at most maxRefusing are refused at once (more are
+// closed without a word). Limits below 0 are off.
+//
+// An IPv6 client is counted by its /64, which one host (one customer line) usually has
+// whole: per address it would have 2^64 addresses to spread over.
 type ConnLimits struct {
 	// PerAddr bounds the connections from one remote address (the TCP peer's: behind a
 	// reverse proxy, the proxy's).
@@ -156,6 +160,9 @@ func readHead(c net.Conn) bool {
 
 func hostOf(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
+		if ta.IP.To4() == nil && len(ta.IP) == net.IPv6len {
+			return ta.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+		}
 		return ta.IP.String()
 	}
 	host, _, err := net.SplitHostPort(a.String())
@@ -178,6 +185,23 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.ll.release(c.host) })
 	return err
+}
+
+// CloseWrite half-closes, as net/http does before closing a connection whose request
+// it did not read whole, so that the client gets the answer rather than a reset.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// ReadFrom keeps the TCP connection's (sendfile for the app's files).
+func (c *limitedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 // UserStreams counts each user's long-lived connections on this node, across the
@@ -222,6 +246,9 @@ func (u *UserStreams) Release(user string) {
 		delete(u.n, user)
 	}
 }
+
+// Max is the most streams a user may hold; below 0: no limit.
+func (u *UserStreams) Max() int { return u.max }
 
 // Held is how many streams user holds.
 func (u *UserStreams) Held(user string) int {

@@ -46,7 +46,9 @@ func NewRelay(r Relay) *Relay {
 		DialContext:           (&net.Dialer{Timeout: relayDialTimeout}).DialContext,
 		ResponseHeaderTimeout: relayDialTimeout,
 		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
+		// Under the nodes' own idle timeout (CHATD_HTTP_IDLE_TIMEOUT, 60 s by default),
+		// so a request is not sent on a connection the other node is closing.
+		IdleConnTimeout: 30 * time.Second,
 	}
 	r.Logger = r.Logger.With().Str("component", "relay").Logger()
 	return &r

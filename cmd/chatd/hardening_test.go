@@ -257,6 +257,14 @@ func TestUserStreamsAreLimitedAcrossTransports(t *testing.T) {
 	third.Send(map[string]any{"type": "hello", "requestId": "h", "token": alice})
 	require.Equal(t, "rate_limited", third.ReadReply("h").Code)
 	require.Equal(t, websocket.StatusCode(4029), third.ExpectClose())
+	// A POST for another chat is refused before anything is stored or started.
+	refused := aisdkPost(t, addr, "127.0.8.7", alice, "alice-other", "u1", "one more")
+	require.Equal(t, http.StatusTooManyRequests, refused.StatusCode)
+	require.Equal(t, "rate_limited", errorCode(t, refused))
+	var others int
+	require.NoError(t, openStore(t, m.cfg.DatabaseURL).Pool().QueryRow(dbCtx(t),
+		"SELECT count(*) FROM sessions WHERE client_id = 'alice-other'").Scan(&others))
+	require.Zero(t, others, "the refused POST created no chat, and started no run")
 
 	// Bob is another user.
 	bob := aisdkPost(t, addr, "127.0.8.5", token("bob"), "bob-chat", "u1", "hi")

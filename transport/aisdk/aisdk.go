@@ -322,6 +322,13 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		writeError(w, err)
 		return
 	}
+	// The stream's place is taken before anything is stored or started: a POST refused
+	// for the user's streams has not started its run.
+	release, ok := h.acquireStream(w, who)
+	if !ok {
+		return
+	}
+	defer release()
 	sid, ok, err := h.session(r.Context(), who.owner, req.ID, create)
 	if err != nil {
 		h.fail(w, r, err)
@@ -335,7 +342,7 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		// useChat sending the conversation back after addToolApprovalResponse: it has
 		// the run so far and appends what follows. Subscribe first, then decide, so the
 		// stream misses nothing the decision sets going.
-		h.streamWith(w, r, who, sid, approvalRun, streamOptions{continuation: true, then: func(ctx context.Context) error {
+		h.streamWith(w, r, who, sid, approvalRun, streamOptions{continuation: true, counted: true, then: func(ctx context.Context) error {
 			return h.cfg.Hub.Do(ctx, sid, func(a *conversation.Actor) error {
 				for call, approved := range decisions {
 					if _, err := a.Decide(ctx, uuid.Nil, call, approved); err != nil && !isDecided(err) {
@@ -357,7 +364,7 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		h.fail(w, r, err)
 		return
 	}
-	h.stream(w, r, who, sid, runID, false)
+	h.streamWith(w, r, who, sid, runID, streamOptions{counted: true})
 }
 
 // checkSend checks a POST's body, and says whether it may create its chat: a new user

@@ -84,22 +84,37 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, who caller, sid
 
 // streamOptions: resume answers 204 for a run that is not the session's latest;
 // continuation streams only what follows (the client has the run so far), after then
-// has run, subscribed already, so nothing it causes is missed.
+// has run, subscribed already, so nothing it causes is missed; counted: the caller took
+// the stream's place among the user's (acquireStream) already.
 type streamOptions struct {
 	resume       bool
 	continuation bool
+	counted      bool
 	then         func(ctx context.Context) error
+}
+
+// acquireStream takes a place among the user's streams (Config.Users), or answers 429
+// rate_limited and returns false. release gives it back.
+func (h *Handler) acquireStream(w http.ResponseWriter, who caller) (release func(), ok bool) {
+	if h.cfg.Users == nil {
+		return func() {}, true
+	}
+	if !h.cfg.Users.Acquire(who.owner) {
+		h.cfg.Metrics.RateLimited(transport.LimitUserConns)
+		writeError(w, errorf(conversation.CodeRateLimited, "too many connections for this user (at most %d): close a stream or a tab, then try again", h.cfg.Users.Max()))
+		return nil, false
+	}
+	return func() { h.cfg.Users.Release(who.owner) }, true
 }
 
 func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller, sid, runID uuid.UUID, o streamOptions) {
 	resume := o.resume
-	if h.cfg.Users != nil {
-		if !h.cfg.Users.Acquire(who.owner) {
-			h.cfg.Metrics.RateLimited(transport.LimitUserConns)
-			writeError(w, errorf(conversation.CodeRateLimited, "too many connections for this user: close a stream or a tab, then try again"))
+	if !o.counted {
+		release, ok := h.acquireStream(w, who)
+		if !ok {
 			return
 		}
-		defer h.cfg.Users.Release(who.owner)
+		defer release()
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

@@ -62,7 +62,7 @@ func (c *conn) hello(f clientFrame) {
 	if !c.s.acquireUser(owner) {
 		c.s.cfg.Metrics.RateLimited(transport.LimitUserConns)
 		c.logEvent(c.s.log.Info()).Str("user", owner).Msg("refused a connection over its user's connection limit")
-		c.replyError(f.RequestID, codeRateLimited, fmt.Sprintf("too many connections for this user (at most %d)", c.s.cfg.MaxConnsPerUser))
+		c.replyError(f.RequestID, codeRateLimited, fmt.Sprintf("too many connections for this user (at most %d)", c.s.users.Max()))
 		c.out.Close(disconnectUserConns, true)
 		return
 	}
