@@ -156,8 +156,9 @@ type Provider struct {
 	freezeWait time.Duration
 	procState  func(pid int) (byte, bool)
 	// watchEvery and diskEvery are how often a running command's processes and its
-	// workspace are measured against the limits (watch).
-	watchEvery, diskEvery time.Duration
+	// workspace are measured against the limits, and diskAtMost the longest the
+	// workspace goes unmeasured (watch).
+	watchEvery, diskEvery, diskAtMost time.Duration
 
 	// mu guards boxes and everything in them. It is never held while waiting on bwrap.
 	mu    sync.Mutex
@@ -234,6 +235,7 @@ func New(cfg Config) (*Provider, error) {
 		procMasks:  procMasks(),
 		watchEvery: cmp.Or(max(cfg.WatchEvery, 0), defaultWatchEvery),
 		diskEvery:  cmp.Or(max(cfg.DiskEvery, 0), defaultDiskEvery),
+		diskAtMost: defaultDiskAtMost,
 	}
 	if os.Geteuid() == 0 {
 		uid, gid := cfg.UID, cfg.GID
@@ -794,11 +796,10 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	}
 	keep := max(req.OutputLimit, 0)
 	p := h.p
-	// The workspace's size as the command starts (see overDisk). One that cannot be
-	// measured counts as empty: the command is stopped if it still cannot be.
+	// The workspace's size as the command starts (see overDisk).
 	var diskAtStart int64
 	if p.limits.Disk > 0 {
-		diskAtStart, _ = sandbox.DiskUsage(p.Workspace(h.id), 0)
+		diskAtStart = p.diskAtStart(h.id)
 	}
 
 	var pipes [3][2]*os.File // status, output, control: read and write ends

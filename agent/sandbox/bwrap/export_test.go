@@ -37,3 +37,7 @@ func (p *Provider) SetFreeze(wait time.Duration, state func(pid int) (byte, bool
 
 // ProcState reads a process's state from /proc.
 var ProcState = procState
+
+// DiskWait is how long the watch waits for its next measure of a workspace after one
+// that took took.
+var DiskWait = diskWait

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -17,11 +18,16 @@ import (
 // memory of the sandbox's processes together, and the size of its workspace. Every
 // watchEvery the sandbox's processes are measured, and every diskEvery, or twenty times
 // as long as the last measure took (so that a workspace of many files costs chatd at
-// most a twentieth of a CPU), its workspace; the command is stopped once one is over its
-// limit. Between two looks a command can go over by what it uses in that time.
+// most a twentieth of a CPU) but never more than diskAtMost, its workspace; the command
+// is stopped once one is over its limit. Between two looks a command can go over by what
+// it uses in that time. A walk of the workspace is bounded (sandbox.DiskUsage stops once
+// over the limit, and every entry counts at least 4 KiB), so the twentieth is what a
+// workspace within its limit can cost; diskAtMost bounds how far apart the looks can be
+// stretched by one that makes its walk slow.
 const (
 	defaultWatchEvery = 250 * time.Millisecond
 	defaultDiskEvery  = time.Second
+	defaultDiskAtMost = 10 * time.Second
 	// diskShare is how many times as long as a measure of the workspace took the next
 	// waits at least.
 	diskShare = 20
@@ -54,7 +60,7 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 			if why == "" && l.Disk > 0 && !time.Now().Before(nextDisk) {
 				began := time.Now()
 				why = p.overDisk(id, diskAtStart)
-				nextDisk = time.Now().Add(max(p.diskEvery, diskShare*time.Since(began)))
+				nextDisk = time.Now().Add(diskWait(time.Since(began), p.diskEvery, p.diskAtMost))
 			}
 			if why != "" {
 				select {
@@ -69,6 +75,13 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 		close(quit)
 		<-done
 	}
+}
+
+// diskWait is how long the watch waits for the next measure of the workspace after one
+// that took took: diskShare times as long, at least every and at most atMost (or every,
+// if more).
+func diskWait(took, every, atMost time.Duration) time.Duration {
+	return max(every, min(diskShare*took, atMost))
 }
 
 // overProcesses says which limit the processes of the box, or those of sp, are over, if
@@ -100,11 +113,33 @@ func (p *Provider) overProcesses(bx *box, sp *space) string {
 	return ""
 }
 
+// diskBound is twice the workspace's limit: as far as the measure of a workspace as a
+// command starts walks (diskAtStart).
+func (p *Provider) diskBound() int64 {
+	return 2 * int64(min(p.limits.Disk, math.MaxInt64/2))
+}
+
+// diskAtStart is the size of sandbox id's workspace as a command starts, for overDisk:
+// measured up to diskBound, which a workspace over it counts as, so that a workspace far
+// over its limit costs no more to measure before every command than one at twice it.
+// One that cannot be measured counts as empty: the command is stopped if it still
+// cannot be.
+func (p *Provider) diskAtStart(id string) int64 {
+	bound := p.diskBound()
+	size, err := sandbox.DiskUsage(p.Workspace(id), bound)
+	if err != nil {
+		return 0
+	}
+	return min(size, bound)
+}
+
 // overDisk says whether the workspace of sandbox id is over its limit, or over the size
-// it had when the command started if that was more: a workspace over its limit (from an
-// earlier command's last moments, or a lower limit since) does not stop commands that
-// do not grow it, such as the one that deletes files. A workspace that cannot be measured
-// (see sandbox.DiskUsage) is over it.
+// it had when the command started (diskAtStart) if that was more: a workspace over its
+// limit (from an earlier command's last moments, or a lower limit since) does not stop
+// commands that do not grow it, such as the one that deletes files. One over twice its
+// limit when the command started (diskBound) stops it unless it is brought under that
+// by the next look. A workspace that cannot be measured (see sandbox.DiskUsage) is over
+// it.
 func (p *Provider) overDisk(id string, atStart int64) string {
 	limit := max(int64(p.limits.Disk), atStart)
 	size, err := sandbox.DiskUsage(p.Workspace(id), limit)
@@ -113,6 +148,8 @@ func (p *Provider) overDisk(id string, atStart int64) string {
 		return fmt.Sprintf("the workspace could not be measured against its limit of %s: %v", sizeString(p.limits.Disk), err)
 	case size <= limit:
 		return ""
+	case atStart >= p.diskBound():
+		return fmt.Sprintf("the workspace was over twice its limit of %s when the command started, and still is: delete files to bring it under", sizeString(p.limits.Disk))
 	case atStart > int64(p.limits.Disk):
 		return fmt.Sprintf("the workspace, over its limit of %s when the command started (%s), grew", sizeString(p.limits.Disk), humanSize(uint64(atStart)))
 	}
