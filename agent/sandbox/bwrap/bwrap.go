@@ -81,7 +81,7 @@ type Limits struct {
 	Processes   uint64 // processes in the command's namespace (RLIMIT_NPROC)
 	OpenFiles   uint64 // open files of each process (RLIMIT_NOFILE)
 	FileSize    uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
-	Disk        uint64 // size of the workspace, bytes (watched: sandbox.DiskUsage)
+	Disk        uint64 // size of the workspace, bytes (watched: sandbox.DiskUsage, and heldFiles)
 	TmpSize     uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
 }
 
@@ -159,6 +159,11 @@ type Provider struct {
 	// workspace are measured against the limits, and diskAtMost the longest the
 	// workspace goes unmeasured (watch).
 	watchEvery, diskEvery, diskAtMost time.Duration
+	// shmDev is the device of the kernel's tmpfs of memory files (shm false: unknown);
+	// mapFiles says whether chatd can stat what a process maps (see heldFiles).
+	shmDev   uint64
+	shm      bool
+	mapFiles bool
 
 	// mu guards boxes and everything in them. It is never held while waiting on bwrap.
 	mu    sync.Mutex
@@ -236,7 +241,9 @@ func New(cfg Config) (*Provider, error) {
 		watchEvery: cmp.Or(max(cfg.WatchEvery, 0), defaultWatchEvery),
 		diskEvery:  cmp.Or(max(cfg.DiskEvery, 0), defaultDiskEvery),
 		diskAtMost: defaultDiskAtMost,
+		mapFiles:   canStatMappings(),
 	}
+	p.shmDev, p.shm = shmDevice()
 	if os.Geteuid() == 0 {
 		uid, gid := cfg.UID, cfg.GID
 		if uid == 0 {

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(chatdEnv); dir != "" {
 		os.Exit(fakeChatd(dir))
 	}
+	if what := os.Getenv(helperEnv); what != "" {
+		os.Exit(helper(what, os.Args[1:]))
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -940,6 +943,18 @@ func TestLimitDisk(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, size, int64(limit))
 	t.Logf("the workspace holds %d bytes after the stop (limit %d)", size, limit)
+	// Over its limit by how much the command wrote between two looks, which depends on
+	// the machine: made 9 MB, over the limit and under twice it (see
+	// TestLimitDiskFarOverAtStart), for what follows.
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+	names, err := filepath.Glob(filepath.Join(ws, "f*"))
+	require.NoError(t, err)
+	for _, n := range names {
+		require.NoError(t, os.Remove(n))
+	}
+	for i := range 9 {
+		require.NoError(t, os.WriteFile(filepath.Join(ws, "f"+strconv.Itoa(i)), make([]byte, 1000000), 0o644))
+	}
 	stillWorks(t, p, sb)
 
 	// Over its limit, the workspace still lets a command run that does not grow it, and

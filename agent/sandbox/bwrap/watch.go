@@ -1,13 +1,13 @@
 package bwrap
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/chatd/chatd/agent/sandbox"
@@ -37,11 +37,17 @@ const (
 
 // watch watches the limits of the command in namespace sp of box bx until the returned
 // func is called, and says on exceeded (without blocking) the first it finds crossed.
-// diskAtStart is the workspace's size when the command started (see overDisk).
+// diskAtStart is the workspace's size when the command started (see overDisk). What the
+// sandbox's processes hold of files no directory entry shows (heldFiles) is looked at
+// with the workspace, and counted until the next look.
 func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, exceeded chan<- string) (stop func()) {
 	l := p.limits
 	if l.CPUSeconds == 0 && l.TotalMemory == 0 && l.Disk == 0 {
 		return func() {}
+	}
+	var wsDev uint64
+	if fi, err := os.Stat(p.Workspace(id)); err == nil {
+		wsDev = fi.Sys().(*syscall.Stat_t).Dev
 	}
 	quit := make(chan struct{})
 	done := make(chan struct{})
@@ -50,17 +56,32 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 		tick := time.NewTicker(p.watchEvery)
 		defer tick.Stop()
 		nextDisk := time.Now().Add(p.diskEvery)
+		var held heldFiles
 		for {
 			select {
 			case <-quit:
 				return
 			case <-tick.C:
 			}
-			why := p.overProcesses(bx, sp)
-			if why == "" && l.Disk > 0 && !time.Now().Before(nextDisk) {
-				began := time.Now()
-				why = p.overDisk(id, diskAtStart)
+			var why string
+			disk := (l.Disk > 0 || l.TotalMemory > 0) && !time.Now().Before(nextDisk)
+			if !disk && l.CPUSeconds == 0 && l.TotalMemory == 0 {
+				continue
+			}
+			began := time.Now()
+			p.mu.Lock()
+			nss := namespaces(bx)
+			p.mu.Unlock()
+			members := p.memberNamespaces(nss)
+			if disk {
+				held = p.heldFiles(members, wsDev)
+				if l.Disk > 0 {
+					why = p.overDisk(id, diskAtStart, held.deleted)
+				}
 				nextDisk = time.Now().Add(diskWait(time.Since(began), p.diskEvery, p.diskAtMost))
+			}
+			if why == "" {
+				why = p.overProcesses(members, sp, held)
 			}
 			if why != "" {
 				select {
@@ -84,23 +105,43 @@ func diskWait(took, every, atMost time.Duration) time.Duration {
 	return max(every, min(diskShare*took, atMost))
 }
 
-// overProcesses says which limit the processes of the box, or those of sp, are over, if
-// any: the CPU time of sp's together, the memory of all the box's together.
-func (p *Provider) overProcesses(bx *box, sp *space) string {
+// overProcesses says which limit the processes of a box (members, with their pid
+// namespaces), or those of sp, are over, if any: the CPU time of sp's together, the
+// memory of all the box's together, with the memory files they hold (held, from the
+// last look at them).
+func (p *Provider) overProcesses(members map[int]uint64, sp *space, held heldFiles) string {
 	l := p.limits
 	if l.CPUSeconds == 0 && l.TotalMemory == 0 {
 		return ""
 	}
-	p.mu.Lock()
-	nss := namespaces(bx)
-	p.mu.Unlock()
 	var ticks, mem uint64
-	for pid, ns := range p.memberNamespaces(nss) {
+	mapped := map[fileKey]uint64{}
+	sysv := map[uint64]uint64{} // by namespace
+	for pid, ns := range members {
 		if l.CPUSeconds > 0 && ns == sp.ns {
 			ticks += cpuTicks(pid)
 		}
 		if l.TotalMemory > 0 {
-			mem += memoryUse(pid)
+			m := p.memoryUse(pid)
+			mem += m.own
+			for f, n := range m.files {
+				mapped[f] += n
+			}
+			sysv[ns] += m.sysv
+		}
+	}
+	if l.TotalMemory > 0 {
+		// A memory file counts for what it holds or what is mapped of it, the more: its
+		// pages once, those no process maps too.
+		for f, n := range held.sizes(members) {
+			mem += max(n, mapped[f])
+			delete(mapped, f)
+		}
+		for _, n := range mapped {
+			mem += n
+		}
+		for _, n := range sysv {
+			mem += n
 		}
 	}
 	switch {
@@ -126,9 +167,20 @@ func (p *Provider) diskBound() int64 {
 // cannot be.
 func (p *Provider) diskAtStart(id string) int64 {
 	bound := p.diskBound()
-	size, err := sandbox.DiskUsage(p.Workspace(id), bound)
+	ws := p.Workspace(id)
+	size, err := sandbox.DiskUsage(ws, bound)
 	if err != nil {
 		return 0
+	}
+	// With the deleted files that the sandbox's other commands hold, as overDisk counts.
+	p.mu.Lock()
+	var nss map[uint64]bool
+	if bx, ok := p.boxes[id]; ok {
+		nss = namespaces(bx)
+	}
+	p.mu.Unlock()
+	if fi, err := os.Stat(ws); err == nil && len(nss) > 0 {
+		size += p.heldFiles(p.memberNamespaces(nss), fi.Sys().(*syscall.Stat_t).Dev).deleted
 	}
 	return min(size, bound)
 }
@@ -138,22 +190,35 @@ func (p *Provider) diskAtStart(id string) int64 {
 // limit (from an earlier command's last moments, or a lower limit since) does not stop
 // commands that do not grow it, such as the one that deletes files. One over twice its
 // limit when the command started (diskBound) stops it unless it is brought under that
-// by the next look. A workspace that cannot be measured (see sandbox.DiskUsage) is over
-// it.
-func (p *Provider) overDisk(id string, atStart int64) string {
+// by the next look. Files deleted from it that its processes still hold (deleted bytes,
+// see heldFiles) count. A workspace that cannot be measured (see sandbox.DiskUsage) is
+// over it.
+func (p *Provider) overDisk(id string, atStart, deleted int64) string {
 	limit := max(int64(p.limits.Disk), atStart)
-	size, err := sandbox.DiskUsage(p.Workspace(id), limit)
+	size, err := deleted, error(nil)
+	if deleted <= limit {
+		// Bounded (most > 0) by what the deleted files leave of the limit.
+		var walked int64
+		walked, err = sandbox.DiskUsage(p.Workspace(id), max(limit-deleted, 1))
+		size += walked
+	}
+	var why string
 	switch {
 	case err != nil:
 		return fmt.Sprintf("the workspace could not be measured against its limit of %s: %v", sizeString(p.limits.Disk), err)
 	case size <= limit:
 		return ""
 	case atStart >= p.diskBound():
-		return fmt.Sprintf("the workspace was over twice its limit of %s when the command started, and still is: delete files to bring it under", sizeString(p.limits.Disk))
+		why = fmt.Sprintf("the workspace was over twice its limit of %s when the command started, and still is: delete files to bring it under", sizeString(p.limits.Disk))
 	case atStart > int64(p.limits.Disk):
-		return fmt.Sprintf("the workspace, over its limit of %s when the command started (%s), grew", sizeString(p.limits.Disk), humanSize(uint64(atStart)))
+		why = fmt.Sprintf("the workspace, over its limit of %s when the command started (%s), grew", sizeString(p.limits.Disk), humanSize(uint64(atStart)))
+	default:
+		why = fmt.Sprintf("the workspace grew past its limit of %s", sizeString(p.limits.Disk))
 	}
-	return fmt.Sprintf("the workspace grew past its limit of %s", sizeString(p.limits.Disk))
+	if deleted > 0 {
+		why += fmt.Sprintf(", counting %s of deleted files its processes hold open", humanSize(uint64(deleted)))
+	}
+	return why
 }
 
 // memberNamespaces lists the processes in the pid namespaces nss, with their namespace.
@@ -201,46 +266,6 @@ func cpuTicks(pid int) uint64 {
 		t += n
 	}
 	return t
-}
-
-// memoryUse is the memory process pid holds that only it or the sandbox can free: its
-// proportional share of anonymous and shared-memory pages (smaps_rollup: Pss_Anon,
-// Pss_Shmem), so that pages shared after a fork count once; not the pages of files it
-// maps, which the kernel can drop and read again. Without those lines (older kernels),
-// its resident anonymous and shared pages (status: RssAnon, RssShmem).
-func memoryUse(pid int) uint64 {
-	dir := "/proc/" + strconv.Itoa(pid) + "/"
-	if n, ok := sumKB(dir+"smaps_rollup", "Pss_Anon:", "Pss_Shmem:"); ok {
-		return n
-	}
-	n, _ := sumKB(dir+"status", "RssAnon:", "RssShmem:")
-	return n
-}
-
-// sumKB adds the values (in kB) of the lines of file that begin with keys; ok when
-// there were all of them.
-func sumKB(file string, keys ...string) (uint64, bool) {
-	f, err := os.Open(file)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	var sum uint64
-	found := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, k := range keys {
-			if v, ok := strings.CutPrefix(line, k); ok {
-				n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				if err == nil {
-					sum += n << 10
-					found++
-				}
-			}
-		}
-	}
-	return sum, found == len(keys)
 }
 
 // humanSize writes n bytes in the largest binary unit under it, to a tenth.
