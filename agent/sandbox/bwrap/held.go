@@ -25,7 +25,8 @@ import (
 //     tables hold. Each counts towards the memory of the sandbox's processes for the more of
 //     its allocated blocks and what they map of it (see memoryUse): its pages once.
 //   - SysV shared memory, which the sandbox's own process measures in the command's IPC
-//     namespace (inside.go) and reports; see sysvBytes.
+//     namespace and reports (inside.go: reportShm); a segment attached by a process is
+//     in its Pss_Shmem too, and counts once (overProcesses).
 //
 // The watch finds the first two in /proc, every time it measures the workspace (they cost
 // a look at every descriptor): each process's descriptors (/proc/PID/fd, stated through

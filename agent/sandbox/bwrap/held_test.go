@@ -44,7 +44,8 @@ func installHelper(t *testing.T, p *bwrap.Provider, sb sandbox.Sandbox) {
 //     no process's page tables hold them;
 //   - shared: shared anonymous memory, written and dropped from its mapping likewise;
 //   - deleted-mapped: a file of the workspace, deleted, mapped, its descriptor closed,
-//     written through the mapping.
+//     written through the mapping;
+//   - sysv: a SysV shared memory segment, attached, written, detached.
 func helper(what string, args []string) int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, what, err)
@@ -117,6 +118,19 @@ func helper(what string, args []string) int {
 		}
 	case "shared":
 		if err := mapped(-1, true); err != nil {
+			return fail(err)
+		}
+	case "sysv":
+		id, err := unix.SysvShmGet(unix.IPC_PRIVATE, size, unix.IPC_CREAT|0o600)
+		if err != nil {
+			return fail(err)
+		}
+		b, err := unix.SysvShmAttach(id, 0, 0)
+		if err != nil {
+			return fail(err)
+		}
+		touch(b)
+		if err := unix.SysvShmDetach(b); err != nil {
 			return fail(err)
 		}
 	case "deleted-mapped":
@@ -249,4 +263,37 @@ func helped(t *testing.T, sb sandbox.Sandbox, what string, size int, hold string
 	require.NoError(t, err)
 	require.False(t, res.TimedOut, "not stopped: %s", out.String())
 	return out.String(), res
+}
+
+// SysV shared memory counts towards the memory of the sandbox's processes, attached or
+// not: the sandbox's own process reports it from the command's IPC namespace. The looks
+// are slower here, so that the first comes once the segment is detached.
+func TestLimitMemorySysV(t *testing.T) {
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{TotalMemory: 64 << 20}, WatchEvery: 500 * time.Millisecond, DiskEvery: 500 * time.Millisecond})
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	installHelper(t, p, sb)
+	out, res := helped(t, sb, "sysv", 100_000_000, "1000s")
+	require.Equal(t, -1, res.ExitCode, out)
+	require.Contains(t, res.Exceeded, "of memory together, over the limit of 64 MiB")
+	require.Equal(t, "ready\n", out)
+	stillWorks(t, p, sb)
+}
+
+// A command that stops the sandbox's own process, which reports its SysV shared memory,
+// is stopped.
+func TestLimitMemoryStoppedReports(t *testing.T) {
+	p := newProvider(t, fast(bwrap.Limits{TotalMemory: 64 << 20}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Command: "echo stopping; kill -STOP $PPID; sleep 1000", Timeout: 30 * time.Second, Output: &out,
+	})
+	require.NoError(t, err)
+	require.False(t, res.TimedOut, "not stopped: %s", out.String())
+	require.Equal(t, -1, res.ExitCode, out.String())
+	require.Equal(t, "its processes stopped the sandbox's own process, which measures the command's SysV shared memory", res.Exceeded)
+	require.Equal(t, "stopping\n", out.String(), "resumed, it sends the output")
+	stillWorks(t, p, sb)
 }

@@ -57,6 +57,7 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 		defer tick.Stop()
 		nextDisk := time.Now().Add(p.diskEvery)
 		var held heldFiles
+		inside := 0 // the pid of sp's inside, once found
 		for {
 			select {
 			case <-quit:
@@ -71,9 +72,23 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 			began := time.Now()
 			p.mu.Lock()
 			nss := namespaces(bx)
+			sysv := map[uint64]uint64{} // inside's reports, by namespace
+			for s := range bx.spaces {
+				if s.ns != 0 {
+					sysv[s.ns] = s.sysv.Load()
+				}
+			}
 			p.mu.Unlock()
 			members := p.memberNamespaces(nss)
-			if disk {
+			if l.TotalMemory > 0 {
+				if inside == 0 {
+					inside = findInside(members, sp.ns)
+				}
+				if inside != 0 && p.insideStopped(bx, sp, inside) {
+					why = "its processes stopped the sandbox's own process, which measures the command's SysV shared memory"
+				}
+			}
+			if why == "" && disk {
 				held = p.heldFiles(members, wsDev)
 				if l.Disk > 0 {
 					why = p.overDisk(id, diskAtStart, held.deleted)
@@ -81,7 +96,7 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 				nextDisk = time.Now().Add(diskWait(time.Since(began), p.diskEvery, p.diskAtMost))
 			}
 			if why == "" {
-				why = p.overProcesses(members, sp, held)
+				why = p.overProcesses(members, sp, held, sysv)
 			}
 			if why != "" {
 				select {
@@ -98,6 +113,60 @@ func (p *Provider) watch(id string, bx *box, sp *space, diskAtStart int64, excee
 	}
 }
 
+// reportEvery is how often inside reports the SysV shared memory (0: never), when its
+// total is watched: as often as the processes are measured.
+func (p *Provider) reportEvery() time.Duration {
+	if p.limits.TotalMemory == 0 {
+		return 0
+	}
+	return max(p.watchEvery, time.Millisecond)
+}
+
+// findInside finds, among members (pids with their pid namespace), the inside of the
+// command of namespace ns: its second process, after bwrap's init. 0 when it is not
+// there (yet).
+func findInside(members map[int]uint64, ns uint64) int {
+	for pid, pidNS := range members {
+		if pidNS != ns {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(v); len(f) > 0 && f[len(f)-1] == "2" {
+					return pid
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// insideStopped says whether the command of sp stopped its inside (SIGSTOP, which inside
+// cannot catch), which then no longer reports; if so, it is resumed, to end the command
+// and send its output when the watch stops it. A box paused (every process stopped, see
+// Pause) is not: p.mu, held, keeps Pause from stopping inside meanwhile, and Connect
+// resumes it before the box runs.
+func (p *Provider) insideStopped(bx *box, sp *space, pid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if bx.state != running {
+		return false
+	}
+	if ns, ok := pidNamespace(pid); !ok || ns != sp.ns {
+		return false // gone: the command is ending
+	}
+	st, ok := procState(pid)
+	if !ok || (st != 'T' && st != 't') {
+		return false
+	}
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	return true
+}
+
 // diskWait is how long the watch waits for the next measure of the workspace after one
 // that took took: diskShare times as long, at least every and at most atMost (or every,
 // if more).
@@ -108,15 +177,16 @@ func diskWait(took, every, atMost time.Duration) time.Duration {
 // overProcesses says which limit the processes of a box (members, with their pid
 // namespaces), or those of sp, are over, if any: the CPU time of sp's together, the
 // memory of all the box's together, with the memory files they hold (held, from the
-// last look at them).
-func (p *Provider) overProcesses(members map[int]uint64, sp *space, held heldFiles) string {
+// last look at them) and the SysV shared memory of each command (reported, by pid
+// namespace: what its inside last reported).
+func (p *Provider) overProcesses(members map[int]uint64, sp *space, held heldFiles, reported map[uint64]uint64) string {
 	l := p.limits
 	if l.CPUSeconds == 0 && l.TotalMemory == 0 {
 		return ""
 	}
 	var ticks, mem uint64
 	mapped := map[fileKey]uint64{}
-	sysv := map[uint64]uint64{} // by namespace
+	sysv := map[uint64]uint64{} // attached, by namespace
 	for pid, ns := range members {
 		if l.CPUSeconds > 0 && ns == sp.ns {
 			ticks += cpuTicks(pid)
@@ -139,6 +209,12 @@ func (p *Provider) overProcesses(members map[int]uint64, sp *space, held heldFil
 		}
 		for _, n := range mapped {
 			mem += n
+		}
+		// A command's SysV segments, for the more of what inside reported (all of them,
+		// attached or not) and what is attached: a report is at most a look old.
+		for ns, n := range reported {
+			mem += max(n, sysv[ns])
+			delete(sysv, ns)
 		}
 		for _, n := range sysv {
 			mem += n
