@@ -16,9 +16,11 @@ import (
 //
 //   - A file deleted from the workspace: its blocks are freed when the last descriptor and
 //     mapping of it go, and a walk of the workspace does not see them meanwhile. Those on
-//     the workspace's file system count towards its size; a deleted file of the sandbox's
-//     /tmp or /dev/shm is still in that tmpfs's size, which TmpSize bounds, and one of the
-//     read-only system's is not the sandbox's doing.
+//     the workspace's file system count towards its size, but for those whose path (as
+//     the process sees it) is not in /workspace: the system's, read-only there (a library
+//     the host replaced while a process maps it), which the sandbox cannot have written
+//     nor moved there. A deleted file of the sandbox's /tmp or /dev/shm is still in that
+//     tmpfs's size, which TmpSize bounds.
 //   - A memory file: a memfd (memfd_create), or the object behind a shared anonymous
 //     mapping, pages of the kernel's internal tmpfs (shmDev) that are in a process's
 //     proportional share (Pss_Shmem) only while it maps them, and then only those its page
@@ -80,7 +82,8 @@ func (p *Provider) heldFiles(members map[int]uint64, wsDev uint64) heldFiles {
 				m.holders = append(m.holders, pid)
 			}
 		}
-		count := func(st *unix.Stat_t, memfd bool) {
+		// count counts the file of st, its path as the process sees it ("" if unknown).
+		count := func(st *unix.Stat_t, path string) {
 			k := fileKey{st.Dev, st.Ino}
 			if seen[k] || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 {
 				return
@@ -88,27 +91,25 @@ func (p *Provider) heldFiles(members map[int]uint64, wsDev uint64) heldFiles {
 			seen[k] = true
 			switch {
 			case st.Dev == wsDev:
-				h.deleted += max(st.Blocks*512, sandbox.MinEntryUsage)
-			case memfd || (p.shm && st.Dev == p.shmDev):
+				if path == "" || strings.HasPrefix(path, workspacePath+"/") {
+					h.deleted += max(st.Blocks*512, sandbox.MinEntryUsage)
+				}
+			// A memfd of hugetlbfs is not on shmDev: known by its name.
+			case (p.shm && st.Dev == p.shmDev) || strings.HasPrefix(path, "/memfd:"):
 				h.memory[k] = &memoryFile{size: uint64(st.Blocks) * 512, holders: []int{pid}}
 			}
 		}
 		for _, fd := range readNames(dir + "fd") {
 			var st unix.Stat_t
-			if unix.Stat(dir+"fd/"+fd, &st) != nil || st.Nlink != 0 {
+			if unix.Stat(dir+"fd/"+fd, &st) != nil || st.Nlink != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
 				continue
 			}
 			if seen[fileKey{st.Dev, st.Ino}] {
 				hold(fileKey{st.Dev, st.Ino})
 				continue
 			}
-			memfd := false
-			if st.Dev != wsDev {
-				// A memfd of hugetlbfs is not on shmDev: known by its name.
-				link, _ := os.Readlink(dir + "fd/" + fd)
-				memfd = strings.HasPrefix(link, "/memfd:")
-			}
-			count(&st, memfd)
+			link, _ := os.Readlink(dir + "fd/" + fd) // "" if it cannot be read: counted
+			count(&st, link)
 		}
 		if p.mapFiles {
 			p.heldMappings(dir, wsDev, seen, count, hold)
@@ -120,7 +121,7 @@ func (p *Provider) heldFiles(members map[int]uint64, wsDev uint64) heldFiles {
 // heldMappings counts, with count, the deleted files and memory files that process dir
 // (/proc/PID/) maps, each not seen yet (stated through /proc/PID/map_files), and notes
 // it with hold as a holder of those seen already.
-func (p *Provider) heldMappings(dir string, wsDev uint64, seen map[fileKey]bool, count func(*unix.Stat_t, bool), hold func(fileKey)) {
+func (p *Provider) heldMappings(dir string, wsDev uint64, seen map[fileKey]bool, count func(*unix.Stat_t, string), hold func(fileKey)) {
 	f, err := os.Open(dir + "maps")
 	if err != nil {
 		return
@@ -128,8 +129,9 @@ func (p *Provider) heldMappings(dir string, wsDev uint64, seen map[fileKey]bool,
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
+		// A path too long to show is none: that mapping is stated too.
 		m, ok := parseMapping(sc.Text())
-		if !ok || !strings.HasSuffix(m.path, " (deleted)") ||
+		if !ok || m.file.ino == 0 || (m.path != "" && !strings.HasSuffix(m.path, " (deleted)")) ||
 			!(m.file.dev == wsDev || (p.shm && m.file.dev == p.shmDev && !m.sysv())) {
 			continue
 		}
@@ -139,7 +141,7 @@ func (p *Provider) heldMappings(dir string, wsDev uint64, seen map[fileKey]bool,
 		}
 		var st unix.Stat_t
 		if unix.Stat(dir+"map_files/"+m.addrs, &st) == nil {
-			count(&st, false)
+			count(&st, m.path)
 		}
 	}
 }
