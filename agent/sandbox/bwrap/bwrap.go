@@ -79,8 +79,9 @@ type Limits struct {
 	// each (RLIMIT_CPU: SIGXCPU at it, SIGKILL a second later).
 	CPUSeconds uint64
 	Memory     uint64 // address space of each process, bytes (RLIMIT_AS)
-	// TotalMemory is the memory of a sandbox's processes together, bytes (watched: see
-	// memoryUse). Its /tmp and /dev/shm are bounded apart, by TmpSize.
+	// TotalMemory is the memory of a sandbox's processes together, bytes, with the
+	// memory files and SysV shared memory they hold (watched: see memoryUse, heldFiles).
+	// Its /tmp and /dev/shm are bounded apart, by TmpSize.
 	TotalMemory uint64
 	Processes   uint64 // processes in the command's namespace (RLIMIT_NPROC)
 	OpenFiles   uint64 // open files of each process (RLIMIT_NOFILE)
