@@ -226,25 +226,30 @@ func (p *Provider) memoryUse(pid int) procMemory {
 		v, _ = readKB(dir+"status", "RssAnon:", "RssShmem:")
 		return procMemory{own: v[0] + v[1]}
 	}
-	m := procMemory{own: v[0] + v[1]}
-	if v[1] > 0 && p.shm {
-		p.splitShmem(dir+"smaps", &m)
+	if v[1] == 0 || !p.shm {
+		return procMemory{own: v[0] + v[1]}
 	}
+	// smaps first, then the totals again: a process that exits between the two reads
+	// (its smaps cut short, or empty) has no totals left either, and its pages of memory
+	// files do not count twice, in its own and by file.
+	m := p.splitShmem(dir + "smaps")
+	v, _ = readKB(dir+"smaps_rollup", "Pss_Anon:", "Pss_Shmem:")
+	m.own = v[0] + v[1] - min(m.own, v[1])
 	return m
 }
 
-// splitShmem moves from m.own to m.files and m.sysv the pages of the memory files and
-// SysV segments that smaps file shows mapped. smaps tells a mapping's Pss, not its
-// Pss_Shmem: a mapping of shmDev holds shared-memory pages, and the anonymous ones that a
-// private mapping copied on write (Anonymous, not proportional: most are the process's
-// own), which stay in m.own.
-func (p *Provider) splitShmem(file string, m *procMemory) {
+// splitShmem reads smaps file: in files and sysv, the pages of the memory files and
+// SysV segments it shows mapped, and in own their sum. smaps tells a mapping's Pss, not
+// its Pss_Shmem: a mapping of shmDev holds shared-memory pages, and the anonymous ones
+// that a private mapping copied on write (Anonymous, not proportional: most are the
+// process's own), which are left out.
+func (p *Provider) splitShmem(file string) procMemory {
+	m := procMemory{files: map[fileKey]uint64{}}
 	f, err := os.Open(file)
 	if err != nil {
-		return
+		return m
 	}
 	defer f.Close()
-	m.files = map[fileKey]uint64{}
 	var cur mapping
 	var shared bool // cur is of shmDev
 	var pss, anon uint64
@@ -252,8 +257,8 @@ func (p *Provider) splitShmem(file string, m *procMemory) {
 		if !shared || pss <= anon {
 			return
 		}
-		n := min(pss-anon, m.own)
-		m.own -= n
+		n := pss - anon
+		m.own += n
 		if cur.sysv() {
 			m.sysv += n
 		} else {
@@ -273,6 +278,7 @@ func (p *Provider) splitShmem(file string, m *procMemory) {
 		}
 	}
 	flush()
+	return m
 }
 
 // readKB reads the values (in kB, returned in bytes) of the lines of file that begin with
