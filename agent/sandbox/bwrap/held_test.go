@@ -173,19 +173,19 @@ func TestParseMapping(t *testing.T) {
 // A file deleted from the workspace while a process holds it open still takes its
 // blocks: it counts towards the workspace's size.
 func TestLimitDiskDeletedFiles(t *testing.T) {
-	const limit = 8 << 20
+	const limit = 32 << 20 // the helper, below, is 10 MB
 	p := newProvider(t, fast(bwrap.Limits{Disk: limit}))
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	var out bytes.Buffer
 	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
-		Command: "exec 3>big; rm big; echo deleted; head -c 50000000 /dev/zero >&3; echo written; sleep 1000",
+		Command: "exec 3>big; rm big; echo deleted; head -c 100000000 /dev/zero >&3; echo written; sleep 1000",
 		Timeout: 30 * time.Second, Output: &out,
 	})
 	require.NoError(t, err)
 	require.Equal(t, -1, res.ExitCode, out.String())
 	require.False(t, res.TimedOut, "not stopped: %s", out.String())
-	require.True(t, strings.HasPrefix(res.Exceeded, "the workspace grew past its limit of 8 MiB, counting "), res.Exceeded)
+	require.True(t, strings.HasPrefix(res.Exceeded, "the workspace grew past its limit of 32 MiB, counting "), res.Exceeded)
 	require.True(t, strings.HasSuffix(res.Exceeded, " of deleted files its processes hold open"), res.Exceeded)
 	require.Contains(t, out.String(), "deleted\n")
 	stillWorks(t, p, sb)
@@ -200,7 +200,7 @@ func TestLimitDiskDeletedFiles(t *testing.T) {
 	require.NoError(t, err)
 	if os.Geteuid() == 0 {
 		require.Equal(t, -1, res.ExitCode, out.String())
-		require.True(t, strings.HasPrefix(res.Exceeded, "the workspace grew past its limit of 8 MiB, counting "), res.Exceeded)
+		require.True(t, strings.HasPrefix(res.Exceeded, "the workspace grew past its limit of 32 MiB, counting "), res.Exceeded)
 	} else {
 		require.Equal(t, 0, res.ExitCode, out.String())
 		require.Empty(t, res.Exceeded)
