@@ -15,18 +15,20 @@ const (
 	// MaxUsageDepth bounds how deep DiskUsage walks: it holds a directory open at each
 	// level, and a sandbox can nest them without end.
 	MaxUsageDepth = 128
-	// minEntryUsage is the least each file, directory or link counts for in DiskUsage:
-	// an empty file takes no block, but an inode, and a million of them would otherwise
-	// count for nothing.
-	minEntryUsage = 4096
+	// MinEntryUsage is the least each directory entry counts for in DiskUsage, a file's
+	// further hard links included: an empty file takes no block, but an inode, and a
+	// million of them (or a million links to one file) would otherwise count for nothing,
+	// and cost a walk as much as a workspace of gigabytes.
+	MinEntryUsage = 4096
 )
 
 // ErrTooDeep is returned by DiskUsage for a tree deeper than MaxUsageDepth.
 var ErrTooDeep = fmt.Errorf("directories nested deeper than %d levels", MaxUsageDepth)
 
 // DiskUsage is how much of its file system the tree at dir takes: the blocks of every
-// file, directory and link in it, each counting at least 4 KiB, a file with several hard
-// links once. It is what a sandbox's workspace is held to. Like RemoveDir it follows no
+// file, directory and link in it, each counting at least MinEntryUsage (4 KiB), a file
+// with several hard links by its blocks once and by MinEntryUsage at each further link,
+// so that no entry counts for nothing. It is what a sandbox's workspace is held to. Like RemoveDir it follows no
 // symbolic link and stays on dir's file system (a mount point in the tree counts as one
 // entry). Once the total is over most (when positive) it stops and returns what it has
 // counted so far, over most: a tree much larger than its limit costs no more to measure
@@ -66,7 +68,7 @@ type usage struct {
 }
 
 func entryUsage(st *unix.Stat_t) int64 {
-	return max(st.Blocks*512, minEntryUsage)
+	return max(st.Blocks*512, MinEntryUsage)
 }
 
 // walk counts what directory d, at rel and depth, holds.
@@ -97,13 +99,14 @@ func (u *usage) entry(parent int, name, rel string, depth int) error {
 	if err != nil {
 		return &fs.PathError{Op: "stat", Path: rel, Err: err}
 	}
+	size := entryUsage(&st)
 	if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if u.links[st.Ino] {
-			return nil
+			size = MinEntryUsage // a further link: its entry, not the file again
 		}
 		u.links[st.Ino] = true
 	}
-	u.total += entryUsage(&st)
+	u.total += size
 	if u.most > 0 && u.total > u.most {
 		return errOverMost
 	}

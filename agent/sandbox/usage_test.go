@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,11 +34,11 @@ func TestDiskUsage(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "empty"+string(rune('0'+i%10))+string(rune('0'+i/10))), nil, 0o644))
 	}
 	want := blocks(t, dir) + blocks(t, filepath.Join(dir, "a")) + blocks(t, filepath.Join(dir, "a", "b")) +
-		blocks(t, filepath.Join(dir, "a", "b", "f")) + blocks(t, filepath.Join(dir, "link")) + blocks(t, filepath.Join(dir, "dirlink")) +
+		blocks(t, filepath.Join(dir, "a", "b", "f")) + 4096 + blocks(t, filepath.Join(dir, "link")) + blocks(t, filepath.Join(dir, "dirlink")) +
 		100*4096
 	got, err := sandbox.DiskUsage(dir, 0)
 	require.NoError(t, err)
-	require.Equal(t, want, got, "the file once, its hard link not again, the links' targets not at all, each empty file 4 KiB")
+	require.Equal(t, want, got, "the file once, its hard link 4 KiB, the links' targets not at all, each empty file 4 KiB")
 	require.GreaterOrEqual(t, got, int64(1<<20+100*4096))
 
 	// Bounded, it stops once over the bound.
@@ -59,4 +60,26 @@ func TestDiskUsage(t *testing.T) {
 	require.NoError(t, os.Remove(p))
 	_, err = sandbox.DiskUsage(deep, 0)
 	require.NoError(t, err, "as deep as it walks")
+}
+
+// Every directory entry counts, a file's further hard links too: links to one file cannot
+// pile up for nothing (and make every walk long) under the limit.
+func TestDiskUsageCountsEveryLink(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(f, make([]byte, 64<<10), 0o644))
+	const links = 1000
+	for i := range links {
+		require.NoError(t, os.Link(f, filepath.Join(dir, "l"+strconv.Itoa(i))))
+	}
+	want := blocks(t, dir) + blocks(t, f) + links*sandbox.MinEntryUsage
+	got, err := sandbox.DiskUsage(dir, 0)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	// Bounded, the walk stops once the links alone are over the bound.
+	got, err = sandbox.DiskUsage(dir, 100*sandbox.MinEntryUsage)
+	require.NoError(t, err)
+	require.Greater(t, got, int64(100*sandbox.MinEntryUsage))
+	require.LessOrEqual(t, got, int64(100*sandbox.MinEntryUsage)+blocks(t, f))
 }

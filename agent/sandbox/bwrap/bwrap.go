@@ -25,7 +25,9 @@
 // output over the caller's limit (ExecRequest.OutputLimit) to its head and tail in the
 // sandbox, so that chatd never reads more, and when the shell exits it kills what the
 // command left in the background and sends the tail; closing its control pipe stops the
-// command the same way, keeping the end of its output.
+// command the same way, keeping the end of its output. It also reports the SysV shared
+// memory of the command's IPC namespace, which chatd cannot see, for the watch of the
+// sandbox's memory (watch.go).
 //
 // Sandbox processes never outlive chatd: bwrap is started with a parent-death signal
 // (from a thread kept for that, package launcher) and passes it on to the namespace's
@@ -38,6 +40,7 @@
 package bwrap
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -54,6 +57,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,13 +79,14 @@ type Limits struct {
 	// each (RLIMIT_CPU: SIGXCPU at it, SIGKILL a second later).
 	CPUSeconds uint64
 	Memory     uint64 // address space of each process, bytes (RLIMIT_AS)
-	// TotalMemory is the memory of a sandbox's processes together, bytes (watched: see
-	// memoryUse). Its /tmp and /dev/shm are bounded apart, by TmpSize.
+	// TotalMemory is the memory of a sandbox's processes together, bytes, with the
+	// memory files and SysV shared memory they hold (watched: see memoryUse, heldFiles).
+	// Its /tmp and /dev/shm are bounded apart, by TmpSize.
 	TotalMemory uint64
 	Processes   uint64 // processes in the command's namespace (RLIMIT_NPROC)
 	OpenFiles   uint64 // open files of each process (RLIMIT_NOFILE)
 	FileSize    uint64 // largest file a process may write, bytes (RLIMIT_FSIZE)
-	Disk        uint64 // size of the workspace, bytes (watched: sandbox.DiskUsage)
+	Disk        uint64 // size of the workspace, bytes (watched: sandbox.DiskUsage, and heldFiles)
 	TmpSize     uint64 // size of the private /tmp and /dev/shm (tmpfs, each), bytes
 }
 
@@ -156,8 +161,14 @@ type Provider struct {
 	freezeWait time.Duration
 	procState  func(pid int) (byte, bool)
 	// watchEvery and diskEvery are how often a running command's processes and its
-	// workspace are measured against the limits (watch).
-	watchEvery, diskEvery time.Duration
+	// workspace are measured against the limits, and diskAtMost the longest the
+	// workspace goes unmeasured (watch).
+	watchEvery, diskEvery, diskAtMost time.Duration
+	// shmDev is the device of the kernel's tmpfs of memory files (shm false: unknown);
+	// mapFiles says whether chatd can stat what a process maps (see heldFiles).
+	shmDev   uint64
+	shm      bool
+	mapFiles bool
 
 	// mu guards boxes and everything in them. It is never held while waiting on bwrap.
 	mu    sync.Mutex
@@ -185,6 +196,9 @@ type box struct {
 // space is one command's bwrap and pid namespace, until bwrap exits.
 type space struct {
 	cmd *exec.Cmd
+	// sysv is the SysV shared memory of the command's IPC namespace, bytes, as inside
+	// last reported it (see inside.go).
+	sysv *atomic.Uint64
 	// starting: bwrap runs and has not reported its namespace yet, whose processes
 	// cannot be found meanwhile.
 	starting bool
@@ -234,7 +248,10 @@ func New(cfg Config) (*Provider, error) {
 		procMasks:  procMasks(),
 		watchEvery: cmp.Or(max(cfg.WatchEvery, 0), defaultWatchEvery),
 		diskEvery:  cmp.Or(max(cfg.DiskEvery, 0), defaultDiskEvery),
+		diskAtMost: defaultDiskAtMost,
+		mapFiles:   canStatMappings(),
 	}
+	p.shmDev, p.shm = shmDevice()
 	if os.Geteuid() == 0 {
 		uid, gid := cfg.UID, cfg.GID
 		if uid == 0 {
@@ -743,7 +760,7 @@ func (p *Provider) args(id, command string, keep int) []string {
 		"--setenv", "LANG", "C.UTF-8",
 		"--setenv", "TERM", "dumb",
 		"--setenv", "TMPDIR", "/tmp",
-		"--", insidePath, insideArg, strconv.Itoa(keep), p.prlimit)
+		"--", insidePath, insideArg, strconv.Itoa(keep), strconv.FormatInt(p.reportEvery().Milliseconds(), 10), p.prlimit)
 	l := p.limits
 	if l.CPUSeconds > 0 {
 		// SIGXCPU at the limit, which kills with a status that says why (152), and
@@ -794,14 +811,13 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	}
 	keep := max(req.OutputLimit, 0)
 	p := h.p
-	// The workspace's size as the command starts (see overDisk). One that cannot be
-	// measured counts as empty: the command is stopped if it still cannot be.
+	// The workspace's size as the command starts (see overDisk).
 	var diskAtStart int64
 	if p.limits.Disk > 0 {
-		diskAtStart, _ = sandbox.DiskUsage(p.Workspace(h.id), 0)
+		diskAtStart = p.diskAtStart(h.id)
 	}
 
-	var pipes [3][2]*os.File // status, output, control: read and write ends
+	var pipes [4][2]*os.File // status, output, control, report: read and write ends
 	for i := range pipes {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -816,6 +832,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	statusR, statusW := pipes[0][0], pipes[0][1]
 	outR, outW := pipes[1][0], pipes[1][1]
 	controlR, controlW := pipes[2][0], pipes[2][1]
+	reportR, reportW := pipes[3][0], pipes[3][1]
 	defer statusR.Close()
 	defer outR.Close()
 	defer controlW.Close()
@@ -823,10 +840,27 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		statusW.Close()
 		outW.Close()
 		controlR.Close()
+		reportW.Close()
 	}
+	// inside's reports of the SysV shared memory, until it exits (or Exec returns).
+	sysv := new(atomic.Uint64)
+	reportsRead := make(chan struct{})
+	go func() {
+		defer close(reportsRead)
+		sc := bufio.NewScanner(reportR)
+		for sc.Scan() {
+			if n, err := strconv.ParseUint(sc.Text(), 10, 64); err == nil {
+				sysv.Store(n)
+			}
+		}
+	}()
+	defer func() {
+		reportR.Close()
+		<-reportsRead
+	}()
 	cmd := exec.Command(p.bwrap, p.args(h.id, req.Command, keep)...)
 	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = []*os.File{statusW, controlR, p.exe} // 3, controlFD, exeFD
+	cmd.ExtraFiles = []*os.File{statusW, controlR, p.exe, reportW} // 3, controlFD, exeFD, reportFD
 	// bwrap itself gets nothing of chatd's environment either.
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
@@ -858,7 +892,7 @@ func (h *handle) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	// until it reports its namespace: Kill kills it, Pause fails rather than miss its
 	// processes. The report is awaited without p.mu: a bwrap slow to start holds up no
 	// other sandbox, nor Kill.
-	sp := &space{cmd: cmd, starting: true}
+	sp := &space{cmd: cmd, starting: true, sysv: sysv}
 	bx.spaces[sp] = struct{}{}
 	p.mu.Unlock()
 

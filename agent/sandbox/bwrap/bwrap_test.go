@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(chatdEnv); dir != "" {
 		os.Exit(fakeChatd(dir))
 	}
+	if what := os.Getenv(helperEnv); what != "" {
+		os.Exit(helper(what, os.Args[1:]))
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -940,6 +943,18 @@ func TestLimitDisk(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, size, int64(limit))
 	t.Logf("the workspace holds %d bytes after the stop (limit %d)", size, limit)
+	// Over its limit by how much the command wrote between two looks, which depends on
+	// the machine: made 9 MB, over the limit and under twice it (see
+	// TestLimitDiskFarOverAtStart), for what follows.
+	waitFor(t, "the namespace to end", func() bool { return len(p.Processes(sb.ID())) == 0 })
+	names, err := filepath.Glob(filepath.Join(ws, "f*"))
+	require.NoError(t, err)
+	for _, n := range names {
+		require.NoError(t, os.Remove(n))
+	}
+	for i := range 9 {
+		require.NoError(t, os.WriteFile(filepath.Join(ws, "f"+strconv.Itoa(i)), make([]byte, 1000000), 0o644))
+	}
 	stillWorks(t, p, sb)
 
 	// Over its limit, the workspace still lets a command run that does not grow it, and
@@ -965,6 +980,38 @@ func TestLimitDisk(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, res.Exceeded, "the workspace could not be measured")
 	require.Contains(t, res.Exceeded, "nested deeper than")
+}
+
+// The workspace is measured at most every diskAtMost (10 s), however long a walk of it
+// takes: a workspace made slow to walk cannot put the looks minutes apart.
+func TestDiskWaitIsBounded(t *testing.T) {
+	for _, c := range []struct{ took, every, want time.Duration }{
+		{time.Millisecond, time.Second, time.Second},
+		{100 * time.Millisecond, time.Second, 2 * time.Second},
+		{5 * time.Second, time.Second, 10 * time.Second},
+		{time.Minute, time.Second, 10 * time.Second},
+		{time.Minute, 20 * time.Second, 20 * time.Second}, // a longer interval set
+	} {
+		require.Equal(t, c.want, bwrap.DiskWait(c.took, c.every, 10*time.Second), "took %s, every %s", c.took, c.every)
+	}
+}
+
+// A workspace over twice its limit as a command starts is measured only that far (not
+// walked whole before every command), and counts as twice it: the command is stopped
+// unless it brings the workspace under that.
+func TestLimitDiskFarOverAtStart(t *testing.T) {
+	const limit = 1 << 20
+	p := newProvider(t, fast(bwrap.Limits{Disk: limit}))
+	sb, err := p.Create(context.Background())
+	require.NoError(t, err)
+	big := filepath.Join(p.Workspace(sb.ID()), "big")
+	require.NoError(t, os.WriteFile(big, make([]byte, 3*limit), 0o644))
+	out, res := run(t, sb, "sleep 1000")
+	require.Equal(t, -1, res.ExitCode, out)
+	require.False(t, res.TimedOut)
+	require.Equal(t, "the workspace was over twice its limit of 1 MiB when the command started, and still is: delete files to bring it under", res.Exceeded)
+	require.NoError(t, os.Remove(big))
+	stillWorks(t, p, sb)
 }
 
 // The sandbox's /proc hides what tells only of the host (its kernel's command line and

@@ -37,3 +37,14 @@ func (p *Provider) SetFreeze(wait time.Duration, state func(pid int) (byte, bool
 
 // ProcState reads a process's state from /proc.
 var ProcState = procState
+
+// DiskWait is how long the watch waits for its next measure of a workspace after one
+// that took took.
+var DiskWait = diskWait
+
+// ParseMapping reads a line of /proc/PID/maps: the mapping's name in /proc/PID/map_files,
+// its file's device and inode, and its path.
+func ParseMapping(line string) (addrs string, dev, ino uint64, path string, ok bool) {
+	m, ok := parseMapping(line)
+	return m.addrs, m.file.dev, m.file.ino, m.path, ok
+}
