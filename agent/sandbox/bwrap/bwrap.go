@@ -595,22 +595,9 @@ func namespaces(bx *box) map[uint64]bool {
 // members lists the processes in the pid namespaces nss, with their states (R, S, T, Z…).
 func (p *Provider) members(nss map[uint64]bool) map[int]byte {
 	out := map[int]byte{}
-	if len(nss) == 0 {
-		return out
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ns, ok := pidNamespace(pid); ok && nss[ns] {
-			if st, ok := p.procState(pid); ok {
-				out[pid] = st
-			}
+	for pid := range p.memberNamespaces(nss) {
+		if st, ok := p.procState(pid); ok {
+			out[pid] = st
 		}
 	}
 	return out
