@@ -94,9 +94,9 @@ type Emitter interface {
 	// whose run has it; it is the run's until the next report, kept when the run ends
 	// or is continued after a restart, and stored write-behind (see
 	// Config.ProgressStoreInterval). of must be 1 to chat.MaxProgressSteps, step 0 to
-	// of, and label at most chat.MaxProgressLabel characters of valid UTF-8, or it is
-	// refused with an *Error of CodeBadRequest and the run goes on; Progress(0, 0, "")
-	// clears it.
+	// of, and label at most chat.MaxProgressLabel characters of valid UTF-8 with no
+	// control characters (one line), or it is refused with an *Error of CodeBadRequest
+	// and the run goes on; Progress(0, 0, "") clears it.
 	Progress(step, of int, label string) error
 }
 
