@@ -174,3 +174,56 @@ func TestProgressRefusesBadValues(t *testing.T) {
 	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type, "the run went on")
 	require.Nil(t, storedProgress(t, st, a, res.RunID), "cleared")
 }
+
+// A clean stop (a rolling restart: SuspendOnStop) stores the latest report even within
+// the window, and the actor that takes the session up next shows the continued run with
+// it.
+func TestProgressIsStoredAtACleanStopAndContinued(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	session := uuid.New()
+	clock := clockwork.NewFakeClock()
+	cfg := func(agent conversation.Agent) conversation.Config {
+		return conversation.Config{
+			Store: st, Agent: agent, Clock: clock, SuspendOnStop: true, ProgressStoreInterval: progressWindow,
+			Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		}
+	}
+	agent := newStepper()
+	first := conversation.Start(cfg(agent), session, nil)
+	s := convtest.New()
+	_, err := first.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	res, err := first.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	for step := 1; step <= 3; step++ {
+		require.NoError(t, agent.play(t, first, progressStep(step, 7, "pages")))
+	}
+	require.Equal(t, &chat.Progress{Step: 1, Of: 7, Label: "pages"}, storedProgress(t, st, first, res.RunID), "2 and 3 wait for the window")
+
+	require.NoError(t, first.Stop(testCtx(t)))
+	require.NoError(t, first.Wait(testCtx(t)))
+	run, err := st.RunGet(testCtx(t), res.RunID)
+	require.NoError(t, err)
+	require.Equal(t, chat.RunRunning, run.Status, "suspended for the next process")
+	require.Equal(t, &chat.Progress{Step: 3, Of: 7, Label: "pages"}, run.Progress, "the stop stored the last report")
+
+	next := &checkpointAgent{steps: func(ctx context.Context, _ conversation.Request, _ conversation.Emitter) error {
+		<-ctx.Done() // it goes on; the test only looks
+		return ctx.Err()
+	}}
+	second := conversation.Start(cfg(next), session, nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, second.Stop(ctx))
+		require.NoError(t, second.Wait(ctx))
+	})
+	late := convtest.New()
+	_, err = second.Hello(testCtx(t), conversation.HelloRequest{Subscriber: late})
+	require.NoError(t, err)
+	snap := late.AwaitCatchUp(t, 1).Snapshot
+	require.NotNil(t, snap.ActiveRun, "the suspended run is continued")
+	require.Equal(t, res.RunID, snap.ActiveRun.ID)
+	require.Equal(t, &chat.Progress{Step: 3, Of: 7, Label: "pages"}, snap.ActiveRun.Progress)
+}
