@@ -252,6 +252,14 @@ func (r *run) callModel(ctx context.Context, msgs []Message, cont string) (Messa
 				streamed = true
 				blockOpen = false
 				reply.ToolCalls = append(reply.ToolCalls, ev.ToolCall)
+			case EventProgress:
+				p := ev.Progress
+				err := r.out.Progress(p.Step, p.Of, p.Label)
+				if e := (*conversation.Error)(nil); errors.As(err, &e) && e.Code == conversation.CodeBadRequest {
+					r.l.log.Warn().Err(err).Msg("the model reported a progress the run refused")
+					return nil // a bad report is no reason to end the answer
+				}
+				return err
 			case EventUsage:
 				return r.out.Usage(conversation.Usage{
 					InputTokens:  ev.Usage.InputTokens,
@@ -329,14 +337,14 @@ func (r *run) stream(ctx context.Context, req ModelRequest, emit func(ModelEvent
 }
 
 // timeFirstToken returns emit, observing the time from now to the call's first piece of
-// output: text, reasoning or a tool call. Usage is not output; some providers report the
-// prompt's tokens before the model has produced anything.
+// output: text, reasoning or a tool call. Usage is not output (some providers report the
+// prompt's tokens before the model has produced anything), nor is progress.
 func (r *run) timeFirstToken(emit func(ModelEvent) error) func(ModelEvent) error {
 	clock := r.l.cfg.Clock
 	start := clock.Now()
 	seen := false
 	return func(ev ModelEvent) error {
-		if !seen && ev.Kind != EventUsage {
+		if !seen && ev.Kind != EventUsage && ev.Kind != EventProgress && ev.Kind != EventKeepAlive {
 			seen = true
 			r.l.cfg.Metrics.firstToken.Observe(clock.Since(start).Seconds())
 		}
@@ -633,6 +641,11 @@ type toolEnv struct {
 
 func (e *toolEnv) Output() io.Writer { return e.out }
 
+// Progress reports the run's progress for the tool (conversation.Emitter's Progress).
+func (e *toolEnv) Progress(step, of int, label string) error {
+	return e.r.out.Progress(step, of, label)
+}
+
 // Sandbox returns the session's sandbox. When it is a new one replacing one the session
 // had, the transcript says so first: the model and the user must not expect the old
 // files.
@@ -729,4 +742,10 @@ func (e *lockedEmitter) Usage(u conversation.Usage) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.out.Usage(u)
+}
+
+func (e *lockedEmitter) Progress(step, of int, label string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Progress(step, of, label)
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/chatd/chatd/chat"
 )
 
 // Role says who a model message is from.
@@ -127,6 +129,10 @@ const (
 	// not output, and does not count as streamed for retries. emit must not fail it:
 	// providers may ignore what it returns for one.
 	EventKeepAlive
+	// EventProgress: Progress, how far a long answer is (see conversation.Emitter's
+	// Progress). It is not output, and does not count as streamed for retries; a report
+	// the emitter refuses is logged and ignored.
+	EventProgress
 )
 
 // ModelEvent is one piece of a streamed model response.
@@ -136,7 +142,11 @@ type ModelEvent struct {
 	Reasoning Reasoning
 	ToolCall  ToolCall
 	Usage     Usage
+	Progress  Progress
 }
+
+// Progress is how far a run is: Step of Of, with an optional Label.
+type Progress = chat.Progress
 
 // Usage counts the tokens of one model call. InputTokens is the whole prompt, cached
 // parts included: the conversation's size as the model saw it.

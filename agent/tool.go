@@ -43,6 +43,12 @@ type Tool interface {
 type Env interface {
 	// Output streams output to the user as tool.output, up to the output cap.
 	Output() io.Writer
+	// Progress reports how far the call, and so its run, is: step of of, with an
+	// optional label ("3 of 7 pages"). Every tab sees it at once and it is kept on the
+	// run (see conversation.Emitter's Progress for the limits); a bad value is refused
+	// with an error and changes nothing. It may be called from any goroutine of the
+	// call.
+	Progress(step, of int, label string) error
 	// Sandbox returns the session's sandbox, resuming it, or creating one when the
 	// session has none (or its old one was killed).
 	Sandbox(ctx context.Context) (sandbox.Sandbox, error)

@@ -120,6 +120,8 @@ type SessionSummary struct {
 	// both 0 when none was reported.
 	ContextTokens int64
 	ContextWindow int64
+	// Progress is the latest run's progress as last stored, nil when it reported none.
+	Progress *Progress
 }
 
 // SessionCursor is where a page of the conversation list ends: the next page starts with
@@ -174,6 +176,22 @@ type Usage struct {
 	ContextWindow int64
 }
 
+// Progress is how far a long run is, as its agent or one of its tools last reported it:
+// Step of Of ("3 of 7 pages"), with an optional Label saying what the steps are or what
+// the current one does.
+type Progress struct {
+	Step  int
+	Of    int
+	Label string
+}
+
+// Progress limits: Of is 1 to MaxProgressSteps, Step 0 to Of, and Label at most
+// MaxProgressLabel characters of valid UTF-8.
+const (
+	MaxProgressSteps = 1_000_000
+	MaxProgressLabel = 200
+)
+
 // Run is one user message and everything produced for it.
 type Run struct {
 	ID             uuid.UUID
@@ -185,8 +203,10 @@ type Run struct {
 	EndedAt        *time.Time
 	LastActivityAt time.Time
 	Usage          Usage
-	Model          string
-	CancelReason   CancelReason // "" unless cancelled or interrupted for a reason
+	// Progress is the run's progress as last reported, nil when none was.
+	Progress     *Progress
+	Model        string
+	CancelReason CancelReason // "" unless cancelled or interrupted for a reason
 	// Recoveries counts how often the run was continued after its process died.
 	Recoveries int
 	// DismissedAt is when a person chose to keep the ended run as it is.

@@ -63,6 +63,7 @@ type Actor struct {
 	idleT     actorTimer
 	abandonT  actorTimer
 	coalesceT actorTimer // ends the window of held text, armed while there is some
+	progressT actorTimer // ends the window in which progress is not stored again
 	held      heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
@@ -98,6 +99,7 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		idleT:     actorTimer{kind: timerIdle, timers: cfg.Evictions},
 		abandonT:  actorTimer{kind: timerAbandon, timers: cfg.Abandonments},
 		coalesceT: actorTimer{kind: timerCoalesce},
+		progressT: actorTimer{kind: timerProgress},
 	}
 	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease)
 	a.journal.token = &a.leaseToken
@@ -173,6 +175,7 @@ func (a *Actor) loop() {
 	a.idleT.disarm()
 	a.abandonT.disarm()
 	a.coalesceT.disarm()
+	a.progressT.disarm()
 	if a.evicted && a.onStop != nil {
 		a.onStop(a, a.closeDone)
 	}
@@ -197,6 +200,10 @@ func (a *Actor) onTimer(f timerFire) {
 	case timerCoalesce:
 		if a.coalesceT.fired(f) {
 			a.flushDelta()
+		}
+	case timerProgress:
+		if a.progressT.fired(f) {
+			a.storeProgress()
 		}
 	case timerAbandon:
 		if a.abandonT.fired(f) && a.abandonable() {
@@ -300,6 +307,8 @@ func (a *Actor) handle(it intent) {
 		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:
 		a.onUsage(it.run, it.usage)
+	case *progressIntent:
+		a.onProgress(it.run, it.progress)
 	case *noticeIntent:
 		it.reply <- a.onNotice(it.run, it.text)
 	case *reasoningIntent:

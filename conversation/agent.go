@@ -89,6 +89,15 @@ type Emitter interface {
 	// Usage adds the input and output tokens of a model call to the run's usage and
 	// records its ContextTokens and ContextWindow as the latest.
 	Usage(u Usage) error
+	// Progress reports how far the run is: step of of ("3 of 7 pages"), with label
+	// saying what the steps are (optional). Every tab sees it at once, as a run.status
+	// whose run has it; it is the run's until the next report, kept when the run ends
+	// or is continued after a restart, and stored write-behind (see
+	// Config.ProgressStoreInterval). of must be 1 to chat.MaxProgressSteps, step 0 to
+	// of, and label at most chat.MaxProgressLabel characters of valid UTF-8 with no
+	// control characters (one line), or it is refused with an *Error of CodeBadRequest
+	// and the run goes on; Progress(0, 0, "") clears it.
+	Progress(step, of int, label string) error
 }
 
 // Usage counts model tokens.

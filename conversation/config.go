@@ -27,6 +27,8 @@ const (
 	DefaultInboxSize        = 16
 	DefaultHistoryMessages  = 500
 	DefaultMaxRecoveries    = 3
+	// DefaultProgressStoreInterval is Config.ProgressStoreInterval's default.
+	DefaultProgressStoreInterval = 2 * time.Second
 	// DefaultMaxRunsPerUser is chatd's default for MaxRunsPerUser (which, left 0, is no
 	// limit): a person with a few tabs of agents at work, not a script.
 	DefaultMaxRunsPerUser = 8
@@ -138,6 +140,12 @@ type Config struct {
 	// segment's end and a hello publish the held text first. 0 publishes every piece as
 	// it comes.
 	CoalesceDeltas time.Duration
+	// ProgressStoreInterval bounds how often a run's progress (Emitter.Progress) is
+	// written to the database: a report is stored at once when none was within this long
+	// (timed on Clock), and the reports within the window only by the last of them, at
+	// its end. Every report is published at once; the latest is stored with the run's
+	// end or suspension in any case.
+	ProgressStoreInterval time.Duration
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -161,6 +169,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.InboxSize, DefaultInboxSize)
 	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
 	setDefault(&c.MaxRecoveries, DefaultMaxRecoveries)
+	setDefault(&c.ProgressStoreInterval, DefaultProgressStoreInterval)
 	return c
 }
 
@@ -195,6 +204,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: MaxContentBytes %d is below 1", c.MaxContentBytes)
 	case c.InboxSize < 1:
 		return fmt.Errorf("conversation config: InboxSize %d is below 1", c.InboxSize)
+	case c.ProgressStoreInterval < 0:
+		return fmt.Errorf("conversation config: ProgressStoreInterval %s is negative", c.ProgressStoreInterval)
 	case c.CoalesceDeltas < 0:
 		return fmt.Errorf("conversation config: CoalesceDeltas %s is negative", c.CoalesceDeltas)
 	case c.Lease != nil && (c.Lease.Node == nil || c.Lease.Addr == nil || c.Lease.TTL <= 0):

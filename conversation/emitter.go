@@ -158,6 +158,14 @@ func (e *emitter) Usage(u Usage) error {
 	return e.post(&usageIntent{e.run, u})
 }
 
+func (e *emitter) Progress(step, of int, label string) error {
+	p, err := checkProgress(step, of, label)
+	if err != nil {
+		return err
+	}
+	return e.post(&progressIntent{e.run, p})
+}
+
 func (e *emitter) post(it intent) error {
 	if e.run.ctx.Err() != nil {
 		return ErrRunEnded

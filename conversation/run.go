@@ -36,6 +36,9 @@ type runState struct {
 
 	// counted is the status the run is counted under in chatd_runs_active, "" for none.
 	counted chat.RunStatus
+	// progressDirty: the run's progress changed since it was last queued for the
+	// database (see progress.go).
+	progressDirty bool
 }
 
 func newRunState(info chat.Run) *runState {

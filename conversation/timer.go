@@ -10,6 +10,7 @@ const (
 	timerIdle     timerKind = iota + 1 // evict the idle actor
 	timerAbandon                       // cancel a run nobody watches
 	timerCoalesce                      // publish the held text delta
+	timerProgress                      // store the run's latest progress
 )
 
 // timerFire is a timer's expiry, delivered to the actor's loop.

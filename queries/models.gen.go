@@ -54,6 +54,9 @@ type Run struct {
 	RetryOf          *uuid.UUID
 	SupersededBy     *uuid.UUID
 	Owner            string
+	ProgressStep     int32
+	ProgressOf       int32
+	ProgressLabel    string
 }
 
 type Session struct {

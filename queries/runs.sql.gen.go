@@ -29,13 +29,16 @@ WITH active AS (
         output_tokens = $9,
         context_tokens = $10,
         context_window = $11,
-        cancel_reason = $12,
-        recoveries = $13,
-        dismissed_at = $14,
-        resume_request_ids = $15::text[],
-        superseded_by = $16
-    WHERE runs.id = $2 AND runs.status = ANY($17::text[])
-        AND ($18::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $18 FOR KEY SHARE))
+        progress_step = $12,
+        progress_of = $13,
+        progress_label = $14,
+        cancel_reason = $15,
+        recoveries = $16,
+        dismissed_at = $17,
+        resume_request_ids = $18::text[],
+        superseded_by = $19
+    WHERE runs.id = $2 AND runs.status = ANY($20::text[])
+        AND ($21::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $21 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (
@@ -58,6 +61,9 @@ type RunContinueParams struct {
 	OutputTokens     int64
 	ContextTokens    int64
 	ContextWindow    int64
+	ProgressStep     int32
+	ProgressOf       int32
+	ProgressLabel    string
 	CancelReason     *string
 	Recoveries       int32
 	DismissedAt      *time.Time
@@ -89,6 +95,9 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 		arg.OutputTokens,
 		arg.ContextTokens,
 		arg.ContextWindow,
+		arg.ProgressStep,
+		arg.ProgressOf,
+		arg.ProgressLabel,
 		arg.CancelReason,
 		arg.Recoveries,
 		arg.DismissedAt,
@@ -103,7 +112,7 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 }
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner, progress_step, progress_of, progress_label FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -131,12 +140,15 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.RetryOf,
 		&i.SupersededBy,
 		&i.Owner,
+		&i.ProgressStep,
+		&i.ProgressOf,
+		&i.ProgressLabel,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -169,6 +181,9 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.RetryOf,
 		&i.SupersededBy,
 		&i.Owner,
+		&i.ProgressStep,
+		&i.ProgressOf,
+		&i.ProgressLabel,
 	)
 	return i, err
 }
@@ -231,7 +246,7 @@ func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetr
 }
 
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -260,6 +275,9 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.RetryOf,
 		&i.SupersededBy,
 		&i.Owner,
+		&i.ProgressStep,
+		&i.ProgressOf,
+		&i.ProgressLabel,
 	)
 	return i, err
 }
@@ -363,13 +381,16 @@ SET status = $1,
     output_tokens = $7,
     context_tokens = $8,
     context_window = $9,
-    cancel_reason = $10,
-    recoveries = $11,
-    dismissed_at = $12,
-    resume_request_ids = $13::text[],
-    superseded_by = $14
-WHERE runs.id = $15 AND runs.status = ANY($16::text[])
-    AND ($17::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $17 FOR KEY SHARE))
+    progress_step = $10,
+    progress_of = $11,
+    progress_label = $12,
+    cancel_reason = $13,
+    recoveries = $14,
+    dismissed_at = $15,
+    resume_request_ids = $16::text[],
+    superseded_by = $17
+WHERE runs.id = $18 AND runs.status = ANY($19::text[])
+    AND ($20::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $20 FOR KEY SHARE))
 `
 
 type RunUpdateParams struct {
@@ -382,6 +403,9 @@ type RunUpdateParams struct {
 	OutputTokens     int64
 	ContextTokens    int64
 	ContextWindow    int64
+	ProgressStep     int32
+	ProgressOf       int32
+	ProgressLabel    string
 	CancelReason     *string
 	Recoveries       int32
 	DismissedAt      *time.Time
@@ -405,6 +429,9 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.OutputTokens,
 		arg.ContextTokens,
 		arg.ContextWindow,
+		arg.ProgressStep,
+		arg.ProgressOf,
+		arg.ProgressLabel,
 		arg.CancelReason,
 		arg.Recoveries,
 		arg.DismissedAt,

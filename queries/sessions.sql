@@ -103,7 +103,10 @@ SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timesta
     COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
     COALESCE(l.status, '')::text AS latest_run_status,
     COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
-    COALESCE(l.context_window, 0)::bigint AS context_window
+    COALESCE(l.context_window, 0)::bigint AS context_window,
+    COALESCE(l.progress_step, 0)::int AS progress_step,
+    COALESCE(l.progress_of, 0)::int AS progress_of,
+    COALESCE(l.progress_label, '')::text AS progress_label
 FROM sessions s
 LEFT JOIN LATERAL (
     SELECT left(m.content, 4 * @preview_chars::int) AS content FROM messages m
@@ -112,7 +115,7 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) p ON true
 LEFT JOIN LATERAL (
-    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    SELECT r.id, r.status, r.context_tokens, r.context_window, r.progress_step, r.progress_of, r.progress_label FROM runs r
     WHERE r.session_id = s.id
     ORDER BY r.started_at DESC, r.id DESC
     LIMIT 1
@@ -130,7 +133,10 @@ SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timesta
     COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
     COALESCE(l.status, '')::text AS latest_run_status,
     COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
-    COALESCE(l.context_window, 0)::bigint AS context_window
+    COALESCE(l.context_window, 0)::bigint AS context_window,
+    COALESCE(l.progress_step, 0)::int AS progress_step,
+    COALESCE(l.progress_of, 0)::int AS progress_of,
+    COALESCE(l.progress_label, '')::text AS progress_label
 FROM sessions s
 LEFT JOIN LATERAL (
     SELECT left(m.content, 4 * @preview_chars::int) AS content FROM messages m
@@ -139,7 +145,7 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) p ON true
 LEFT JOIN LATERAL (
-    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    SELECT r.id, r.status, r.context_tokens, r.context_window, r.progress_step, r.progress_of, r.progress_label FROM runs r
     WHERE r.session_id = s.id
     ORDER BY r.started_at DESC, r.id DESC
     LIMIT 1

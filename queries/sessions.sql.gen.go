@@ -446,7 +446,10 @@ SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timesta
     COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
     COALESCE(l.status, '')::text AS latest_run_status,
     COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
-    COALESCE(l.context_window, 0)::bigint AS context_window
+    COALESCE(l.context_window, 0)::bigint AS context_window,
+    COALESCE(l.progress_step, 0)::int AS progress_step,
+    COALESCE(l.progress_of, 0)::int AS progress_of,
+    COALESCE(l.progress_label, '')::text AS progress_label
 FROM sessions s
 LEFT JOIN LATERAL (
     SELECT left(m.content, 4 * $1::int) AS content FROM messages m
@@ -455,7 +458,7 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) p ON true
 LEFT JOIN LATERAL (
-    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    SELECT r.id, r.status, r.context_tokens, r.context_window, r.progress_step, r.progress_of, r.progress_label FROM runs r
     WHERE r.session_id = s.id
     ORDER BY r.started_at DESC, r.id DESC
     LIMIT 1
@@ -479,6 +482,9 @@ type SessionSummaryGetRow struct {
 	LatestRunStatus string
 	ContextTokens   int64
 	ContextWindow   int64
+	ProgressStep    int32
+	ProgressOf      int32
+	ProgressLabel   string
 }
 
 // One of owner's live sessions as SessionsList shows it (also one with no run yet).
@@ -495,6 +501,9 @@ func (q *Queries) SessionSummaryGet(ctx context.Context, db DBTX, arg SessionSum
 		&i.LatestRunStatus,
 		&i.ContextTokens,
 		&i.ContextWindow,
+		&i.ProgressStep,
+		&i.ProgressOf,
+		&i.ProgressLabel,
 	)
 	return i, err
 }
@@ -529,7 +538,10 @@ SELECT s.id, s.title, s.created_at, COALESCE(s.active_at, s.created_at)::timesta
     COALESCE(l.id, '00000000-0000-0000-0000-000000000000')::uuid AS latest_run_id,
     COALESCE(l.status, '')::text AS latest_run_status,
     COALESCE(l.context_tokens, 0)::bigint AS context_tokens,
-    COALESCE(l.context_window, 0)::bigint AS context_window
+    COALESCE(l.context_window, 0)::bigint AS context_window,
+    COALESCE(l.progress_step, 0)::int AS progress_step,
+    COALESCE(l.progress_of, 0)::int AS progress_of,
+    COALESCE(l.progress_label, '')::text AS progress_label
 FROM sessions s
 LEFT JOIN LATERAL (
     SELECT left(m.content, 4 * $1::int) AS content FROM messages m
@@ -538,7 +550,7 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) p ON true
 LEFT JOIN LATERAL (
-    SELECT r.id, r.status, r.context_tokens, r.context_window FROM runs r
+    SELECT r.id, r.status, r.context_tokens, r.context_window, r.progress_step, r.progress_of, r.progress_label FROM runs r
     WHERE r.session_id = s.id
     ORDER BY r.started_at DESC, r.id DESC
     LIMIT 1
@@ -568,6 +580,9 @@ type SessionsListRow struct {
 	LatestRunStatus string
 	ContextTokens   int64
 	ContextWindow   int64
+	ProgressStep    int32
+	ProgressOf      int32
+	ProgressLabel   string
 }
 
 // A page of owner's conversation list: their live sessions that have a run, most
@@ -603,6 +618,9 @@ func (q *Queries) SessionsList(ctx context.Context, db DBTX, arg SessionsListPar
 			&i.LatestRunStatus,
 			&i.ContextTokens,
 			&i.ContextWindow,
+			&i.ProgressStep,
+			&i.ProgressOf,
+			&i.ProgressLabel,
 		); err != nil {
 			return nil, err
 		}

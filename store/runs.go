@@ -195,6 +195,9 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 			OutputTokens:     p.OutputTokens,
 			ContextTokens:    p.ContextTokens,
 			ContextWindow:    p.ContextWindow,
+			ProgressStep:     p.ProgressStep,
+			ProgressOf:       p.ProgressOf,
+			ProgressLabel:    p.ProgressLabel,
 			CancelReason:     p.CancelReason,
 			Recoveries:       p.Recoveries,
 			DismissedAt:      p.DismissedAt,
@@ -218,6 +221,7 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 
 func runUpdateParams(run chat.Run, from []chat.RunStatus) queries.RunUpdateParams {
 	code, msg := errorColumns(run.Error)
+	step, of, label := progressColumns(run.Progress)
 	return queries.RunUpdateParams{
 		ID:               run.ID,
 		Status:           string(run.Status),
@@ -229,6 +233,9 @@ func runUpdateParams(run chat.Run, from []chat.RunStatus) queries.RunUpdateParam
 		OutputTokens:     run.Usage.OutputTokens,
 		ContextTokens:    run.Usage.ContextTokens,
 		ContextWindow:    run.Usage.ContextWindow,
+		ProgressStep:     step,
+		ProgressOf:       of,
+		ProgressLabel:    label,
 		CancelReason:     nilIfEmpty(string(run.CancelReason)),
 		Recoveries:       int32(run.Recoveries),
 		DismissedAt:      timestampPtr(run.DismissedAt),
@@ -275,6 +282,7 @@ func runFromRow(r queries.Run) chat.Run {
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
 			ContextTokens: r.ContextTokens, ContextWindow: r.ContextWindow,
 		},
+		Progress:         progressOf(r.ProgressStep, r.ProgressOf, r.ProgressLabel),
 		Model:            r.Model,
 		CancelReason:     chat.CancelReason(deref(r.CancelReason)),
 		Recoveries:       int(r.Recoveries),
@@ -343,4 +351,20 @@ func timestampPtr(t *time.Time) *time.Time {
 		return nil
 	}
 	return ptr(chat.Timestamp(*t))
+}
+
+// progressColumns are a run's progress as stored: of 0 is none.
+func progressColumns(p *chat.Progress) (step, of int32, label string) {
+	if p == nil {
+		return 0, 0, ""
+	}
+	return int32(p.Step), int32(p.Of), p.Label
+}
+
+// progressOf is the progress the columns hold, nil for none (of 0).
+func progressOf(step, of int32, label string) *chat.Progress {
+	if of <= 0 {
+		return nil
+	}
+	return &chat.Progress{Step: int(step), Of: int(of), Label: label}
 }

@@ -204,6 +204,7 @@ func summaryFromRow(r queries.SessionSummaryGetRow) chat.SessionSummary {
 		Preview:       chat.Preview(r.Preview, chat.PreviewLen),
 		ContextTokens: r.ContextTokens,
 		ContextWindow: r.ContextWindow,
+		Progress:      progressOf(r.ProgressStep, r.ProgressOf, r.ProgressLabel),
 	}
 	if st := chat.RunStatus(r.LatestRunStatus); st.Active() {
 		sum.ActiveRunID, sum.ActiveRunStatus = r.LatestRunID, st

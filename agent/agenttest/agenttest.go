@@ -314,6 +314,9 @@ func (r *Recorder) AwaitDecision(id string) (<-chan conversation.Decision, error
 func (r *Recorder) Paused() error            { return r.add("paused") }
 func (r *Recorder) Resumed() error           { return r.add("resumed") }
 func (r *Recorder) Notice(text string) error { return r.add("notice: %s", text) }
+func (r *Recorder) Progress(step, of int, label string) error {
+	return r.add("progress: %d/%d %s", step, of, label)
+}
 func (r *Recorder) Usage(u conversation.Usage) error {
 	return r.add("usage: %d %d %d %d", u.InputTokens, u.OutputTokens, u.ContextTokens, u.ContextWindow)
 }

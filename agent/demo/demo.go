@@ -5,7 +5,9 @@
 // two thirds); one with "approve" makes it
 // call demo_sandbox, a tool that needs approval and runs a fixed, harmless command in the
 // session's sandbox, so the approval prompt, the pause after the approval timeout and the
-// resume are visible too. A run continued after a restart picks its reply up where it
+// resume are visible too. One with the word "steps" reports the run's progress as it
+// goes, "step 3 of 7" (ProgressSteps steps over the reply), so a long run's progress is
+// visible in every tab, the conversation list and after a restart. A run continued after a restart picks its reply up where it
 // was cut off, mid-word if need be, and ends with the text an uninterrupted run has.
 package demo
 
@@ -36,6 +38,13 @@ const (
 	ToolName = "current_time"
 	// ApprovalToolName is the approval-gated tool a message with "approve" gets.
 	ApprovalToolName = "demo_sandbox"
+)
+
+// ProgressSteps is how many steps a reply to a message with "steps" reports, and
+// ProgressLabel what it calls them.
+const (
+	ProgressSteps = 7
+	ProgressLabel = "demo steps"
 )
 
 // Config sets the demo's length and pace.
@@ -103,6 +112,10 @@ func MentionsTool(content string) bool { return hasWord(content, "tool") }
 // MentionsTools reports whether a message asks for two tool calls: it has the word
 // "tools".
 func MentionsTools(content string) bool { return hasWord(content, "tools") }
+
+// MentionsSteps reports whether a message asks for progress reports: it has the word
+// "steps".
+func MentionsSteps(content string) bool { return hasWord(content, "steps") }
 
 // MentionsApprove reports whether a message asks for an approval: it has the word
 // "approve".
@@ -192,9 +205,31 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		}
 		pieces[i] = w
 	}
-	pieces = rest(pieces, said.String())
+	left := rest(pieces, said.String())
 
-	for _, p := range pieces {
+	// With "steps", the progress is the share of the reply's words said, in
+	// ProgressSteps steps: reported when it changes, from where a continued run is.
+	steps := MentionsSteps(user)
+	first := cut(step) + len(pieces) - len(left) // the reply's index of left[0]
+	if result != nil {
+		first-- // pieces open with the tool's sentence, not one of the reply's words
+	}
+	reported := -1
+	progress := func(i int) error {
+		if !steps {
+			return nil
+		}
+		n := min(ProgressSteps, max(0, i)*ProgressSteps/len(words))
+		if n == reported {
+			return nil
+		}
+		reported = n
+		return emit(agent.ModelEvent{Kind: agent.EventProgress, Progress: agent.Progress{Step: n, Of: ProgressSteps, Label: ProgressLabel}})
+	}
+	for i, p := range left {
+		if err := progress(first + i); err != nil {
+			return err
+		}
 		if err := m.pause(ctx); err != nil {
 			return err
 		}
@@ -202,6 +237,12 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 			return err
 		}
 	}
+	if call == nil {
+		if err := progress(len(words)); err != nil { // the whole reply: the last step
+			return err
+		}
+	}
+	pieces = left
 	if call != nil {
 		if err := emit(agent.ModelEvent{Kind: agent.EventToolCall, ToolCall: *call}); err != nil {
 			return err

@@ -302,3 +302,37 @@ func TestReplyEndsWithASentence(t *testing.T) {
 	}
 	require.Len(t, demo.Reply("hello there", 2), 2, "shorter than the opening: cut")
 }
+
+// A message with "steps" reports the run's progress as the reply goes, from 0 to
+// ProgressSteps, each step once and in order; a continued reply reports from where it is.
+func TestStepsReportProgress(t *testing.T) {
+	m := demo.NewModel(demo.Config{Words: 30})
+	progress := func(msgs ...agent.Message) (steps []int, text string) {
+		var b strings.Builder
+		err := m.Stream(context.Background(), agent.ModelRequest{Messages: msgs}, func(ev agent.ModelEvent) error {
+			switch ev.Kind {
+			case agent.EventText:
+				b.WriteString(ev.Text)
+			case agent.EventProgress:
+				require.Equal(t, demo.ProgressSteps, ev.Progress.Of)
+				require.Equal(t, demo.ProgressLabel, ev.Progress.Label)
+				steps = append(steps, ev.Progress.Step)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		return steps, b.String()
+	}
+	user := agent.Message{Role: agent.RoleUser, Text: "take your steps"}
+	steps, text := progress(user)
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, steps)
+
+	half := text[:len(text)/2]
+	cont, rest := progress(user, agent.Message{Role: agent.RoleAssistant, Text: half})
+	require.Equal(t, text, half+rest, "the continuation ends as the whole reply")
+	require.Equal(t, 7, cont[len(cont)-1])
+	require.GreaterOrEqual(t, cont[0], 2, "it starts from where the reply is, not from 0")
+
+	none, _ := progress(agent.Message{Role: agent.RoleUser, Text: "one step"})
+	require.Empty(t, none, "only the word steps asks for it")
+}

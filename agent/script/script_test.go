@@ -88,4 +88,5 @@ func (r *recorder) Reasoning(string) error { return nil }
 func (r *recorder) EndReasoning(json.RawMessage) error {
 	return nil
 }
-func (r *recorder) Usage(conversation.Usage) error { return nil }
+func (r *recorder) Usage(conversation.Usage) error  { return nil }
+func (r *recorder) Progress(int, int, string) error { return nil }

@@ -31,7 +31,8 @@ type env struct {
 	out bytes.Buffer
 }
 
-func (e *env) Output() io.Writer { return &e.out }
+func (e *env) Output() io.Writer               { return &e.out }
+func (e *env) Progress(int, int, string) error { return nil }
 func (e *env) Sandbox(context.Context) (sandbox.Sandbox, error) {
 	return e.sb, nil
 }

@@ -466,7 +466,7 @@ func (m *Main) logListening() {
 	case AgentDemo:
 		ev.Int("demo_words", m.cfg.DemoWords).
 			Stringer("demo_delay", m.cfg.DemoDelay).
-			Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with the demo agent (no LLM; say \"tool\" or \"approve\" to see tool calls)", m.Addr(), m.Addr())
+			Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with the demo agent (no LLM; say \"tool\" or \"approve\" to see tool calls, \"steps\" to see progress)", m.Addr(), m.Addr())
 		m.log.Info().Msg("to use a real model: CHATD_AGENT=openai OPENAI_BASE_URL=http://localhost:11434/v1 CHATD_MODEL=llama3.2 (Ollama), or CHATD_AGENT=anthropic ANTHROPIC_API_KEY=… CHATD_MODEL=claude-sonnet-4-5; see README.md")
 	case AgentSynth:
 		ev.Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with the synthetic benchmark model (send \"tokens=N rate=R tools=K\")", m.Addr(), m.Addr())

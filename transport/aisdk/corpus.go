@@ -13,7 +13,8 @@ import (
 
 // RandomRun is a run's events as an actor publishes them, drawn from rng: text and
 // reasoning segments of random deltas (any Unicode, quotes, newlines, "data:" lines),
-// tool calls that end ok, with an error or denied, some after an approval, and an end
+// tool calls that end ok, with an error or denied, some after an approval, progress
+// reports (transient data-progress parts), and an end
 // (done, cancelled or failed), optionally seen by a stream that joined part way (a
 // snapshot). It returns the stream chatd sends for it, and the text and reasoning the
 // SDK must assemble from it: the conformance corpus the JavaScript tests parse with the
@@ -25,7 +26,7 @@ func RandomRun(rng *rand.Rand) (stream string, text, reasoning []string) {
 	emit := func(ev conversation.Event) { out = append(out, enc.event(&ev)...) }
 	emit(conversation.Event{Type: conversation.EventChatStarted, RunID: run})
 	for range 1 + rng.IntN(5) {
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
 		case 0, 1:
 			kind := chat.KindText
 			if rng.IntN(3) == 0 {
@@ -64,6 +65,10 @@ func RandomRun(rng *rand.Rand) (stream string, text, reasoning []string) {
 			end.Tool.Output = &out1
 			end.Tool.Status = []chat.ToolStatus{chat.ToolOK, chat.ToolError, chat.ToolDenied}[rng.IntN(3)]
 			emit(conversation.Event{Type: conversation.EventToolEnd, RunID: run, Message: &end})
+		case 3:
+			of := 1 + rng.IntN(10)
+			p := &chat.Progress{Step: rng.IntN(of + 1), Of: of, Label: randomText(rng)}
+			emit(conversation.Event{Type: conversation.EventRunStatus, RunID: run, Run: &chat.Run{ID: run, Status: chat.RunRunning, Progress: p}})
 		}
 	}
 	endType := []conversation.EventType{conversation.EventChatDone, conversation.EventChatCancelled, conversation.EventChatError}[rng.IntN(3)]

@@ -40,6 +40,8 @@ type encoder struct {
 	// appends the answer to its message); a catch-up then starts with reset-step, which
 	// drops the step the client has, and replays it.
 	continuation bool
+	// progress is the run's progress as last sent (data-progress), nil for none.
+	progress *chat.Progress
 }
 
 func newEncoder(run uuid.UUID) *encoder {
@@ -107,11 +109,26 @@ func (e *encoder) event(ev *conversation.Event) []byte {
 		if ev.Run != nil && ev.Run.PendingApproval != nil {
 			e.askApproval(&c, ev.Run.PendingApproval.ToolCallID)
 		}
+		if ev.Run != nil {
+			e.sendProgress(&c, ev.Run.Progress)
+		}
 	case conversation.EventChatDone, conversation.EventChatError, conversation.EventChatCancelled:
 		e.start(&c)
 		e.end(&c, ev.Type, ev.Run)
 	}
 	return c.bytes()
+}
+
+// sendProgress sends the run's progress as a transient data-progress part (useChat's
+// onData gets it; it is not kept in the message) when it changed since the last one.
+func (e *encoder) sendProgress(c *chunks, p *chat.Progress) {
+	if p == nil || (e.progress != nil && *e.progress == *p) {
+		return
+	}
+	e.start(c)
+	e.progress = p
+	c.add(map[string]any{"type": "data-progress", "id": "progress", "transient": true,
+		"data": map[string]any{"step": p.Step, "of": p.Of, "label": p.Label}})
 }
 
 // callOf is the call id of a tool.output event's tool message.
@@ -277,6 +294,9 @@ func (e *encoder) replay(cu conversation.CatchUp, c *chunks) ([][]byte, error) {
 	}
 	if snap.ActiveRun != nil && snap.ActiveRun.PendingApproval != nil {
 		e.askApproval(c, snap.ActiveRun.PendingApproval.ToolCallID)
+	}
+	if snap.ActiveRun != nil && snap.ActiveRun.ID == e.run {
+		e.sendProgress(c, snap.ActiveRun.Progress)
 	}
 	if last != nil {
 		typ := conversation.EventChatDone

@@ -141,3 +141,42 @@ func FuzzEncodeDelta(f *testing.F) {
 		}
 	})
 }
+
+// Progress goes out as a transient data-progress part when it changes (a run.status with
+// the same progress, such as a usage update, sends none), and a resumed stream starts
+// with the latest.
+func TestProgressIsATransientDataPart(t *testing.T) {
+	run := uuid.New()
+	p := func(step int) *chat.Progress { return &chat.Progress{Step: step, Of: 7, Label: "pages"} }
+	status := func(pr *chat.Progress) *conversation.Event {
+		return &conversation.Event{Type: conversation.EventRunStatus, RunID: run, Run: &chat.Run{ID: run, Status: chat.RunRunning, Progress: pr}}
+	}
+	enc := newEncoder(run)
+	var out []byte
+	out = append(out, enc.event(&conversation.Event{Type: conversation.EventChatStarted, RunID: run})...)
+	out = append(out, enc.event(status(nil))...)
+	out = append(out, enc.event(status(p(1)))...)
+	out = append(out, enc.event(status(p(1)))...)
+	out = append(out, enc.event(status(p(2)))...)
+	chunks, _ := chunksOf(t, string(out))
+	var got []map[string]any
+	for _, c := range chunks {
+		if c["type"] == "data-progress" {
+			require.Equal(t, true, c["transient"])
+			require.Equal(t, "progress", c["id"])
+			got = append(got, c["data"].(map[string]any))
+		}
+	}
+	require.Equal(t, []map[string]any{
+		{"step": 1.0, "of": 7.0, "label": "pages"},
+		{"step": 2.0, "of": 7.0, "label": "pages"},
+	}, got)
+
+	late := newEncoder(run)
+	frames, err := late.catchUp(conversation.CatchUp{Snapshot: &conversation.Snapshot{ActiveRun: &chat.Run{ID: run, Status: chat.RunRunning, Progress: p(3)}}})
+	require.NoError(t, err)
+	chunks, _ = chunksOf(t, string(frames[0]))
+	require.Equal(t, "data-progress", chunks[len(chunks)-1]["type"])
+	require.Equal(t, 3.0, chunks[len(chunks)-1]["data"].(map[string]any)["step"])
+	require.Empty(t, late.event(status(p(3))), "the same progress again is not sent")
+}

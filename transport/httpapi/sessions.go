@@ -31,6 +31,14 @@ type wireSession struct {
 	Preview   string         `json:"preview"`
 	ActiveRun *wireActiveRun `json:"activeRun"` // null when none
 	Usage     *wireUsage     `json:"usage,omitempty"`
+	// Progress is the latest run's, as last stored; absent when it reported none.
+	Progress *wireProgress `json:"progress,omitempty"`
+}
+
+type wireProgress struct {
+	Step  int    `json:"step"`
+	Of    int    `json:"of"`
+	Label string `json:"label,omitempty"`
 }
 
 type wireActiveRun struct {
@@ -55,6 +63,9 @@ func toWireSession(s chat.SessionSummary) wireSession {
 	}
 	if s.ContextTokens != 0 || s.ContextWindow != 0 {
 		w.Usage = &wireUsage{ContextTokens: s.ContextTokens, ContextWindow: s.ContextWindow}
+	}
+	if p := s.Progress; p != nil {
+		w.Progress = &wireProgress{Step: p.Step, Of: p.Of, Label: p.Label}
 	}
 	return w
 }

@@ -96,6 +96,21 @@ type wireUsage struct {
 	ContextWindow int64 `json:"contextWindow,omitempty"`
 }
 
+// WireProgress is a run's progress as protocol v1 (and the sessions list) sends it.
+type WireProgress struct {
+	Step  int    `json:"step"`
+	Of    int    `json:"of"`
+	Label string `json:"label,omitempty"`
+}
+
+// ToWireProgress is p on the wire; nil for none.
+func ToWireProgress(p *chat.Progress) *WireProgress {
+	if p == nil {
+		return nil
+	}
+	return &WireProgress{Step: p.Step, Of: p.Of, Label: p.Label}
+}
+
 type wirePendingApproval struct {
 	ToolCallID string          `json:"toolCallId"`
 	Name       string          `json:"name"`
@@ -114,6 +129,7 @@ type wireRun struct {
 	CancelReason    string               `json:"cancelReason,omitempty"`
 	Model           string               `json:"model,omitempty"`
 	Usage           *wireUsage           `json:"usage,omitempty"`
+	Progress        *WireProgress        `json:"progress,omitempty"`
 	Resumable       bool                 `json:"resumable,omitempty"`
 	Recoveries      int                  `json:"recoveries,omitempty"`
 	RetryOf         *uuid.UUID           `json:"retryOf,omitempty"`
@@ -242,6 +258,7 @@ func toWireRun(r *chat.Run) *wireRun {
 		Resumable:      r.Resumable,
 		Recoveries:     r.Recoveries,
 		RetryOf:        r.RetryOf,
+		Progress:       ToWireProgress(r.Progress),
 	}
 	if p := r.PendingApproval; p != nil {
 		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}

@@ -85,6 +85,14 @@ type Run struct {
 		ContextTokens int64 `json:"contextTokens"`
 		ContextWindow int64 `json:"contextWindow"`
 	} `json:"usage,omitempty"`
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is a run's progress on the wire.
+type Progress struct {
+	Step  int    `json:"step"`
+	Of    int    `json:"of"`
+	Label string `json:"label,omitempty"`
 }
 
 // Frame is any server frame. Body is set for error replies (their "message" is text,

@@ -1,7 +1,7 @@
 // applyFrame alone: every frame kind of docs/protocol.md, with no network.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyFrame, applyHistory, initialState, eventOrder, pendingApprovals, contextUsage, EVENT_TYPES } from '../client/dist/index.js';
+import { applyFrame, applyHistory, initialState, eventOrder, pendingApprovals, contextUsage, runProgress, EVENT_TYPES } from '../client/dist/index.js';
 
 const S = '0193a000-0000-7000-8000-000000000001';
 const R1 = '0193a000-0000-7000-8000-0000000000r1'.replace('r1', 'a1');
@@ -197,6 +197,18 @@ test('run.status: an active run replaces activeRun (usage too); an ended one (di
   assert.equal(s.lastRun.resumable, undefined);
   assert.equal(s.lastRun.status, 'error');
   assert.deepEqual(contextUsage(s), usage);
+});
+
+test('run.status with progress: runProgress is the active run\'s; an ended run keeps it on lastRun', () => {
+  const progress = { step: 3, of: 7, label: 'pages' };
+  assert.equal(runProgress(follow({ lastSeq: 0, activeRun: run() })), null);
+  let s = follow({ lastSeq: 0, activeRun: run() }, ev(1, 'run.status', { run: run({ progress }) }));
+  assert.deepEqual(runProgress(s), progress);
+  s = follow({ lastSeq: 0, activeRun: run({ progress }) }, ev(1, 'run.status', { run: run({ progress: { step: 4, of: 7 } }) }));
+  assert.deepEqual(runProgress(s), { step: 4, of: 7 });
+  s = follow({ lastSeq: 0, activeRun: run({ progress }) }, ev(1, 'chat.done', { run: ended('done', { progress }) }));
+  assert.equal(runProgress(s), null, 'no active run');
+  assert.deepEqual(s.lastRun.progress, progress);
 });
 
 for (const [type, status] of [['chat.done', 'done'], ['chat.error', 'error'], ['chat.error', 'interrupted'], ['chat.cancelled', 'cancelled']]) {

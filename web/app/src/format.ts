@@ -47,6 +47,30 @@ export function renderMeter(el: HTMLElement, u: ContextUsage | null | undefined,
   setAttr(el, 'data-level', pct >= 90 ? 'full' : pct >= 70 ? 'high' : 'ok');
 }
 
+/** The part of a run's progress (or a listed session's) the app shows. */
+export interface RunProgress {
+  step: number;
+  of: number;
+  label?: string;
+}
+
+/** progressText says a run's progress for people: "pages: 3 of 7", or "3 of 7". */
+export function progressText(p: RunProgress): string {
+  const n = `${numbers.format(p.step)} of ${numbers.format(p.of)}`;
+  return p.label ? `${p.label}: ${n}` : n;
+}
+
+/**
+ * renderProgress makes a <progress> bar with its text for p; compact (the list) shows
+ * "3/7" and keeps the whole text for its title.
+ */
+export function renderProgress(p: RunProgress, testid: string, compact = false): HTMLElement {
+  const text = progressText(p);
+  const bar = h('progress', { class: 'progress-bar', max: p.of, value: p.step, 'aria-label': text });
+  const shown = compact ? `${numbers.format(p.step)}/${numbers.format(p.of)}` : text;
+  return h('span', { class: 'progress', 'data-testid': testid, title: text }, bar, h('span', { class: 'progress-label' }, shown));
+}
+
 /** ago says how long ago an RFC 3339 time was ("5 minutes ago"). */
 export function ago(time: string, now = Date.now()): string {
   const t = Date.parse(time);

@@ -4,7 +4,7 @@
 import { ChatClient, SessionsClient, isUuid, uuid4 } from '../../client/src/index.ts';
 import type { ChatState, Message, Run } from '../../client/src/index.ts';
 import { byId, frameScheduler, h, setAttr, setText } from './dom.ts';
-import { renderMeter, type ContextUsage } from './format.ts';
+import { renderMeter, renderProgress, type ContextUsage } from './format.ts';
 import { fillIcons } from './icons.ts';
 import { SessionList } from './sessions.ts';
 import { Transcript } from './transcript.ts';
@@ -300,6 +300,10 @@ class App {
     els.stop.disabled = this.pending.has('stop');
     this.renderPanels(s);
 
+    // The list's progress is what the database holds (stored every 2 s at most); this
+    // conversation's row shows the live one.
+    this.sessions.setProgress(this.sessionId, active?.progress);
+
     const usage = active?.usage ?? s.lastRun?.usage;
     if (usage) this.usage = usage;
     renderMeter(els.meter, this.usage);
@@ -315,7 +319,11 @@ class App {
     // A run started, changed or ended here: the list shows titles, previews and
     // statuses, so fetch it again.
     const runKey = active ? `${active.runId}:${active.status}` : `-:${s.lastRun?.runId ?? ''}`;
-    if (this.runKey !== null && runKey !== this.runKey) void this.sessions.refresh();
+    // A conversation whose first state already has its run active (the snapshot and
+    // chat.started in one frame) is fetched too, once, if the list lacks it: its row
+    // shows the run and its progress.
+    const unlisted = this.runKey === null && s.epoch !== null && !!active && !listed;
+    if ((this.runKey !== null && runKey !== this.runKey) || unlisted) void this.sessions.refresh();
     if (s.epoch !== null) this.runKey = runKey;
 
     if (s.closed) this.onClosed(s.closed);
@@ -354,7 +362,7 @@ class App {
     const pa = active?.pendingApproval;
     const away = s.connection === 'offline' || s.closed !== null;
     const key = JSON.stringify([
-      away, active?.runId, active?.status, pa?.toolCallId,
+      away, active?.runId, active?.status, pa?.toolCallId, active?.progress,
       last?.runId, last?.status, last?.resumable, last?.error?.message, last?.cancelReason,
       [...this.pending].sort(),
     ]);
@@ -371,6 +379,8 @@ class App {
           { class: 'run-status', 'data-testid': 'run-status', 'data-status': active.status, role: 'status' },
           waiting ? null : h('span', { class: 'spinner', 'aria-hidden': 'true' }),
           waiting ? (active.status === 'paused' ? 'Paused, waiting for your approval' : 'Waiting for your approval') : 'Replying…',
+          // How far a long run is ("3 of 7 pages"), as its agent or a tool reports it.
+          active.progress ? renderProgress(active.progress, 'run-progress') : null,
           // The run is the server's: it goes on, and this tab catches up when it is back.
           away ? ' The server goes on; this tab catches up when it reconnects.' : null,
         ),

@@ -2,7 +2,7 @@
 // client library's SessionsClient, most recently active first, paged with "Load more".
 import type { SessionsClient, SessionSummary } from '../../client/src/index.ts';
 import { h } from './dom.ts';
-import { ago, renderMeter } from './format.ts';
+import { ago, renderMeter, renderProgress, type RunProgress } from './format.ts';
 import { icon } from './icons.ts';
 
 const PAGE = 20;
@@ -31,9 +31,29 @@ export class SessionList {
   private editing: string | null = null;
   private refreshing: Promise<void> | null = null;
   private again = false;
+  /** live is the open conversation's progress, as its tab sees it. */
+  private live: { id: string; p: RunProgress | undefined } | null = null;
 
   constructor(private o: SessionListOptions) {
     o.more.addEventListener('click', () => void this.loadMore());
+  }
+
+  /**
+   * setProgress shows p as the open conversation's progress: its active run's, live (the
+   * list's own is what the database held when it was fetched, and only while the list
+   * saw the run active). undefined: its run reported none, or none is active.
+   */
+  setProgress(id: string | null, p: RunProgress | undefined): void {
+    const next = id ? { id, p } : null;
+    if (JSON.stringify(next) === JSON.stringify(this.live)) return;
+    this.live = next;
+    this.render();
+  }
+
+  /** progress is what a row shows of its session's progress. */
+  private progress(s: SessionSummary): RunProgress | undefined {
+    if (this.live?.id === s.id) return this.live.p;
+    return s.activeRun ? s.progress : undefined;
   }
 
   /** find returns the listed session with this id. */
@@ -142,6 +162,7 @@ export class SessionList {
         { class: 'session-meta' },
         h('time', { datetime: s.updatedAt, title: new Date(s.updatedAt).toLocaleString() }, ago(s.updatedAt)),
         s.activeRun ? h('span', { class: 'badge', 'data-testid': 'session-active' }, s.activeRun.status === 'running' ? 'replying' : 'waiting') : null,
+        this.progress(s) ? renderProgress(this.progress(s)!, 'session-progress', true) : null,
         meter,
       ),
       h('span', { class: 'session-actions' }, rename, del),

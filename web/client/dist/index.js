@@ -155,6 +155,9 @@ function pendingApprovals(state) {
 function contextUsage(state) {
   return state.activeRun?.usage ?? state.lastRun?.usage ?? null;
 }
+function runProgress(state) {
+  return state.activeRun?.progress ?? null;
+}
 function withMessages(state, messages) {
   return messages === state.messages ? state : { ...state, messages };
 }
@@ -1234,6 +1237,7 @@ export {
   isEvent,
   isUuid,
   pendingApprovals,
+  runProgress,
   sessionKey,
   uuid4
 };

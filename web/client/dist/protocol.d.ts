@@ -54,6 +54,15 @@ export interface Usage {
     /** The budget contextTokens counts against; absent while unknown. */
     contextWindow?: number;
 }
+/**
+ * How far a long run is, as its agent or a tool last reported it: step of of ("3 of 7
+ * pages"); label says what the steps are (absent when none).
+ */
+export interface Progress {
+    step: number;
+    of: number;
+    label?: string;
+}
 /** The oldest tool call a run waits on a decision for. */
 export interface PendingApproval {
     toolCallId: string;
@@ -73,6 +82,8 @@ export interface Run {
     cancelReason?: CancelReason;
     model?: string;
     usage?: Usage;
+    /** The run's progress as last reported; absent when none. Kept once the run ends. */
+    progress?: Progress;
     /** Present (true) while the run can be continued with chat.resume. */
     resumable?: true;
     recoveries?: number;

@@ -1,5 +1,5 @@
 import type { TokenSource } from './client.js';
-import type { RunStatus } from './protocol.js';
+import type { Progress, RunStatus } from './protocol.js';
 /** A session as the sessions API lists it. */
 export interface SessionSummary {
     id: string;
@@ -20,6 +20,8 @@ export interface SessionSummary {
         contextTokens: number;
         contextWindow: number;
     };
+    /** The latest run's progress as last stored (it may trail the live run by ~2 s); absent when none. */
+    progress?: Progress;
 }
 export interface SessionPage {
     sessions: SessionSummary[];

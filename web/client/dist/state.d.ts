@@ -1,4 +1,4 @@
-import type { HistoryFrame, Message, Run, ServerFrame, Usage } from './protocol.js';
+import type { HistoryFrame, Message, Progress, Run, ServerFrame, Usage } from './protocol.js';
 export type ConnectionStatus = 'connecting' | 'catching-up' | 'live' | 'offline';
 export interface ChatState {
     /** The session followed; for a new session null until the server's snapshot names it. */
@@ -61,3 +61,8 @@ export declare function pendingApprovals(state: ChatState): Message[];
  * latest, else the last run's; null when neither reported one.
  */
 export declare function contextUsage(state: ChatState): Usage | null;
+/**
+ * The progress to show of the active run (step of of, with its label): null when no run
+ * is active or it reported none. An ended run keeps its last one on lastRun.progress.
+ */
+export declare function runProgress(state: ChatState): Progress | null;

@@ -10,6 +10,7 @@ export {
   eventOrder,
   pendingApprovals,
   contextUsage,
+  runProgress,
 } from './state.js';
 export { ChatError } from './errors.js';
 export {

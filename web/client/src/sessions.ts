@@ -1,7 +1,7 @@
 // SessionsClient: the HTTP sessions API (docs/http.md): list, rename, delete.
 import { ChatError } from './errors.js';
 import type { TokenSource } from './client.js';
-import type { RunStatus } from './protocol.js';
+import type { Progress, RunStatus } from './protocol.js';
 
 /** A session as the sessions API lists it. */
 export interface SessionSummary {
@@ -17,6 +17,8 @@ export interface SessionSummary {
   activeRun: { runId: string; status: RunStatus } | null;
   /** The context usage of the latest run; absent when none was reported. */
   usage?: { contextTokens: number; contextWindow: number };
+  /** The latest run's progress as last stored (it may trail the live run by ~2 s); absent when none. */
+  progress?: Progress;
 }
 
 export interface SessionPage {

@@ -5,6 +5,7 @@ import type {
   EventFrame,
   HistoryFrame,
   Message,
+  Progress,
   ResumedFrame,
   Run,
   ServerFrame,
@@ -207,6 +208,14 @@ export function pendingApprovals(state: ChatState): Message[] {
  */
 export function contextUsage(state: ChatState): Usage | null {
   return state.activeRun?.usage ?? state.lastRun?.usage ?? null;
+}
+
+/**
+ * The progress to show of the active run (step of of, with its label): null when no run
+ * is active or it reported none. An ended run keeps its last one on lastRun.progress.
+ */
+export function runProgress(state: ChatState): Progress | null {
+  return state.activeRun?.progress ?? null;
 }
 
 function withMessages(state: ChatState, messages: Message[]): ChatState {
