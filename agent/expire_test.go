@@ -1,13 +1,19 @@
 package agent_test
 
 import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/agenttest"
 	"github.com/chatd/chatd/agent/modeltest"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
@@ -66,4 +72,53 @@ func TestApprovalExpireDeniesAndTellsTheModel(t *testing.T) {
 	// Too late: the expiry decided it.
 	_, err := h.actor.Decide(t.Context(), uuid.MustParse(st.Run.RunID), "s2", true)
 	require.Error(t, err)
+}
+
+// An approval taken up after a restart (from the run's checkpoint) expires at its
+// original deadline: the stored call's created_at plus ApprovalExpire, not a fresh
+// ApprovalExpire from when this process took it up; one whose deadline passed while no
+// process ran is denied at once.
+func TestCheckpointApprovalExpiresAtItsStoredDeadline(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		waited time.Duration
+		left   time.Duration
+	}{
+		{"fifty seconds waited", 50 * time.Second, 10 * time.Second},
+		{"deadline passed meanwhile", time.Hour, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			deploy := counted(agent.ToolSpec{Name: "deploy", NeedsApproval: true}, &runs, func(json.RawMessage, agent.Env) string { return "deployed" })
+			model := modeltest.New(modeltest.Say("It expired."))
+			reg, err := agent.NewRegistry(deploy)
+			require.NoError(t, err)
+			clock := clockwork.NewFakeClock()
+			l, err := agent.New(agent.Config{Model: model, Tools: reg, Clock: clock, ModelIdleTimeout: -1, ApprovalExpire: time.Minute})
+			require.NoError(t, err)
+			rec := &agenttest.Recorder{Hold: make(chan string, 1)}
+			waiting := called("s1", "deploy", `{}`, "", chat.ToolAwaitingApproval)
+			waiting.CreatedAt = clock.Now().Add(-tc.waited)
+			done := continueRun(t, l, rec, conversation.Request{Content: "deploy", Checkpoint: []chat.Message{waiting}})
+			agenttest.Wait(t, rec.Hold, "the wait")
+
+			if tc.left > 0 {
+				ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+				defer cancel()
+				require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the approval timeout and the expiry
+				clock.Advance(tc.left - time.Nanosecond)
+				require.Equal(t, []string{"tool.await: s1"}, rec.Log(), "not before the stored deadline")
+				clock.Advance(time.Nanosecond)
+			}
+			require.NoError(t, agenttest.Wait(t, done, "the run"))
+			require.Equal(t, []string{"tool.await: s1", "expire: s1", "text: It expired."}, rec.Log())
+			require.Zero(t, runs.Load(), "an expired call does not run")
+			reqs := model.Requests()
+			require.Len(t, reqs, 1)
+			last := reqs[0].Messages[len(reqs[0].Messages)-1]
+			require.Equal(t, conversation.ExpiredOutput, last.Result)
+		})
+	}
 }

@@ -556,6 +556,22 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 		expireC = expireAt.Chan()
 	}
 	nextExpiry()
+	// expireDue denies the calls whose deadline has come; the denials come back on their
+	// decision channels (a call decided meanwhile keeps its decision).
+	expireDue := func() (bool, error) {
+		now, expired := clock.Now(), false
+		for c, at := range undecided {
+			if !at.After(now) {
+				delete(undecided, c)
+				expired = true
+				if err := r.out.Expire(c.ID); err != nil {
+					return expired, err
+				}
+			}
+		}
+		nextExpiry()
+		return expired, nil
+	}
 	paused := false
 	defer func() {
 		// The wait ended without a decision (cancelled, failed): the sandbox must not
@@ -590,19 +606,19 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 				pauseAt.Reset(r.l.cfg.ApprovalTimeout)
 			}
 		case <-expireC:
-			// Deny what is due; the denial comes back on the calls' decision channels
-			// (a call decided meanwhile keeps its decision).
-			now := clock.Now()
-			for c, at := range undecided {
-				if !at.After(now) {
-					delete(undecided, c)
-					if err := r.out.Expire(c.ID); err != nil {
-						return err
-					}
-				}
+			if _, err := expireDue(); err != nil {
+				return err
 			}
-			nextExpiry()
 		case <-pauseAt.Chan():
+			// A call whose approval expires now is denied rather than paused for (its
+			// decision re-arms the pause for the calls left, as any decision does).
+			expired, err := expireDue()
+			if err != nil {
+				return err
+			}
+			if expired || (expireAt != nil && len(undecided) == 0) {
+				continue // every call left is expired, its denial on its way
+			}
 			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Pause(ctx, id) }); err != nil {
 				r.l.log.Warn().Err(err).Msg("pause the session's sandbox")
 			}
