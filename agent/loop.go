@@ -69,6 +69,12 @@ type Config struct {
 	// session's sandbox. The run itself waits for the decision indefinitely; the
 	// SandboxJanitor kills a sandbox paused for longer than its KillAfter.
 	ApprovalTimeout time.Duration
+	// ApprovalExpire, when positive, is how long a call waits for its decision before it
+	// is denied (conversation.ExpiredOutput, which the model is told). It counts from when
+	// the call was first asked, across restarts (the stored call's created_at). Zero (the
+	// default) waits for ever. Unlike ApprovalTimeout, which only pauses the sandbox while
+	// the run goes on waiting, an expiry decides the call.
+	ApprovalExpire time.Duration
 	// MaxRetries is how often a transient model error is retried, backing off from
 	// RetryBackoff (doubling), or the provider's retry-after when longer (up to a
 	// minute). Negative means never.
@@ -387,7 +393,8 @@ type call struct {
 	// plus ApprovalTimeout).
 	asked    time.Time
 	approved bool
-	settled  bool // result is final: the call does not run (an interrupted one)
+	declined string // what the model is told of a denied call
+	settled  bool   // result is final: the call does not run (an interrupted one)
 	result   Message
 }
 
@@ -443,7 +450,11 @@ func (r *run) settle(ctx context.Context, cs []*call) ([]Message, error) {
 			continue
 		}
 		if c.decision != nil && !c.approved {
-			c.result = Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name, Result: conversation.DeclinedOutput, IsError: true}
+			out := c.declined
+			if out == "" {
+				out = conversation.DeclinedOutput
+			}
+			c.result = Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name, Result: out, IsError: true}
 			continue // the actor ended the call as denied
 		}
 		sem <- struct{}{}
@@ -512,6 +523,63 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 	waited := clock.Now().Sub(asked)
 	pauseAt := clock.NewTimer(max(r.l.cfg.ApprovalTimeout-waited, 0))
 	defer pauseAt.Stop()
+
+	// Each call expires ApprovalExpire after it was first asked; one timer waits for the
+	// earliest deadline of the calls still undecided.
+	undecided := map[*call]time.Time{}
+	var expireC <-chan time.Time
+	var expireAt clockwork.Timer
+	if expire := r.l.cfg.ApprovalExpire; expire > 0 {
+		now := clock.Now()
+		for _, c := range cs {
+			if c.decision == nil {
+				continue
+			}
+			from := c.asked
+			if from.IsZero() {
+				from = now
+			}
+			undecided[c] = from.Add(expire)
+		}
+		expireAt = clock.NewTimer(time.Hour)
+		defer expireAt.Stop()
+		expireC = expireAt.Chan()
+	}
+	nextExpiry := func() {
+		if expireAt == nil {
+			return
+		}
+		var first time.Time
+		for _, at := range undecided {
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+		}
+		expireAt.Stop()
+		if first.IsZero() {
+			expireC = nil
+			return
+		}
+		expireAt.Reset(max(first.Sub(clock.Now()), 0))
+		expireC = expireAt.Chan()
+	}
+	nextExpiry()
+	// expireDue denies the calls whose deadline has come; the denials come back on their
+	// decision channels (a call decided meanwhile keeps its decision).
+	expireDue := func() (bool, error) {
+		now, expired := clock.Now(), false
+		for c, at := range undecided {
+			if !at.After(now) {
+				delete(undecided, c)
+				expired = true
+				if err := r.out.Expire(c.ID); err != nil {
+					return expired, err
+				}
+			}
+		}
+		nextExpiry()
+		return expired, nil
+	}
 	paused := false
 	defer func() {
 		// The wait ended without a decision (cancelled, failed): the sandbox must not
@@ -528,6 +596,11 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 		case d := <-ch:
 			pending--
 			d.c.approved = d.d.Approved
+			d.c.declined = d.d.Output
+			if _, ok := undecided[d.c]; ok {
+				delete(undecided, d.c)
+				nextExpiry()
+			}
 			if paused {
 				paused = false
 				if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Resume(ctx, id) }); err != nil {
@@ -540,7 +613,20 @@ func (r *run) awaitDecisions(ctx context.Context, cs []*call) error {
 			if pending > 0 {
 				pauseAt.Reset(r.l.cfg.ApprovalTimeout)
 			}
+		case <-expireC:
+			if _, err := expireDue(); err != nil {
+				return err
+			}
 		case <-pauseAt.Chan():
+			// A call whose approval expires now is denied rather than paused for (its
+			// decision re-arms the pause for the calls left, as any decision does).
+			expired, err := expireDue()
+			if err != nil {
+				return err
+			}
+			if expired || (expireAt != nil && len(undecided) == 0) {
+				continue // every call left is expired, its denial on its way
+			}
 			if err := r.sandboxes(func(s *Sandboxes, ctx context.Context, id uuid.UUID) error { return s.Pause(ctx, id) }); err != nil {
 				r.l.log.Warn().Err(err).Msg("pause the session's sandbox")
 			}
@@ -718,6 +804,12 @@ func (e *lockedEmitter) AwaitDecision(id string) (<-chan conversation.Decision, 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.out.AwaitDecision(id)
+}
+
+func (e *lockedEmitter) Expire(id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Expire(id)
 }
 
 func (e *lockedEmitter) Paused() error {

@@ -232,6 +232,43 @@ type ToolCall struct {
 	Input  json.RawMessage
 	Output *string
 	Status ToolStatus
+	// Decision is how a call that needed approval was decided; nil while it waits, and
+	// for calls that needed none.
+	Decision *ToolDecision
+}
+
+// How a tool call's approval was decided (ToolDecision.Via): through a transport, by a
+// session's approval rule, or by its expiry.
+const (
+	DecidedViaWS     = "ws"
+	DecidedViaAISDK  = "aisdk"
+	DecidedViaHTTP   = "http"
+	DecidedViaRule   = "rule"
+	DecidedViaExpiry = "expiry"
+)
+
+// ToolDecision records who decided a tool call's approval, when and how. It is stored
+// with the call as JSON, in these field names.
+type ToolDecision struct {
+	Approved bool       `json:"approved"`
+	By       string     `json:"by,omitempty"` // the user id; "" for an expiry
+	At       time.Time  `json:"at"`
+	Via      string     `json:"via"`              // DecidedVia*
+	RuleID   *uuid.UUID `json:"ruleId,omitempty"` // the rule that approved it (Via "rule")
+}
+
+// ApprovalRule is a session's standing approval ("allow for this conversation"): later
+// calls of Tool run without asking; of a shell tool only those whose command's first word
+// is Command.
+type ApprovalRule struct {
+	ID         uuid.UUID
+	SessionID  uuid.UUID
+	Tool       string
+	Command    *string
+	CreatedBy  string
+	CreatedVia string
+	ToolCallID string // the call whose decision made it
+	CreatedAt  time.Time
 }
 
 // Message is one entry of a session's transcript.

@@ -58,13 +58,16 @@ type Actor struct {
 	subs      map[Subscriber]struct{}
 	run       *runState       // the active run, nil when none
 	lastCalls map[string]bool // tool call ids of the run that ended last
-	stopped   bool
-	evicted   bool
-	idleT     actorTimer
-	abandonT  actorTimer
-	coalesceT actorTimer // ends the window of held text, armed while there is some
-	progressT actorTimer // ends the window in which progress is not stored again
-	held      heldDelta
+	// rules are the session's approval rules, read on first use (rulesLoaded).
+	rules       []chat.ApprovalRule
+	rulesLoaded bool
+	stopped     bool
+	evicted     bool
+	idleT       actorTimer
+	abandonT    actorTimer
+	coalesceT   actorTimer // ends the window of held text, armed while there is some
+	progressT   actorTimer // ends the window in which progress is not stored again
+	held        heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
 	// stopCtx bounds what the actor stores as it stops (a shutdown's budget).
@@ -289,7 +292,7 @@ func (a *Actor) handle(it intent) {
 	case *runEndIntent:
 		a.onRunEnd(it.run, it.err)
 	case *decideIntent:
-		v, err := a.decide(it.runID, it.callID, it.approved)
+		v, err := a.decide(it.req)
 		it.reply <- result[DecideResult]{v, err}
 	case *approvalIntent:
 		ch, err := a.onAwaitApproval(it.run, it.call)
@@ -303,6 +306,10 @@ func (a *Actor) handle(it intent) {
 	case *awaitDecisionIntent:
 		ch, err := a.onAwaitDecision(it.run, it.callID)
 		it.reply <- result[<-chan Decision]{ch, err}
+	case *expireIntent:
+		it.reply <- a.onExpire(it.run, it.callID)
+	case *revokeIntent:
+		it.reply <- result[struct{}]{struct{}{}, a.revoke(it.ruleID)}
 	case *pausedIntent:
 		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:

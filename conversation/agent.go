@@ -75,6 +75,10 @@ type Emitter interface {
 	// Checkpoint holds as awaiting_approval: the call is not stored again. It returns an
 	// *Error with CodeNotFound for a call that is not waiting.
 	AwaitDecision(callID string) (<-chan Decision, error)
+	// Expire denies a call still waiting for its decision because its approval expired:
+	// the call ends denied, with ExpiredOutput, and its decision channel receives that.
+	// A call decided meanwhile keeps its decision.
+	Expire(callID string) error
 	// Paused records that the agent paused the session's sandbox while the run waits
 	// for a decision; the run's status is paused until a decision arrives.
 	Paused() error

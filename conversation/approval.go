@@ -9,9 +9,36 @@ import (
 	"github.com/chatd/chatd/chat"
 )
 
-// Decision is a person's answer to an approval request.
+// Decision is a person's answer to an approval request (or its expiry's).
 type Decision struct {
 	Approved bool
+	// Output is what the model is told of a denied call: DeclinedOutput, or ExpiredOutput.
+	Output string
+}
+
+// ExpiredOutput is the result a call gets that nobody decided before its approval expired
+// (the agent's ApprovalExpire), and what the model is told.
+const ExpiredOutput = "Nobody approved this tool call in time: the approval request expired and the tool was not run."
+
+// ScopeSession is the scope of an approval that also approves, for the rest of the
+// session, later calls that match the rule the server derives from the call (RuleFor).
+const ScopeSession = "session"
+
+// DecideRequest is a decision on a pending tool approval, with who made it.
+type DecideRequest struct {
+	// RunID, when not uuid.Nil, names the run that asked.
+	RunID    uuid.UUID
+	CallID   string
+	Approved bool
+	// InputHash, when set, must be chat.InputHash of the call's input: the input the
+	// person was shown. Another hash is refused with CodeConflict, and the call waits on.
+	InputHash string
+	// By is the deciding user's id, Via the transport it came through (chat.DecidedVia*).
+	By  string
+	Via string
+	// Scope ScopeSession (approvals only) also stores a rule that approves later calls
+	// the call matches (RuleFor); "" decides this call only.
+	Scope string
 }
 
 // DecideResult says what a decision did to the run.
@@ -30,15 +57,32 @@ const DeclinedOutput = "The user declined to run this tool."
 // an unknown call CodeNotFound. An approved call is running when Decide returns; a denied
 // one has ended with tool status denied.
 func (a *Actor) Decide(ctx context.Context, runID uuid.UUID, callID string, approved bool) (DecideResult, error) {
-	return call(ctx, a, func(r chan result[DecideResult]) intent { return &decideIntent{runID, callID, approved, r} })
+	return a.DecideAs(ctx, DecideRequest{RunID: runID, CallID: callID, Approved: approved})
+}
+
+// DecideAs is Decide with the decision's input hash, author, transport and scope, which
+// are stored with the call (chat.ToolDecision). A hash that is not the call's input's
+// returns CodeConflict and changes nothing; a scope other than "" or ScopeSession, or
+// ScopeSession on a denial, CodeBadRequest.
+func (a *Actor) DecideAs(ctx context.Context, req DecideRequest) (DecideResult, error) {
+	switch {
+	case req.Scope != "" && req.Scope != ScopeSession:
+		return DecideResult{}, errorf(CodeBadRequest, `scope must be "session" or absent`)
+	case req.Scope != "" && !req.Approved:
+		return DecideResult{}, errorf(CodeBadRequest, `scope "session" goes with an approval only`)
+	}
+	return call(ctx, a, func(r chan result[DecideResult]) intent { return &decideIntent{req, r} })
 }
 
 type (
 	decideIntent struct {
-		runID    uuid.UUID
-		callID   string
-		approved bool
-		reply    chan result[DecideResult]
+		req   DecideRequest
+		reply chan result[DecideResult]
+	}
+	expireIntent struct {
+		run    *runState
+		callID string
+		reply  chan error
 	}
 	approvalIntent struct {
 		run   *runState
@@ -64,6 +108,18 @@ type (
 // onAwaitApproval stores and publishes a tool call that waits for a person, and moves the
 // run to awaiting_approval (a paused run stays paused).
 func (a *Actor) onAwaitApproval(run *runState, call ToolCall) (<-chan Decision, error) {
+	if rule := a.matchingRule(call); rule != nil {
+		// Allowed for this conversation: the call runs without asking, recorded as
+		// approved by the rule (and by whoever made it).
+		d := &chat.ToolDecision{Approved: true, By: rule.CreatedBy, At: a.now(), Via: chat.DecidedViaRule, RuleID: &rule.ID}
+		if _, err := a.startToolDecided(run, call, chat.ToolRunning, d); err != nil {
+			return nil, err
+		}
+		ch := make(chan Decision, 1)
+		ch <- Decision{Approved: true}
+		run.decided[call.ID] = ch
+		return ch, nil
+	}
 	if _, err := a.startTool(run, call, chat.ToolAwaitingApproval); err != nil {
 		return nil, err
 	}
@@ -141,10 +197,11 @@ func (a *Actor) onUsage(run *runState, u chat.Usage) {
 	a.publish(a.runEvent(run, Event{Type: EventRunStatus, Run: runView(run)}))
 }
 
-func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideResult, error) {
+func (a *Actor) decide(req DecideRequest) (DecideResult, error) {
 	if err := a.takeUpLoaded(); err != nil {
 		return DecideResult{}, err
 	}
+	runID, callID := req.RunID, req.CallID
 	run := a.run
 	if runID != uuid.Nil && (run == nil || run.info.ID != runID) {
 		return DecideResult{}, errorf(CodeConflict, "run %s is not waiting for a decision", runID)
@@ -162,12 +219,29 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		}
 		return DecideResult{}, errorf(CodeNotFound, "no approval is pending for tool call %q", callID)
 	}
-	delete(run.approvals, callID)
 	tool := run.tools[callID]
-	if approved {
+	if req.InputHash != "" && req.InputHash != chat.InputHash(tool.msg.Tool.Input) {
+		return DecideResult{}, errorf(CodeConflict, "tool call %q: inputHash is not the hash of the call's input; the call still waits", callID)
+	}
+	var rule *chat.ApprovalRule
+	if req.Scope == ScopeSession {
+		r, err := a.ruleFor(tool.msg.Tool, req)
+		if err != nil {
+			return DecideResult{}, err
+		}
+		rule = &r
+	}
+	delete(run.approvals, callID)
+	d := &chat.ToolDecision{Approved: req.Approved, By: req.By, At: a.now(), Via: req.Via}
+	output := DeclinedOutput
+	if req.Via == chat.DecidedViaExpiry {
+		output = ExpiredOutput
+	}
+	if req.Approved {
 		m := tool.msg
 		t := *m.Tool
 		t.Status = chat.ToolRunning
+		t.Decision = d
 		m.Tool = &t
 		m.UpdatedAt = a.now()
 		tool.msg = m
@@ -176,8 +250,13 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 		}
 		v := tool.view()
 		a.publish(a.runEvent(run, Event{Type: EventToolUpdate, Message: &v}))
-	} else if err := a.endTool(run, tool, chat.MessageComplete, chat.ToolDenied, DeclinedOutput, nil); err != nil {
-		a.logger().Error().Err(err).Msg("store a denial")
+	} else {
+		t := *tool.msg.Tool
+		t.Decision = d
+		tool.msg.Tool = &t
+		if err := a.endTool(run, tool, chat.MessageComplete, chat.ToolDenied, output, nil); err != nil {
+			a.logger().Error().Err(err).Msg("store a denial")
+		}
 	}
 	// The decision is stored before the agent hears of it: an approved call must not run
 	// while the database still says it waits (a crash would ask, and run it, again). A
@@ -189,7 +268,17 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 	case errWriteWaits:
 		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the database is unavailable")
 	}
-	ch <- Decision{Approved: approved}
+	if rule != nil {
+		// The call is approved either way; a rule that could not be stored is not made.
+		if err := a.addRule(run, *rule); err != nil {
+			a.logger().Error().Err(err).Msg("store an approval rule")
+		}
+	}
+	if req.Approved {
+		ch <- Decision{Approved: true}
+	} else {
+		ch <- Decision{Output: output}
+	}
 	run.decided[callID] = ch
 
 	status := chat.RunRunning
@@ -198,6 +287,19 @@ func (a *Actor) decide(runID uuid.UUID, callID string, approved bool) (DecideRes
 	}
 	a.setStatus(run, status)
 	return DecideResult{RunID: run.info.ID, Status: status}, nil
+}
+
+// onExpire denies a call of the run still waiting for its decision when its approval
+// expires; a call decided meanwhile is left as it was.
+func (a *Actor) onExpire(run *runState, callID string) error {
+	if !a.isCurrent(run) {
+		return ErrRunEnded
+	}
+	if _, waiting := run.approvals[callID]; !waiting {
+		return nil
+	}
+	_, err := a.decide(DecideRequest{RunID: run.info.ID, CallID: callID, Via: chat.DecidedViaExpiry})
+	return err
 }
 
 // setStatus stores and publishes a non-terminal status change of the active run, with its

@@ -57,6 +57,9 @@ type Store interface {
 	SessionOpen(ctx context.Context, id uuid.UUID, req store.OpenRequest) (store.Opened, error)
 	LeaseRelease(ctx context.Context, id uuid.UUID, node string, token int64) error
 	StreamLogRead(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]string, error)
+	ApprovalRules(ctx context.Context, sessionID uuid.UUID) ([]chat.ApprovalRule, error)
+	ApprovalRuleInsert(ctx context.Context, r chat.ApprovalRule) error
+	ApprovalRuleDelete(ctx context.Context, sessionID, id uuid.UUID) (bool, error)
 }
 
 var _ Store = (*store.Store)(nil)

@@ -139,6 +139,11 @@ func (e *emitter) decision(it intent, reply chan result[<-chan Decision]) (<-cha
 	}
 }
 
+func (e *emitter) Expire(callID string) error {
+	reply := make(chan error, 1)
+	return e.call(&expireIntent{e.run, callID, reply}, reply)
+}
+
 func (e *emitter) Paused() error {
 	reply := make(chan error, 1)
 	return e.call(&pausedIntent{e.run, false, reply}, reply)

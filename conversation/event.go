@@ -25,6 +25,9 @@ const (
 	EventChatDone       EventType = "chat.done"
 	EventChatError      EventType = "chat.error"
 	EventChatCancelled  EventType = "chat.cancelled"
+	// EventApprovalRules: the session's approval rules changed (one was made or
+	// revoked). Rules is the whole list. RunID is the run it happened in, if any.
+	EventApprovalRules EventType = "approval.rules"
 )
 
 // Event is one sequenced change to a session. Which fields are set depends on Type:
@@ -48,6 +51,7 @@ type Event struct {
 	Text      string
 	Status    chat.MessageStatus
 	Error     *chat.ErrorInfo
+	Rules     []chat.ApprovalRule // approval.rules
 
 	// enc caches the event's encodings, one per Format that asked for it; set when the
 	// event is published.
@@ -169,6 +173,8 @@ type Snapshot struct {
 	// LastRun is the session's latest run when it has ended (nil when it is active, or
 	// there is none), so a client can offer to resume it (LastRun.Resumable).
 	LastRun *chat.Run
+	// ApprovalRules are the session's standing approvals, oldest first.
+	ApprovalRules []chat.ApprovalRule
 }
 
 // Resumed announces a replay: the events after LastSeq (the subscriber's own) follow.

@@ -497,3 +497,26 @@ func (j *sessionJournal) streamed(ids []uuid.UUID) (map[uuid.UUID]string, error)
 	defer cancel()
 	return j.st.StreamLogRead(ctx, ids)
 }
+
+// approvalRules reads the session's approval rules.
+func (j *sessionJournal) approvalRules() ([]chat.ApprovalRule, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.ApprovalRules(ctx, j.session)
+}
+
+// insertRule stores an approval rule, after the writes queued before it.
+func (j *sessionJournal) insertRule(r chat.ApprovalRule) error {
+	return j.q.Do(func(ctx context.Context) error { return j.st.ApprovalRuleInsert(ctx, r) })
+}
+
+// deleteRule removes an approval rule, after the writes queued before it, and reports
+// whether there was one.
+func (j *sessionJournal) deleteRule(id uuid.UUID) (bool, error) {
+	var deleted bool
+	err := j.q.Do(func(ctx context.Context) (err error) {
+		deleted, err = j.st.ApprovalRuleDelete(ctx, j.session, id)
+		return err
+	})
+	return deleted, err
+}

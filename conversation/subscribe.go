@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/store"
@@ -94,6 +95,10 @@ func (a *Actor) snapshot() (Snapshot, error) {
 	}
 	a.overlayLive(msgs)
 	snap := Snapshot{SessionID: a.id, Epoch: a.epoch, LastSeq: a.seq, Messages: msgs, HasMore: more}
+	if err := a.loadRules(); err != nil {
+		return Snapshot{}, err
+	}
+	snap.ApprovalRules = slices.Clone(a.rules)
 	if a.run != nil {
 		r := a.run.info
 		snap.ActiveRun = &r

@@ -22,6 +22,11 @@ func (a *Actor) onToolStart(run *runState, call ToolCall) error {
 // startTool validates and stores a new tool call with the given tool status, closing the
 // open segment first, and publishes tool.start.
 func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) (*liveMessage, error) {
+	return a.startToolDecided(run, call, status, nil)
+}
+
+// startToolDecided is startTool for a call already decided (by an approval rule).
+func (a *Actor) startToolDecided(run *runState, call ToolCall, status chat.ToolStatus, decision *chat.ToolDecision) (*liveMessage, error) {
 	if !a.isCurrent(run) {
 		return nil, ErrRunEnded
 	}
@@ -52,10 +57,11 @@ func (a *Actor) startTool(run *runState, call ToolCall, status chat.ToolStatus) 
 	tool := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleTool, chat.MessageStreaming)}
 	tool.log = a.journal.stream(tool.msg.ID)
 	tool.msg.Tool = &chat.ToolCall{
-		CallID: call.ID,
-		Name:   chat.CleanText(call.Name),
-		Input:  input,
-		Status: status,
+		CallID:   call.ID,
+		Name:     chat.CleanText(call.Name),
+		Input:    input,
+		Status:   status,
+		Decision: decision,
 	}
 	if err := a.journal.insert(tool.msg); err != nil {
 		a.failStorage(run, "store the tool call", err)

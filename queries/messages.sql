@@ -5,10 +5,10 @@
 -- new token) or waits for it; a renewal (FOR NO KEY UPDATE) does neither (leases.sql).
 INSERT INTO messages (
     id, session_id, run_id, position, role, kind, content, status,
-    tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
+    tool_call_id, tool_name, tool_input, tool_status, tool_decision, created_at, updated_at
 )
 SELECT @id, @session_id, @run_id, @position, @role, @kind, @content, @status,
-    @tool_call_id, @tool_name, @tool_input, @tool_status, @created_at, @created_at
+    @tool_call_id, @tool_name, @tool_input, @tool_status, @tool_decision, @created_at, @created_at
 WHERE (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = @session_id AND f.token = @fence FOR KEY SHARE));
 
 -- name: MessageUpdate :execrows
@@ -23,6 +23,7 @@ SET content = @content,
     error_message = @error_message,
     tool_output = @tool_output,
     tool_status = @tool_status,
+    tool_decision = COALESCE(@tool_decision, messages.tool_decision),
     provider_data = @provider_data,
     updated_at = @updated_at
 WHERE messages.id = @id AND messages.status = ANY(@from_statuses::text[])

@@ -33,7 +33,7 @@ func (q *Queries) MessageDeleteEmpty(ctx context.Context, db DBTX, arg MessageDe
 }
 
 const messageGet = `-- name: MessageGet :one
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, r.request_id
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.id = $1
@@ -66,6 +66,7 @@ func (q *Queries) MessageGet(ctx context.Context, db DBTX, id uuid.UUID) (Messag
 		&i.Message.UpdatedAt,
 		&i.Message.Kind,
 		&i.Message.ProviderData,
+		&i.Message.ToolDecision,
 		&i.RequestID,
 	)
 	return i, err
@@ -74,28 +75,29 @@ func (q *Queries) MessageGet(ctx context.Context, db DBTX, id uuid.UUID) (Messag
 const messageInsert = `-- name: MessageInsert :execrows
 INSERT INTO messages (
     id, session_id, run_id, position, role, kind, content, status,
-    tool_call_id, tool_name, tool_input, tool_status, created_at, updated_at
+    tool_call_id, tool_name, tool_input, tool_status, tool_decision, created_at, updated_at
 )
 SELECT $1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13, $13
-WHERE ($14::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = $2 AND f.token = $14 FOR KEY SHARE))
+    $9, $10, $11, $12, $13, $14, $14
+WHERE ($15::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = $2 AND f.token = $15 FOR KEY SHARE))
 `
 
 type MessageInsertParams struct {
-	ID         uuid.UUID
-	SessionID  uuid.UUID
-	RunID      *uuid.UUID
-	Position   int64
-	Role       string
-	Kind       string
-	Content    string
-	Status     string
-	ToolCallID *string
-	ToolName   *string
-	ToolInput  json.RawMessage
-	ToolStatus *string
-	CreatedAt  time.Time
-	Fence      int64
+	ID           uuid.UUID
+	SessionID    uuid.UUID
+	RunID        *uuid.UUID
+	Position     int64
+	Role         string
+	Kind         string
+	Content      string
+	Status       string
+	ToolCallID   *string
+	ToolName     *string
+	ToolInput    json.RawMessage
+	ToolStatus   *string
+	ToolDecision json.RawMessage
+	CreatedAt    time.Time
+	Fence        int64
 }
 
 // Fenced (every write of an actor is): with a fence other than 0, nothing is written
@@ -116,6 +118,7 @@ func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertP
 		arg.ToolName,
 		arg.ToolInput,
 		arg.ToolStatus,
+		arg.ToolDecision,
 		arg.CreatedAt,
 		arg.Fence,
 	)
@@ -133,10 +136,11 @@ SET content = $1,
     error_message = $4,
     tool_output = $5,
     tool_status = $6,
-    provider_data = $7,
-    updated_at = $8
-WHERE messages.id = $9 AND messages.status = ANY($10::text[])
-    AND ($11::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $11 FOR KEY SHARE))
+    tool_decision = COALESCE($7, messages.tool_decision),
+    provider_data = $8,
+    updated_at = $9
+WHERE messages.id = $10 AND messages.status = ANY($11::text[])
+    AND ($12::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $12 FOR KEY SHARE))
 `
 
 type MessageUpdateParams struct {
@@ -146,6 +150,7 @@ type MessageUpdateParams struct {
 	ErrorMessage *string
 	ToolOutput   *string
 	ToolStatus   *string
+	ToolDecision json.RawMessage
 	ProviderData json.RawMessage
 	UpdatedAt    time.Time
 	ID           uuid.UUID
@@ -165,6 +170,7 @@ func (q *Queries) MessageUpdate(ctx context.Context, db DBTX, arg MessageUpdateP
 		arg.ErrorMessage,
 		arg.ToolOutput,
 		arg.ToolStatus,
+		arg.ToolDecision,
 		arg.ProviderData,
 		arg.UpdatedAt,
 		arg.ID,
@@ -187,7 +193,7 @@ func (q *Queries) MessagesDeleteBySession(ctx context.Context, db DBTX, sessionI
 }
 
 const messagesListBefore = `-- name: MessagesListBefore :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.session_id = $1 AND m.position < $2
@@ -237,6 +243,7 @@ func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesL
 			&i.Message.UpdatedAt,
 			&i.Message.Kind,
 			&i.Message.ProviderData,
+			&i.Message.ToolDecision,
 			&i.RequestID,
 			&i.Superseded,
 		); err != nil {
@@ -251,7 +258,7 @@ func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesL
 }
 
 const messagesListByRun = `-- name: MessagesListByRun :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.run_id = $1
@@ -292,6 +299,7 @@ func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UU
 			&i.Message.UpdatedAt,
 			&i.Message.Kind,
 			&i.Message.ProviderData,
+			&i.Message.ToolDecision,
 			&i.RequestID,
 			&i.Superseded,
 		); err != nil {

@@ -11,6 +11,17 @@ import (
 	"github.com/google/uuid"
 )
 
+type ApprovalRule struct {
+	ID         uuid.UUID
+	SessionID  uuid.UUID
+	Tool       string
+	Command    *string
+	CreatedBy  string
+	CreatedVia string
+	ToolCallID string
+	CreatedAt  time.Time
+}
+
 type Message struct {
 	ID           uuid.UUID
 	SessionID    uuid.UUID
@@ -30,6 +41,7 @@ type Message struct {
 	UpdatedAt    time.Time
 	Kind         string
 	ProviderData json.RawMessage
+	ToolDecision json.RawMessage
 }
 
 type Run struct {

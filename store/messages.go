@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -30,6 +31,13 @@ func (s *Store) MessageInsert(ctx context.Context, m chat.Message) error {
 		p.ToolName = &m.Tool.Name
 		p.ToolInput = m.Tool.Input
 		p.ToolStatus = ptr(string(m.Tool.Status))
+		if d := m.Tool.Decision; d != nil {
+			b, err := json.Marshal(d)
+			if err != nil {
+				return fmt.Errorf("insert message %d: %w", m.Position, err)
+			}
+			p.ToolDecision = b
+		}
 	}
 	p.Fence = fenceOf(ctx)
 	n, err := s.q.MessageInsert(ctx, s.w, p)
@@ -78,6 +86,13 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.
 	if m.Tool != nil {
 		p.ToolOutput = m.Tool.Output
 		p.ToolStatus = ptr(string(m.Tool.Status))
+		if d := m.Tool.Decision; d != nil {
+			b, err := json.Marshal(d)
+			if err != nil {
+				return fmt.Errorf("update message %s: %w", m.ID, err)
+			}
+			p.ToolDecision = b
+		}
 	}
 	p.Fence = fenceOf(ctx)
 	n, err := s.q.MessageUpdate(ctx, s.w, p)
@@ -200,6 +215,13 @@ func messageFromRow(r queries.Message, requestID *string) chat.Message {
 			Input:  r.ToolInput,
 			Output: r.ToolOutput,
 			Status: chat.ToolStatus(deref(r.ToolStatus)),
+		}
+		if len(r.ToolDecision) > 0 {
+			var d chat.ToolDecision
+			if json.Unmarshal(r.ToolDecision, &d) == nil {
+				d.At = d.At.UTC()
+				m.Tool.Decision = &d
+			}
 		}
 	}
 	return m

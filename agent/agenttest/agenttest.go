@@ -311,6 +311,19 @@ func (r *Recorder) AwaitDecision(id string) (<-chan conversation.Decision, error
 	_ = r.add("tool.await: %s", id)
 	return r.decision(conversation.ToolCall{ID: id}), nil
 }
+
+// Expire records the expiry and, for a held call, gives it the expiry's denial.
+func (r *Recorder) Expire(id string) error {
+	_ = r.add("expire: %s", id)
+	r.mu.Lock()
+	ch := r.held[id]
+	delete(r.held, id)
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- conversation.Decision{Output: conversation.ExpiredOutput}
+	}
+	return nil
+}
 func (r *Recorder) Paused() error            { return r.add("paused") }
 func (r *Recorder) Resumed() error           { return r.add("resumed") }
 func (r *Recorder) Notice(text string) error { return r.add("notice: %s", text) }

@@ -81,6 +81,7 @@ func (r *recorder) AwaitApproval(conversation.ToolCall) (<-chan conversation.Dec
 func (r *recorder) AwaitDecision(string) (<-chan conversation.Decision, error) {
 	return nil, errors.New("recorder: no approvals")
 }
+func (r *recorder) Expire(string) error    { return nil }
 func (r *recorder) Paused() error          { return nil }
 func (r *recorder) Resumed() error         { return nil }
 func (r *recorder) Notice(string) error    { return nil }

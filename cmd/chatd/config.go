@@ -134,7 +134,9 @@ type Config struct {
 	// SandboxKillAfter how long a paused sandbox lives (CHATD_SANDBOX_KILL_AFTER). The
 	// last two are enforced by the sandbox janitor from times stored with each session.
 	// Runs wait for decisions indefinitely.
-	ApprovalTimeout  time.Duration
+	ApprovalTimeout time.Duration
+	// ApprovalExpire, when positive, denies a call nobody decided within it (0: never).
+	ApprovalExpire   time.Duration
 	SandboxIdlePause time.Duration
 	SandboxKillAfter time.Duration
 	// WorkspaceRetention is how long the workspace of a sandbox that stopped being its
@@ -374,6 +376,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
+	fs.DurationVar(&c.ApprovalExpire, "approval-expire", env.duration("CHATD_APPROVAL_EXPIRE", 0), "deny a tool call nobody decided within this long; 0 waits for ever (CHATD_APPROVAL_EXPIRE)")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
@@ -500,6 +503,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_DEMO_WORDS (-demo-words) is %d; it must be at least 1", c.DemoWords)
 	case c.DemoDelay < 0:
 		return fmt.Errorf("CHATD_DEMO_DELAY (-demo-delay) is %s; it must not be negative", c.DemoDelay)
+	case c.ApprovalExpire < 0:
+		return fmt.Errorf("CHATD_APPROVAL_EXPIRE (-approval-expire) is %s; it must be 0 (off) or positive", c.ApprovalExpire)
 	case c.ApprovalTimeout <= 0:
 		return fmt.Errorf("CHATD_APPROVAL_TIMEOUT (-approval-timeout) is %s; it must be positive", c.ApprovalTimeout)
 	case c.SandboxIdlePause <= 0:

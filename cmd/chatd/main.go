@@ -668,6 +668,7 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 		MaxOutputTokens:  m.cfg.MaxTokens,
 		MaxSteps:         m.cfg.MaxSteps,
 		ApprovalTimeout:  m.cfg.ApprovalTimeout,
+		ApprovalExpire:   m.cfg.ApprovalExpire,
 		ModelIdleTimeout: m.cfg.ModelTimeout,
 		Clock:            clock,
 		Logger:           m.log,

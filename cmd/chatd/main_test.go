@@ -162,6 +162,7 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_HTTP_IDLE_TIMEOUT":     "2m",
 
 		"CHATD_APPROVAL_TIMEOUT":   "10s",
+		"CHATD_APPROVAL_EXPIRE":    "30m",
 		"CHATD_SANDBOX_KILL_AFTER": "1h",
 		"CHATD_SANDBOX_IDLE_PAUSE": "20m",
 		"CHATD_ABANDON_AFTER":      "2m",
@@ -241,6 +242,7 @@ func TestParseConfigValues(t *testing.T) {
 		HTTPIdleTimeout:    2 * time.Minute,
 
 		ApprovalTimeout:  10 * time.Second,
+		ApprovalExpire:   30 * time.Minute,
 		SandboxIdlePause: 20 * time.Minute,
 		SandboxKillAfter: time.Hour,
 		AbandonAfter:     2 * time.Minute,
@@ -323,7 +325,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-coalesce-deltas", "1s",
 				"-demo-words", "9",
 				"-demo-delay", "5ms",
-				"-approval-timeout", "1m",
+				"-approval-timeout", "1m", "-approval-expire", "1h",
 				"-sandbox-kill-after", "2h",
 				"-sandbox-idle-pause", "30m",
 				"-workspace-retention", "off",
@@ -398,6 +400,7 @@ func TestParseConfigValues(t *testing.T) {
 					HTTPIdleTimeout:  7 * time.Second,
 
 					ApprovalTimeout:  time.Minute,
+					ApprovalExpire:   time.Hour,
 					SandboxIdlePause: 30 * time.Minute,
 					SandboxKillAfter: 2 * time.Hour,
 					AbandonAfter:     3 * time.Minute,
@@ -603,6 +606,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "demo words zero", env: map[string]string{"CHATD_DEMO_WORDS": "0"}, mention: []string{"CHATD_DEMO_WORDS"}},
 		{name: "demo delay negative", env: map[string]string{"CHATD_DEMO_DELAY": "-1ms"}, mention: []string{"CHATD_DEMO_DELAY"}},
 		{name: "approval timeout zero", env: map[string]string{"CHATD_APPROVAL_TIMEOUT": "0s"}, mention: []string{"CHATD_APPROVAL_TIMEOUT"}},
+		{name: "approval expire negative", env: map[string]string{"CHATD_APPROVAL_EXPIRE": "-1m"}, mention: []string{"CHATD_APPROVAL_EXPIRE", "-approval-expire"}},
 		{name: "sandbox idle pause zero", env: map[string]string{"CHATD_SANDBOX_IDLE_PAUSE": "0s"}, mention: []string{"CHATD_SANDBOX_IDLE_PAUSE"}},
 		{name: "sandbox kill after bad", env: map[string]string{"CHATD_SANDBOX_KILL_AFTER": "soon"}, mention: []string{"CHATD_SANDBOX_KILL_AFTER"}},
 		{name: "workspace retention not a duration", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "a week"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "a week", "7d"}},

@@ -345,7 +345,8 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		h.streamWith(w, r, who, sid, approvalRun, streamOptions{continuation: true, counted: true, then: func(ctx context.Context) error {
 			return h.cfg.Hub.Do(ctx, sid, func(a *conversation.Actor) error {
 				for call, approved := range decisions {
-					if _, err := a.Decide(ctx, uuid.Nil, call, approved); err != nil && !isDecided(err) {
+					d := conversation.DecideRequest{CallID: call, Approved: approved, By: who.owner, Via: chat.DecidedViaAISDK}
+					if _, err := a.DecideAs(ctx, d); err != nil && !isDecided(err) {
 						return err
 					}
 				}
@@ -528,11 +529,13 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request, who caller) {
 	writeJSON(w, http.StatusOK, map[string]bool{"stopped": true})
 }
 
-// approve is POST /v1/aisdk/chat/{id}/approve {toolCallId, approved}.
+// approve is POST /v1/aisdk/chat/{id}/approve {toolCallId, approved, inputHash?, scope?}.
 func (h *Handler) approve(w http.ResponseWriter, r *http.Request, who caller) {
 	var body struct {
 		ToolCallID string `json:"toolCallId"`
 		Approved   *bool  `json:"approved"`
+		InputHash  string `json:"inputHash"`
+		Scope      string `json:"scope"`
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
 	withBody(r, raw)
@@ -561,7 +564,10 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request, who caller) {
 		return
 	}
 	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
-		_, err := a.Decide(r.Context(), uuid.Nil, body.ToolCallID, *body.Approved)
+		_, err := a.DecideAs(r.Context(), conversation.DecideRequest{
+			CallID: body.ToolCallID, Approved: *body.Approved, InputHash: body.InputHash, Scope: body.Scope,
+			By: who.owner, Via: chat.DecidedViaHTTP,
+		})
 		return err
 	})
 	if err != nil {

@@ -71,18 +71,35 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "toolCallId "+idErr.Error())
 		case f.Decision != "approve" && f.Decision != "deny":
 			c.replyError(f.RequestID, conversation.CodeBadRequest, `decision must be "approve" or "deny"`)
+		case f.InputHash != "" && !validHash(f.InputHash):
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "inputHash must be 64 lowercase hex digits (SHA-256)")
 		default:
 			runID, ok := c.runID(f)
 			if !ok {
 				return
 			}
-			res, err := c.actor.Decide(c.ctx, runID, f.ToolCallID, f.Decision == "approve")
+			res, err := c.actor.DecideAs(c.ctx, conversation.DecideRequest{
+				RunID: runID, CallID: f.ToolCallID, Approved: f.Decision == "approve",
+				InputHash: f.InputHash, Scope: f.Scope, By: c.user, Via: chat.DecidedViaWS,
+			})
 			if err != nil {
 				c.replyErr(f.RequestID, err)
 				return
 			}
 			c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Status: string(res.Status)})
 		}
+
+	case typeApprovalRevoke:
+		id, err := uuid.Parse(f.RuleID)
+		if f.RuleID == "" || err != nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "approval.revoke needs a ruleId (a UUID)")
+			return
+		}
+		if err := c.actor.Revoke(c.ctx, id); err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID})
 
 	case typeChatResume:
 		if f.RequestID == nil {
@@ -142,4 +159,17 @@ func (c *conn) runID(f clientFrame) (id uuid.UUID, ok bool) {
 		return uuid.Nil, false
 	}
 	return id, true
+}
+
+// validHash reports whether h is a SHA-256 in lowercase hex, as chat.InputHash writes it.
+func validHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for _, r := range h {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -179,7 +179,7 @@ func TestSchemaFrameTypesMatchGo(t *testing.T) {
 		id, ok := typ.(*ast.Ident)
 		return ok && id.Name == "EventType"
 	})
-	require.Len(t, eventsGo, 13, "conversation's event types")
+	require.Len(t, eventsGo, 14, "conversation's event types")
 	serverGo := append([]string{"snapshot", "resumed", "ack", "error", "history", "auth.refreshed", "auth.expiring"}, eventsGo...)
 
 	clientSchema, err := wstest.FrameTypes("ClientFrame")
@@ -419,6 +419,31 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 			e.Run = f.runAt(s)
 			event(string(typ)+", "+string(s), e)
 		}
+	}
+	// Approvals as a security boundary: decisions, rules.
+	cmd := "ls"
+	rule := chat.ApprovalRule{ID: f.msg, SessionID: f.session, Tool: "shell", Command: &cmd, CreatedBy: "u1", CreatedVia: chat.DecidedViaWS, ToolCallID: "c1", CreatedAt: f.now}
+	anyTool := chat.ApprovalRule{ID: f.run, SessionID: f.session, Tool: "search", CreatedBy: "u1", CreatedVia: chat.DecidedViaHTTP, ToolCallID: "c2", CreatedAt: f.now}
+	rules := ev(conversation.EventApprovalRules, 11)
+	rules.Rules = []chat.ApprovalRule{rule, anyTool}
+	event("approval.rules", rules)
+	event("approval.rules, none, no run", &conversation.Event{Seq: 12, Type: conversation.EventApprovalRules, Rules: []chat.ApprovalRule{}})
+	b, err = ws.EncodeSnapshot(&conversation.Snapshot{SessionID: f.session, Epoch: "e466", ApprovalRules: []chat.ApprovalRule{rule}})
+	add("snapshot, rules", b, err)
+	marshal("ack, approval.revoke", ws.WireAck{Type: "ack", RequestID: rid("v1")})
+	for i, d := range []chat.ToolDecision{
+		{Approved: true, By: "u1", At: f.now, Via: chat.DecidedViaWS},
+		{Approved: false, At: f.now, Via: chat.DecidedViaExpiry},
+		{Approved: true, By: "u1", At: f.now, Via: chat.DecidedViaRule, RuleID: &rule.ID},
+		{Approved: false, At: f.now},
+	} {
+		m := *find(chat.RoleTool, chat.KindText, chat.MessageStreaming, chat.ToolRunning)
+		tc := *m.Tool
+		tc.Decision = &d
+		m.Tool = &tc
+		e := ev(conversation.EventToolUpdate, int64(13+i))
+		e.Message = &m
+		event("tool.update, decision "+strconv.Itoa(i), e)
 	}
 	return out
 }

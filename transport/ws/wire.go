@@ -24,6 +24,8 @@ const (
 	typeHistoryFetch = "history.fetch"
 	typeChatDismiss  = "chat.dismiss"
 	typeAuthRefresh  = "auth.refresh"
+	// typeApprovalRevoke revokes one of the session's approval rules.
+	typeApprovalRevoke = "approval.revoke"
 )
 
 // Server frames about the connection's token (expiry.go).
@@ -55,6 +57,9 @@ type clientFrame struct {
 	Before     *int64  `json:"before"`
 	Limit      *int    `json:"limit"`
 	Mode       string  `json:"mode"`
+	InputHash  string  `json:"inputHash"`
+	Scope      string  `json:"scope"`
+	RuleID     string  `json:"ruleId"`
 
 	// raw is the frame as it came, for a relay to send on.
 	raw []byte
@@ -66,11 +71,39 @@ type wireError struct {
 }
 
 type wireTool struct {
-	CallID string          `json:"callId"`
-	Name   string          `json:"name"`
-	Input  json.RawMessage `json:"input"`
-	Output *string         `json:"output,omitempty"`
-	Status string          `json:"status"`
+	CallID    string          `json:"callId"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	InputHash string          `json:"inputHash,omitempty"`
+	Output    *string         `json:"output,omitempty"`
+	Status    string          `json:"status"`
+	Decision  *wireDecision   `json:"decision,omitempty"`
+}
+
+type wireDecision struct {
+	Approved bool       `json:"approved"`
+	By       string     `json:"by,omitempty"`
+	At       time.Time  `json:"at"`
+	Via      string     `json:"via,omitempty"`
+	RuleID   *uuid.UUID `json:"ruleId,omitempty"`
+}
+
+type wireRule struct {
+	RuleID     uuid.UUID `json:"ruleId"`
+	Tool       string    `json:"tool"`
+	Command    *string   `json:"command,omitempty"`
+	CreatedBy  string    `json:"createdBy"`
+	CreatedVia string    `json:"createdVia"`
+	ToolCallID string    `json:"toolCallId"`
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+func toWireRules(rs []chat.ApprovalRule) []wireRule {
+	out := make([]wireRule, len(rs))
+	for i, r := range rs {
+		out[i] = wireRule{RuleID: r.ID, Tool: r.Tool, Command: r.Command, CreatedBy: r.CreatedBy, CreatedVia: r.CreatedVia, ToolCallID: r.ToolCallID, CreatedAt: r.CreatedAt}
+	}
+	return out
 }
 
 type wireMessage struct {
@@ -115,6 +148,7 @@ type wirePendingApproval struct {
 	ToolCallID string          `json:"toolCallId"`
 	Name       string          `json:"name"`
 	Input      json.RawMessage `json:"input"`
+	InputHash  string          `json:"inputHash"`
 }
 
 type wireRun struct {
@@ -139,8 +173,8 @@ type wireRun struct {
 type wireEvent struct {
 	Type        string       `json:"type"`
 	Seq         int64        `json:"seq"`
-	RunID       uuid.UUID    `json:"runId"`
-	RequestID   string       `json:"requestId"`
+	RunID       *uuid.UUID   `json:"runId,omitempty"` // absent only on approval.rules outside a run
+	RequestID   string       `json:"requestId"`       // "" on approval.rules outside a run
 	Run         *wireRun     `json:"run,omitempty"`
 	UserMessage *wireMessage `json:"userMessage,omitempty"`
 	Message     *wireMessage `json:"message,omitempty"`
@@ -148,6 +182,7 @@ type wireEvent struct {
 	Text        *string      `json:"text,omitempty"`
 	Status      string       `json:"status,omitempty"`
 	Error       *wireError   `json:"error,omitempty"`
+	Rules       *[]wireRule  `json:"rules,omitempty"` // approval.rules only, [] for none
 }
 
 type wireSnapshot struct {
@@ -160,6 +195,8 @@ type wireSnapshot struct {
 	HasMore   bool          `json:"hasMore"`
 	ActiveRun *wireRun      `json:"activeRun"`
 	LastRun   *wireRun      `json:"lastRun,omitempty"`
+	// ApprovalRules: the session's standing approvals (approval.rules updates them).
+	ApprovalRules []wireRule `json:"approvalRules"`
 }
 
 type wireResumed struct {
@@ -222,6 +259,12 @@ func toWireMessage(m chat.Message) wireMessage {
 			Output: m.Tool.Output,
 			Status: string(m.Tool.Status),
 		}
+		if m.Tool.Status == chat.ToolAwaitingApproval {
+			w.Tool.InputHash = chat.InputHash(m.Tool.Input)
+		}
+		if d := m.Tool.Decision; d != nil {
+			w.Tool.Decision = &wireDecision{Approved: d.Approved, By: d.By, At: d.At, Via: d.Via, RuleID: d.RuleID}
+		}
 	}
 	return w
 }
@@ -261,7 +304,7 @@ func toWireRun(r *chat.Run) *wireRun {
 		Progress:       ToWireProgress(r.Progress),
 	}
 	if p := r.PendingApproval; p != nil {
-		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input}
+		w.PendingApproval = &wirePendingApproval{ToolCallID: p.ToolCallID, Name: p.Name, Input: p.Input, InputHash: chat.InputHash(p.Input)}
 	}
 	if r.Usage != (chat.Usage{}) {
 		w.Usage = &wireUsage{
@@ -288,7 +331,7 @@ func EncodeEvent(ev *conversation.Event) []byte {
 	w := wireEvent{
 		Type:      string(ev.Type),
 		Seq:       ev.Seq,
-		RunID:     ev.RunID,
+		RunID:     optionalRunID(ev.RunID),
 		RequestID: ev.RequestID,
 		Run:       toWireRun(ev.Run),
 		Status:    string(ev.Status),
@@ -308,12 +351,22 @@ func EncodeEvent(ev *conversation.Event) []byte {
 		w.Text = &ev.Text
 	case conversation.EventSegmentEnded:
 		w.MessageID = &ev.MessageID
+	case conversation.EventApprovalRules:
+		rules := toWireRules(ev.Rules)
+		w.Rules = &rules
 	}
 	b, err := json.Marshal(w)
 	if err != nil {
-		b, _ = json.Marshal(wireEvent{Type: string(ev.Type), Seq: ev.Seq, RunID: ev.RunID, RequestID: ev.RequestID})
+		b, _ = json.Marshal(wireEvent{Type: string(ev.Type), Seq: ev.Seq, RunID: optionalRunID(ev.RunID), RequestID: ev.RequestID})
 	}
 	return b
+}
+
+func optionalRunID(id uuid.UUID) *uuid.UUID {
+	if id == uuid.Nil {
+		return nil
+	}
+	return &id
 }
 
 // EncodeSnapshot encodes a snapshot frame.
@@ -328,6 +381,8 @@ func EncodeSnapshot(s *conversation.Snapshot) ([]byte, error) {
 		HasMore:   s.HasMore,
 		ActiveRun: toWireRun(s.ActiveRun),
 		LastRun:   toWireRun(s.LastRun),
+
+		ApprovalRules: toWireRules(s.ApprovalRules),
 	})
 }
 

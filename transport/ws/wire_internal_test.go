@@ -12,8 +12,8 @@ import (
 
 // marshalled is what the general encoder writes for a text event.
 func marshalled(t testing.TB, ev conversation.Event) []byte {
-	text, id := ev.Text, ev.MessageID
-	b, err := json.Marshal(wireEvent{Type: string(ev.Type), Seq: ev.Seq, RunID: ev.RunID, RequestID: ev.RequestID, MessageID: &id, Text: &text})
+	text, id, runID := ev.Text, ev.MessageID, ev.RunID
+	b, err := json.Marshal(wireEvent{Type: string(ev.Type), Seq: ev.Seq, RunID: &runID, RequestID: ev.RequestID, MessageID: &id, Text: &text})
 	require.NoError(t, err)
 	return b
 }

@@ -33,11 +33,33 @@ type ErrorInfo struct {
 
 // Tool is the tool part of a message on the wire.
 type Tool struct {
-	CallID string          `json:"callId"`
-	Name   string          `json:"name"`
-	Input  json.RawMessage `json:"input"`
-	Output *string         `json:"output,omitempty"`
-	Status string          `json:"status"`
+	CallID    string          `json:"callId"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	InputHash string          `json:"inputHash,omitempty"`
+	Output    *string         `json:"output,omitempty"`
+	Status    string          `json:"status"`
+	Decision  *Decision       `json:"decision,omitempty"`
+}
+
+// Decision is how a tool call's approval was decided.
+type Decision struct {
+	Approved bool      `json:"approved"`
+	By       string    `json:"by,omitempty"`
+	At       time.Time `json:"at"`
+	Via      string    `json:"via,omitempty"`
+	RuleID   string    `json:"ruleId,omitempty"`
+}
+
+// ApprovalRule is one of a session's standing approvals.
+type ApprovalRule struct {
+	RuleID     string    `json:"ruleId"`
+	Tool       string    `json:"tool"`
+	Command    *string   `json:"command,omitempty"`
+	CreatedBy  string    `json:"createdBy"`
+	CreatedVia string    `json:"createdVia"`
+	ToolCallID string    `json:"toolCallId"`
+	CreatedAt  time.Time `json:"createdAt"`
 }
 
 // Message is a message on the wire.
@@ -62,6 +84,7 @@ type PendingApproval struct {
 	ToolCallID string          `json:"toolCallId"`
 	Name       string          `json:"name"`
 	Input      json.RawMessage `json:"input"`
+	InputHash  string          `json:"inputHash"`
 }
 
 // Run is a run on the wire.
@@ -117,6 +140,9 @@ type Frame struct {
 	Duplicate   bool      `json:"duplicate"`
 	Code        string    `json:"code"`
 	ExpiresAt   string    `json:"expiresAt"`
+	// ApprovalRules are a snapshot's, Rules an approval.rules event's.
+	ApprovalRules []ApprovalRule `json:"approvalRules"`
+	Rules         []ApprovalRule `json:"rules"`
 
 	RawMessage json.RawMessage `json:"message"`
 	RawError   json.RawMessage `json:"error"`
@@ -175,6 +201,8 @@ type State struct {
 	LastRun *Run
 	// Ended holds the final run object of every run that ended while watched.
 	Ended map[string]*Run
+	// ApprovalRules are the session's standing approvals.
+	ApprovalRules []ApprovalRule
 }
 
 // NewState returns an empty state.
@@ -196,6 +224,7 @@ func (s *State) Apply(f Frame) error {
 		}
 		s.ActiveRun = f.ActiveRun
 		s.LastRun = f.LastRun
+		s.ApprovalRules = f.ApprovalRules
 		return nil
 	case "resumed":
 		if f.Epoch != s.Epoch || f.LastSeq != s.LastSeq || f.SessionID != s.SessionID {
@@ -272,6 +301,8 @@ func (s *State) Apply(f Frame) error {
 		s.ActiveRun = nil
 		s.LastRun = f.Run
 		s.Ended[f.Run.RunID] = f.Run
+	case "approval.rules":
+		s.ApprovalRules = f.Rules
 	default:
 		return fmt.Errorf("unknown event type %q", f.Type)
 	}

@@ -3,6 +3,7 @@
 // package's DefaultChatTransport and readUIMessageStream. Needs transport/aisdk.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { startChatd } from './chatd.mjs';
 import {
   API,
@@ -12,6 +13,7 @@ import {
   checkWire,
   consume,
   plain,
+  postJSON,
   recorder,
   runRow,
   stop,
@@ -141,7 +143,16 @@ test('an approval round trip: the stream shows the approval request, POST approv
     assert.equal(typeof unknown.body.error.code, 'string');
     assert.equal(typeof unknown.body.error.message, 'string');
 
-    const ok = await approve(srv, id, toolCallId, true);
+    // A decision names the input it was shown: another input's hash is refused and the
+    // call waits on; the hash as docs/protocol.md says to compute it is taken.
+    const post = (body) => postJSON(`${srv.httpURL}${API}/${encodeURIComponent(id)}/approve`, body);
+    const wrong = await post({ toolCallId, approved: true, inputHash: inputHash({ ...input.input, reason: 'something else' }) });
+    assert.equal(wrong.status, 409, JSON.stringify(wrong.body));
+    assert.equal(wrong.body.error.code, 'conflict');
+    assert.equal((await runRow(srv, runId)).status, 'awaiting_approval', 'the call still waits');
+    assert.equal((await post({ toolCallId, approved: false, scope: 'session' })).status, 400);
+
+    const ok = await post({ toolCallId, approved: true, inputHash: inputHash(input.input) });
     assert.equal(ok.status, 200, JSON.stringify(ok.body));
     assert.deepEqual(ok.body, { ok: true });
     const again = await approve(srv, id, toolCallId, true);
@@ -161,12 +172,32 @@ test('an approval round trip: the stream shows the approval request, POST approv
     assert.deepEqual(plain(rl.message), plain(r.message));
     assert.deepEqual(stored(await transcript(srv, id), runId), plain(r.message));
     assert.equal((await runRow(srv, runId)).status, 'done');
+    assert.deepEqual(await decisionVias(srv, runId), ['http']);
 
     await checkWire(rec);
   } finally {
     await srv.stop();
   }
 });
+
+/** The input hash of docs/protocol.md: SHA-256, hex, of JSON.stringify with keys sorted. */
+function inputHash(v) {
+  const canon = (x) =>
+    Array.isArray(x)
+      ? x.map(canon)
+      : x && typeof x === 'object'
+        ? Object.fromEntries(Object.keys(x).sort().map((k) => [k, canon(x[k])]))
+        : x;
+  return createHash('sha256').update(JSON.stringify(canon(v))).digest('hex');
+}
+
+/** How each decided tool call of a run was decided, in order. */
+async function decisionVias(srv, runId) {
+  const rows = await srv.query(
+    `SELECT tool_decision->>'via' AS via FROM messages WHERE run_id = '${runId}' AND tool_decision IS NOT NULL ORDER BY position`,
+  );
+  return rows.map((r) => r.via);
+}
 
 test('a denied approval: the call does not run, the model carries on, the stream ends equal to the transcript', { timeout: 60000 }, async () => {
   const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '2ms', CHATD_DEMO_WORDS: '30' } });
@@ -256,6 +287,7 @@ test('the SDK\'s own approval flow: addToolApprovalResponse then sendMessage() d
     assert.match(tool.output, /hello from your sandbox/);
     assert.deepEqual(plain(msg), stored(await transcript(srv, id), runId));
     assert.equal((await runRow(srv, runId)).status, 'done');
+    assert.deepEqual(await decisionVias(srv, runId), ['aisdk']);
     await checkWire(rec);
   } finally {
     await srv.stop();

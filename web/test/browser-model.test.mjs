@@ -736,3 +736,54 @@ test('the shell tool waits for approval, pauses, and runs once approved', async 
   assertNoPageErrors(page);
   await context.close();
 });
+
+test('allow for this conversation: the next matching shell call runs without asking, each card says who approved it and when, and a revoke makes calls ask again', async () => {
+  const shell = (id, command) => [
+    { tool_calls: [{ index: 0, id, type: 'function', function: { name: 'shell', arguments: JSON.stringify({ command }) } }] },
+  ];
+  fake.script(
+    'allow ls',
+    stream(shell('call_1', 'ls -a'), { finish: 'tool_calls' }),
+    stream(shell('call_2', 'ls -la'), { finish: 'tool_calls' }),
+    stream(shell('call_3', 'ls; echo no'), { finish: 'tool_calls' }),
+    stream([content('Done.')]),
+  );
+  const context = await newContext();
+  const page = await openApp(context, env.srv);
+  const sessionId = await send(page, 'allow ls');
+
+  await page.waitForSelector('[data-testid=approval] [data-testid=approve-session]', { timeout: WAIT });
+  assert.equal(await page.textContent('[data-testid=approve-session]'), 'Allow “ls” for this conversation');
+  await page.click('[data-testid=approve-session]');
+  await page.waitForSelector('[data-testid=approval-rule]', { timeout: WAIT });
+  assert.equal(collapse(await page.textContent('[data-testid=approval-rule] code')), 'shell: ls …');
+
+  // call_2 ran without a prompt; call_3 chains a second command, so it asks.
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=approval-input]')?.textContent.includes('echo no'),
+    null,
+    { timeout: WAIT },
+  );
+  const decisions = () => page.$$eval('[data-testid=tool-decision]', (els) => els.map((e) => [e.getAttribute('data-via'), e.textContent]));
+  let said = await decisions();
+  assert.equal(said[0][0], 'ws');
+  assert.match(said[0][1], /^approved by you, \d\d.\d\d$/);
+  assert.equal(said[1][0], 'rule');
+  assert.match(said[1][1], /^approved by the rule for ls \(allowed for this conversation\), \d\d.\d\d$/);
+
+  // Revoked: the list goes; the waiting call is denied.
+  await page.click('[data-testid=revoke-rule]');
+  await page.waitForSelector('[data-testid=approval-rules]', { state: 'detached', timeout: WAIT });
+  await page.click('[data-testid=deny]');
+  await waitRunEnded(page);
+  said = await decisions();
+  assert.match(said[2][1], /^denied by you, \d\d.\d\d$/);
+  const [{ n }] = await env.srv.query(`SELECT count(*)::int AS n FROM approval_rules WHERE session_id = '${sessionId}'`);
+  assert.equal(n, 0);
+  const vias = await env.srv.query(
+    `SELECT tool_decision->>'via' AS via FROM messages WHERE session_id = '${sessionId}' AND role = 'tool' ORDER BY position`,
+  );
+  assert.deepEqual(vias.map((r) => r.via), ['ws', 'rule', 'ws']);
+  assertNoPageErrors(page);
+  await context.close();
+});

@@ -37,9 +37,20 @@ test('initialState', () => {
   const s = initialState();
   assert.deepEqual(s, {
     sessionId: null, epoch: null, lastSeq: 0, messages: [], hasMore: false,
-    activeRun: null, lastRun: null, connection: 'connecting', closed: null,
+    activeRun: null, lastRun: null, approvalRules: [], connection: 'connecting', closed: null,
   });
   assert.equal(initialState(S).sessionId, S);
+});
+
+test('approval rules: the snapshot lists them, approval.rules replaces them', () => {
+  const rule = { ruleId: 'r-1', tool: 'shell', command: 'ls', createdBy: 'u1', createdVia: 'ws', toolCallId: 'c1', createdAt: '2026-11-26T14:02:00Z' };
+  let s = applyFrame(initialState(), snapshot({ epoch: 'e1', lastSeq: 3, approvalRules: [rule] }));
+  assert.deepEqual(s.approvalRules, [rule]);
+  s = applyFrame(s, { type: 'approval.rules', seq: 4, requestId: '', rules: [] });
+  assert.deepEqual(s.approvalRules, []);
+  assert.equal(s.lastSeq, 4);
+  s = applyFrame(s, snapshot({ epoch: 'e2', lastSeq: 1 }));
+  assert.deepEqual(s.approvalRules, [], 'a snapshot without the field has none');
 });
 
 test('snapshot replaces the state, keeps connection and closed', () => {
@@ -269,7 +280,7 @@ test('applyFrame never modifies its input', () => {
 
 test('every event type of the protocol is handled', () => {
   assert.deepEqual([...EVENT_TYPES].sort(), [
-    'assistant.segment.ended', 'assistant.segment.started', 'chat.cancelled', 'chat.delta', 'chat.done', 'chat.error',
+    'approval.rules', 'assistant.segment.ended', 'assistant.segment.started', 'chat.cancelled', 'chat.delta', 'chat.done', 'chat.error',
     'chat.started', 'message.added', 'run.status', 'tool.end', 'tool.output', 'tool.start', 'tool.update',
   ]);
 });

@@ -474,3 +474,59 @@ function longestPause(trace) {
   }
   return best;
 }
+
+test('approvals as a security boundary: decide sends the shown inputHash, a wrong one is refused and the call waits; allow for this conversation; revoke from the other client', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '3ms', CHATD_DEMO_WORDS: '20' } });
+  const a = client(srv.wsURL);
+  a.connect();
+  await waitFor(a, (s) => s.connection === 'live');
+  const b = client(srv.wsURL, { sessionId: a.state.sessionId });
+  try {
+    b.connect();
+    await waitFor(b, (s) => s.connection === 'live');
+    const ack1 = await a.send('please approve the sandbox call');
+    const waiting = await waitFor(a, (s) => s.activeRun?.status === 'awaiting_approval', 20000, 'the approval prompt');
+    const call = pendingApprovals(waiting)[0];
+    assert.match(call.tool.inputHash, /^[0-9a-f]{64}$/);
+    assert.equal(waiting.activeRun.pendingApproval.inputHash, call.tool.inputHash);
+
+    await assert.rejects(a.decide(call.tool.callId, 'approve', undefined, { inputHash: '0'.repeat(64) }), (e) => e.code === 'conflict');
+    assert.equal(a.state.activeRun.status, 'awaiting_approval', 'the call still waits');
+
+    const decided = await a.decide(call.tool.callId, 'approve', undefined, { scope: 'session' });
+    assert.equal(decided.runId, ack1.runId);
+    const sent = a.traceLog.filter((e) => e.type === 'send' && e.frame.type === 'tool.decide').map((e) => e.frame);
+    assert.ok(sent.every((f) => f.inputHash !== undefined), 'every decision names the input it was shown');
+    assert.equal(sent.at(-1).inputHash, call.tool.inputHash);
+    const withRule = await waitFor(b, (s) => s.approvalRules.length === 1, 10000, 'B to see the rule');
+    const rule = withRule.approvalRules[0];
+    assert.equal(rule.tool, call.tool.name);
+    await waitFor(a, done(ack1.runId), 20000, 'the approved run to end');
+    const approved = a.state.messages.find((m) => m.id === call.id);
+    assert.equal(approved.tool.decision.via, 'ws');
+    assert.equal(approved.tool.decision.approved, true);
+
+    // The next call of the tool runs without asking, approved by the rule.
+    const ack2 = await a.send('please approve the sandbox call again');
+    const s2 = await waitFor(a, done(ack2.runId), 20000, 'the second run to end without a prompt');
+    const auto = s2.messages.find((m) => m.runId === ack2.runId && m.role === 'tool');
+    assert.equal(auto.tool.decision.via, 'rule');
+    assert.equal(auto.tool.decision.ruleId, rule.ruleId);
+
+    // Revoked from B: A's list empties, and the next call asks again.
+    await b.revokeRule(rule.ruleId);
+    await waitFor(a, (s) => s.approvalRules.length === 0, 10000, 'A to see the revoke');
+    await assert.rejects(b.revokeRule(rule.ruleId), (e) => e.code === 'not_found');
+    const ack3 = await a.send('please approve the sandbox call once more');
+    await waitFor(a, (s) => s.activeRun?.runId === ack3.runId && s.activeRun.status === 'awaiting_approval', 20000, 'the prompt again');
+    await a.cancel();
+    await waitFor(a, done(ack3.runId), 10000, 'the cancel');
+    await waitFor(b, done(ack3.runId), 10000, 'B to see the cancel');
+    const db = await assertEqualsDB(srv, a);
+    assert.deepEqual(clientMessages(b.state), db);
+  } finally {
+    a.close();
+    b.close();
+    await srv.stop();
+  }
+});

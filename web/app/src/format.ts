@@ -94,3 +94,28 @@ export function ago(time: string, now = Date.now()): string {
   }
   return '';
 }
+
+const clockTime = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+
+/** The parts of a tool call's decision (and of a rule) that describeDecision reads. */
+export interface DecisionLike {
+  approved: boolean;
+  by?: string;
+  at: string;
+  via?: string;
+}
+
+/**
+ * describeDecision says how a tool call was decided, e.g. "approved by you, 14:02",
+ * "approved by the rule for ls, 14:05", "denied: nobody decided in time, 14:10". by is
+ * "you" when it is me (the signed-in user's id) or, without sign-in, empty.
+ */
+export function describeDecision(d: DecisionLike, me = '', rule = ''): string {
+  const t = Date.parse(d.at);
+  const when = Number.isNaN(t) ? '' : `, ${clockTime.format(t)}`;
+  if (d.via === 'expiry') return `denied: nobody decided in time${when}`;
+  const verb = d.approved ? 'approved' : 'denied';
+  if (d.via === 'rule') return `${verb} by the rule for ${rule || 'this tool'} (allowed for this conversation)${when}`;
+  const who = !d.by || d.by === me ? 'you' : d.by;
+  return `${verb} by ${who}${when}`;
+}

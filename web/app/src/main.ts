@@ -364,6 +364,7 @@ class App {
     const key = JSON.stringify([
       away, active?.runId, active?.status, pa?.toolCallId, active?.progress,
       last?.runId, last?.status, last?.resumable, last?.error?.message, last?.cancelReason,
+      s.approvalRules.map((r) => r.ruleId),
       [...this.pending].sort(),
     ]);
     if (key === this.panelKey) return;
@@ -387,8 +388,14 @@ class App {
       );
     }
     if (active && pa) {
-      const approve = this.button('Approve', 'approve', 'primary', () => this.client!.decide(pa.toolCallId, 'approve', active.runId));
-      const deny = this.button('Deny', 'deny', 'danger', () => this.client!.decide(pa.toolCallId, 'deny', active.runId));
+      // Every decision names the input shown here (its hash): one on another input is refused.
+      const shown = { inputHash: pa.inputHash };
+      const approve = this.button('Approve', 'approve', 'primary', () => this.client!.decide(pa.toolCallId, 'approve', active.runId, shown));
+      const allowLabel = pa.name === 'shell' && ruleWord(pa.input) ? `Allow “${ruleWord(pa.input)}” for this conversation` : 'Allow for this conversation';
+      const allow = this.button(allowLabel, 'approve-session', '', () =>
+        this.client!.decide(pa.toolCallId, 'approve', active.runId, { ...shown, scope: 'session' }),
+      );
+      const deny = this.button('Deny', 'deny', 'danger', () => this.client!.decide(pa.toolCallId, 'deny', active.runId, shown));
       panels.push(
         h(
           'div',
@@ -398,7 +405,29 @@ class App {
             ? h('p', { 'data-testid': 'approval-paused' }, 'Its sandbox was paused while it waited; approving resumes it.')
             : null,
           h('pre', { 'data-testid': 'approval-input' }, JSON.stringify(pa.input ?? {}, null, 2)),
-          h('div', { class: 'panel-actions' }, approve, deny),
+          h('div', { class: 'panel-actions' }, approve, allow, deny),
+        ),
+      );
+    }
+    if (s.approvalRules.length > 0) {
+      panels.push(
+        h(
+          'div',
+          { class: 'panel panel-rules', 'data-testid': 'approval-rules', role: 'group', 'aria-label': 'Allowed for this conversation' },
+          h('p', {}, 'Allowed without asking in this conversation:'),
+          h(
+            'ul',
+            {},
+            ...s.approvalRules.map((r) =>
+              h(
+                'li',
+                { 'data-testid': 'approval-rule', 'data-rule-id': r.ruleId },
+                h('code', {}, r.command !== undefined ? `${r.tool}: ${r.command} …` : r.tool),
+                ' ',
+                this.button('Revoke', 'revoke-rule', '', () => this.client!.revokeRule(r.ruleId)),
+              ),
+            ),
+          ),
         ),
       );
     }
@@ -544,3 +573,9 @@ class App {
 }
 
 new App().start();
+
+/** ruleWord is the first word of a shell call's command: what "allow" would allow. */
+function ruleWord(input: unknown): string {
+  const cmd = (input as { command?: unknown } | null)?.command;
+  return typeof cmd === 'string' ? (cmd.trim().split(/\s+/)[0] ?? '') : '';
+}

@@ -6,6 +6,7 @@ import type { Message } from '../../client/src/index.ts';
 import { h, setAttr, setText } from './dom.ts';
 import { renderMarkdown } from './markdown.ts';
 import { icon } from './icons.ts';
+import { describeDecision } from './format.ts';
 
 interface View {
   el: HTMLLIElement;
@@ -162,11 +163,13 @@ function toolView(m: Message): View {
   const output = h('pre', { 'data-testid': 'tool-output' });
   const outputLabel = h('div', { class: 'tool-label' }, 'Output');
   const error = h('p', { class: 'tool-error', 'data-testid': 'tool-error' });
+  const decision = h('p', { class: 'tool-decision', 'data-testid': 'tool-decision' });
   const card = h(
     'div',
     { class: 'tool-card', 'data-testid': 'tool-card' },
     h('div', { class: 'tool-head' }, icon('tool'), name, status),
     h('div', { class: 'tool-body' }, h('div', { class: 'tool-label' }, 'Input'), input, outputLabel, output, error),
+    decision,
   );
   const el = base(m, 'msg-tool');
   el.append(card);
@@ -191,12 +194,25 @@ function toolView(m: Message): View {
       const err = next.error && st !== 'denied' ? next.error.message : '';
       setText(error, err);
       error.hidden = err === '';
+      // Who decided it, when, and how ("approved by you, 14:02").
+      const d = tool?.decision;
+      const rule = d?.via === 'rule' && tool?.name === 'shell' ? firstWord(tool.input) : tool?.name;
+      const said = d ? describeDecision(d, '', rule ?? '') : '';
+      setText(decision, said);
+      setAttr(decision, 'data-via', d?.via ?? null);
+      decision.hidden = said === '';
       common(el, next);
       view.msg = next;
     },
   };
   view.update(m);
   return view;
+}
+
+/** firstWord is the first word of a shell call's command: what its approval rule names. */
+function firstWord(input: unknown): string {
+  const cmd = (input as { command?: unknown } | null)?.command;
+  return typeof cmd === 'string' ? (cmd.trim().split(/\s+/)[0] ?? '') : '';
 }
 
 function systemView(m: Message): View {

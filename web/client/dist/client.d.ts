@@ -163,8 +163,19 @@ export declare class ChatClient {
     }): Promise<Ack>;
     /** Cancels the active run (runId: only that run; default the run active when called). */
     cancel(runId?: string): Promise<Ack>;
-    /** Answers a tool approval (runId: default the run of that call, as the state shows it). */
-    decide(toolCallId: string, decision: Decision, runId?: string): Promise<Ack>;
+    /**
+     * Answers a tool approval (runId: default the run of that call, as the state shows it).
+     * It sends the call's inputHash as the state shows it (the input the user was shown),
+     * so a decision on another input is refused with conflict; opts.inputHash overrides it.
+     * opts.scope 'session' (approve only) also allows matching calls for the rest of the
+     * session: an approval rule, listed in state.approvalRules.
+     */
+    decide(toolCallId: string, decision: Decision, runId?: string, opts?: {
+        scope?: 'session';
+        inputHash?: string;
+    }): Promise<Ack>;
+    /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
+    revokeRule(ruleId: string): Promise<void>;
     /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */
     resume(runId: string, mode?: ResumeMode): Promise<Ack>;
     /** Keeps a resumable run as it is (chat.dismiss). */

@@ -14,7 +14,8 @@ var EVENT_TYPES = [
   "run.status",
   "chat.done",
   "chat.error",
-  "chat.cancelled"
+  "chat.cancelled",
+  "approval.rules"
 ];
 function isEvent(frame) {
   return typeof frame.seq === "number";
@@ -33,6 +34,7 @@ function initialState(sessionId = null) {
     hasMore: false,
     activeRun: null,
     lastRun: null,
+    approvalRules: [],
     connection: "connecting",
     closed: null
   };
@@ -70,7 +72,8 @@ function applySnapshot(state, f) {
     messages,
     hasMore: f.hasMore,
     activeRun: f.activeRun ?? null,
-    lastRun: f.lastRun ?? null
+    lastRun: f.lastRun ?? null,
+    approvalRules: f.approvalRules ?? []
   };
 }
 function applyResumed(state, f) {
@@ -132,6 +135,8 @@ function applyEvent(state, e) {
     case "chat.error":
     case "chat.cancelled":
       return { ...state, activeRun: null, lastRun: e.run };
+    case "approval.rules":
+      return { ...state, approvalRules: e.rules };
     default:
       return state;
   }
@@ -529,10 +534,20 @@ var ChatClient = class {
       }
     });
   }
-  /** Answers a tool approval (runId: default the run of that call, as the state shows it). */
-  decide(toolCallId, decision, runId) {
+  /**
+   * Answers a tool approval (runId: default the run of that call, as the state shows it).
+   * It sends the call's inputHash as the state shows it (the input the user was shown),
+   * so a decision on another input is refused with conflict; opts.inputHash overrides it.
+   * opts.scope 'session' (approve only) also allows matching calls for the rest of the
+   * session: an approval rule, listed in state.approvalRules.
+   */
+  decide(toolCallId, decision, runId, opts = {}) {
     const requestId = uuid4();
-    const target = runId ?? [...this._state.messages].reverse().find((m) => m.role === "tool" && m.tool?.callId === toolCallId)?.runId ?? this._state.activeRun?.runId;
+    const msg = [...this._state.messages].reverse().find((m) => m.role === "tool" && m.tool?.callId === toolCallId && (runId === void 0 || m.runId === runId));
+    const target = runId ?? msg?.runId ?? this._state.activeRun?.runId;
+    const pending = this._state.activeRun?.pendingApproval;
+    const inputHash = opts.inputHash ?? msg?.tool?.inputHash ?? (pending && pending.toolCallId === toolCallId ? pending.inputHash : void 0);
+    const scope = opts.scope;
     return this.enqueue({
       kind: "decide",
       requestId,
@@ -544,9 +559,21 @@ var ChatClient = class {
         requestId,
         toolCallId,
         decision,
-        ...target !== void 0 ? { runId: target } : {}
+        ...target !== void 0 ? { runId: target } : {},
+        ...inputHash !== void 0 ? { inputHash } : {},
+        ...scope !== void 0 ? { scope } : {}
       })
     });
+  }
+  /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
+  revokeRule(ruleId) {
+    const requestId = uuid4();
+    return this.enqueue({
+      kind: "revoke",
+      requestId,
+      ruleId,
+      build: () => ({ type: "approval.revoke", requestId, ruleId })
+    }).then(() => void 0);
   }
   /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */
   resume(runId, mode) {
@@ -871,6 +898,9 @@ var ChatClient = class {
       if (runStatus(p.runId) === "cancelled") {
         return { type: "ack", requestId: p.requestId, runId: p.runId, duplicate: true, status: "cancelled" };
       }
+    }
+    if (p.kind === "revoke" && e.code === "not_found" && p.ruleId && !s.approvalRules.some((r) => r.ruleId === p.ruleId)) {
+      return { type: "ack", requestId: p.requestId, duplicate: true };
     }
     if (p.kind === "decide" && (e.code === "conflict" || e.code === "not_found") && p.toolCallId) {
       const m = [...s.messages].reverse().find((m2) => m2.role === "tool" && m2.tool?.callId === p.toolCallId && (!p.runId || m2.runId === p.runId));

@@ -23,9 +23,35 @@ export interface Tool {
     name: string;
     /** JSON as the agent gave it. */
     input: unknown;
+    /** Only while the call awaits approval: the hash tool.decide sends back (ChatClient.decide does). */
+    inputHash?: string;
     /** The output so far; absent until there is some. */
     output?: string;
     status: ToolStatus;
+    /** How the call's approval was decided; absent while it waits, and for calls that needed none. */
+    decision?: ToolDecision;
+}
+/** How a tool call's approval was decided (docs/protocol.md, Approvals as a security boundary). */
+export interface ToolDecision {
+    approved: boolean;
+    /** The deciding user's id; absent for an expiry. */
+    by?: string;
+    at: Timestamp;
+    /** The transport it came through, or the rule or expiry that decided it; absent for one made in process. */
+    via?: 'ws' | 'aisdk' | 'http' | 'rule' | 'expiry';
+    /** The approval rule that approved it (via rule). */
+    ruleId?: Uuid;
+}
+/** A session's standing approval ("allow for this conversation"). */
+export interface ApprovalRule {
+    ruleId: Uuid;
+    tool: string;
+    /** shell only: the command's first word the rule allows. */
+    command?: string;
+    createdBy: string;
+    createdVia: 'ws' | 'aisdk' | 'http';
+    toolCallId: string;
+    createdAt: Timestamp;
 }
 /** One entry of a session's transcript. */
 export interface Message {
@@ -68,6 +94,8 @@ export interface PendingApproval {
     toolCallId: string;
     name: string;
     input: unknown;
+    /** SHA-256 (hex) of the input's canonical JSON: what tool.decide sends back. */
+    inputHash: string;
 }
 /** One user message and everything produced for it. */
 export interface Run {
@@ -120,6 +148,16 @@ export interface ToolDecideFrame {
     toolCallId: string;
     decision: Decision;
     runId?: Uuid;
+    /** The call's inputHash as shown: another one is refused with conflict. */
+    inputHash?: string;
+    /** 'session': also approve matching calls for the rest of the session (approve only). */
+    scope?: 'session';
+}
+/** Revokes one of the session's approval rules. */
+export interface ApprovalRevokeFrame {
+    type: 'approval.revoke';
+    requestId?: string;
+    ruleId: Uuid;
 }
 export interface ChatResumeFrame {
     type: 'chat.resume';
@@ -138,7 +176,7 @@ export interface AuthRefreshFrame {
     requestId?: string;
     token: string;
 }
-export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame;
+export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame | ApprovalRevokeFrame;
 /** A client frame other than hello. */
 export type CommandFrame = Exclude<ClientFrame, HelloFrame>;
 export interface SnapshotFrame {
@@ -153,6 +191,8 @@ export interface SnapshotFrame {
     activeRun: Run | null;
     /** The latest run when it has ended; absent while a run is active or before any. */
     lastRun?: Run;
+    /** The session's approval rules, oldest first. */
+    approvalRules?: ApprovalRule[];
 }
 export interface ResumedFrame {
     type: 'resumed';
@@ -164,6 +204,7 @@ export interface ResumedFrame {
 export interface AckFrame {
     type: 'ack';
     requestId?: string;
+    /** Absent only on the ack of approval.revoke (as is status). */
     runId: Uuid;
     /** true when the command named something already done: nothing new was started. */
     duplicate: boolean;
@@ -259,7 +300,15 @@ export interface ChatCancelledEvent extends EventBase {
     type: 'chat.cancelled';
     run: Run;
 }
-export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent;
+/** The session's approval rules changed: rules is the whole list. Outside a run runId is absent and requestId empty. */
+export interface ApprovalRulesEvent {
+    type: 'approval.rules';
+    seq: number;
+    runId?: Uuid;
+    requestId: string;
+    rules: ApprovalRule[];
+}
+export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent | ApprovalRulesEvent;
 export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | AuthRefreshedFrame | AuthExpiringFrame | EventFrame;
 /** The event types, in the order docs/protocol.md lists them. */
 export declare const EVENT_TYPES: readonly EventFrame['type'][];

@@ -106,7 +106,7 @@ export interface ChatClientOptions {
   onTrace?: (e: TraceEvent) => void;
 }
 
-type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'dismiss' | 'history';
+type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'dismiss' | 'history' | 'revoke';
 
 interface Pending {
   kind: Kind;
@@ -129,6 +129,8 @@ interface Pending {
   runId?: string;
   toolCallId?: string;
   decision?: Decision;
+  /** revoke: the rule. */
+  ruleId?: string;
 }
 
 const OPEN = 1;
@@ -323,13 +325,30 @@ export class ChatClient {
     });
   }
 
-  /** Answers a tool approval (runId: default the run of that call, as the state shows it). */
-  decide(toolCallId: string, decision: Decision, runId?: string): Promise<Ack> {
+  /**
+   * Answers a tool approval (runId: default the run of that call, as the state shows it).
+   * It sends the call's inputHash as the state shows it (the input the user was shown),
+   * so a decision on another input is refused with conflict; opts.inputHash overrides it.
+   * opts.scope 'session' (approve only) also allows matching calls for the rest of the
+   * session: an approval rule, listed in state.approvalRules.
+   */
+  decide(
+    toolCallId: string,
+    decision: Decision,
+    runId?: string,
+    opts: { scope?: 'session'; inputHash?: string } = {},
+  ): Promise<Ack> {
     const requestId = uuid4();
-    const target =
-      runId ??
-      [...this._state.messages].reverse().find((m) => m.role === 'tool' && m.tool?.callId === toolCallId)?.runId ??
-      this._state.activeRun?.runId;
+    const msg = [...this._state.messages]
+      .reverse()
+      .find((m) => m.role === 'tool' && m.tool?.callId === toolCallId && (runId === undefined || m.runId === runId));
+    const target = runId ?? msg?.runId ?? this._state.activeRun?.runId;
+    const pending = this._state.activeRun?.pendingApproval;
+    const inputHash =
+      opts.inputHash ??
+      msg?.tool?.inputHash ??
+      (pending && pending.toolCallId === toolCallId ? pending.inputHash : undefined);
+    const scope = opts.scope;
     return this.enqueue<Ack>({
       kind: 'decide',
       requestId,
@@ -342,8 +361,21 @@ export class ChatClient {
         toolCallId,
         decision,
         ...(target !== undefined ? { runId: target } : {}),
+        ...(inputHash !== undefined ? { inputHash } : {}),
+        ...(scope !== undefined ? { scope } : {}),
       }),
     });
+  }
+
+  /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
+  revokeRule(ruleId: string): Promise<void> {
+    const requestId = uuid4();
+    return this.enqueue<AckFrame>({
+      kind: 'revoke',
+      requestId,
+      ruleId,
+      build: () => ({ type: 'approval.revoke', requestId, ruleId }),
+    }).then(() => undefined);
   }
 
   /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */
@@ -393,7 +425,7 @@ export class ChatClient {
   // ---- commands ----
 
   private enqueue<T>(
-    spec: Pick<Pending, 'kind' | 'requestId' | 'build'> & Partial<Pick<Pending, 'afterHello' | 'runId' | 'toolCallId' | 'decision'>>,
+    spec: Pick<Pending, 'kind' | 'requestId' | 'build'> & Partial<Pick<Pending, 'afterHello' | 'runId' | 'toolCallId' | 'decision' | 'ruleId'>>,
   ): Promise<T> {
     if (this.stopped) {
       const closed = this._state.closed;
@@ -704,6 +736,10 @@ export class ChatClient {
       if (runStatus(p.runId) === 'cancelled') {
         return { type: 'ack', requestId: p.requestId, runId: p.runId, duplicate: true, status: 'cancelled' };
       }
+    }
+    if (p.kind === 'revoke' && e.code === 'not_found' && p.ruleId && !s.approvalRules.some((r) => r.ruleId === p.ruleId)) {
+      // The first send revoked it.
+      return { type: 'ack', requestId: p.requestId, duplicate: true } as AckFrame;
     }
     if (p.kind === 'decide' && (e.code === 'conflict' || e.code === 'not_found') && p.toolCallId) {
       const m = [...s.messages]

@@ -2,6 +2,7 @@
 // server frame to it. Nothing here touches the network, storage or time, so it is tested
 // alone; ChatClient feeds it.
 import type {
+  ApprovalRule,
   EventFrame,
   HistoryFrame,
   Message,
@@ -31,6 +32,8 @@ export interface ChatState {
   activeRun: Run | null;
   /** The session's latest run when it has ended (null while one is active or before any). */
   lastRun: Run | null;
+  /** The session's approval rules ("allow for this conversation"), oldest first. */
+  approvalRules: ApprovalRule[];
   /** The connection, for a UI's indicator. applyFrame never changes it. */
   connection: ConnectionStatus;
   /** A fatal close (4004 deleted or not yours, 4001, ...): no more reconnects. */
@@ -47,6 +50,7 @@ export function initialState(sessionId: string | null = null): ChatState {
     hasMore: false,
     activeRun: null,
     lastRun: null,
+    approvalRules: [],
     connection: 'connecting',
     closed: null,
   };
@@ -107,6 +111,7 @@ function applySnapshot(state: ChatState, f: SnapshotFrame): ChatState {
     hasMore: f.hasMore,
     activeRun: f.activeRun ?? null,
     lastRun: f.lastRun ?? null,
+    approvalRules: f.approvalRules ?? [],
   };
 }
 
@@ -169,6 +174,8 @@ function applyEvent(state: ChatState, e: EventFrame): ChatState {
     case 'chat.error':
     case 'chat.cancelled':
       return { ...state, activeRun: null, lastRun: e.run };
+    case 'approval.rules':
+      return { ...state, approvalRules: e.rules };
     default:
       // An event type this version does not know: its seq still counts (the state
       // follows the sequence), its content is not shown.
