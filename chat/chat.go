@@ -155,7 +155,28 @@ const (
 	CancelUser      CancelReason = "user"
 	CancelAbandoned CancelReason = "abandoned"
 	CancelShutdown  CancelReason = "shutdown"
+	// CancelNewMessage: a message sent with the interrupt policy (DoubleText) replaced
+	// the run; its partial is kept.
+	CancelNewMessage CancelReason = "new_message"
 )
+
+// DoubleText says what a message sent while a run is active does (a chat.send's
+// whileRunning, CHATD_DOUBLE_TEXT).
+type DoubleText string
+
+// The policies for a message sent mid-run.
+const (
+	// DoubleTextReject answers run_active and stores nothing.
+	DoubleTextReject DoubleText = "reject"
+	// DoubleTextInterrupt cancels the active run (its partial kept, cancelReason
+	// new_message) and starts a run with the message.
+	DoubleTextInterrupt DoubleText = "interrupt"
+)
+
+// Valid reports whether p is a policy this chatd carries out ("" is not one).
+func (p DoubleText) Valid() bool {
+	return p == DoubleTextReject || p == DoubleTextInterrupt
+}
 
 // PendingApproval is the tool call a run waits on. It is not a column: it is derived from
 // the run's tool messages whose tool status is awaiting_approval.

@@ -115,6 +115,9 @@ type Config struct {
 	// retry or continue past it is refused with CodeRateLimited and stores nothing. The
 	// anonymous user ("") has no limit. 0 is no limit.
 	MaxRunsPerUser int
+	// DoubleText is what a chat.send does while a run is active when it names no policy
+	// (CHATD_DOUBLE_TEXT). Defaults to chat.DoubleTextReject.
+	DoubleText chat.DoubleText
 	// MaxSessionsPerUser bounds the live sessions one user has, across every process on
 	// the database: a hello that would create one more is refused with CodeTooManySessions
 	// and creates nothing. The anonymous user ("") has no limit. 0 is no limit.
@@ -173,6 +176,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
 	setDefault(&c.MaxRecoveries, DefaultMaxRecoveries)
 	setDefault(&c.ProgressStoreInterval, DefaultProgressStoreInterval)
+	setDefault(&c.DoubleText, chat.DoubleTextReject)
 	return c
 }
 
@@ -207,6 +211,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: MaxContentBytes %d is below 1", c.MaxContentBytes)
 	case c.InboxSize < 1:
 		return fmt.Errorf("conversation config: InboxSize %d is below 1", c.InboxSize)
+	case !c.DoubleText.Valid():
+		return fmt.Errorf("conversation config: DoubleText %q is not a policy", c.DoubleText)
 	case c.ProgressStoreInterval < 0:
 		return fmt.Errorf("conversation config: ProgressStoreInterval %s is negative", c.ProgressStoreInterval)
 	case c.CoalesceDeltas < 0:

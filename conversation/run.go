@@ -79,7 +79,12 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
-		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
+		if a.doubleText(req) != chat.DoubleTextInterrupt {
+			return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
+		}
+		// interrupt: the active run ends cancelled with what it wrote so far, then the
+		// message starts a run of its own.
+		a.finish(a.run, chat.RunCancelled, nil, chat.CancelNewMessage)
 	}
 	// A repeated request is answered from what is stored, without a statement that
 	// could start anything.
@@ -239,8 +244,19 @@ func ValidateSend(req SendRequest, maxContent int) error {
 		return errorf(CodeBadRequest, "content contains a NUL character")
 	case !utf8.ValidString(req.Content):
 		return errorf(CodeBadRequest, "content is not valid UTF-8")
+	case req.WhileRunning != "" && !req.WhileRunning.Valid():
+		return errorf(CodeBadRequest, `whileRunning must be "reject" or "interrupt"`)
 	}
 	return nil
+}
+
+// doubleText is the policy of a send while a run is active: its own, or the actor's
+// default.
+func (a *Actor) doubleText(req SendRequest) chat.DoubleText {
+	if req.WhileRunning != "" {
+		return req.WhileRunning
+	}
+	return a.cfg.DoubleText
 }
 
 func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {

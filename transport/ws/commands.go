@@ -23,7 +23,7 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.send needs content")
 			return
 		}
-		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content})
+		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content, WhileRunning: chat.DoubleText(f.WhileRunning)})
 		if err != nil {
 			c.replyErr(f.RequestID, err)
 			return

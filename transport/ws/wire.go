@@ -60,6 +60,8 @@ type clientFrame struct {
 	InputHash  string  `json:"inputHash"`
 	Scope      string  `json:"scope"`
 	RuleID     string  `json:"ruleId"`
+	// WhileRunning is chat.send's policy for a send during an active run.
+	WhileRunning string `json:"whileRunning"`
 
 	// raw is the frame as it came, for a relay to send on.
 	raw []byte
