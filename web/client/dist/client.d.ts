@@ -1,4 +1,4 @@
-import type { Ack, ClientFrame, Decision, ResumeMode, ServerFrame } from './protocol.js';
+import type { Ack, ClientFrame, Decision, ResumeMode, ServerFrame, WhileRunning } from './protocol.js';
 import { type ChatState } from './state.js';
 import { type StorageLike } from './storage.js';
 /** A token, or a function that gives one (called before every hello, so it can refresh). */
@@ -157,9 +157,15 @@ export declare class ChatClient {
     connect(): void;
     /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
     close(): void;
-    /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
+    /**
+     * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
+     * opts.whileRunning says what it does if a run is active: 'reject' (the promise rejects
+     * with run_active) or 'interrupt' (the active run is cancelled, its partial kept, and
+     * this message starts a run); absent, the server's CHATD_DOUBLE_TEXT decides.
+     */
     send(content: string, opts?: {
         requestId?: string;
+        whileRunning?: WhileRunning;
     }): Promise<Ack>;
     /** Cancels the active run (runId: only that run; default the run active when called). */
     cancel(runId?: string): Promise<Ack>;

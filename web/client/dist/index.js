@@ -513,11 +513,28 @@ var ChatClient = class {
     this.flushPersist();
     this.stop({ code: 1e3, reason: "closed by the client" }, "the client was closed");
   }
-  /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
+  /**
+   * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
+   * opts.whileRunning says what it does if a run is active: 'reject' (the promise rejects
+   * with run_active) or 'interrupt' (the active run is cancelled, its partial kept, and
+   * this message starts a run); absent, the server's CHATD_DOUBLE_TEXT decides.
+   */
   send(content, opts = {}) {
     const requestId = opts.requestId ?? uuid4();
     if (requestId.length < 1 || requestId.length > 128) throw new Error("ChatClient.send: requestId must be 1 to 128 characters");
-    return this.enqueue({ kind: "send", requestId, build: () => ({ type: "chat.send", requestId, content }) });
+    const whileRunning = opts.whileRunning;
+    if (whileRunning !== void 0 && whileRunning !== "reject" && whileRunning !== "interrupt") {
+      throw new Error("ChatClient.send: whileRunning must be 'reject' or 'interrupt'");
+    }
+    return this.enqueue({
+      kind: "send",
+      requestId,
+      build: () => {
+        const f = { type: "chat.send", requestId, content };
+        if (whileRunning !== void 0) f.whileRunning = whileRunning;
+        return f;
+      }
+    });
   }
   /** Cancels the active run (runId: only that run; default the run active when called). */
   cancel(runId) {

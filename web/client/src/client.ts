@@ -6,6 +6,7 @@ import type {
   AckFrame,
   AuthExpiringFrame,
   ChatCancelFrame,
+  ChatSendFrame,
   ClientFrame,
   CommandFrame,
   Decision,
@@ -15,6 +16,7 @@ import type {
   HistoryFrame,
   ResumeMode,
   ServerFrame,
+  WhileRunning,
 } from './protocol.js';
 import { isEvent } from './protocol.js';
 import { ChatError } from './errors.js';
@@ -300,13 +302,30 @@ export class ChatClient {
     this.stop({ code: 1000, reason: 'closed by the client' }, 'the client was closed');
   }
 
-  /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
-  send(content: string, opts: { requestId?: string } = {}): Promise<Ack> {
+  /**
+   * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
+   * opts.whileRunning says what it does if a run is active: 'reject' (the promise rejects
+   * with run_active) or 'interrupt' (the active run is cancelled, its partial kept, and
+   * this message starts a run); absent, the server's CHATD_DOUBLE_TEXT decides.
+   */
+  send(content: string, opts: { requestId?: string; whileRunning?: WhileRunning } = {}): Promise<Ack> {
     // A requestId of the caller's lets a UI match its "sending" placeholder to the user
     // message the run brings (Message.requestId), which can come before the ack.
     const requestId = opts.requestId ?? uuid4();
     if (requestId.length < 1 || requestId.length > 128) throw new Error('ChatClient.send: requestId must be 1 to 128 characters');
-    return this.enqueue<Ack>({ kind: 'send', requestId, build: () => ({ type: 'chat.send', requestId, content }) });
+    const whileRunning = opts.whileRunning;
+    if (whileRunning !== undefined && whileRunning !== 'reject' && whileRunning !== 'interrupt') {
+      throw new Error("ChatClient.send: whileRunning must be 'reject' or 'interrupt'");
+    }
+    return this.enqueue<Ack>({
+      kind: 'send',
+      requestId,
+      build: () => {
+        const f: ChatSendFrame = { type: 'chat.send', requestId, content };
+        if (whileRunning !== undefined) f.whileRunning = whileRunning;
+        return f;
+      },
+    });
   }
 
   /** Cancels the active run (runId: only that run; default the run active when called). */

@@ -13,7 +13,9 @@ export type ToolStatus = 'running' | 'awaiting_approval' | 'ok' | 'error' | 'den
 export type ActiveRunStatus = 'running' | 'awaiting_approval' | 'paused';
 export type EndedRunStatus = 'done' | 'error' | 'cancelled' | 'interrupted';
 export type RunStatus = ActiveRunStatus | EndedRunStatus;
-export type CancelReason = 'user' | 'abandoned' | 'shutdown';
+export type CancelReason = 'user' | 'abandoned' | 'shutdown' | 'new_message';
+/** What a chat.send does while a run is active (protocol.md, Messages sent mid-run). */
+export type WhileRunning = 'reject' | 'interrupt';
 export type Decision = 'approve' | 'deny';
 export type ResumeMode = 'continue' | 'retry';
 
@@ -163,6 +165,8 @@ export interface ChatSendFrame {
   type: 'chat.send';
   requestId: string;
   content: string;
+  /** Absent: the server's CHATD_DOUBLE_TEXT. */
+  whileRunning?: WhileRunning;
 }
 export interface ChatCancelFrame {
   type: 'chat.cancel';
