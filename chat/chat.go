@@ -171,11 +171,14 @@ const (
 	// DoubleTextInterrupt cancels the active run (its partial kept, cancelReason
 	// new_message) and starts a run with the message.
 	DoubleTextInterrupt DoubleText = "interrupt"
+	// DoubleTextQueue stores the message as queued at once; it starts a run when the
+	// active one (and those queued before it) ended.
+	DoubleTextQueue DoubleText = "queue"
 )
 
 // Valid reports whether p is a policy this chatd carries out ("" is not one).
 func (p DoubleText) Valid() bool {
-	return p == DoubleTextReject || p == DoubleTextInterrupt
+	return p == DoubleTextReject || p == DoubleTextInterrupt || p == DoubleTextQueue
 }
 
 // PendingApproval is the tool call a run waits on. It is not a column: it is derived from
@@ -319,4 +322,13 @@ type Message struct {
 // value kept in memory equals the same value read back.
 func Timestamp(t time.Time) time.Time {
 	return t.UTC().Round(time.Microsecond)
+}
+
+// Queued is a message sent with the queue policy while a run was active: stored at once,
+// it starts its own run, in order, when the runs before it have ended.
+type Queued struct {
+	SessionID uuid.UUID
+	RequestID string
+	Content   string
+	CreatedAt time.Time
 }
