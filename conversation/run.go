@@ -71,6 +71,15 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	if err := a.takeUpSuspended(); err != nil {
 		return SendResult{}, a.storageError("continue the session's run", err)
 	}
+	if !req.fromQueue {
+		if err := a.loadQueued(); err != nil {
+			return SendResult{}, a.storageError("read the queued messages", err)
+		}
+		if a.queuedAt(req.RequestID) >= 0 {
+			// A repeat of a message still queued.
+			return SendResult{Duplicate: true, Status: StatusQueued}, nil
+		}
+	}
 	if a.run != nil {
 		if a.run.info.RequestID == req.RequestID {
 			return SendResult{RunID: a.run.info.ID, Duplicate: true, Status: a.run.info.Status}, nil
@@ -79,7 +88,11 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
-		if a.doubleText(req) != chat.DoubleTextInterrupt {
+		switch a.doubleText(req) {
+		case chat.DoubleTextQueue:
+			return a.enqueue(req)
+		case chat.DoubleTextInterrupt:
+		default:
 			return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
 		}
 		// interrupt: the active run ends cancelled with what it wrote so far, then the
@@ -245,7 +258,7 @@ func ValidateSend(req SendRequest, maxContent int) error {
 	case !utf8.ValidString(req.Content):
 		return errorf(CodeBadRequest, "content is not valid UTF-8")
 	case req.WhileRunning != "" && !req.WhileRunning.Valid():
-		return errorf(CodeBadRequest, `whileRunning must be "reject" or "interrupt"`)
+		return errorf(CodeBadRequest, `whileRunning must be "queue", "interrupt" or "reject"`)
 	}
 	return nil
 }

@@ -28,7 +28,22 @@ func (c *conn) command(f clientFrame) {
 			c.replyErr(f.RequestID, err)
 			return
 		}
-		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
+		ack := wireAck{Type: "ack", RequestID: f.RequestID, Duplicate: res.Duplicate, Status: string(res.Status)}
+		if res.RunID != uuid.Nil { // a queued message has no run yet
+			ack.RunID = &res.RunID
+		}
+		c.reply(ack)
+
+	case typeChatUnqueue:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.unqueue needs the requestId of the queued message")
+			return
+		}
+		if err := c.actor.Unqueue(c.ctx, *f.RequestID); err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID})
 
 	case typeChatCancel:
 		runID, ok := c.runID(f)

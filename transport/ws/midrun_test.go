@@ -131,3 +131,98 @@ func TestSendWhileRunningDefaultInterrupt(t *testing.T) {
 	a.Send(map[string]any{"type": "chat.cancel", "requestId": "stop"})
 	require.Equal(t, "ack", a.ReadReply("stop").Type)
 }
+
+// queue: the message is stored at once and shown in every tab (queue.updated, and the
+// snapshot of a tab that comes later); repeats are duplicates; a queued message can be
+// taken back; over the bound is queue_full; when the run ends the queued messages start
+// their runs one after the other, in order.
+func TestSendWhileRunningQueue(t *testing.T) {
+	t.Parallel()
+	gate := script.NewGate()
+	e := newEnv(t, envOptions{
+		agent: script.PerRun(func(req conversation.Request) []script.Step {
+			return []script.Step{script.Text("re: " + req.Content), gate.Wait()}
+		}),
+		conv: func(c *conversation.Config) { c.MaxQueued = 2 },
+	})
+	a := e.session()
+	b := e.join(a.State.SessionID)
+	first := a.Chat("r1", "first")
+	require.Equal(t, "ack", first.Type)
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+
+	q2 := sendWhile(b, "r2", "second", "queue")
+	require.Equal(t, "ack", q2.Type, "%s", q2.Raw)
+	require.Equal(t, "queued", q2.Status)
+	require.Empty(t, q2.RunID, "a queued message has no run yet")
+	require.False(t, q2.Duplicate)
+	require.Equal(t, "queued", sendWhile(a, "r3", "third", "queue").Status)
+	again := sendWhile(a, "r2", "second", "reject")
+	require.True(t, again.Duplicate, "a repeat of a queued message is a duplicate, whatever its policy")
+	require.Equal(t, "queued", again.Status)
+
+	isQueue := func(ids ...string) func(wstest.Frame) bool {
+		return func(f wstest.Frame) bool {
+			if f.Type != "queue.updated" || len(f.Queued) != len(ids) {
+				return false
+			}
+			for i, q := range f.Queued {
+				if q.RequestID != ids[i] || q.Status != "queued" {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	for _, c := range []*wstest.Client{a, b} {
+		c.Await(isQueue("r2", "r3"))
+	}
+	// Over the bound.
+	full := sendWhile(b, "r4", "fourth", "queue")
+	require.Equal(t, "queue_full", full.Code, "%s", full.Raw)
+
+	// A tab that comes now sees the queue in its snapshot.
+	c := e.join(a.State.SessionID)
+	require.Len(t, c.State.Queued, 2)
+	require.Equal(t, "second", c.State.Queued[0].Content)
+
+	// Taking r3 back, from the other tab; twice is not_found.
+	b.Send(map[string]any{"type": "chat.unqueue", "requestId": "r3"})
+	require.Equal(t, "ack", b.ReadReply("r3").Type)
+	b.Send(map[string]any{"type": "chat.unqueue", "requestId": "r3"})
+	require.Equal(t, "not_found", b.ReadReply("r3").Code)
+	for _, cl := range []*wstest.Client{a, b} {
+		cl.Await(isQueue("r2"))
+	}
+	require.Equal(t, "queued", sendWhile(b, "r4", "fourth", "queue").Status)
+	a.Await(isQueue("r2", "r4"))
+
+	// The run ends: r2 starts, then r4, in order, each once the one before ended.
+	require.NoError(t, gate.Pass(testCtx(t)))
+	started := a.Await(func(f wstest.Frame) bool { return f.Type == "chat.started" && f.RequestID == "r2" })
+	require.Equal(t, "second", started.UserMessage.Content)
+	a.Await(isQueue("r4"))
+	require.NoError(t, gate.Pass(testCtx(t)))
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.started" && f.RequestID == "r4" })
+	a.Await(isQueue())
+	require.NoError(t, gate.Pass(testCtx(t)))
+	a.Await(func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r4" })
+	b.Await(func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r4" })
+	c.Await(func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r4" })
+
+	var users []string
+	for _, m := range e.dbMessages(a.State.SessionID) {
+		if m.Role == "user" {
+			users = append(users, m.Content)
+		}
+	}
+	require.Equal(t, []string{"first", "second", "fourth"}, users, "r3 was taken back, r1 ran once")
+	for _, id := range []string{"r1", "r2", "r4"} {
+		require.Equal(t, chat.RunDone, storedRun(t, e, a.State.SessionID, id).Status)
+	}
+	e.requireConverged(a.State.SessionID, a, b, c)
+	// A repeat after its run ended is the run's duplicate.
+	late := a.Chat("r2", "second")
+	require.True(t, late.Duplicate)
+	require.Equal(t, started.RunID, late.RunID)
+}
