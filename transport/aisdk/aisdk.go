@@ -369,7 +369,13 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		h.fail(w, r, err)
 		return
 	}
-	h.streamWith(w, r, who, sid, runID, streamOptions{counted: true})
+	o := streamOptions{counted: true}
+	if runID == uuid.Nil {
+		// Queued behind the active run (whileRunning queue): the stream waits for the
+		// run the message starts, and is that run from its start.
+		o.awaitRequest = req.Messages[len(req.Messages)-1].ID
+	}
+	h.streamWith(w, r, who, sid, runID, o)
 }
 
 // checkSend checks a POST's body, and says whether it may create its chat: a new user
