@@ -159,9 +159,12 @@ export declare class ChatClient {
     close(): void;
     /**
      * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
-     * opts.whileRunning says what it does if a run is active: 'reject' (the promise rejects
-     * with run_active) or 'interrupt' (the active run is cancelled, its partial kept, and
-     * this message starts a run); absent, the server's CHATD_DOUBLE_TEXT decides.
+     * opts.whileRunning says what it does if a run is active: 'queue' (stored at once, in
+     * state.queued, the ack's status 'queued' and no runId; it starts its run when the
+     * runs before it ended; over the server's bound the promise rejects with queue_full),
+     * 'reject' (the promise rejects with run_active) or 'interrupt' (the active run is
+     * cancelled, its partial kept, and this message starts a run); absent, the server's
+     * CHATD_DOUBLE_TEXT decides (default queue).
      */
     send(content: string, opts?: {
         requestId?: string;
@@ -180,6 +183,11 @@ export declare class ChatClient {
         scope?: 'session';
         inputHash?: string;
     }): Promise<Ack>;
+    /**
+     * Takes back a queued message (chat.unqueue; requestId: the one its send used) before
+     * its run starts. Rejects with not_found when it is not queued (any more).
+     */
+    unqueue(requestId: string): Promise<void>;
     /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
     revokeRule(ruleId: string): Promise<void>;
     /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */
