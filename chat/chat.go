@@ -174,11 +174,15 @@ const (
 	// DoubleTextQueue stores the message as queued at once; it starts a run when the
 	// active one (and those queued before it) ended.
 	DoubleTextQueue DoubleText = "queue"
+	// DoubleTextSteer stores the message and gives it to the running agent at its next
+	// step boundary, as a user turn inside the same run; a run that ends before one
+	// leaves it queued.
+	DoubleTextSteer DoubleText = "steer"
 )
 
 // Valid reports whether p is a policy this chatd carries out ("" is not one).
 func (p DoubleText) Valid() bool {
-	return p == DoubleTextReject || p == DoubleTextInterrupt || p == DoubleTextQueue
+	return p == DoubleTextReject || p == DoubleTextInterrupt || p == DoubleTextQueue || p == DoubleTextSteer
 }
 
 // PendingApproval is the tool call a run waits on. It is not a column: it is derived from
@@ -331,4 +335,8 @@ type Queued struct {
 	RequestID string
 	Content   string
 	CreatedAt time.Time
+	// Steering: sent with the steer policy, it waits for the active run's next step
+	// boundary rather than for the run's end. Not stored: after a restart, or once the
+	// run ended, it is queued.
+	Steering bool
 }

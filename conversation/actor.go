@@ -65,13 +65,16 @@ type Actor struct {
 	// first use (queuedLoaded; see queue.go).
 	queued       []chat.Queued
 	queuedLoaded bool
-	stopped      bool
-	evicted      bool
-	idleT        actorTimer
-	abandonT     actorTimer
-	coalesceT    actorTimer // ends the window of held text, armed while there is some
-	progressT    actorTimer // ends the window in which progress is not stored again
-	held         heldDelta
+	// steered: the requestIds of steering messages runs have taken, with their runs,
+	// for a repeated send (this actor's only: a restarted one has forgotten them).
+	steered   map[string]uuid.UUID
+	stopped   bool
+	evicted   bool
+	idleT     actorTimer
+	abandonT  actorTimer
+	coalesceT actorTimer // ends the window of held text, armed while there is some
+	progressT actorTimer // ends the window in which progress is not stored again
+	held      heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
 	// stopCtx bounds what the actor stores as it stops (a shutdown's budget).
@@ -327,6 +330,9 @@ func (a *Actor) handle(it intent) {
 		a.onProgress(it.run, it.progress)
 	case *noticeIntent:
 		it.reply <- a.onNotice(it.run, it.text)
+	case *steerIntent:
+		v, err := a.onSteer(it.run)
+		it.reply <- result[[]string]{v, err}
 	case *reasoningIntent:
 		a.onReasoning(it.run, it)
 	default:

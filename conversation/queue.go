@@ -4,12 +4,21 @@ import (
 	"context"
 	"slices"
 
+	"github.com/google/uuid"
+
 	"github.com/chatd/chatd/chat"
 )
 
 // StatusQueued is the status a send's answer gives for a message it queued: it has no
 // run yet.
 const StatusQueued chat.RunStatus = "queued"
+
+// StatusSteering is the status of a steering message waiting for the run's next step
+// boundary; StatusSteered of one the run has taken (a repeat's answer, with the run).
+const (
+	StatusSteering chat.RunStatus = "steering"
+	StatusSteered  chat.RunStatus = "steered"
+)
 
 // Unqueue takes back the queued message sent with requestID before its run starts: every
 // tab gets queue.updated without it. *Error CodeNotFound when no such message is queued
@@ -43,17 +52,62 @@ func (a *Actor) queuedAt(requestID string) int {
 }
 
 // enqueue stores req as queued behind the active run and tells every tab.
-func (a *Actor) enqueue(req SendRequest) (SendResult, error) {
+func (a *Actor) enqueue(req SendRequest, steer bool) (SendResult, error) {
 	if len(a.queued) >= a.cfg.MaxQueued {
 		return SendResult{}, errorf(CodeQueueFull, "%d messages are queued already (at most %d): wait for a run to end, or take one back", len(a.queued), a.cfg.MaxQueued)
 	}
-	m := chat.Queued{SessionID: a.id, RequestID: req.RequestID, Content: req.Content, CreatedAt: a.now()}
+	m := chat.Queued{SessionID: a.id, RequestID: req.RequestID, Content: req.Content, CreatedAt: a.now(), Steering: steer}
 	if err := a.journal.insertQueued(m); err != nil {
 		return SendResult{}, a.storageError("store the queued message", err)
 	}
 	a.queued = append(slices.Clip(a.queued), m)
 	a.publishQueue()
-	return SendResult{Duplicate: false, Status: StatusQueued}, nil
+	if steer {
+		return SendResult{RunID: a.run.info.ID, Status: StatusSteering}, nil
+	}
+	return SendResult{Status: StatusQueued}, nil
+}
+
+// onSteer hands the run's agent the steering messages sent since its last step
+// boundary: each becomes a user message of the run (message.added), and leaves the queue.
+func (a *Actor) onSteer(run *runState) ([]string, error) {
+	if !a.isCurrent(run) {
+		return nil, ErrRunEnded
+	}
+	var texts []string
+	rest := make([]chat.Queued, 0, len(a.queued))
+	for _, q := range a.queued {
+		if !q.Steering {
+			rest = append(rest, q)
+			continue
+		}
+		if len(texts) == 0 {
+			if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
+				a.failStorage(run, "store the reply", err)
+				return nil, ErrRunEnded
+			}
+		}
+		m := a.newRunMessage(run.info, chat.RoleUser, chat.MessageComplete)
+		m.Content = q.Content
+		if err := a.journal.insert(m); err != nil {
+			a.failStorage(run, "store a steering message", err)
+			return nil, ErrRunEnded
+		}
+		if err := a.journal.deleteQueued(q.RequestID); err != nil {
+			a.logger().Error().Err(err).Str("request_id", q.RequestID).Msg("delete a steering message taken by its run")
+		}
+		if a.steered == nil {
+			a.steered = make(map[string]uuid.UUID)
+		}
+		a.steered[q.RequestID] = run.info.ID
+		a.publish(a.runEvent(run, Event{Type: EventMessageAdded, Message: &m}))
+		texts = append(texts, q.Content)
+	}
+	if len(texts) > 0 {
+		a.queued = rest
+		a.publishQueue()
+	}
+	return texts, nil
 }
 
 // unqueue takes a queued message back before its run starts.
@@ -89,6 +143,14 @@ func (a *Actor) startQueued() {
 	}
 	if len(a.queued) == 0 {
 		return
+	}
+	if slices.ContainsFunc(a.queued, func(q chat.Queued) bool { return q.Steering }) {
+		// The run they were sent to ended before a step boundary: they are queued.
+		a.queued = slices.Clone(a.queued)
+		for i := range a.queued {
+			a.queued[i].Steering = false
+		}
+		a.publishQueue()
 	}
 	next := a.queued[0]
 	_, err := a.send(SendRequest{RequestID: next.RequestID, Content: next.Content, WhileRunning: chat.DoubleTextReject, fromQueue: true})

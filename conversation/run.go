@@ -75,9 +75,17 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		if err := a.loadQueued(); err != nil {
 			return SendResult{}, a.storageError("read the queued messages", err)
 		}
-		if a.queuedAt(req.RequestID) >= 0 {
+		if i := a.queuedAt(req.RequestID); i >= 0 {
 			// A repeat of a message still queued.
-			return SendResult{Duplicate: true, Status: StatusQueued}, nil
+			st := StatusQueued
+			if a.queued[i].Steering {
+				st = StatusSteering
+			}
+			return SendResult{Duplicate: true, Status: st}, nil
+		}
+		if runID, ok := a.steered[req.RequestID]; ok {
+			// A repeat of a steering message the run has taken.
+			return SendResult{RunID: runID, Duplicate: true, Status: StatusSteered}, nil
 		}
 	}
 	if a.run != nil {
@@ -89,8 +97,8 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
 		switch a.doubleText(req) {
-		case chat.DoubleTextQueue:
-			return a.enqueue(req)
+		case chat.DoubleTextQueue, chat.DoubleTextSteer:
+			return a.enqueue(req, a.doubleText(req) == chat.DoubleTextSteer)
 		case chat.DoubleTextInterrupt:
 		default:
 			return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
@@ -258,7 +266,7 @@ func ValidateSend(req SendRequest, maxContent int) error {
 	case !utf8.ValidString(req.Content):
 		return errorf(CodeBadRequest, "content is not valid UTF-8")
 	case req.WhileRunning != "" && !req.WhileRunning.Valid():
-		return errorf(CodeBadRequest, `whileRunning must be "queue", "interrupt" or "reject"`)
+		return errorf(CodeBadRequest, `whileRunning must be "queue", "steer", "interrupt" or "reject"`)
 	}
 	return nil
 }

@@ -438,6 +438,10 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 	b, err = ws.EncodeSnapshot(&conversation.Snapshot{SessionID: f.session, Epoch: "e466", Queued: queued})
 	add("snapshot, queued", b, err)
 	marshal("ack, queued send", ws.WireAck{Type: "ack", RequestID: rid("q1"), Status: "queued"})
+	steering := []chat.Queued{{SessionID: f.session, RequestID: "s1", Content: "also", CreatedAt: f.now, Steering: true}}
+	event("queue.updated, steering", &conversation.Event{Seq: 22, Type: conversation.EventQueue, Queued: steering})
+	marshal("ack, steering send", ws.WireAck{Type: "ack", RequestID: rid("s1"), RunID: &f.run, Status: "steering"})
+	marshal("ack, steered repeat", ws.WireAck{Type: "ack", RequestID: rid("s1"), RunID: &f.run, Duplicate: true, Status: "steered"})
 	for i, d := range []chat.ToolDecision{
 		{Approved: true, By: "u1", At: f.now, Via: chat.DecidedViaWS},
 		{Approved: false, At: f.now, Via: chat.DecidedViaExpiry},

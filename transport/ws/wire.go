@@ -194,14 +194,18 @@ type wireEvent struct {
 type wireQueued struct {
 	RequestID string    `json:"requestId"`
 	Content   string    `json:"content"`
-	Status    string    `json:"status"` // always "queued"
+	Status    string    `json:"status"` // "queued", or "steering" while it waits for the run's next step
 	CreatedAt time.Time `json:"createdAt"`
 }
 
 func toWireQueued(q []chat.Queued) []wireQueued {
 	out := make([]wireQueued, len(q))
 	for i, m := range q {
-		out[i] = wireQueued{RequestID: m.RequestID, Content: m.Content, Status: "queued", CreatedAt: m.CreatedAt}
+		st := "queued"
+		if m.Steering {
+			st = "steering"
+		}
+		out[i] = wireQueued{RequestID: m.RequestID, Content: m.Content, Status: st, CreatedAt: m.CreatedAt}
 	}
 	return out
 }
