@@ -618,7 +618,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "workspace retention negative", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "-1h"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "-workspace-retention", "off"}},
 		{name: "workspace retention negative days", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "-2d"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "-2d"}},
 		{name: "workspace retention fractional days flag", args: []string{"-workspace-retention", "1.5d"}, mention: []string{"workspace-retention", "7d"}},
-		{name: "unknown double-text policy", env: map[string]string{"CHATD_DOUBLE_TEXT": "later"}, mention: []string{"CHATD_DOUBLE_TEXT", "queue, interrupt or reject"}},
+		{name: "unknown double-text policy", env: map[string]string{"CHATD_DOUBLE_TEXT": "later"}, mention: []string{"CHATD_DOUBLE_TEXT", "queue, steer, interrupt or reject"}},
 		{name: "lease ttl too short", env: map[string]string{"CHATD_LEASE_TTL": "100ms"}, mention: []string{"CHATD_LEASE_TTL", "300ms"}},
 		{name: "node addr without port", env: map[string]string{"CHATD_NODE_ADDR": "10.0.0.7"}, mention: []string{"CHATD_NODE_ADDR", "host:port"}},
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},

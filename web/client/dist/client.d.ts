@@ -162,6 +162,9 @@ export declare class ChatClient {
      * opts.whileRunning says what it does if a run is active: 'queue' (stored at once, in
      * state.queued, the ack's status 'queued' and no runId; it starts its run when the
      * runs before it ended; over the server's bound the promise rejects with queue_full),
+     * 'steer' (stored at once, in state.queued with status 'steering', and given to the
+     * running agent at its next step boundary as a user turn of the same run: the ack's
+     * status 'steering' and runId that run; a run that ends before a boundary leaves it queued),
      * 'reject' (the promise rejects with run_active) or 'interrupt' (the active run is
      * cancelled, its partial kept, and this message starts a run); absent, the server's
      * CHATD_DOUBLE_TEXT decides (default queue).

@@ -523,6 +523,9 @@ var ChatClient = class {
    * opts.whileRunning says what it does if a run is active: 'queue' (stored at once, in
    * state.queued, the ack's status 'queued' and no runId; it starts its run when the
    * runs before it ended; over the server's bound the promise rejects with queue_full),
+   * 'steer' (stored at once, in state.queued with status 'steering', and given to the
+   * running agent at its next step boundary as a user turn of the same run: the ack's
+   * status 'steering' and runId that run; a run that ends before a boundary leaves it queued),
    * 'reject' (the promise rejects with run_active) or 'interrupt' (the active run is
    * cancelled, its partial kept, and this message starts a run); absent, the server's
    * CHATD_DOUBLE_TEXT decides (default queue).
@@ -531,8 +534,8 @@ var ChatClient = class {
     const requestId = opts.requestId ?? uuid4();
     if (requestId.length < 1 || requestId.length > 128) throw new Error("ChatClient.send: requestId must be 1 to 128 characters");
     const whileRunning = opts.whileRunning;
-    if (whileRunning !== void 0 && whileRunning !== "queue" && whileRunning !== "reject" && whileRunning !== "interrupt") {
-      throw new Error("ChatClient.send: whileRunning must be 'queue', 'interrupt' or 'reject'");
+    if (whileRunning !== void 0 && !["queue", "steer", "reject", "interrupt"].includes(whileRunning)) {
+      throw new Error("ChatClient.send: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'");
     }
     return this.enqueue({
       kind: "send",

@@ -9,12 +9,13 @@ export type EndedRunStatus = 'done' | 'error' | 'cancelled' | 'interrupted';
 export type RunStatus = ActiveRunStatus | EndedRunStatus;
 export type CancelReason = 'user' | 'abandoned' | 'shutdown' | 'new_message';
 /** What a chat.send does while a run is active (protocol.md, Messages sent mid-run). */
-export type WhileRunning = 'queue' | 'interrupt' | 'reject';
+export type WhileRunning = 'queue' | 'steer' | 'interrupt' | 'reject';
 /** A message sent with whileRunning queue, waiting for the runs before it to end. */
 export interface QueuedMessage {
     requestId: string;
     content: string;
-    status: 'queued';
+    /** steering: sent with whileRunning steer, it waits for the active run's next step boundary. */
+    status: 'queued' | 'steering';
     createdAt: string;
 }
 export type Decision = 'approve' | 'deny';
@@ -227,7 +228,7 @@ export interface AckFrame {
     /** true when the command named something already done: nothing new was started. */
     duplicate: boolean;
     /** 'queued': a chat.send under whileRunning queue; the message has no run yet. */
-    status: RunStatus | 'queued';
+    status: RunStatus | 'queued' | 'steering' | 'steered';
 }
 /** The reply to chat.send, chat.cancel, tool.decide, chat.resume and chat.dismiss. */
 export type Ack = AckFrame;
