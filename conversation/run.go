@@ -123,6 +123,10 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 	}
 
+	if req.WhileRunning == chat.DoubleTextSteer && !req.fromQueue {
+		// Asked for by name, steering needs a run to steer.
+		return SendResult{}, errorf(CodeNoRun, "no run is active in this session to steer: send the message without whileRunning steer")
+	}
 	now := a.now()
 	runID := newID()
 	info := chat.Run{

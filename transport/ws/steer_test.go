@@ -142,3 +142,16 @@ func TestSteerWithoutABoundaryIsQueued(t *testing.T) {
 	require.Equal(t, chat.RunDone, storedRun(t, e, a.State.SessionID, "r2").Status)
 	e.requireConverged(a.State.SessionID, a, b)
 }
+
+// A steer, named, with no active run is no_run and stores nothing; the same requestId
+// may then start a run.
+func TestSteerWithoutARun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{agent: script.New(script.Text("hi"))})
+	a := e.session()
+	bad := sendWhile(a, "r1", "steer nothing", "steer")
+	require.Equal(t, "no_run", bad.Code, "%s", bad.Raw)
+	require.Empty(t, e.dbMessages(a.State.SessionID))
+	require.Equal(t, "ack", a.Chat("r1", "steer nothing").Type)
+	a.ReadTerminal()
+}
