@@ -76,22 +76,27 @@ func (a *Actor) onSteer(run *runState) ([]string, error) {
 	}
 	var texts []string
 	rest := make([]chat.Queued, 0, len(a.queued))
-	for _, q := range a.queued {
+	for i, q := range a.queued {
 		if !q.Steering {
 			rest = append(rest, q)
 			continue
 		}
+		// On a failed write the run ends; what it took so far is no longer queued.
+		fail := func(op string, err error) ([]string, error) {
+			a.queued = append(rest, a.queued[i:]...)
+			a.publishQueue()
+			a.failStorage(run, op, err)
+			return nil, ErrRunEnded
+		}
 		if len(texts) == 0 {
 			if err := a.closeSegment(run, chat.MessageComplete, nil); err != nil {
-				a.failStorage(run, "store the reply", err)
-				return nil, ErrRunEnded
+				return fail("store the reply", err)
 			}
 		}
 		m := a.newRunMessage(run.info, chat.RoleUser, chat.MessageComplete)
 		m.Content = q.Content
 		if err := a.journal.insert(m); err != nil {
-			a.failStorage(run, "store a steering message", err)
-			return nil, ErrRunEnded
+			return fail("store a steering message", err)
 		}
 		if err := a.journal.deleteQueued(q.RequestID); err != nil {
 			a.logger().Error().Err(err).Str("request_id", q.RequestID).Msg("delete a steering message taken by its run")
