@@ -169,7 +169,19 @@ func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversati
 		}
 		cont = ""
 		if len(reply.ToolCalls) == 0 {
-			return nil
+			// A step boundary: messages sent to the run meanwhile (the steer policy) are
+			// answered in this run, after what it said so far.
+			more, err := r.steer(out, &msgs)
+			if err != nil || !more {
+				return err
+			}
+			if step >= l.cfg.MaxSteps {
+				return &conversation.Error{
+					Code:    CodeStepLimit,
+					Message: fmt.Sprintf("the agent stopped after %d steps without a final answer", l.cfg.MaxSteps),
+				}
+			}
+			continue
 		}
 		if step >= l.cfg.MaxSteps {
 			// Results the model would never see: do not run (or ask approval for) them.
@@ -183,7 +195,32 @@ func (l *Loop) Run(ctx context.Context, req conversation.Request, out conversati
 			return err
 		}
 		msgs = append(msgs, results...)
+		// The step boundary after the tools' results: the model sees what was sent to
+		// the run meanwhile after them, and nothing done so far is done again.
+		if _, err := r.steer(out, &msgs); err != nil {
+			return err
+		}
 	}
+}
+
+// steer adds the messages sent to the run since its last step boundary (the steer
+// policy; only when out is a conversation.Steerer) to msgs as user turns, and reports
+// whether there were any.
+func (r *run) steer(out conversation.Emitter, msgs *[]Message) (bool, error) {
+	s, ok := out.(conversation.Steerer)
+	if !ok {
+		return false, nil
+	}
+	r.out.mu.Lock()
+	texts, err := s.Steering()
+	r.out.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	for _, t := range texts {
+		*msgs = append(*msgs, Message{Role: RoleUser, Text: t})
+	}
+	return len(texts) > 0, nil
 }
 
 // run is one Run's state.

@@ -155,7 +155,35 @@ const (
 	CancelUser      CancelReason = "user"
 	CancelAbandoned CancelReason = "abandoned"
 	CancelShutdown  CancelReason = "shutdown"
+	// CancelNewMessage: a message sent with the interrupt policy (DoubleText) replaced
+	// the run; its partial is kept.
+	CancelNewMessage CancelReason = "new_message"
 )
+
+// DoubleText says what a message sent while a run is active does (a chat.send's
+// whileRunning, CHATD_DOUBLE_TEXT).
+type DoubleText string
+
+// The policies for a message sent mid-run.
+const (
+	// DoubleTextReject answers run_active and stores nothing.
+	DoubleTextReject DoubleText = "reject"
+	// DoubleTextInterrupt cancels the active run (its partial kept, cancelReason
+	// new_message) and starts a run with the message.
+	DoubleTextInterrupt DoubleText = "interrupt"
+	// DoubleTextQueue stores the message as queued at once; it starts a run when the
+	// active one (and those queued before it) ended.
+	DoubleTextQueue DoubleText = "queue"
+	// DoubleTextSteer stores the message and gives it to the running agent at its next
+	// step boundary, as a user turn inside the same run; a run that ends before one
+	// leaves it queued.
+	DoubleTextSteer DoubleText = "steer"
+)
+
+// Valid reports whether p is a policy this chatd carries out ("" is not one).
+func (p DoubleText) Valid() bool {
+	return p == DoubleTextReject || p == DoubleTextInterrupt || p == DoubleTextQueue || p == DoubleTextSteer
+}
 
 // PendingApproval is the tool call a run waits on. It is not a column: it is derived from
 // the run's tool messages whose tool status is awaiting_approval.
@@ -298,4 +326,17 @@ type Message struct {
 // value kept in memory equals the same value read back.
 func Timestamp(t time.Time) time.Time {
 	return t.UTC().Round(time.Microsecond)
+}
+
+// Queued is a message sent with the queue policy while a run was active: stored at once,
+// it starts its own run, in order, when the runs before it have ended.
+type Queued struct {
+	SessionID uuid.UUID
+	RequestID string
+	Content   string
+	CreatedAt time.Time
+	// Steering: sent with the steer policy, it waits for the active run's next step
+	// boundary rather than for the run's end. Not stored: after a restart, or once the
+	// run ended, it is queued.
+	Steering bool
 }

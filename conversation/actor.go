@@ -61,13 +61,20 @@ type Actor struct {
 	// rules are the session's approval rules, read on first use (rulesLoaded).
 	rules       []chat.ApprovalRule
 	rulesLoaded bool
-	stopped     bool
-	evicted     bool
-	idleT       actorTimer
-	abandonT    actorTimer
-	coalesceT   actorTimer // ends the window of held text, armed while there is some
-	progressT   actorTimer // ends the window in which progress is not stored again
-	held        heldDelta
+	// queued are the messages waiting behind the active run, oldest first, read on
+	// first use (queuedLoaded; see queue.go).
+	queued       []chat.Queued
+	queuedLoaded bool
+	// steered: the requestIds of steering messages runs have taken, with their runs,
+	// for a repeated send (this actor's only: a restarted one has forgotten them).
+	steered   map[string]uuid.UUID
+	stopped   bool
+	evicted   bool
+	idleT     actorTimer
+	abandonT  actorTimer
+	coalesceT actorTimer // ends the window of held text, armed while there is some
+	progressT actorTimer // ends the window in which progress is not stored again
+	held      heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
 	// stopCtx bounds what the actor stores as it stops (a shutdown's budget).
@@ -154,6 +161,9 @@ func (a *Actor) loop() {
 		}
 		if a.journal.q.FencedOut() {
 			a.moved("a write was refused by the lease's fence")
+		}
+		if !a.stopped {
+			a.startQueued()
 		}
 		a.checkTimers()
 	}
@@ -310,6 +320,8 @@ func (a *Actor) handle(it intent) {
 		it.reply <- a.onExpire(it.run, it.callID)
 	case *revokeIntent:
 		it.reply <- result[struct{}]{struct{}{}, a.revoke(it.ruleID)}
+	case *unqueueIntent:
+		it.reply <- result[struct{}]{struct{}{}, a.unqueue(it.requestID)}
 	case *pausedIntent:
 		it.reply <- a.onPaused(it.run, it.resumed)
 	case *usageIntent:
@@ -318,6 +330,9 @@ func (a *Actor) handle(it intent) {
 		a.onProgress(it.run, it.progress)
 	case *noticeIntent:
 		it.reply <- a.onNotice(it.run, it.text)
+	case *steerIntent:
+		v, err := a.onSteer(it.run)
+		it.reply <- result[[]string]{v, err}
 	case *reasoningIntent:
 		a.onReasoning(it.run, it)
 	default:

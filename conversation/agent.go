@@ -134,3 +134,12 @@ type AgentFunc func(ctx context.Context, req Request, out Emitter) error
 
 // Run calls f.
 func (f AgentFunc) Run(ctx context.Context, req Request, out Emitter) error { return f(ctx, req, out) }
+
+// Steerer is what an agent's Emitter also offers when messages may reach a run while it
+// runs (the steer policy). An agent that can take them calls Steering at each step
+// boundary (after a model call, after a step's tool results): the messages sent since,
+// oldest first, now stored as user messages of the run, for the agent to add to the
+// conversation as user turns before its next model call. ErrRunEnded when the run ended.
+type Steerer interface {
+	Steering() ([]string, error)
+}

@@ -57,6 +57,12 @@ func (a *Actor) Hello(ctx context.Context, req HelloRequest) (HelloResult, error
 type SendRequest struct {
 	RequestID string
 	Content   string
+	// WhileRunning is what the message does when a run is active: "" for the actor's
+	// Config.DoubleText.
+	WhileRunning chat.DoubleText
+
+	// fromQueue: the actor starts a queued message's run (queue.go).
+	fromQueue bool
 }
 
 // SendResult describes the run a send started, or found when it repeated a requestId.

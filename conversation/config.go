@@ -27,6 +27,8 @@ const (
 	DefaultInboxSize        = 16
 	DefaultHistoryMessages  = 500
 	DefaultMaxRecoveries    = 3
+	// DefaultMaxQueued is Config.MaxQueued's default.
+	DefaultMaxQueued = 10
 	// DefaultProgressStoreInterval is Config.ProgressStoreInterval's default.
 	DefaultProgressStoreInterval = 2 * time.Second
 	// DefaultMaxRunsPerUser is chatd's default for MaxRunsPerUser (which, left 0, is no
@@ -60,6 +62,9 @@ type Store interface {
 	ApprovalRules(ctx context.Context, sessionID uuid.UUID) ([]chat.ApprovalRule, error)
 	ApprovalRuleInsert(ctx context.Context, r chat.ApprovalRule) error
 	ApprovalRuleDelete(ctx context.Context, sessionID, id uuid.UUID) (bool, error)
+	QueuedInsert(ctx context.Context, m chat.Queued) (bool, error)
+	QueuedDelete(ctx context.Context, sessionID uuid.UUID, requestID string) (bool, error)
+	QueuedList(ctx context.Context, sessionID uuid.UUID) ([]chat.Queued, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -115,6 +120,12 @@ type Config struct {
 	// retry or continue past it is refused with CodeRateLimited and stores nothing. The
 	// anonymous user ("") has no limit. 0 is no limit.
 	MaxRunsPerUser int
+	// DoubleText is what a chat.send does while a run is active when it names no policy
+	// (CHATD_DOUBLE_TEXT). Defaults to chat.DoubleTextReject.
+	DoubleText chat.DoubleText
+	// MaxQueued is the most messages that may wait behind a session's active run (the
+	// queue policy); one more is refused with CodeQueueFull. Defaults to DefaultMaxQueued.
+	MaxQueued int
 	// MaxSessionsPerUser bounds the live sessions one user has, across every process on
 	// the database: a hello that would create one more is refused with CodeTooManySessions
 	// and creates nothing. The anonymous user ("") has no limit. 0 is no limit.
@@ -173,6 +184,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
 	setDefault(&c.MaxRecoveries, DefaultMaxRecoveries)
 	setDefault(&c.ProgressStoreInterval, DefaultProgressStoreInterval)
+	setDefault(&c.DoubleText, chat.DoubleTextReject)
+	setDefault(&c.MaxQueued, DefaultMaxQueued)
 	return c
 }
 
@@ -207,6 +220,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: MaxContentBytes %d is below 1", c.MaxContentBytes)
 	case c.InboxSize < 1:
 		return fmt.Errorf("conversation config: InboxSize %d is below 1", c.InboxSize)
+	case !c.DoubleText.Valid():
+		return fmt.Errorf("conversation config: DoubleText %q is not a policy", c.DoubleText)
 	case c.ProgressStoreInterval < 0:
 		return fmt.Errorf("conversation config: ProgressStoreInterval %s is negative", c.ProgressStoreInterval)
 	case c.CoalesceDeltas < 0:

@@ -60,6 +60,10 @@ type (
 		run *runState
 		err error
 	}
+	steerIntent struct {
+		run   *runState
+		reply chan result[[]string]
+	}
 	noticeIntent struct {
 		run   *runState
 		text  string
@@ -152,6 +156,20 @@ func (e *emitter) Paused() error {
 func (e *emitter) Resumed() error {
 	reply := make(chan error, 1)
 	return e.call(&pausedIntent{e.run, true, reply}, reply)
+}
+
+// Steering implements Steerer.
+func (e *emitter) Steering() ([]string, error) {
+	reply := make(chan result[[]string], 1)
+	if err := e.post(&steerIntent{e.run, reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-reply:
+		return r.val, r.err
+	case <-e.run.ctx.Done():
+		return nil, ErrRunEnded
+	}
 }
 
 func (e *emitter) Notice(text string) error {

@@ -15,9 +15,11 @@ const (
 	CodeNotFound     = "not_found"
 	CodeUnauthorized = "unauthorized"
 	CodeRunActive    = "run_active"
-	CodeNoRun        = "no_run"
-	CodeConflict     = "conflict"
-	CodeTooLarge     = "too_large"
+	// CodeQueueFull: a queued send over Config.MaxQueued.
+	CodeQueueFull = "queue_full"
+	CodeNoRun     = "no_run"
+	CodeConflict  = "conflict"
+	CodeTooLarge  = "too_large"
 	// CodeRateLimited refuses a run over its user's limit of active runs
 	// (Config.MaxRunsPerUser); transports use it for their own limits too.
 	CodeRateLimited = "rate_limited"

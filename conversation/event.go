@@ -28,6 +28,9 @@ const (
 	// EventApprovalRules: the session's approval rules changed (one was made or
 	// revoked). Rules is the whole list. RunID is the run it happened in, if any.
 	EventApprovalRules EventType = "approval.rules"
+	// EventQueue: the session's queued messages changed (one was queued, started its
+	// run, or was taken back). Queued is the whole list, oldest first.
+	EventQueue EventType = "queue.updated"
 )
 
 // Event is one sequenced change to a session. Which fields are set depends on Type:
@@ -52,6 +55,7 @@ type Event struct {
 	Status    chat.MessageStatus
 	Error     *chat.ErrorInfo
 	Rules     []chat.ApprovalRule // approval.rules
+	Queued    []chat.Queued       // queue.updated
 
 	// enc caches the event's encodings, one per Format that asked for it; set when the
 	// event is published.
@@ -175,6 +179,8 @@ type Snapshot struct {
 	LastRun *chat.Run
 	// ApprovalRules are the session's standing approvals, oldest first.
 	ApprovalRules []chat.ApprovalRule
+	// Queued are the messages waiting behind the active run, oldest first.
+	Queued []chat.Queued
 }
 
 // Resumed announces a replay: the events after LastSeq (the subscriber's own) follow.

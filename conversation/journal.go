@@ -506,6 +506,29 @@ func (j *sessionJournal) approvalRules() ([]chat.ApprovalRule, error) {
 }
 
 // insertRule stores an approval rule, after the writes queued before it.
+// insertQueued stores a queued message, after the writes queued before it.
+func (j *sessionJournal) insertQueued(m chat.Queued) error {
+	return j.q.Do(func(ctx context.Context) error {
+		_, err := j.st.QueuedInsert(ctx, m)
+		return err
+	})
+}
+
+// deleteQueued removes a queued message, after the writes queued before it.
+func (j *sessionJournal) deleteQueued(requestID string) error {
+	return j.q.Do(func(ctx context.Context) error {
+		_, err := j.st.QueuedDelete(ctx, j.session, requestID)
+		return err
+	})
+}
+
+// queuedList reads the session's queued messages, oldest first.
+func (j *sessionJournal) queuedList() ([]chat.Queued, error) {
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.QueuedList(ctx, j.session)
+}
+
 func (j *sessionJournal) insertRule(r chat.ApprovalRule) error {
 	return j.q.Do(func(ctx context.Context) error { return j.st.ApprovalRuleInsert(ctx, r) })
 }

@@ -71,6 +71,23 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	if err := a.takeUpSuspended(); err != nil {
 		return SendResult{}, a.storageError("continue the session's run", err)
 	}
+	if !req.fromQueue {
+		if err := a.loadQueued(); err != nil {
+			return SendResult{}, a.storageError("read the queued messages", err)
+		}
+		if i := a.queuedAt(req.RequestID); i >= 0 {
+			// A repeat of a message still queued.
+			st := StatusQueued
+			if a.queued[i].Steering {
+				st = StatusSteering
+			}
+			return SendResult{Duplicate: true, Status: st}, nil
+		}
+		if runID, ok := a.steered[req.RequestID]; ok {
+			// A repeat of a steering message the run has taken.
+			return SendResult{RunID: runID, Duplicate: true, Status: StatusSteered}, nil
+		}
+	}
 	if a.run != nil {
 		if a.run.info.RequestID == req.RequestID {
 			return SendResult{RunID: a.run.info.ID, Duplicate: true, Status: a.run.info.Status}, nil
@@ -79,7 +96,16 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
-		return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
+		switch a.doubleText(req) {
+		case chat.DoubleTextQueue, chat.DoubleTextSteer:
+			return a.enqueue(req, a.doubleText(req) == chat.DoubleTextSteer)
+		case chat.DoubleTextInterrupt:
+		default:
+			return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session", a.run.info.ID)
+		}
+		// interrupt: the active run ends cancelled with what it wrote so far, then the
+		// message starts a run of its own.
+		a.finish(a.run, chat.RunCancelled, nil, chat.CancelNewMessage)
 	}
 	// A repeated request is answered from what is stored, without a statement that
 	// could start anything.
@@ -97,6 +123,10 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 	}
 
+	if req.WhileRunning == chat.DoubleTextSteer && !req.fromQueue {
+		// Asked for by name, steering needs a run to steer.
+		return SendResult{}, errorf(CodeNoRun, "no run is active in this session to steer: send the message without whileRunning steer")
+	}
 	now := a.now()
 	runID := newID()
 	info := chat.Run{
@@ -239,8 +269,19 @@ func ValidateSend(req SendRequest, maxContent int) error {
 		return errorf(CodeBadRequest, "content contains a NUL character")
 	case !utf8.ValidString(req.Content):
 		return errorf(CodeBadRequest, "content is not valid UTF-8")
+	case req.WhileRunning != "" && !req.WhileRunning.Valid():
+		return errorf(CodeBadRequest, `whileRunning must be "queue", "steer", "interrupt" or "reject"`)
 	}
 	return nil
+}
+
+// doubleText is the policy of a send while a run is active: its own, or the actor's
+// default.
+func (a *Actor) doubleText(req SendRequest) chat.DoubleText {
+	if req.WhileRunning != "" {
+		return req.WhileRunning
+	}
+	return a.cfg.DoubleText
 }
 
 func (a *Actor) cancel(runID uuid.UUID) (CancelResult, error) {

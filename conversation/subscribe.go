@@ -99,6 +99,10 @@ func (a *Actor) snapshot() (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	snap.ApprovalRules = slices.Clone(a.rules)
+	if err := a.loadQueued(); err != nil {
+		return Snapshot{}, err
+	}
+	snap.Queued = slices.Clone(a.queued)
 	if a.run != nil {
 		r := a.run.info
 		snap.ActiveRun = &r

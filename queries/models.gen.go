@@ -44,6 +44,13 @@ type Message struct {
 	ToolDecision json.RawMessage
 }
 
+type QueuedMessage struct {
+	SessionID uuid.UUID
+	RequestID string
+	Content   string
+	CreatedAt time.Time
+}
+
 type Run struct {
 	ID               uuid.UUID
 	SessionID        uuid.UUID

@@ -22,6 +22,7 @@ import (
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/auth"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/transport"
@@ -96,6 +97,9 @@ type Config struct {
 	// retry or continue over it is answered error rate_limited. 0 is no limit
 	// (CHATD_MAX_RUNS_PER_USER).
 	MaxRunsPerUser int
+	// DoubleText is what a chat.send (or an AI SDK POST) does while the session's run is
+	// active when it names no policy: queue, steer, interrupt or reject (CHATD_DOUBLE_TEXT).
+	DoubleText string
 	// HandshakeRate and HandshakeBurst are each remote address's token bucket of
 	// WebSocket upgrades; one over it is answered HTTP 429 (CHATD_HANDSHAKE_RATE, e.g.
 	// 20/s or off; CHATD_HANDSHAKE_BURST). rate.Inf is off.
@@ -384,6 +388,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", DefaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
 	fs.StringVar(&c.NodeAddr, "node-addr", env.str("CHATD_NODE_ADDR", ""), "host:port where the other chatd nodes reach this one; default: the listener's address, or this host's name with its port (CHATD_NODE_ADDR)")
 	fs.StringVar(&c.NodeID, "node-id", env.str("CHATD_NODE_ID", ""), "this node's id among the chatd nodes on the database, its own; default: its address (CHATD_NODE_ID)")
+	fs.StringVar(&c.DoubleText, "double-text", env.str("CHATD_DOUBLE_TEXT", string(chat.DoubleTextQueue)), "what a message sent while a run is active does when it names no policy: queue, steer, interrupt or reject (CHATD_DOUBLE_TEXT)")
 	fs.StringVar(&c.Recover, "recover", env.str("CHATD_RECOVER", RecoverContinue), "what start-up does with runs a dead process left unfinished: continue or interrupt (CHATD_RECOVER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", env.duration("CHATD_ABANDON_AFTER", conversation.DefaultAbandonAfter), "cancel a run nobody watched this long (CHATD_ABANDON_AFTER)")
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
@@ -513,6 +518,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
 	case c.WorkspaceRetention < 0:
 		return fmt.Errorf("CHATD_WORKSPACE_RETENTION (-workspace-retention) is %s; use a duration such as 7d or 12h, or off to keep workspaces", c.WorkspaceRetention)
+	case !chat.DoubleText(c.DoubleText).Valid():
+		return fmt.Errorf("CHATD_DOUBLE_TEXT (-double-text) is %q; use queue, steer, interrupt or reject", c.DoubleText)
 	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:
 		return fmt.Errorf("CHATD_RECOVER (-recover) is %q; use continue or interrupt", c.Recover)
 	case c.LeaseTTL < 300*time.Millisecond:

@@ -39,6 +39,7 @@ import (
 	"github.com/chatd/chatd/agent/sandbox/local"
 	"github.com/chatd/chatd/agent/synth"
 	"github.com/chatd/chatd/agent/tools"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/journal"
@@ -223,6 +224,7 @@ func (m *Main) build() error {
 		MaxSessionsPerUser: m.cfg.MaxSessionsPerUser,
 		MaxRecoveries:      conversation.DefaultMaxRecoveries,
 		MaxRunsPerUser:     m.cfg.MaxRunsPerUser,
+		DoubleText:         chat.DoubleText(m.cfg.DoubleText),
 		// Every chatd is a node, one or several on the database.
 		Lease: &conversation.LeaseConfig{Node: m.Node, Addr: m.NodeAddr, TTL: m.cfg.LeaseTTL},
 		// A rolling restart continues every run where it stopped.

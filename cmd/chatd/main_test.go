@@ -84,6 +84,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		MaxConnsPerUser:   64,
 		MaxConnsPerAddr:   256,
 		MaxRunsPerUser:    8,
+		DoubleText:        "queue",
 		HandshakeRate:     20,
 		HandshakeBurst:    100,
 
@@ -198,6 +199,7 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_MAX_TOKENS":      "2048",
 		"CHATD_THINKING_BUDGET": "1024",
 		"CHATD_MODEL_TIMEOUT":   "90s",
+		"CHATD_DOUBLE_TEXT":     "interrupt",
 
 		"CHATD_AUTH":         "jwt",
 		"CHATD_JWT_SECRET":   "0123456789abcdef0123456789abcdef",
@@ -232,6 +234,7 @@ func TestParseConfigValues(t *testing.T) {
 		MaxConnsPerUser:   0,
 		MaxConnsPerAddr:   8,
 		MaxRunsPerUser:    2,
+		DoubleText:        "interrupt",
 		HandshakeRate:     rate.Inf,
 		HandshakeBurst:    3,
 
@@ -317,6 +320,7 @@ func TestParseConfigValues(t *testing.T) {
 				"-max-conns-per-user", "3",
 				"-max-conns-per-addr", "0",
 				"-max-runs-per-user", "0",
+				"-double-text", "reject",
 				"-handshake-rate", "7200/h",
 				"-handshake-burst", "9",
 				"-shutdown-timeout", "20s",
@@ -392,6 +396,7 @@ func TestParseConfigValues(t *testing.T) {
 					CommandBurst:      2,
 					MaxConnsPerUser:   3,
 					MaxConnsPerAddr:   0,
+					DoubleText:        "reject",
 					HandshakeRate:     2,
 					HandshakeBurst:    9,
 
@@ -452,7 +457,7 @@ func TestParseConfigValues(t *testing.T) {
 					RingEvents: 4096, RingBytes: 4 << 20, SendQueueBytes: 1 << 20, ReadLimit: 256 << 10,
 					MaxContentBytes: 128 << 10, IdleEvict: 5 * time.Minute, ShutdownTimeout: 10 * time.Second, StreamSync: 50 * time.Millisecond,
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
-					CommandRate: 20, CommandBurst: 40, MaxConnsPerUser: 64, MaxConnsPerAddr: 256, MaxRunsPerUser: 8, HandshakeRate: 20, HandshakeBurst: 100,
+					CommandRate: 20, CommandBurst: 40, MaxConnsPerUser: 64, MaxConnsPerAddr: 256, MaxRunsPerUser: 8, DoubleText: "queue", HandshakeRate: 20, HandshakeBurst: 100,
 					MaxConns: defaultMaxConns(), MaxSessionsPerUser: 10000, HTTPReadTimeout: time.Minute, HTTPWriteTimeout: time.Minute, HTTPIdleTimeout: time.Minute,
 					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
 					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, LeaseTTL: 10 * time.Second, Recover: RecoverContinue,
@@ -613,6 +618,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "workspace retention negative", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "-1h"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "-workspace-retention", "off"}},
 		{name: "workspace retention negative days", env: map[string]string{"CHATD_WORKSPACE_RETENTION": "-2d"}, mention: []string{"CHATD_WORKSPACE_RETENTION", "-2d"}},
 		{name: "workspace retention fractional days flag", args: []string{"-workspace-retention", "1.5d"}, mention: []string{"workspace-retention", "7d"}},
+		{name: "unknown double-text policy", env: map[string]string{"CHATD_DOUBLE_TEXT": "later"}, mention: []string{"CHATD_DOUBLE_TEXT", "queue, steer, interrupt or reject"}},
 		{name: "lease ttl too short", env: map[string]string{"CHATD_LEASE_TTL": "100ms"}, mention: []string{"CHATD_LEASE_TTL", "300ms"}},
 		{name: "node addr without port", env: map[string]string{"CHATD_NODE_ADDR": "10.0.0.7"}, mention: []string{"CHATD_NODE_ADDR", "host:port"}},
 		{name: "abandon after negative", env: map[string]string{"CHATD_ABANDON_AFTER": "-1m"}, mention: []string{"CHATD_ABANDON_AFTER"}},

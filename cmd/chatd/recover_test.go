@@ -398,3 +398,48 @@ func TestCrashLoopEndsInterruptedAfterThreeRecoveries(t *testing.T) {
 		require.NotEqual(t, chat.MessageStreaming, m.Status, "nothing is left streaming")
 	}
 }
+
+// kill -9 mid-reply with a message queued behind the run: the restarted chatd continues
+// the run, and when it has ended the queued message starts its own run.
+func TestQueuedMessageRunsAfterACrash(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	st := openStore(t, dbURL)
+	env := map[string]string{
+		"DATABASE_URL":     dbURL,
+		"CHATD_DEMO_DELAY": "20ms",
+		"CHATD_DEMO_WORDS": "100",
+		"CHATD_RECOVER":    "continue",
+	}
+	first := startChild(t, "chatd (to be killed)", env)
+	c := wstest.Dial(t, first.wsURL(), nil)
+	sessionID := c.Hello("").SessionID
+	ack := c.Chat("req-crash", "a long answer")
+	require.Equal(t, "ack", ack.Type, "%s", ack.Raw)
+	c.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	queued := c.Chat("req-queued", "and then this") // CHATD_DOUBLE_TEXT defaults to queue
+	require.Equal(t, "queued", queued.Status, "%s", queued.Raw)
+	first.signal(syscall.SIGKILL)
+	first.wait(15 * time.Second)
+
+	second := restartChild(t, first, "chatd (restarted)", env)
+	again := wstest.Dial(t, second.wsURL(), nil)
+	again.Hello(sessionID)
+	var queuedRun string
+	if last := again.State.LastRun; last != nil && last.RequestID == "req-queued" {
+		queuedRun = last.RunID // both runs ended before the tab came back
+	} else {
+		end := again.Await(func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "req-queued" })
+		require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+		queuedRun = end.RunID
+	}
+	require.Equal(t, chat.RunDone, getRun(t, st, ack.RunID).Status, "the recovered run ended first")
+	require.Equal(t, chat.RunDone, getRun(t, st, queuedRun).Status)
+	require.Empty(t, again.State.Queued)
+	var users []string
+	for _, m := range sessionMessages(t, st, sessionID) {
+		if m.Role == chat.RoleUser {
+			users = append(users, m.Content)
+		}
+	}
+	require.Equal(t, []string{"a long answer", "and then this"}, users)
+}

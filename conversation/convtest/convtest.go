@@ -177,6 +177,8 @@ func (r *Recorder) applyLocked(ev *conversation.Event) {
 	case conversation.EventChatDone, conversation.EventChatError, conversation.EventChatCancelled:
 		s.ActiveRun = nil
 		s.Ended[ev.RunID.String()] = cloneRun(ev.Run)
+	case conversation.EventQueue:
+		// The queue is no message: tests read it from the events.
 	default:
 		r.fail(fmt.Errorf("unknown event type %q", ev.Type))
 	}

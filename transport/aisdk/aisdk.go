@@ -282,6 +282,10 @@ type sendBody struct {
 	Messages  []uiMessage `json:"messages"`
 	Trigger   string      `json:"trigger"`
 	MessageID string      `json:"messageId"`
+	// WhileRunning is what a user message does while the chat's run is active (a
+	// chat.send's whileRunning; "" for CHATD_DOUBLE_TEXT). useChat sends it as a
+	// body option.
+	WhileRunning string `json:"whileRunning"`
 }
 
 // send is POST /v1/aisdk/chat: the last user message starts a run (its id is the
@@ -365,7 +369,13 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		h.fail(w, r, err)
 		return
 	}
-	h.streamWith(w, r, who, sid, runID, streamOptions{counted: true})
+	o := streamOptions{counted: true}
+	if runID == uuid.Nil {
+		// Queued behind the active run (whileRunning queue): the stream waits for the
+		// run the message starts, and is that run from its start.
+		o.awaitRequest = req.Messages[len(req.Messages)-1].ID
+	}
+	h.streamWith(w, r, who, sid, runID, o)
 }
 
 // checkSend checks a POST's body, and says whether it may create its chat: a new user
@@ -386,7 +396,7 @@ func (h *Handler) checkSend(req sendBody, isApproval bool) (create bool, err err
 		if last.ID == "" {
 			return false, errorf(conversation.CodeBadRequest, "the last message has no id")
 		}
-		return true, conversation.ValidateSend(userSend(last), h.cfg.MaxContentBytes)
+		return true, conversation.ValidateSend(userSend(last, req.WhileRunning), h.cfg.MaxContentBytes)
 	case "assistant":
 		if _, err := uuid.Parse(last.ID); err != nil {
 			return false, errorf(conversation.CodeBadRequest, "the last message is an assistant message without an approval response")
@@ -396,15 +406,16 @@ func (h *Handler) checkSend(req sendBody, isApproval bool) (create bool, err err
 	return false, errorf(conversation.CodeBadRequest, "the last message's role is %q; chatd answers user messages", last.Role)
 }
 
-// userSend is the send a user message asks for: its text parts, its id the request id.
-func userSend(m uiMessage) conversation.SendRequest {
+// userSend is the send a user message asks for: its text parts, its id the request id,
+// with the policy while a run is active.
+func userSend(m uiMessage, whileRunning string) conversation.SendRequest {
 	var text []string
 	for _, p := range m.Parts {
 		if p.Type == "text" {
 			text = append(text, p.Text)
 		}
 	}
-	return conversation.SendRequest{RequestID: m.ID, Content: strings.Join(text, "\n")}
+	return conversation.SendRequest{RequestID: m.ID, Content: strings.Join(text, "\n"), WhileRunning: chat.DoubleText(whileRunning)}
 }
 
 // approvals reads the decisions of a POST whose last message is the assistant's with
@@ -453,7 +464,7 @@ func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID,
 	}
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == "user" {
-		res, err := a.Send(ctx, userSend(last))
+		res, err := a.Send(ctx, userSend(last, req.WhileRunning))
 		return res.RunID, err
 	}
 	// An assistant message without approval answers (send decides those): the message

@@ -42,6 +42,9 @@ type encoder struct {
 	continuation bool
 	// progress is the run's progress as last sent (data-progress), nil for none.
 	progress *chat.Progress
+	// awaitRequest, when set, is the requestId of a queued message: the stream is the
+	// run it starts, whose id is not known yet (run is set from its chat.started).
+	awaitRequest string
 }
 
 func newEncoder(run uuid.UUID) *encoder {
@@ -75,6 +78,12 @@ func (e *encoder) start(c *chunks) {
 // event encodes one live event (nothing for another run's, or after the end).
 func (e *encoder) event(ev *conversation.Event) []byte {
 	var c chunks
+	if e.awaitRequest != "" {
+		if ev.Type != conversation.EventChatStarted || ev.RequestID != e.awaitRequest {
+			return nil // the queued message has not started its run yet
+		}
+		e.run, e.awaitRequest = ev.RunID, ""
+	}
 	if e.ended || (ev.RunID != uuid.Nil && ev.RunID != e.run) {
 		return nil
 	}
@@ -236,6 +245,18 @@ func (e *encoder) catchUp(cu conversation.CatchUp) ([][]byte, error) {
 	snap := cu.Snapshot
 	if snap == nil {
 		return nil, nil
+	}
+	if e.awaitRequest != "" {
+		// The queued message's run may have started between the send and the hello.
+		switch {
+		case snap.ActiveRun != nil && snap.ActiveRun.RequestID == e.awaitRequest:
+			e.run, e.awaitRequest = snap.ActiveRun.ID, ""
+		case snap.LastRun != nil && snap.LastRun.RequestID == e.awaitRequest:
+			e.run, e.awaitRequest = snap.LastRun.ID, ""
+		default:
+			e.found.Store(true) // its chat.started starts the stream
+			return nil, nil
+		}
 	}
 	var c chunks
 	if e.continuation {

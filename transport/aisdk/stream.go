@@ -91,6 +91,9 @@ type streamOptions struct {
 	continuation bool
 	counted      bool
 	then         func(ctx context.Context) error
+	// awaitRequest: runID is uuid.Nil and the stream is the run that the queued message
+	// of this requestId starts, when it starts.
+	awaitRequest string
 }
 
 // acquireStream takes a place among the user's streams (Config.Users), or answers 429
@@ -119,7 +122,7 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller,
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	enc := newEncoder(runID)
-	enc.needsApproval, enc.continuation = h.cfg.NeedsApproval, o.continuation
+	enc.needsApproval, enc.continuation, enc.awaitRequest = h.cfg.NeedsApproval, o.continuation, o.awaitRequest
 	// A format of its own: the encoder keeps state per stream.
 	format := conversation.NewFormat("aisdk", enc.event)
 	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel, rc: http.NewResponseController(w)}

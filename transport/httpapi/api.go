@@ -220,7 +220,7 @@ func Status(code string) int {
 		return s
 	}
 	switch code {
-	case conversation.CodeRunActive, conversation.CodeNoRun:
+	case conversation.CodeRunActive, conversation.CodeNoRun, conversation.CodeQueueFull:
 		return http.StatusConflict
 	case conversation.CodeRateLimited, conversation.CodeTooManySessions:
 		return http.StatusTooManyRequests

@@ -23,12 +23,27 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.send needs content")
 			return
 		}
-		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content})
+		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content, WhileRunning: chat.DoubleText(f.WhileRunning)})
 		if err != nil {
 			c.replyErr(f.RequestID, err)
 			return
 		}
-		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
+		ack := wireAck{Type: "ack", RequestID: f.RequestID, Duplicate: res.Duplicate, Status: string(res.Status)}
+		if res.RunID != uuid.Nil { // a queued message has no run yet
+			ack.RunID = &res.RunID
+		}
+		c.reply(ack)
+
+	case typeChatUnqueue:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.unqueue needs the requestId of the queued message")
+			return
+		}
+		if err := c.actor.Unqueue(c.ctx, *f.RequestID); err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID})
 
 	case typeChatCancel:
 		runID, ok := c.runID(f)

@@ -179,7 +179,7 @@ func TestSchemaFrameTypesMatchGo(t *testing.T) {
 		id, ok := typ.(*ast.Ident)
 		return ok && id.Name == "EventType"
 	})
-	require.Len(t, eventsGo, 14, "conversation's event types")
+	require.Len(t, eventsGo, 15, "conversation's event types")
 	serverGo := append([]string{"snapshot", "resumed", "ack", "error", "history", "auth.refreshed", "auth.expiring"}, eventsGo...)
 
 	clientSchema, err := wstest.FrameTypes("ClientFrame")
@@ -431,6 +431,17 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 	b, err = ws.EncodeSnapshot(&conversation.Snapshot{SessionID: f.session, Epoch: "e466", ApprovalRules: []chat.ApprovalRule{rule}})
 	add("snapshot, rules", b, err)
 	marshal("ack, approval.revoke", ws.WireAck{Type: "ack", RequestID: rid("v1")})
+	// Messages sent mid-run under the queue policy.
+	queued := []chat.Queued{{SessionID: f.session, RequestID: "q1", Content: "next", CreatedAt: f.now}}
+	event("queue.updated", &conversation.Event{Seq: 20, Type: conversation.EventQueue, Queued: queued})
+	event("queue.updated, empty", &conversation.Event{Seq: 21, Type: conversation.EventQueue, Queued: []chat.Queued{}})
+	b, err = ws.EncodeSnapshot(&conversation.Snapshot{SessionID: f.session, Epoch: "e466", Queued: queued})
+	add("snapshot, queued", b, err)
+	marshal("ack, queued send", ws.WireAck{Type: "ack", RequestID: rid("q1"), Status: "queued"})
+	steering := []chat.Queued{{SessionID: f.session, RequestID: "s1", Content: "also", CreatedAt: f.now, Steering: true}}
+	event("queue.updated, steering", &conversation.Event{Seq: 22, Type: conversation.EventQueue, Queued: steering})
+	marshal("ack, steering send", ws.WireAck{Type: "ack", RequestID: rid("s1"), RunID: &f.run, Status: "steering"})
+	marshal("ack, steered repeat", ws.WireAck{Type: "ack", RequestID: rid("s1"), RunID: &f.run, Duplicate: true, Status: "steered"})
 	for i, d := range []chat.ToolDecision{
 		{Approved: true, By: "u1", At: f.now, Via: chat.DecidedViaWS},
 		{Approved: false, At: f.now, Via: chat.DecidedViaExpiry},

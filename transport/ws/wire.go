@@ -26,6 +26,8 @@ const (
 	typeAuthRefresh  = "auth.refresh"
 	// typeApprovalRevoke revokes one of the session's approval rules.
 	typeApprovalRevoke = "approval.revoke"
+	// typeChatUnqueue takes back a queued message (its requestId) before its run starts.
+	typeChatUnqueue = "chat.unqueue"
 )
 
 // Server frames about the connection's token (expiry.go).
@@ -60,6 +62,8 @@ type clientFrame struct {
 	InputHash  string  `json:"inputHash"`
 	Scope      string  `json:"scope"`
 	RuleID     string  `json:"ruleId"`
+	// WhileRunning is chat.send's policy for a send during an active run.
+	WhileRunning string `json:"whileRunning"`
 
 	// raw is the frame as it came, for a relay to send on.
 	raw []byte
@@ -171,18 +175,39 @@ type wireRun struct {
 
 // wireEvent is every sequenced event; omitempty keeps each type to its own fields.
 type wireEvent struct {
-	Type        string       `json:"type"`
-	Seq         int64        `json:"seq"`
-	RunID       *uuid.UUID   `json:"runId,omitempty"` // absent only on approval.rules outside a run
-	RequestID   string       `json:"requestId"`       // "" on approval.rules outside a run
-	Run         *wireRun     `json:"run,omitempty"`
-	UserMessage *wireMessage `json:"userMessage,omitempty"`
-	Message     *wireMessage `json:"message,omitempty"`
-	MessageID   *uuid.UUID   `json:"messageId,omitempty"`
-	Text        *string      `json:"text,omitempty"`
-	Status      string       `json:"status,omitempty"`
-	Error       *wireError   `json:"error,omitempty"`
-	Rules       *[]wireRule  `json:"rules,omitempty"` // approval.rules only, [] for none
+	Type        string        `json:"type"`
+	Seq         int64         `json:"seq"`
+	RunID       *uuid.UUID    `json:"runId,omitempty"` // absent only on approval.rules outside a run
+	RequestID   string        `json:"requestId"`       // "" on approval.rules outside a run
+	Run         *wireRun      `json:"run,omitempty"`
+	UserMessage *wireMessage  `json:"userMessage,omitempty"`
+	Message     *wireMessage  `json:"message,omitempty"`
+	MessageID   *uuid.UUID    `json:"messageId,omitempty"`
+	Text        *string       `json:"text,omitempty"`
+	Status      string        `json:"status,omitempty"`
+	Error       *wireError    `json:"error,omitempty"`
+	Rules       *[]wireRule   `json:"rules,omitempty"`  // approval.rules only, [] for none
+	Queued      *[]wireQueued `json:"queued,omitempty"` // queue.updated only, [] for none
+}
+
+// wireQueued is a message waiting behind the active run (the queue policy).
+type wireQueued struct {
+	RequestID string    `json:"requestId"`
+	Content   string    `json:"content"`
+	Status    string    `json:"status"` // "queued", or "steering" while it waits for the run's next step
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+func toWireQueued(q []chat.Queued) []wireQueued {
+	out := make([]wireQueued, len(q))
+	for i, m := range q {
+		st := "queued"
+		if m.Steering {
+			st = "steering"
+		}
+		out[i] = wireQueued{RequestID: m.RequestID, Content: m.Content, Status: st, CreatedAt: m.CreatedAt}
+	}
+	return out
 }
 
 type wireSnapshot struct {
@@ -197,6 +222,9 @@ type wireSnapshot struct {
 	LastRun   *wireRun      `json:"lastRun,omitempty"`
 	// ApprovalRules: the session's standing approvals (approval.rules updates them).
 	ApprovalRules []wireRule `json:"approvalRules"`
+	// Queued: the messages waiting behind the active run, oldest first (queue.updated
+	// updates them).
+	Queued []wireQueued `json:"queued"`
 }
 
 type wireResumed struct {
@@ -354,6 +382,9 @@ func EncodeEvent(ev *conversation.Event) []byte {
 	case conversation.EventApprovalRules:
 		rules := toWireRules(ev.Rules)
 		w.Rules = &rules
+	case conversation.EventQueue:
+		q := toWireQueued(ev.Queued)
+		w.Queued = &q
 	}
 	b, err := json.Marshal(w)
 	if err != nil {
@@ -383,6 +414,7 @@ func EncodeSnapshot(s *conversation.Snapshot) ([]byte, error) {
 		LastRun:   toWireRun(s.LastRun),
 
 		ApprovalRules: toWireRules(s.ApprovalRules),
+		Queued:        toWireQueued(s.Queued),
 	})
 }
 

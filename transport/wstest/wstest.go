@@ -143,6 +143,8 @@ type Frame struct {
 	// ApprovalRules are a snapshot's, Rules an approval.rules event's.
 	ApprovalRules []ApprovalRule `json:"approvalRules"`
 	Rules         []ApprovalRule `json:"rules"`
+	// Queued are a snapshot's or a queue.updated event's queued messages.
+	Queued []Queued `json:"queued"`
 
 	RawMessage json.RawMessage `json:"message"`
 	RawError   json.RawMessage `json:"error"`
@@ -203,6 +205,16 @@ type State struct {
 	Ended map[string]*Run
 	// ApprovalRules are the session's standing approvals.
 	ApprovalRules []ApprovalRule
+	// Queued are the messages waiting behind the active run (whileRunning queue).
+	Queued []Queued
+}
+
+// Queued is a queued message on the wire.
+type Queued struct {
+	RequestID string `json:"requestId"`
+	Content   string `json:"content"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"createdAt"`
 }
 
 // NewState returns an empty state.
@@ -225,6 +237,7 @@ func (s *State) Apply(f Frame) error {
 		s.ActiveRun = f.ActiveRun
 		s.LastRun = f.LastRun
 		s.ApprovalRules = f.ApprovalRules
+		s.Queued = f.Queued
 		return nil
 	case "resumed":
 		if f.Epoch != s.Epoch || f.LastSeq != s.LastSeq || f.SessionID != s.SessionID {
@@ -303,6 +316,8 @@ func (s *State) Apply(f Frame) error {
 		s.Ended[f.Run.RunID] = f.Run
 	case "approval.rules":
 		s.ApprovalRules = f.Rules
+	case "queue.updated":
+		s.Queued = f.Queued
 	default:
 		return fmt.Errorf("unknown event type %q", f.Type)
 	}

@@ -82,8 +82,8 @@ test('a retried POST with the same message id starts no second run: it streams t
   }
 });
 
-test('another message while a run is active: 409 run_active before any stream, and the SDK reports it as an APICallError', { timeout: 60000 }, async () => {
-  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200' } });
+test('another message while a run is active under CHATD_DOUBLE_TEXT=reject: 409 run_active before any stream, and the SDK reports it as an APICallError', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200', CHATD_DOUBLE_TEXT: 'reject' } });
   try {
     const rec = recorder();
     const t = transport(srv, rec);

@@ -150,3 +150,28 @@ test('Shift+Enter is a new line, Enter sends', async () => {
   assertNoPageErrors(page);
   await context.close();
 });
+
+test('a message sent while a reply streams is queued, with a cancel, and starts when the reply ends', async () => {
+  const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await openApp(context, env.srv);
+  const sessionId = await send(page, 'hello there');
+  await waitStreaming(page, 20);
+  for (const text of ['first in line', 'second in line']) {
+    await page.fill('[data-testid=composer-input]', text);
+    await page.press('[data-testid=composer-input]', 'Enter');
+    await page.waitForSelector(`[data-testid=message-queued] >> text=${text}`, { timeout: WAIT });
+  }
+  await page.click('[data-testid=message-queued]:has-text("first in line") [data-testid=queued-cancel]');
+  await page.waitForSelector('[data-testid=message-queued] >> text=first in line', { state: 'detached', timeout: WAIT });
+  assert.equal(await page.$$eval('[data-testid=message-queued]', (els) => els.length), 1);
+  await page.click('[data-testid=stop]');
+  await page.waitForSelector('[data-testid=message-user] >> text=second in line', { timeout: WAIT });
+  await page.waitForSelector('[data-testid=message-queued]', { state: 'detached', timeout: WAIT });
+  await waitRunEnded(page);
+  const users = await page.$$eval('[data-testid=message-user]', (els) => els.map((el) => el.textContent));
+  assert.equal(users.length, 2);
+  assert.ok(!users.some((u) => u.includes('first in line')), 'the cancelled message never ran');
+  await assertMatchesDatabase(page, env.srv, sessionId);
+  assertNoPageErrors(page);
+  await context.close();
+});

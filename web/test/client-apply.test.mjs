@@ -37,7 +37,7 @@ test('initialState', () => {
   const s = initialState();
   assert.deepEqual(s, {
     sessionId: null, epoch: null, lastSeq: 0, messages: [], hasMore: false,
-    activeRun: null, lastRun: null, approvalRules: [], connection: 'connecting', closed: null,
+    activeRun: null, lastRun: null, approvalRules: [], queued: [], connection: 'connecting', closed: null,
   });
   assert.equal(initialState(S).sessionId, S);
 });
@@ -281,8 +281,19 @@ test('applyFrame never modifies its input', () => {
 test('every event type of the protocol is handled', () => {
   assert.deepEqual([...EVENT_TYPES].sort(), [
     'approval.rules', 'assistant.segment.ended', 'assistant.segment.started', 'chat.cancelled', 'chat.delta', 'chat.done', 'chat.error',
-    'chat.started', 'message.added', 'run.status', 'tool.end', 'tool.output', 'tool.start', 'tool.update',
+    'chat.started', 'message.added', 'queue.updated', 'run.status', 'tool.end', 'tool.output', 'tool.start', 'tool.update',
   ]);
+});
+
+test('queued messages: the snapshot lists them, queue.updated replaces them', () => {
+  const q = { requestId: 'q1', content: 'next', status: 'queued', createdAt: '2026-11-26T14:02:00Z' };
+  let s = applyFrame(initialState(), snapshot({ epoch: 'e1', lastSeq: 3, queued: [q] }));
+  assert.deepEqual(s.queued, [q]);
+  s = applyFrame(s, { type: 'queue.updated', seq: 4, requestId: '', queued: [] });
+  assert.deepEqual(s.queued, []);
+  assert.equal(s.lastSeq, 4);
+  s = applyFrame(s, snapshot({ epoch: 'e2', lastSeq: 1 }));
+  assert.deepEqual(s.queued, [], 'a snapshot without the field has none');
 });
 
 function deepFreeze(o) {

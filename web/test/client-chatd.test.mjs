@@ -199,6 +199,77 @@ test('two clients on one session: both follow a run, an approval from one, a can
   }
 });
 
+test('a message sent mid-run: reject is refused with run_active, interrupt cancels the run (its partial kept) and starts one; both clients end equal to the database', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200' } });
+  const a = client(srv.wsURL);
+  a.connect();
+  await waitFor(a, (s) => s.connection === 'live');
+  const b = client(srv.wsURL, { sessionId: a.state.sessionId });
+  try {
+    b.connect();
+    await waitFor(b, (s) => s.connection === 'live');
+    const ack1 = await a.send('a long answer please');
+    await waitFor(b, (s) => s.messages.some((m) => m.runId === ack1.runId && m.role === 'assistant' && m.content.length > 20), 20000, 'B to see text');
+    await assert.rejects(b.send('not now', { whileRunning: 'reject' }), (err) => err.code === 'run_active');
+    assert.throws(() => b.send('x', { whileRunning: 'later' }), /whileRunning/);
+    const ack2 = await b.send('something else instead', { whileRunning: 'interrupt' });
+    assert.notEqual(ack2.runId, ack1.runId);
+    assert.equal(ack2.duplicate, false);
+    for (const c of [a, b]) {
+      const s = await waitFor(c, (s) => s.activeRun?.runId === ack2.runId, 10000, 'the new run');
+      const old = s.messages.find((m) => m.runId === ack1.runId && m.role === 'assistant');
+      assert.equal(old.status, 'cancelled', 'the partial is kept, cancelled');
+      assert.ok(old.content.length > 20);
+    }
+    await a.cancel();
+    await waitFor(a, done(ack2.runId), 10000, 'the cancel');
+    await waitFor(b, done(ack2.runId), 10000, 'B to see the cancel');
+    const db = await assertEqualsDB(srv, a);
+    assert.deepEqual(clientMessages(b.state), db);
+    assert.equal(db.filter((m) => m.role === 'user').length, 2, 'the refused message was not stored');
+  } finally {
+    a.close();
+    b.close();
+    await srv.stop();
+  }
+});
+
+test('a message queued mid-run: both clients show it in state.queued, one is taken back, the rest start in order when the run ends; the state ends equal to the database', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '60' } });
+  const a = client(srv.wsURL);
+  a.connect();
+  await waitFor(a, (s) => s.connection === 'live');
+  const b = client(srv.wsURL, { sessionId: a.state.sessionId });
+  try {
+    b.connect();
+    await waitFor(b, (s) => s.connection === 'live');
+    const ack1 = await a.send('please approve the sandbox call');
+    await waitFor(b, (s) => s.activeRun?.status === 'awaiting_approval', 20000, 'the run to wait');
+    const q2 = await b.send('second', { requestId: 'q2-' + uuid4() });
+    assert.equal(q2.status, 'queued');
+    assert.equal(q2.runId, undefined);
+    const q3 = await a.send('third', { whileRunning: 'queue', requestId: 'q3-' + uuid4() });
+    const q4 = await a.send('fourth', { requestId: 'q4-' + uuid4() });
+    for (const c of [a, b]) {
+      await waitFor(c, (s) => s.queued.map((q) => q.content).join() === 'second,third,fourth', 10000, 'the queue');
+    }
+    await b.unqueue(q3.requestId);
+    await waitFor(a, (s) => s.queued.map((q) => q.content).join() === 'second,fourth', 10000, 'the queue without third');
+    await assert.rejects(b.unqueue(q3.requestId), (err) => err.code === 'not_found');
+    await a.cancel(ack1.runId);
+    for (const c of [a, b]) {
+      await waitFor(c, (s) => s.queued.length === 0 && s.lastRun?.requestId === q4.requestId && s.activeRun === null, 30000, 'the queued runs to end');
+    }
+    const db = await assertEqualsDB(srv, a);
+    assert.deepEqual(clientMessages(b.state), db);
+    assert.deepEqual(db.filter((m) => m.role === 'user').map((m) => m.content), ['please approve the sandbox call', 'second', 'fourth']);
+  } finally {
+    a.close();
+    b.close();
+    await srv.stop();
+  }
+});
+
 test('stored state: a client started again from the same storage says hello{epoch, lastSeq}, gets resumed, and ends equal to the database', { timeout: 60000 }, async () => {
   const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '80' } });
   const storage = new MemoryStorage();

@@ -71,6 +71,7 @@ class App {
     notFoundNew: byId<HTMLButtonElement>('not-found-new'),
     panels: byId('panels'),
     pending: byId<HTMLOListElement>('pending'),
+    queued: byId<HTMLOListElement>('queued'),
     composer: byId<HTMLFormElement>('composer'),
     input: byId<HTMLTextAreaElement>('input'),
     send: byId<HTMLButtonElement>('send'),
@@ -97,6 +98,8 @@ class App {
   private runKey: string | null = null;
   private panelKey = '';
   private pending = new Set<string>();
+  /** The queued messages as last rendered (their requestIds), so a render that changes nothing keeps the DOM. */
+  private queuedKey = '';
   private loadingOlder = false;
   private toastTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -219,6 +222,8 @@ class App {
 
     this.transcript.clear();
     this.els.pending.replaceChildren();
+    this.els.queued.replaceChildren();
+    this.queuedKey = '';
     this.usage = this.sessions.find(id)?.usage ?? null;
     this.runKey = null;
     this.panelKey = '';
@@ -294,9 +299,11 @@ class App {
     setAttr(els.connection, 'data-state', conn);
     setText(els.connection, this.notFound ? 'Not found' : s.closed ? 'Closed' : conn === 'new' ? 'New' : connectionText[conn] ?? conn);
 
+    // A message sent during a run is queued (shown below, with a cancel) and starts its
+    // run when this one ends: send stays next to stop.
     const active = s.activeRun;
-    els.send.hidden = !!active;
     els.stop.hidden = !active;
+    this.renderQueued(s.queued);
     els.stop.disabled = this.pending.has('stop');
     this.renderPanels(s);
 
@@ -461,6 +468,24 @@ class App {
     return b;
   }
 
+  private renderQueued(queued: { requestId: string; content: string }[]): void {
+    const key = queued.map((q) => q.requestId).join('\n');
+    if (key === this.queuedKey) return;
+    this.queuedKey = key;
+    this.els.queued.replaceChildren(
+      ...queued.map((q) => {
+        const cancel = h('button', { type: 'button', class: 'button', 'data-testid': 'queued-cancel' }, 'Cancel');
+        cancel.addEventListener('click', () => void this.act(`unqueue:${q.requestId}`, () => this.client!.unqueue(q.requestId)));
+        return h(
+          'li',
+          { class: 'msg msg-user', 'data-testid': 'message-queued', 'data-request-id': q.requestId },
+          h('div', { class: 'bubble' }, q.content),
+          h('p', { class: 'msg-status' }, 'Queued · starts when the current reply ends ', cancel),
+        );
+      }),
+    );
+  }
+
   /** act runs a command, with its buttons disabled until the server answers. */
   private async act(name: string, fn: () => Promise<unknown>): Promise<void> {
     if (this.pending.has(name)) return;
@@ -485,10 +510,6 @@ class App {
     const content = input.value;
     const client = this.client;
     if (!client || content.trim() === '') return;
-    if (this.state?.activeRun) {
-      this.toast('Wait for the reply to finish, or stop it.');
-      return;
-    }
     input.value = '';
     this.autosize();
     if (this.fresh) {
@@ -510,7 +531,7 @@ class App {
     this.els.pending.append(pending);
     this.schedule();
     try {
-      await client.send(content, { requestId });
+      await client.send(content, { requestId, whileRunning: 'queue' });
     } catch (err) {
       if (this.client !== client) return;
       if (input.value === '') {

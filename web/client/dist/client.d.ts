@@ -1,4 +1,4 @@
-import type { Ack, ClientFrame, Decision, ResumeMode, ServerFrame } from './protocol.js';
+import type { Ack, ClientFrame, Decision, ResumeMode, ServerFrame, WhileRunning } from './protocol.js';
 import { type ChatState } from './state.js';
 import { type StorageLike } from './storage.js';
 /** A token, or a function that gives one (called before every hello, so it can refresh). */
@@ -157,9 +157,21 @@ export declare class ChatClient {
     connect(): void;
     /** Stops for good: closes with 1000, rejects what waits for a reply (ChatError closed), reconnects no more. */
     close(): void;
-    /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
+    /**
+     * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
+     * opts.whileRunning says what it does if a run is active: 'queue' (stored at once, in
+     * state.queued, the ack's status 'queued' and no runId; it starts its run when the
+     * runs before it ended; over the server's bound the promise rejects with queue_full),
+     * 'steer' (stored at once, in state.queued with status 'steering', and given to the
+     * running agent at its next step boundary as a user turn of the same run: the ack's
+     * status 'steering' and runId that run; a run that ends before a boundary leaves it queued),
+     * 'reject' (the promise rejects with run_active) or 'interrupt' (the active run is
+     * cancelled, its partial kept, and this message starts a run); absent, the server's
+     * CHATD_DOUBLE_TEXT decides (default queue).
+     */
     send(content: string, opts?: {
         requestId?: string;
+        whileRunning?: WhileRunning;
     }): Promise<Ack>;
     /** Cancels the active run (runId: only that run; default the run active when called). */
     cancel(runId?: string): Promise<Ack>;
@@ -174,6 +186,11 @@ export declare class ChatClient {
         scope?: 'session';
         inputHash?: string;
     }): Promise<Ack>;
+    /**
+     * Takes back a queued message (chat.unqueue; requestId: the one its send used) before
+     * its run starts. Rejects with not_found when it is not queued (any more).
+     */
+    unqueue(requestId: string): Promise<void>;
     /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
     revokeRule(ruleId: string): Promise<void>;
     /** Continues (or with mode retry, answers again) a resumable run (chat.resume). */

@@ -15,7 +15,8 @@ var EVENT_TYPES = [
   "chat.done",
   "chat.error",
   "chat.cancelled",
-  "approval.rules"
+  "approval.rules",
+  "queue.updated"
 ];
 function isEvent(frame) {
   return typeof frame.seq === "number";
@@ -35,6 +36,7 @@ function initialState(sessionId = null) {
     activeRun: null,
     lastRun: null,
     approvalRules: [],
+    queued: [],
     connection: "connecting",
     closed: null
   };
@@ -73,7 +75,8 @@ function applySnapshot(state, f) {
     hasMore: f.hasMore,
     activeRun: f.activeRun ?? null,
     lastRun: f.lastRun ?? null,
-    approvalRules: f.approvalRules ?? []
+    approvalRules: f.approvalRules ?? [],
+    queued: f.queued ?? []
   };
 }
 function applyResumed(state, f) {
@@ -137,6 +140,8 @@ function applyEvent(state, e) {
       return { ...state, activeRun: null, lastRun: e.run };
     case "approval.rules":
       return { ...state, approvalRules: e.rules };
+    case "queue.updated":
+      return { ...state, queued: e.queued };
     default:
       return state;
   }
@@ -513,11 +518,34 @@ var ChatClient = class {
     this.flushPersist();
     this.stop({ code: 1e3, reason: "closed by the client" }, "the client was closed");
   }
-  /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
+  /**
+   * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
+   * opts.whileRunning says what it does if a run is active: 'queue' (stored at once, in
+   * state.queued, the ack's status 'queued' and no runId; it starts its run when the
+   * runs before it ended; over the server's bound the promise rejects with queue_full),
+   * 'steer' (stored at once, in state.queued with status 'steering', and given to the
+   * running agent at its next step boundary as a user turn of the same run: the ack's
+   * status 'steering' and runId that run; a run that ends before a boundary leaves it queued),
+   * 'reject' (the promise rejects with run_active) or 'interrupt' (the active run is
+   * cancelled, its partial kept, and this message starts a run); absent, the server's
+   * CHATD_DOUBLE_TEXT decides (default queue).
+   */
   send(content, opts = {}) {
     const requestId = opts.requestId ?? uuid4();
     if (requestId.length < 1 || requestId.length > 128) throw new Error("ChatClient.send: requestId must be 1 to 128 characters");
-    return this.enqueue({ kind: "send", requestId, build: () => ({ type: "chat.send", requestId, content }) });
+    const whileRunning = opts.whileRunning;
+    if (whileRunning !== void 0 && !["queue", "steer", "reject", "interrupt"].includes(whileRunning)) {
+      throw new Error("ChatClient.send: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'");
+    }
+    return this.enqueue({
+      kind: "send",
+      requestId,
+      build: () => {
+        const f = { type: "chat.send", requestId, content };
+        if (whileRunning !== void 0) f.whileRunning = whileRunning;
+        return f;
+      }
+    });
   }
   /** Cancels the active run (runId: only that run; default the run active when called). */
   cancel(runId) {
@@ -564,6 +592,18 @@ var ChatClient = class {
         ...scope !== void 0 ? { scope } : {}
       })
     });
+  }
+  /**
+   * Takes back a queued message (chat.unqueue; requestId: the one its send used) before
+   * its run starts. Rejects with not_found when it is not queued (any more).
+   */
+  unqueue(requestId) {
+    if (this.pending.has(requestId)) throw new Error("ChatClient.unqueue: the send of this message is not answered yet");
+    return this.enqueue({
+      kind: "unqueue",
+      requestId,
+      build: () => ({ type: "chat.unqueue", requestId })
+    }).then(() => void 0);
   }
   /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
   revokeRule(ruleId) {
@@ -898,6 +938,9 @@ var ChatClient = class {
       if (runStatus(p.runId) === "cancelled") {
         return { type: "ack", requestId: p.requestId, runId: p.runId, duplicate: true, status: "cancelled" };
       }
+    }
+    if (p.kind === "unqueue" && e.code === "not_found" && p.sends > 1 && !s.queued.some((q) => q.requestId === p.requestId)) {
+      return { type: "ack", requestId: p.requestId, duplicate: true };
     }
     if (p.kind === "revoke" && e.code === "not_found" && p.ruleId && !s.approvalRules.some((r) => r.ruleId === p.ruleId)) {
       return { type: "ack", requestId: p.requestId, duplicate: true };

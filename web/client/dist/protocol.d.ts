@@ -7,11 +7,21 @@ export type ToolStatus = 'running' | 'awaiting_approval' | 'ok' | 'error' | 'den
 export type ActiveRunStatus = 'running' | 'awaiting_approval' | 'paused';
 export type EndedRunStatus = 'done' | 'error' | 'cancelled' | 'interrupted';
 export type RunStatus = ActiveRunStatus | EndedRunStatus;
-export type CancelReason = 'user' | 'abandoned' | 'shutdown';
+export type CancelReason = 'user' | 'abandoned' | 'shutdown' | 'new_message';
+/** What a chat.send does while a run is active (protocol.md, Messages sent mid-run). */
+export type WhileRunning = 'queue' | 'steer' | 'interrupt' | 'reject';
+/** A message sent with whileRunning queue, waiting for the runs before it to end. */
+export interface QueuedMessage {
+    requestId: string;
+    content: string;
+    /** steering: sent with whileRunning steer, it waits for the active run's next step boundary. */
+    status: 'queued' | 'steering';
+    createdAt: string;
+}
 export type Decision = 'approve' | 'deny';
 export type ResumeMode = 'continue' | 'retry';
 /** The code of an error reply. */
-export type ErrorCode = 'bad_request' | 'unknown_type' | 'not_found' | 'unauthorized' | 'run_active' | 'no_run' | 'conflict' | 'too_large' | 'rate_limited' | 'too_many_sessions' | 'moved' | 'busy' | 'storage' | 'internal';
+export type ErrorCode = 'bad_request' | 'unknown_type' | 'not_found' | 'unauthorized' | 'run_active' | 'queue_full' | 'no_run' | 'conflict' | 'too_large' | 'rate_limited' | 'too_many_sessions' | 'moved' | 'busy' | 'storage' | 'internal';
 /** The error of a run or a message: an open set of codes. */
 export interface ErrorObject {
     code: string;
@@ -130,6 +140,13 @@ export interface ChatSendFrame {
     type: 'chat.send';
     requestId: string;
     content: string;
+    /** Absent: the server's CHATD_DOUBLE_TEXT. */
+    whileRunning?: WhileRunning;
+}
+/** Takes back a queued message (requestId: that message's) before its run starts. */
+export interface ChatUnqueueFrame {
+    type: 'chat.unqueue';
+    requestId: string;
 }
 export interface ChatCancelFrame {
     type: 'chat.cancel';
@@ -176,7 +193,7 @@ export interface AuthRefreshFrame {
     requestId?: string;
     token: string;
 }
-export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame | ApprovalRevokeFrame;
+export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | ChatUnqueueFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame | ApprovalRevokeFrame;
 /** A client frame other than hello. */
 export type CommandFrame = Exclude<ClientFrame, HelloFrame>;
 export interface SnapshotFrame {
@@ -193,6 +210,8 @@ export interface SnapshotFrame {
     lastRun?: Run;
     /** The session's approval rules, oldest first. */
     approvalRules?: ApprovalRule[];
+    /** The messages queued behind the active run, oldest first. */
+    queued?: QueuedMessage[];
 }
 export interface ResumedFrame {
     type: 'resumed';
@@ -204,11 +223,12 @@ export interface ResumedFrame {
 export interface AckFrame {
     type: 'ack';
     requestId?: string;
-    /** Absent only on the ack of approval.revoke (as is status). */
+    /** Absent on the ack of approval.revoke and chat.unqueue (as is status), and of a queued chat.send. */
     runId: Uuid;
     /** true when the command named something already done: nothing new was started. */
     duplicate: boolean;
-    status: RunStatus;
+    /** 'queued': a chat.send under whileRunning queue; the message has no run yet. */
+    status: RunStatus | 'queued' | 'steering' | 'steered';
 }
 /** The reply to chat.send, chat.cancel, tool.decide, chat.resume and chat.dismiss. */
 export type Ack = AckFrame;
@@ -308,7 +328,14 @@ export interface ApprovalRulesEvent {
     requestId: string;
     rules: ApprovalRule[];
 }
-export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent | ApprovalRulesEvent;
+/** The session's queued messages changed: queued is the whole list, oldest first. */
+export interface QueueUpdatedEvent {
+    type: 'queue.updated';
+    seq: number;
+    requestId: string;
+    queued: QueuedMessage[];
+}
+export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent | ApprovalRulesEvent | QueueUpdatedEvent;
 export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | AuthRefreshedFrame | AuthExpiringFrame | EventFrame;
 /** The event types, in the order docs/protocol.md lists them. */
 export declare const EVENT_TYPES: readonly EventFrame['type'][];

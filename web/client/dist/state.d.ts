@@ -1,4 +1,4 @@
-import type { ApprovalRule, HistoryFrame, Message, Progress, Run, ServerFrame, Usage } from './protocol.js';
+import type { ApprovalRule, QueuedMessage, HistoryFrame, Message, Progress, Run, ServerFrame, Usage } from './protocol.js';
 export type ConnectionStatus = 'connecting' | 'catching-up' | 'live' | 'offline';
 export interface ChatState {
     /** The session followed; for a new session null until the server's snapshot names it. */
@@ -17,6 +17,8 @@ export interface ChatState {
     lastRun: Run | null;
     /** The session's approval rules ("allow for this conversation"), oldest first. */
     approvalRules: ApprovalRule[];
+    /** Messages sent with whileRunning queue that wait for the active run to end, oldest first. */
+    queued: QueuedMessage[];
     /** The connection, for a UI's indicator. applyFrame never changes it. */
     connection: ConnectionStatus;
     /** A fatal close (4004 deleted or not yours, 4001, ...): no more reconnects. */

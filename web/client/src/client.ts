@@ -6,6 +6,7 @@ import type {
   AckFrame,
   AuthExpiringFrame,
   ChatCancelFrame,
+  ChatSendFrame,
   ClientFrame,
   CommandFrame,
   Decision,
@@ -15,6 +16,7 @@ import type {
   HistoryFrame,
   ResumeMode,
   ServerFrame,
+  WhileRunning,
 } from './protocol.js';
 import { isEvent } from './protocol.js';
 import { ChatError } from './errors.js';
@@ -106,7 +108,7 @@ export interface ChatClientOptions {
   onTrace?: (e: TraceEvent) => void;
 }
 
-type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'dismiss' | 'history' | 'revoke';
+type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'dismiss' | 'history' | 'revoke' | 'unqueue';
 
 interface Pending {
   kind: Kind;
@@ -300,13 +302,36 @@ export class ChatClient {
     this.stop({ code: 1000, reason: 'closed by the client' }, 'the client was closed');
   }
 
-  /** Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run). */
-  send(content: string, opts: { requestId?: string } = {}): Promise<Ack> {
+  /**
+   * Sends a user message (chat.send). Resolves with the ack (duplicate true when a re-send found its run).
+   * opts.whileRunning says what it does if a run is active: 'queue' (stored at once, in
+   * state.queued, the ack's status 'queued' and no runId; it starts its run when the
+   * runs before it ended; over the server's bound the promise rejects with queue_full),
+   * 'steer' (stored at once, in state.queued with status 'steering', and given to the
+   * running agent at its next step boundary as a user turn of the same run: the ack's
+   * status 'steering' and runId that run; a run that ends before a boundary leaves it queued),
+   * 'reject' (the promise rejects with run_active) or 'interrupt' (the active run is
+   * cancelled, its partial kept, and this message starts a run); absent, the server's
+   * CHATD_DOUBLE_TEXT decides (default queue).
+   */
+  send(content: string, opts: { requestId?: string; whileRunning?: WhileRunning } = {}): Promise<Ack> {
     // A requestId of the caller's lets a UI match its "sending" placeholder to the user
     // message the run brings (Message.requestId), which can come before the ack.
     const requestId = opts.requestId ?? uuid4();
     if (requestId.length < 1 || requestId.length > 128) throw new Error('ChatClient.send: requestId must be 1 to 128 characters');
-    return this.enqueue<Ack>({ kind: 'send', requestId, build: () => ({ type: 'chat.send', requestId, content }) });
+    const whileRunning = opts.whileRunning;
+    if (whileRunning !== undefined && !['queue', 'steer', 'reject', 'interrupt'].includes(whileRunning)) {
+      throw new Error("ChatClient.send: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'");
+    }
+    return this.enqueue<Ack>({
+      kind: 'send',
+      requestId,
+      build: () => {
+        const f: ChatSendFrame = { type: 'chat.send', requestId, content };
+        if (whileRunning !== undefined) f.whileRunning = whileRunning;
+        return f;
+      },
+    });
   }
 
   /** Cancels the active run (runId: only that run; default the run active when called). */
@@ -365,6 +390,19 @@ export class ChatClient {
         ...(scope !== undefined ? { scope } : {}),
       }),
     });
+  }
+
+  /**
+   * Takes back a queued message (chat.unqueue; requestId: the one its send used) before
+   * its run starts. Rejects with not_found when it is not queued (any more).
+   */
+  unqueue(requestId: string): Promise<void> {
+    if (this.pending.has(requestId)) throw new Error('ChatClient.unqueue: the send of this message is not answered yet');
+    return this.enqueue<AckFrame>({
+      kind: 'unqueue',
+      requestId,
+      build: () => ({ type: 'chat.unqueue', requestId }),
+    }).then(() => undefined);
   }
 
   /** Revokes one of the session's approval rules (approval.revoke): later matching calls ask again. */
@@ -736,6 +774,10 @@ export class ChatClient {
       if (runStatus(p.runId) === 'cancelled') {
         return { type: 'ack', requestId: p.requestId, runId: p.runId, duplicate: true, status: 'cancelled' };
       }
+    }
+    if (p.kind === 'unqueue' && e.code === 'not_found' && p.sends > 1 && !s.queued.some((q) => q.requestId === p.requestId)) {
+      // The first send took it back.
+      return { type: 'ack', requestId: p.requestId, duplicate: true } as AckFrame;
     }
     if (p.kind === 'revoke' && e.code === 'not_found' && p.ruleId && !s.approvalRules.some((r) => r.ruleId === p.ruleId)) {
       // The first send revoked it.

@@ -13,7 +13,17 @@ export type ToolStatus = 'running' | 'awaiting_approval' | 'ok' | 'error' | 'den
 export type ActiveRunStatus = 'running' | 'awaiting_approval' | 'paused';
 export type EndedRunStatus = 'done' | 'error' | 'cancelled' | 'interrupted';
 export type RunStatus = ActiveRunStatus | EndedRunStatus;
-export type CancelReason = 'user' | 'abandoned' | 'shutdown';
+export type CancelReason = 'user' | 'abandoned' | 'shutdown' | 'new_message';
+/** What a chat.send does while a run is active (protocol.md, Messages sent mid-run). */
+export type WhileRunning = 'queue' | 'steer' | 'interrupt' | 'reject';
+/** A message sent with whileRunning queue, waiting for the runs before it to end. */
+export interface QueuedMessage {
+  requestId: string;
+  content: string;
+  /** steering: sent with whileRunning steer, it waits for the active run's next step boundary. */
+  status: 'queued' | 'steering';
+  createdAt: string;
+}
 export type Decision = 'approve' | 'deny';
 export type ResumeMode = 'continue' | 'retry';
 
@@ -24,6 +34,7 @@ export type ErrorCode =
   | 'not_found'
   | 'unauthorized'
   | 'run_active'
+  | 'queue_full'
   | 'no_run'
   | 'conflict'
   | 'too_large'
@@ -163,6 +174,13 @@ export interface ChatSendFrame {
   type: 'chat.send';
   requestId: string;
   content: string;
+  /** Absent: the server's CHATD_DOUBLE_TEXT. */
+  whileRunning?: WhileRunning;
+}
+/** Takes back a queued message (requestId: that message's) before its run starts. */
+export interface ChatUnqueueFrame {
+  type: 'chat.unqueue';
+  requestId: string;
 }
 export interface ChatCancelFrame {
   type: 'chat.cancel';
@@ -213,6 +231,7 @@ export type ClientFrame =
   | HelloFrame
   | ChatSendFrame
   | ChatCancelFrame
+  | ChatUnqueueFrame
   | HistoryFetchFrame
   | ToolDecideFrame
   | ChatResumeFrame
@@ -238,6 +257,8 @@ export interface SnapshotFrame {
   lastRun?: Run;
   /** The session's approval rules, oldest first. */
   approvalRules?: ApprovalRule[];
+  /** The messages queued behind the active run, oldest first. */
+  queued?: QueuedMessage[];
 }
 export interface ResumedFrame {
   type: 'resumed';
@@ -252,11 +273,12 @@ export interface ResumedFrame {
 export interface AckFrame {
   type: 'ack';
   requestId?: string;
-  /** Absent only on the ack of approval.revoke (as is status). */
+  /** Absent on the ack of approval.revoke and chat.unqueue (as is status), and of a queued chat.send. */
   runId: Uuid;
   /** true when the command named something already done: nothing new was started. */
   duplicate: boolean;
-  status: RunStatus;
+  /** 'queued': a chat.send under whileRunning queue; the message has no run yet. */
+  status: RunStatus | 'queued' | 'steering' | 'steered';
 }
 /** The reply to chat.send, chat.cancel, tool.decide, chat.resume and chat.dismiss. */
 export type Ack = AckFrame;
@@ -362,6 +384,13 @@ export interface ApprovalRulesEvent {
   requestId: string;
   rules: ApprovalRule[];
 }
+/** The session's queued messages changed: queued is the whole list, oldest first. */
+export interface QueueUpdatedEvent {
+  type: 'queue.updated';
+  seq: number;
+  requestId: string;
+  queued: QueuedMessage[];
+}
 export type EventFrame =
   | ChatStartedEvent
   | AssistantSegmentStartedEvent
@@ -376,7 +405,8 @@ export type EventFrame =
   | ChatDoneEvent
   | ChatErrorEvent
   | ChatCancelledEvent
-  | ApprovalRulesEvent;
+  | ApprovalRulesEvent
+  | QueueUpdatedEvent;
 
 export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | AuthRefreshedFrame | AuthExpiringFrame | EventFrame;
 
@@ -396,6 +426,7 @@ export const EVENT_TYPES: readonly EventFrame['type'][] = [
   'chat.error',
   'chat.cancelled',
   'approval.rules',
+  'queue.updated',
 ];
 
 /** Whether a frame is a sequenced event. */

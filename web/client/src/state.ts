@@ -3,6 +3,7 @@
 // alone; ChatClient feeds it.
 import type {
   ApprovalRule,
+  QueuedMessage,
   EventFrame,
   HistoryFrame,
   Message,
@@ -34,6 +35,8 @@ export interface ChatState {
   lastRun: Run | null;
   /** The session's approval rules ("allow for this conversation"), oldest first. */
   approvalRules: ApprovalRule[];
+  /** Messages sent with whileRunning queue that wait for the active run to end, oldest first. */
+  queued: QueuedMessage[];
   /** The connection, for a UI's indicator. applyFrame never changes it. */
   connection: ConnectionStatus;
   /** A fatal close (4004 deleted or not yours, 4001, ...): no more reconnects. */
@@ -51,6 +54,7 @@ export function initialState(sessionId: string | null = null): ChatState {
     activeRun: null,
     lastRun: null,
     approvalRules: [],
+    queued: [],
     connection: 'connecting',
     closed: null,
   };
@@ -112,6 +116,7 @@ function applySnapshot(state: ChatState, f: SnapshotFrame): ChatState {
     activeRun: f.activeRun ?? null,
     lastRun: f.lastRun ?? null,
     approvalRules: f.approvalRules ?? [],
+    queued: f.queued ?? [],
   };
 }
 
@@ -176,6 +181,8 @@ function applyEvent(state: ChatState, e: EventFrame): ChatState {
       return { ...state, activeRun: null, lastRun: e.run };
     case 'approval.rules':
       return { ...state, approvalRules: e.rules };
+    case 'queue.updated':
+      return { ...state, queued: e.queued };
     default:
       // An event type this version does not know: its seq still counts (the state
       // follows the sequence), its content is not shown.
