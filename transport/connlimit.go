@@ -250,13 +250,6 @@ func (u *UserStreams) Release(user string) {
 // Max is the most streams a user may hold; below 0: no limit.
 func (u *UserStreams) Max() int { return u.max }
 
-// Held is how many streams user holds.
-func (u *UserStreams) Held(user string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.n[user]
-}
-
 // Unbounded lifts the HTTP server's read and write deadlines from the request's
 // connection: the request becomes a stream (a WebSocket about to be upgraded, a stream
 // of events, one relayed to another node), which lasts as long as it has something to
