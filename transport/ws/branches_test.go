@@ -42,7 +42,7 @@ func TestBranchesEditRegenerateSelect(t *testing.T) {
 	t.Parallel()
 	model := modeltest.New(
 		modeltest.Say("a1"), modeltest.Say("a2"), modeltest.Say("a2 for the edit"),
-		modeltest.Say("a1 again"), modeltest.Say("a3"),
+		modeltest.Say("a1 again"), modeltest.Say("a3"), modeltest.Say("a2 for the edit, again"),
 	)
 	loop, err := agent.New(agent.Config{Model: model, Clock: clockwork.NewFakeClock(), ModelIdleTimeout: -1})
 	require.NoError(t, err)
@@ -113,6 +113,20 @@ func TestBranchesEditRegenerateSelect(t *testing.T) {
 	require.Equal(t, 0, page.Messages[2].Branch.Index)
 	b.Await(func(f wstest.Frame) bool { return f.Type == "chat.done" && f.RequestID == "r5" })
 	e.requireConverged(a.State.SessionID, a, b)
+
+	// Regenerating the edited question's answer keeps the question's own place among its
+	// siblings in every tab, and makes its answer the second of two.
+	a.Send(map[string]any{"type": "chat.regenerate", "requestId": "r6", "runId": ack.RunID})
+	require.Equal(t, "ack", a.ReadReply("r6").Type)
+	a.ReadTerminal()
+	b.Await(func(f wstest.Frame) bool { return f.Type == "chat.done" && f.RequestID == "r6" })
+	shown := a.State.Sorted()
+	require.Equal(t, []string{"q1", "a1", "q2, edited", "a2 for the edit, again"}, contents(shown))
+	require.Equal(t, 1, shown[2].Branch.Index, "the edited question is still the second of two")
+	require.Equal(t, 1, shown[3].Branch.Index)
+	require.Empty(t, wstest.Diff(shown, b.State.Sorted()))
+	e.requireConverged(a.State.SessionID, a, b)
+	require.Equal(t, "user:q1 | assistant:a1 | user:q2, edited", modelInputs(model)[5])
 }
 
 // Bad branch commands get a clear code and change nothing.
