@@ -10,6 +10,8 @@ import (
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/modeltest"
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport/wstest"
 )
 
@@ -182,4 +184,55 @@ func TestBranchesBadInput(t *testing.T) {
 	require.Equal(t, []string{"q1, edited", "a1 for the edit"}, contents(a.State.Sorted()))
 	require.Equal(t, 1, a.State.Sorted()[0].Branch.Index)
 	e.requireConverged(a.State.SessionID, a)
+}
+
+// Switching branches while a run streams does not stop it: tabs that show another branch
+// see the run active but not its messages; selecting its branch again shows its text so
+// far, then its deltas, and every tab ends equal to the database.
+func TestBranchSwitchWhileARunStreams(t *testing.T) {
+	t.Parallel()
+	gate, end := script.NewGate(), script.NewGate()
+	agentScript := script.PerRun(func(req conversation.Request) []script.Step {
+		if req.RequestID == "r1" {
+			return []script.Step{script.Text("a1")}
+		}
+		return []script.Step{script.Text("second "), gate.Wait(), script.Text("answer"), end.Wait()}
+	})
+	e := newEnv(t, envOptions{agent: agentScript})
+	a := e.session()
+	b := e.join(a.State.SessionID)
+	first := a.Chat("r1", "q1")
+	a.ReadTerminal()
+	oldAnswer := a.State.Sorted()[1]
+
+	a.Send(map[string]any{"type": "chat.regenerate", "requestId": "r2", "runId": first.RunID})
+	require.Equal(t, "ack", a.ReadReply("r2").Type)
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.RequestID == "r2" })
+	b.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.RequestID == "r2" })
+	require.Equal(t, []string{"q1", "second "}, contents(b.State.Sorted()))
+	streaming := b.State.Sorted()[1]
+
+	// b goes back to the old answer while the new one streams.
+	b.Send(map[string]any{"type": "branch.select", "requestId": "s1", "messageId": oldAnswer.ID})
+	require.Equal(t, "ack", b.ReadReply("s1").Type)
+	a.Await(func(f wstest.Frame) bool { return f.Type == "branch.selected" && f.LeafID == oldAnswer.ID })
+	require.Equal(t, []string{"q1", "a1"}, contents(a.State.Sorted()))
+	require.NotNil(t, a.State.ActiveRun, "the run goes on")
+	require.NoError(t, gate.Pass(t.Context()))
+	// The run's text goes on streaming on its own branch: not shown here.
+	a.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.RequestID == "r2" })
+	require.Equal(t, []string{"q1", "a1"}, contents(a.State.Sorted()))
+
+	// Selecting its branch again shows it.
+	a.Send(map[string]any{"type": "branch.select", "requestId": "s2", "messageId": streaming.ID})
+	require.Equal(t, "ack", a.ReadReply("s2").Type)
+	a.Await(func(f wstest.Frame) bool { return f.Type == "branch.selected" && f.LeafID == streaming.ID })
+	require.Equal(t, []string{"q1", "second answer"}, contents(a.State.Sorted()), "the text so far")
+	require.Equal(t, "streaming", a.State.Sorted()[1].Status)
+	require.NoError(t, end.Pass(t.Context()))
+	require.Equal(t, "chat.done", a.ReadTerminal().Type)
+	b.Await(func(f wstest.Frame) bool { return f.Type == "chat.done" && f.RequestID == "r2" })
+	require.Equal(t, []string{"q1", "second answer"}, contents(a.State.Sorted()))
+	require.Empty(t, wstest.Diff(a.State.Sorted(), b.State.Sorted()))
+	e.requireConverged(a.State.SessionID, a, b)
 }

@@ -136,6 +136,7 @@ type Frame struct {
 	LastSeq     int64     `json:"lastSeq"`
 	Messages    []Message `json:"messages"`
 	HasMore     bool      `json:"hasMore"`
+	LeafID      string    `json:"leafId"` // branch.selected
 	ActiveRun   *Run      `json:"activeRun"`
 	LastRun     *Run      `json:"lastRun"`
 	Run         *Run      `json:"run"`
