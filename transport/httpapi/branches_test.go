@@ -26,14 +26,6 @@ func (e *env) messages(token, id, query string) messagePage {
 	return p
 }
 
-func texts(ms []wstest.Message) []string {
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.Content)
-	}
-	return out
-}
-
 // The transcript over HTTP: the active path a page at a time, another branch read
 // without selecting it, and a branch selected for every tab.
 func TestBranchesOverHTTP(t *testing.T) {
@@ -53,24 +45,24 @@ func TestBranchesOverHTTP(t *testing.T) {
 	other.Await(func(f wstest.Frame) bool { return f.Terminal() && f.RequestID == "r3" })
 
 	page := e.messages(alice, id, "")
-	require.Equal(t, []string{"q1", "ok: q1", "q2 again", "ok: q2 again"}, texts(page.Messages))
+	require.Equal(t, []string{"q1", "ok: q1", "q2 again", "ok: q2 again"}, wstest.Contents(page.Messages))
 	require.False(t, page.HasMore)
 	require.Equal(t, 1, page.Messages[2].Branch.Index)
 	page = e.messages(alice, id, "?limit=2")
-	require.Equal(t, []string{"q2 again", "ok: q2 again"}, texts(page.Messages))
+	require.Equal(t, []string{"q2 again", "ok: q2 again"}, wstest.Contents(page.Messages))
 	require.True(t, page.HasMore)
 	page = e.messages(alice, id, "?limit=2&before=3")
-	require.Equal(t, []string{"q1", "ok: q1"}, texts(page.Messages))
+	require.Equal(t, []string{"q1", "ok: q1"}, wstest.Contents(page.Messages))
 
 	old := e.messages(alice, id, "?through="+q2.ID)
-	require.Equal(t, []string{"q1", "ok: q1", "q2", "ok: q2"}, texts(old.Messages))
-	require.Equal(t, []string{"q1", "ok: q1", "q2 again", "ok: q2 again"}, texts(e.messages(alice, id, "").Messages), "reading is not selecting")
+	require.Equal(t, []string{"q1", "ok: q1", "q2", "ok: q2"}, wstest.Contents(old.Messages))
+	require.Equal(t, []string{"q1", "ok: q1", "q2 again", "ok: q2 again"}, wstest.Contents(e.messages(alice, id, "").Messages), "reading is not selecting")
 
 	r := e.do(http.MethodPost, "/v1/sessions/"+id+"/branch", alice, []byte(`{"messageId":"`+q2.ID+`"}`))
 	require.Equal(t, http.StatusNoContent, r.status, "%s", r.body)
 	other.Await(func(f wstest.Frame) bool { return f.Type == "branch.selected" })
-	require.Equal(t, []string{"q1", "ok: q1", "q2", "ok: q2"}, texts(other.State.Sorted()))
-	require.Equal(t, texts(e.messages(alice, id, "").Messages), texts(other.State.Sorted()))
+	require.Equal(t, []string{"q1", "ok: q1", "q2", "ok: q2"}, wstest.Contents(other.State.Sorted()))
+	require.Equal(t, wstest.Contents(e.messages(alice, id, "").Messages), wstest.Contents(other.State.Sorted()))
 
 	for path, want := range map[string]int{
 		"/v1/sessions/" + id + "/messages?through=nope":                http.StatusBadRequest,

@@ -393,6 +393,15 @@ func Diff(want, got []Message) string {
 	return ""
 }
 
+// Contents returns the content of each of ms, in order: a transcript at a glance.
+func Contents(ms []Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Content
+	}
+	return out
+}
+
 func normalize(m Message) Message {
 	m.CreatedAt = m.CreatedAt.UTC()
 	if m.Tool != nil {
