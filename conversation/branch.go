@@ -112,6 +112,9 @@ func (a *Actor) readBranch(id uuid.UUID, before int64, limit int) (HistoryPage, 
 // database when memory does not hold them. A read that fails leaves the tabs a snapshot
 // behind: they are dropped, so that they reconnect and catch up from a snapshot.
 func (a *Actor) publishBranch(leaf *uuid.UUID) {
+	// Text held back for coalescing goes out first: a tab that does not hold its
+	// message yet ignores it, so branch.selected must already carry it.
+	a.flushDelta()
 	var msgs []chat.Message
 	var more bool
 	var err error

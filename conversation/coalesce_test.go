@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store"
@@ -455,4 +456,55 @@ func TestValidateRejectsNegativeCoalescing(t *testing.T) {
 	t.Parallel()
 	err := conversation.Config{Store: &store.Store{}, Agent: script.New(), CoalesceDeltas: -time.Millisecond}.Validate()
 	require.ErrorContains(t, err, "CoalesceDeltas")
+}
+
+// firstThen answers the first run with "a1" and hands every later run to then.
+type firstThen struct {
+	then conversation.Agent
+	runs int
+}
+
+func (f *firstThen) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+	f.runs++
+	if f.runs == 1 {
+		return out.Text("a1")
+	}
+	return f.then.Run(ctx, req, out)
+}
+
+// Switching branches while text is held back for coalescing loses none of it: the held
+// text goes out before branch.selected, which carries it, so a tab that selects the
+// streaming branch holds every character.
+func TestBranchSelectedCarriesHeldText(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	p := newStepper()
+	_, a, s := startCoalescing(t, st, &firstThen{then: p})
+	ctx := testCtx(t)
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "q1"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+	old := s.Messages()[1]
+
+	_, err = a.Continue(ctx, conversation.ContinueRequest{RunID: first.RunID, RequestID: "r2", Retry: true, Regenerate: true})
+	require.NoError(t, err)
+	require.NoError(t, p.play(t, a, script.Text("x"))) // held: the clock stands still
+	started := s.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventSegmentStarted })
+	require.NoError(t, a.SelectBranch(ctx, old.ID))
+	require.Equal(t, []string{"q1", "a1"}, contentsOf(s.Messages()))
+	require.NoError(t, p.play(t, a, script.Text("y"))) // held again, off the path shown
+	require.NoError(t, a.SelectBranch(ctx, started.Message.ID))
+	require.Equal(t, []string{"q1", "xy"}, contentsOf(s.Messages()), "every character, in branch.selected")
+	close(p.steps)
+	s.Await(t, func(ev *conversation.Event) bool { return ev.Terminal() && ev.RequestID == "r2" })
+	require.NoError(t, a.Flush(ctx))
+	require.Empty(t, convtest.Diff(stored(t, st, a.SessionID()), s.Messages()))
+}
+
+func contentsOf(ms []chat.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Content
+	}
+	return out
 }
