@@ -61,7 +61,6 @@ function common(el: HTMLElement, m: Message): void {
   // The transcript is a live region: a message being written is busy, so a screen
   // reader reads it once it is complete rather than at every delta.
   setAttr(el, 'aria-busy', m.status === 'streaming' ? 'true' : null);
-  setAttr(el, 'data-superseded', m.superseded ? '' : null);
 }
 
 /** noteView keeps the "Stopped"/"Error: ..." line under a message up to date. */
@@ -69,7 +68,7 @@ function noteView(parent: HTMLElement): (m: Message) => void {
   let note: HTMLElement | null = null;
   return (m) => {
     const n = statusNote(m);
-    if (!n && !m.superseded) {
+    if (!n) {
       note?.remove();
       note = null;
       return;
@@ -78,9 +77,8 @@ function noteView(parent: HTMLElement): (m: Message) => void {
       note = h('p', { class: 'msg-status', 'data-testid': 'message-status' });
       parent.append(note);
     }
-    const text = [n?.text, m.superseded ? 'replaced by a retry' : ''].filter(Boolean).join(' · ');
-    setText(note, text);
-    setAttr(note, 'data-kind', n?.error ? 'error' : null);
+    setText(note, n.text);
+    setAttr(note, 'data-kind', n.error ? 'error' : null);
   };
 }
 
