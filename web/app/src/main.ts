@@ -78,7 +78,14 @@ class App {
     stop: byId<HTMLButtonElement>('stop'),
     toast: byId('toast'),
   };
-  private transcript = new Transcript(byId<HTMLOListElement>('messages'));
+  private transcript = new Transcript(byId<HTMLOListElement>('messages'), {
+    // An edit while a reply streams stops that reply (kept as far as it got, on its own
+    // branch): the new version is what the user wants answered.
+    edit: (m, content) => this.client!.edit(m.id, content, { whileRunning: 'interrupt' }),
+    regenerate: (runId) => this.client!.regenerate(runId),
+    select: (messageId) => this.client!.selectBranch(messageId),
+    error: (text) => this.toast(text),
+  });
   private sessions: SessionList;
   private schedule = frameScheduler(() => this.render());
 
@@ -273,7 +280,7 @@ class App {
     const fromBottom = sc.scrollHeight - sc.scrollTop;
     const pinned = fromBottom - sc.clientHeight < 80;
     const firstBefore = els.app.querySelector('.msg')?.getAttribute('data-message-id');
-    this.transcript.render(s.messages);
+    this.transcript.render(s.messages, { running: s.activeRun !== null });
     const firstAfter = s.messages[0]?.id;
     if (pinned) sc.scrollTop = sc.scrollHeight;
     else if (firstBefore && firstAfter !== firstBefore) sc.scrollTop = sc.scrollHeight - fromBottom;
