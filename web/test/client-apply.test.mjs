@@ -359,6 +359,17 @@ test('applyHistory prepends older messages, dedups by id, takes hasMore from the
   assert.equal(s.hasMore, false);
 });
 
+test('applyHistory takes only the older messages of the path held: a page of another branch changes nothing', () => {
+  const path = chain(...Array.from({ length: 6 }, (_, i) => msg(i + 1)));
+  let s = follow({ messages: path.slice(3), hasMore: true });
+  // A reply read before a branch.selected: it ends at another message than the parent.
+  const other = chain(msg(1), msg(2), msg(3, { id: mid() }));
+  assert.equal(applyHistory(s, { type: 'history', messages: other, hasMore: false }), s);
+  s = applyHistory(s, { type: 'history', messages: path.slice(0, 3), hasMore: false });
+  assert.deepEqual(s.messages, path);
+  assert.equal(s.hasMore, false);
+});
+
 test('applyFrame never modifies its input', () => {
   const a = msg(2, { status: 'streaming' });
   const t = msg(3, { role: 'tool', status: 'streaming', tool: { callId: 'c', name: 'n', input: {}, status: 'running' } });

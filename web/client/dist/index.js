@@ -140,11 +140,13 @@ function applyEvent(state, e) {
   }
 }
 function applyHistory(state, frame) {
-  const oldest = state.messages.length ? state.messages[0].position : Infinity;
+  const first = state.messages[0];
+  const oldest = first ? first.position : Infinity;
   const have = new Set(state.messages.map((m) => m.id));
   const older = frame.messages.filter((m) => m.position < oldest && !have.has(m.id)).sort((a, b) => a.position - b.position);
   const dedup = [];
   for (const m of older) if (!dedup.length || dedup[dedup.length - 1].id !== m.id) dedup.push(m);
+  if (first?.parentId !== void 0 && dedup.length && dedup[dedup.length - 1].id !== first.parentId) return state;
   if (!dedup.length && state.hasMore === frame.hasMore) return state;
   return {
     ...state,

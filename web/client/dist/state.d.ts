@@ -62,8 +62,9 @@ export declare function eventOrder(state: ChatState, event: {
 }): 'next' | 'old' | 'gap';
 /**
  * Adds older messages from a `history` reply: those older than the oldest message held
- * (and not held already) go in front; `hasMore` becomes the reply's. Pure, like
- * applyFrame.
+ * (and not held already) go in front; `hasMore` becomes the reply's. A reply that does
+ * not end at the parent of the oldest message held was read from another branch (the
+ * path changed while it was on its way): it changes nothing. Pure, like applyFrame.
  */
 export declare function applyHistory(state: ChatState, frame: HistoryFrame): ChatState;
 /** A message's place among its alternatives, for "< index+1 / count >" arrows. */

@@ -195,17 +195,20 @@ function applyEvent(state: ChatState, e: EventFrame): ChatState {
 
 /**
  * Adds older messages from a `history` reply: those older than the oldest message held
- * (and not held already) go in front; `hasMore` becomes the reply's. Pure, like
- * applyFrame.
+ * (and not held already) go in front; `hasMore` becomes the reply's. A reply that does
+ * not end at the parent of the oldest message held was read from another branch (the
+ * path changed while it was on its way): it changes nothing. Pure, like applyFrame.
  */
 export function applyHistory(state: ChatState, frame: HistoryFrame): ChatState {
-  const oldest = state.messages.length ? state.messages[0]!.position : Infinity;
+  const first = state.messages[0];
+  const oldest = first ? first.position : Infinity;
   const have = new Set(state.messages.map((m) => m.id));
   const older = frame.messages
     .filter((m) => m.position < oldest && !have.has(m.id))
     .sort((a, b) => a.position - b.position);
   const dedup: Message[] = [];
   for (const m of older) if (!dedup.length || dedup[dedup.length - 1]!.id !== m.id) dedup.push(m);
+  if (first?.parentId !== undefined && dedup.length && dedup[dedup.length - 1]!.id !== first.parentId) return state;
   if (!dedup.length && state.hasMore === frame.hasMore) return state;
   return {
     ...state,
