@@ -102,6 +102,9 @@ test('editing an earlier question answers the new version under it, "< 2/2 >", a
   assert.deepEqual(ids(back), ids(before));
   assert.equal(back[0].branch, '1/2');
   assert.equal(await page.isDisabled(at(q1.id, 'branch-prev')), true);
+  // The focus followed to the version shown, on the arrow that is left.
+  await page.waitForFunction((id) => document.activeElement?.closest('[data-message-id]')?.getAttribute('data-message-id') === id, q1.id, { timeout: WAIT });
+  assert.equal(await page.evaluate(() => document.activeElement.getAttribute('data-testid')), 'branch-next');
   await page.click(at(q1.id, 'branch-next'));
   await waitTranscript(page, 'the edited version again', (t) => t[0]?.id === after[0].id && t.length === 2);
 

@@ -280,6 +280,8 @@ export class Transcript {
   /** The commands under way, by key (a button stays disabled until its command is answered). */
   private busy = new Set<string>();
   private last: { messages: readonly Message[]; ctx: TranscriptContext } = { messages: [], ctx: { running: false } };
+  /** An arrow pressed: once the branch it selected shows, the focus goes to its arrow there. */
+  private focusWanted: { id: string; testid: string } | null = null;
 
   constructor(
     private list: HTMLOListElement,
@@ -316,9 +318,20 @@ export class Transcript {
         this.views.delete(id);
       }
     }
+    const f = this.focusWanted;
+    const there = f && this.views.get(f.id)?.actions;
+    if (f && there) {
+      this.focusWanted = null;
+      // The same arrow, or at the end of the row the other one.
+      const arrow =
+        there.querySelector<HTMLElement>(`[data-testid=${f.testid}]:not(:disabled)`) ??
+        there.querySelector<HTMLElement>('[data-testid^=branch-]:not(:disabled)');
+      arrow?.focus();
+    }
   }
 
   clear(): void {
+    this.focusWanted = null;
     this.views.clear();
     this.busy.clear();
     this.list.replaceChildren();
@@ -332,8 +345,7 @@ export class Transcript {
       pos && [pos.index, pos.count, pos.prev, pos.next],
       edit,
       regenerate,
-      regenerate !== null && ctx.running,
-      [...this.busy].sort(),
+      regenerate !== null && (ctx.running || this.busy.has(`regenerate:${regenerate}`)),
       !!view.editor,
     ]);
     if (key === view.actionsKey) return;
@@ -341,10 +353,21 @@ export class Transcript {
     const buttons: HTMLElement[] = [];
     if (pos) {
       const what = m.role === 'user' ? 'version' : 'answer';
-      const go = (id: string | undefined, dir: 'prev' | 'next', label: string) => {
-        const b = this.iconButton(dir, label, `branch-${dir}`, id === undefined, `select:${m.id}`, () => this.actions.select(id!));
-        return b;
-      };
+      // Not disabled while a selection is under way (a second press is ignored): the
+      // button keeps the focus.
+      const go = (id: string | undefined, dir: 'prev' | 'next', label: string) =>
+        this.iconButton(dir, label, `branch-${dir}`, id === undefined, null, () => {
+          if (this.busy.has('select')) return Promise.resolve();
+          this.busy.add('select');
+          if (document.activeElement?.closest('.msg-actions')) this.focusWanted = { id: id!, testid: `branch-${dir}` };
+          return this.actions
+            .select(id!)
+            .catch((err) => {
+              this.focusWanted = null;
+              throw err;
+            })
+            .finally(() => this.busy.delete('select'));
+        });
       buttons.push(
         h(
           'span',
