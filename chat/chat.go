@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -100,6 +101,10 @@ type Session struct {
 	// DeletedAt is set on a deleted session's tombstone: its runs and messages are gone,
 	// and its id can never be used again.
 	DeletedAt *time.Time
+	// ActiveLeaf is the last message of the session's active path (nil: it has none):
+	// the path is its ancestors and itself, what the session's tabs show and what its
+	// next message answers.
+	ActiveLeaf *uuid.UUID
 }
 
 // SessionSummary is a session as the conversation list shows it.
@@ -241,11 +246,10 @@ type Run struct {
 	DismissedAt *time.Time
 	// ResumeRequestIDs are the requestIds of the chat.resumes that continued the run.
 	ResumeRequestIDs []string
-	// RetryOf is the run this one retries (chat.resume's retry): it answers that run's
-	// user message and has none of its own. SupersededBy is the run that retried this
-	// one: its answer stays in the transcript but not in the model's context.
-	RetryOf      *uuid.UUID
-	SupersededBy *uuid.UUID
+	// RetryOf is the run whose answer this one regenerates (chat.regenerate, or
+	// chat.resume's retry): it answers that run's user message and has none of its own;
+	// its answer is a branch beside the older one.
+	RetryOf *uuid.UUID
 	// Resumable is set while the run can be continued: it is the session's latest run,
 	// it ended interrupted, error or cancelled, and was not dismissed (never stored).
 	Resumable bool
@@ -312,14 +316,40 @@ type Message struct {
 	Status    MessageStatus
 	Error     *ErrorInfo
 	Tool      *ToolCall // set for role tool
-	// Superseded is set on a message of a run a retry replaced (never stored: it is its
-	// run's): it stays in the transcript, out of the model's context.
-	Superseded bool
+	// ParentID is the message before this one on its branch; nil for the first message
+	// of the conversation (of each of its first branches, when the first question was
+	// edited).
+	ParentID *uuid.UUID
+	// Branch is set on a message that is one of several alternatives (its parent has
+	// other children): an edited question, a regenerated answer. Never stored: it is read
+	// with the message.
+	Branch *Branch
 	// ProviderData is what the model provider needs back with this message and clients
 	// do not see: a reasoning block's signature, say.
 	ProviderData json.RawMessage
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+}
+
+// Branch is where a message stands among its parent's children (the alternatives at a
+// branch point): Siblings in the order they were made, Index its own place among them.
+type Branch struct {
+	Siblings []uuid.UUID
+	Index    int
+}
+
+// BranchOf returns the Branch of message id among siblings (its parent's children, in
+// the order they were made), nil when it has none.
+func BranchOf(id uuid.UUID, siblings []uuid.UUID) *Branch {
+	if len(siblings) < 2 {
+		return nil
+	}
+	for i, s := range siblings {
+		if s == id {
+			return &Branch{Siblings: slices.Clone(siblings), Index: i}
+		}
+	}
+	return nil
 }
 
 // Timestamp rounds t the way PostgreSQL stores a timestamptz (microseconds, UTC), so a

@@ -320,6 +320,11 @@ func (a *Actor) handle(it intent) {
 		it.reply <- a.onExpire(it.run, it.callID)
 	case *revokeIntent:
 		it.reply <- result[struct{}]{struct{}{}, a.revoke(it.ruleID)}
+	case *branchIntent:
+		it.reply <- result[struct{}]{struct{}{}, a.selectBranch(it.id)}
+	case *branchReadIntent:
+		page, err := a.readBranch(it.id, it.before, it.limit)
+		it.reply <- result[HistoryPage]{page, err}
 	case *unqueueIntent:
 		it.reply <- result[struct{}]{struct{}{}, a.unqueue(it.requestID)}
 	case *pausedIntent:

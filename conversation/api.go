@@ -60,6 +60,10 @@ type SendRequest struct {
 	// WhileRunning is what the message does when a run is active: "" for the actor's
 	// Config.DoubleText.
 	WhileRunning chat.DoubleText
+	// EditOf names a user message of the session (any, on any branch) that this one
+	// edits: it becomes that message's sibling, and its branch the active path. While a
+	// run is active an edit is CodeRunActive unless WhileRunning is interrupt.
+	EditOf *uuid.UUID
 
 	// fromQueue: the actor starts a queued message's run (queue.go).
 	fromQueue bool

@@ -43,13 +43,17 @@ const (
 // the real one to inject failures.
 type Store interface {
 	SessionCreateLimited(ctx context.Context, sess chat.Session, max int) (chat.Session, error)
-	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
+	MessagesPath(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
+	MessageChildren(ctx context.Context, sessionID uuid.UUID, parent *uuid.UUID) ([]uuid.UUID, error)
+	MessageNewestBelow(ctx context.Context, sessionID, id uuid.UUID) (uuid.UUID, error)
+	MessageGet(ctx context.Context, id uuid.UUID) (chat.Message, error)
+	SessionSetLeaf(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID) error
 	MessageInsert(ctx context.Context, m chat.Message) error
 	MessageUpdate(ctx context.Context, m chat.Message, from ...chat.MessageStatus) error
 	MessagesSettleRun(ctx context.Context, runID uuid.UUID, status chat.MessageStatus, now time.Time, except ...uuid.UUID) (int64, error)
 	RunStartCounted(ctx context.Context, run chat.Run, user chat.Message, maxActive int) (int, error)
-	RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error
+	RunStartRetry(ctx context.Context, run chat.Run, user uuid.UUID, maxActive int) error
 	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)

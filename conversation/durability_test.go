@@ -268,7 +268,7 @@ func TestAStartThatCannotBeRefusedCallsTheModelAtOnce(t *testing.T) {
 	require.NoError(t, <-errc)
 }
 
-// blockReads holds the next MessagesBefore (a history read) until released.
+// blockReads holds the next MessagesPath (a history read) until released.
 type blockReads struct {
 	*store.Store
 	reading chan struct{}
@@ -276,12 +276,12 @@ type blockReads struct {
 	hold    atomic.Bool
 }
 
-func (b *blockReads) MessagesBefore(ctx context.Context, id uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
+func (b *blockReads) MessagesPath(ctx context.Context, id uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
 	if b.hold.CompareAndSwap(true, false) {
 		b.reading <- struct{}{}
 		<-b.release
 	}
-	return b.Store.MessagesBefore(ctx, id, before, limit)
+	return b.Store.MessagesPath(ctx, id, leaf, before, limit)
 }
 
 // Unsubscribe is never lost, whatever the actor is doing: here the actor is busy in a

@@ -31,6 +31,10 @@ const (
 	// EventQueue: the session's queued messages changed (one was queued, started its
 	// run, or was taken back). Queued is the whole list, oldest first.
 	EventQueue EventType = "queue.updated"
+	// EventBranch: the session's active path changed (a branch was selected, a message
+	// edited, an answer regenerated). Messages are the newest of the new path (HasMore:
+	// older ones exist), Leaf its last message (nil: it is empty).
+	EventBranch EventType = "branch.selected"
 )
 
 // Event is one sequenced change to a session. Which fields are set depends on Type:
@@ -56,6 +60,9 @@ type Event struct {
 	Error     *chat.ErrorInfo
 	Rules     []chat.ApprovalRule // approval.rules
 	Queued    []chat.Queued       // queue.updated
+	Messages  []chat.Message      // branch.selected
+	HasMore   bool                // branch.selected
+	Leaf      *uuid.UUID          // branch.selected
 
 	// enc caches the event's encodings, one per Format that asked for it; set when the
 	// event is published.

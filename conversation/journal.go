@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,12 @@ type sessionJournal struct {
 
 	loaded  bool
 	nextPos int64
+	// leaf is the active path's last message as clients were told (nil: none): read
+	// with the session, then followed as messages are written under it and branches
+	// are selected. leafKids are its children (read once per leaf, leafKidsKnown).
+	leaf          *uuid.UUID
+	leafKids      []uuid.UUID
+	leafKidsKnown bool
 
 	recent recentMessages     // the newest messages, in memory: see recent.go
 	lost   map[uuid.UUID]bool // runs whose rows may include ones the actor does not track
@@ -95,6 +102,8 @@ func (j *sessionJournal) load(owner string, check bool) (*chat.Session, error) {
 	}
 	if !j.loaded {
 		j.nextPos = max(o.MaxPosition, maxQueuedPosition(queued)) + 1
+		leaf := leafOver(o.Session.ActiveLeaf, queued)
+		j.setLeaf(leaf, nil, !o.LeafHasChildren && sameID(leaf, o.Session.ActiveLeaf))
 		j.loaded = true
 	}
 	if o.Found && !(check && o.Session.Owner != owner) {
@@ -194,18 +203,19 @@ func (j *sessionJournal) releaseLease() {
 	}
 }
 
-// messagesBefore reads up to limit messages before position before (0: the newest), as
-// clients were told of them: kept updates replace what the database holds.
+// messagesBefore reads up to limit messages of the active path before position before
+// (0: the newest), as clients were told of them: kept updates replace what the database
+// holds.
 func (j *sessionJournal) messagesBefore(before int64, limit int) ([]chat.Message, bool, error) {
-	msgs, more, err := j.historyReader(before, limit)()
+	msgs, more, err := j.pathReader(j.leaf, before, limit)()
 	if err == nil && before == 0 {
 		j.recent.fill(msgs, more)
 	}
 	return msgs, more, err
 }
 
-// newest returns the newest limit messages as clients were told of them, from memory
-// when it holds them (see recent.go), else from the database.
+// newest returns the newest limit messages of the active path as clients were told of
+// them, from memory when it holds them (see recent.go), else from the database.
 func (j *sessionJournal) newest(limit int) ([]chat.Message, bool, error) {
 	if msgs, more, ok := j.recent.newest(limit); ok {
 		return msgs, more, nil
@@ -213,23 +223,139 @@ func (j *sessionJournal) newest(limit int) ([]chat.Message, bool, error) {
 	return j.messagesBefore(0, limit)
 }
 
-// historyReader returns a read of messagesBefore(before, limit) that any goroutine may
-// make: the queued writes it lays over the database are those queued now.
-func (j *sessionJournal) historyReader(before int64, limit int) func() ([]chat.Message, bool, error) {
+// pathReader returns a read of the newest limit messages before position before (0: the
+// newest) of the branch that ends at leaf (nil: an empty branch), that any goroutine may
+// make: the queued writes it lays over the database are those queued now. The branch's
+// newest messages may still be queued: they are followed back to the first one stored,
+// and the database is read from there.
+func (j *sessionJournal) pathReader(leaf *uuid.UUID, before int64, limit int) func() ([]chat.Message, bool, error) {
 	queued := j.q.Queued()
-	return func() ([]chat.Message, bool, error) {
-		ctx, cancel := j.ctx()
-		defer cancel()
-		msgs, more, err := j.st.MessagesBefore(ctx, j.session, before, limit)
-		if err != nil {
-			return nil, false, err
+	inserts := make(map[uuid.UUID]*chat.Message)
+	for _, w := range queued {
+		if w.Insert && w.Msg != nil {
+			inserts[w.Msg.ID] = w.Msg
 		}
-		msgs = overlayMessages(msgs, queued, func(m chat.Message) bool { return before == 0 || m.Position < before })
+	}
+	var pending []chat.Message // the branch's queued messages, newest first
+	from := leaf
+	for from != nil {
+		m, ok := inserts[*from]
+		if !ok {
+			break
+		}
+		pending = append(pending, *m)
+		from = m.ParentID
+	}
+	return func() ([]chat.Message, bool, error) {
+		var msgs []chat.Message
+		more := false
+		if from != nil {
+			ctx, cancel := j.ctx()
+			defer cancel()
+			var err error
+			if msgs, more, err = j.st.MessagesPath(ctx, j.session, from, before, limit); err != nil {
+				return nil, false, err
+			}
+		}
+		for i := len(pending) - 1; i >= 0; i-- {
+			if before == 0 || pending[i].Position < before {
+				msgs = append(msgs, pending[i])
+			}
+		}
+		msgs = overlayMessages(msgs, queued, func(chat.Message) bool { return false })
 		if len(msgs) > limit {
 			msgs, more = msgs[len(msgs)-limit:], true
 		}
 		return msgs, more, nil
 	}
+}
+
+// messageGet reads a message, as clients were told of it.
+func (j *sessionJournal) messageGet(id uuid.UUID) (chat.Message, error) {
+	queued := j.q.Queued()
+	for i := len(queued) - 1; i >= 0; i-- {
+		if m := queued[i].Msg; m != nil && m.ID == id {
+			return *m, nil
+		}
+	}
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.MessageGet(ctx, id)
+}
+
+// children returns the children of message parent (nil: the conversation's first
+// messages), oldest first, those still queued included.
+func (j *sessionJournal) children(parent *uuid.UUID) ([]uuid.UUID, error) {
+	queued := j.q.Queued()
+	ctx, cancel := j.ctx()
+	defer cancel()
+	ids, err := j.st.MessageChildren(ctx, j.session, parent)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range queued {
+		if w.Insert && w.Msg != nil && sameID(w.Msg.ParentID, parent) && !slices.Contains(ids, w.Msg.ID) {
+			ids = append(ids, w.Msg.ID)
+		}
+	}
+	return ids, nil
+}
+
+// leafChildren returns the children of the active leaf (usually none: a leaf has
+// children only when a branch was started under it, an edit or a regeneration), read
+// once per leaf.
+func (j *sessionJournal) leafChildren() ([]uuid.UUID, error) {
+	if j.leafKidsKnown {
+		return j.leafKids, nil
+	}
+	ids, err := j.children(j.leaf)
+	if err != nil {
+		return nil, err
+	}
+	j.leafKids, j.leafKidsKnown = ids, true
+	return ids, nil
+}
+
+// setLeaf makes leaf the active leaf, whose children are kids (known: read already).
+func (j *sessionJournal) setLeaf(leaf *uuid.UUID, kids []uuid.UUID, known bool) {
+	j.leaf = cloneID(leaf)
+	j.leafKids, j.leafKidsKnown = kids, known
+}
+
+// selectLeaf stores leaf as the session's active leaf, after the writes queued before
+// it, and waits for it.
+func (j *sessionJournal) selectLeaf(leaf uuid.UUID) error {
+	if err := j.q.Do(func(ctx context.Context) error { return j.st.SessionSetLeaf(ctx, j.session, &leaf) }); err != nil {
+		return err
+	}
+	j.setLeaf(&leaf, nil, false)
+	j.recent.forget()
+	return nil
+}
+
+// newestBelow returns the newest message under message id (itself included), those
+// queued included: the leaf that selecting id shows. store.ErrNotFound when id is no
+// message of the session.
+func (j *sessionJournal) newestBelow(id uuid.UUID) (uuid.UUID, error) {
+	j.q.Await() // the subtree's newest messages may still be on their way
+	ctx, cancel := j.ctx()
+	defer cancel()
+	return j.st.MessageNewestBelow(ctx, j.session, id)
+}
+
+func sameID(a, b *uuid.UUID) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func cloneID(id *uuid.UUID) *uuid.UUID {
+	if id == nil {
+		return nil
+	}
+	c := *id
+	return &c
 }
 
 // messagesByRun reads a run's messages, as clients were told of them.
@@ -358,7 +484,12 @@ func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int
 		return active, counted, err
 	}
 	j.nextPos++
-	j.recent.add(user)
+	if sameID(user.ParentID, j.leaf) {
+		j.recent.add(user)
+	} else {
+		j.recent.forget() // an edit: the path is another one
+	}
+	j.setLeaf(&user.ID, nil, true)
 	j.recent.setLatest(&run)
 	if j.requests != nil {
 		j.requests[run.RequestID] = true
@@ -393,17 +524,19 @@ func (j *sessionJournal) knowsRequest(requestID string) bool {
 	return j.requests[requestID]
 }
 
-// startRetry stores a run that retries run.RetryOf (it has no user message of its own).
-// Errors are those of startRun.
-func (j *sessionJournal) startRetry(run chat.Run, maxActive int) error {
-	err := j.q.Do(func(ctx context.Context) error { return j.st.RunStartRetry(ctx, run, maxActive) })
+// startRetry stores a run that regenerates the answer of run.RetryOf (it has no user
+// message of its own: it answers user, which becomes the active leaf). Errors are those
+// of startRun.
+func (j *sessionJournal) startRetry(run chat.Run, user uuid.UUID, maxActive int) error {
+	err := j.q.Do(func(ctx context.Context) error { return j.st.RunStartRetry(ctx, run, user, maxActive) })
 	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrRunLimit) && !errors.Is(err, journal.ErrWaits) {
 		if prev, e := j.runByRequest(run.RequestID); e == nil && prev.ID == run.ID {
 			err = nil
 		}
 	}
-	j.recent.forget() // the retried run's answers are superseded by the statement
+	j.recent.forget() // the path ends at user now
 	if err == nil {
+		j.setLeaf(&user, nil, false)
 		j.recent.setLatest(&run)
 		if j.requests != nil {
 			j.requests[run.RequestID] = true
@@ -427,8 +560,21 @@ func (j *sessionJournal) insert(m chat.Message) error {
 		return err
 	}
 	j.nextPos++
-	j.recent.add(m)
+	if sameID(m.ParentID, j.leaf) {
+		// Under the active leaf: the active path grows (the database does the same).
+		j.setLeaf(&m.ID, nil, true)
+		j.recent.add(m)
+	}
 	return nil
+}
+
+// branchOf returns the Branch a new message under parent will have: its parent's other
+// children, when parent is the active leaf and has some.
+func (j *sessionJournal) branchOf(id uuid.UUID, parent *uuid.UUID) *chat.Branch {
+	if !sameID(parent, j.leaf) || !j.leafKidsKnown || len(j.leafKids) == 0 {
+		return nil
+	}
+	return chat.BranchOf(id, append(slices.Clone(j.leafKids), id))
 }
 
 // update stores a streaming message's new state (still streaming, or its end), behind:

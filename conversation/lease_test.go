@@ -102,7 +102,7 @@ func TestATakenOverNodeWritesNothing(t *testing.T) {
 
 func storedMessages(t *testing.T, st conversation.Store, id uuid.UUID) []chat.Message {
 	t.Helper()
-	msgs, _, err := st.MessagesBefore(testCtx(t), id, 0, 100)
+	msgs, _, err := st.MessagesPath(testCtx(t), id, nil, 0, 100)
 	require.NoError(t, err)
 	return msgs
 }

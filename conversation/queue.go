@@ -93,7 +93,7 @@ func (a *Actor) onSteer(run *runState) ([]string, error) {
 				return fail("store the reply", err)
 			}
 		}
-		m := a.newRunMessage(run.info, chat.RoleUser, chat.MessageComplete)
+		m := a.newRunMessage(run, chat.RoleUser, chat.MessageComplete)
 		m.Content = q.Content
 		if err := a.journal.insert(m); err != nil {
 			return fail("store a steering message", err)

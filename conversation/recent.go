@@ -15,8 +15,9 @@ import (
 // reconnect storm past the ring costs no database reads for live sessions.
 //
 // What the actor cannot follow exactly it forgets, and the next read fills it again: rows
-// settled by a statement (a lost insert, an interrupted run), a retry's superseded
-// answers, positions that moved under it. It holds at most recentMaxBytes of content;
+// settled by a statement (a lost insert, an interrupted run), a path that changed (a
+// branch selected, an edit, a regeneration), positions that moved under it. It holds the
+// active path only: a message written on another branch is not added. It holds at most recentMaxBytes of content;
 // past that the oldest messages go, and a snapshot it can no longer serve whole is read
 // from the database.
 
@@ -25,8 +26,8 @@ const recentMaxBytes = 256 << 10
 
 type recentMessages struct {
 	known bool
-	// msgs are the newest messages in position order; complete: they are all of the
-	// session's (no older message exists).
+	// msgs are the newest messages of the active path in position order; complete:
+	// they are all of the path's (no older message exists).
 	msgs     []chat.Message
 	complete bool
 	bytes    int
@@ -124,17 +125,17 @@ func (r *recentMessages) newest(limit int) (msgs []chat.Message, more, ok bool) 
 	return slices.Clone(r.msgs[from:]), from > 0 || !r.complete, true
 }
 
-// before returns the newest limit messages before position before, when memory holds
-// every message of the session.
-func (r *recentMessages) before(before int64, limit int) ([]chat.Message, bool) {
-	if !r.known || !r.complete {
+// upTo returns the newest limit messages of the active path up to and including message
+// id, when memory holds them (ok).
+func (r *recentMessages) upTo(id uuid.UUID, limit int) ([]chat.Message, bool) {
+	if !r.known {
 		return nil, false
 	}
-	end := len(r.msgs)
-	for end > 0 && r.msgs[end-1].Position >= before {
-		end--
+	i := slices.IndexFunc(r.msgs, func(m chat.Message) bool { return m.ID == id })
+	if i < 0 || (!r.complete && i+1 < limit) {
+		return nil, false
 	}
-	return slices.Clone(r.msgs[max(end-limit, 0):end]), true
+	return slices.Clone(r.msgs[max(i+1-limit, 0) : i+1]), true
 }
 
 // setLatest records the session's latest run.

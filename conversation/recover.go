@@ -27,11 +27,12 @@ type ContinueRequest struct {
 	// resume with it continues nothing and answers the run as it is.
 	RequestID string
 	// Retry answers the run's user message again as a new run (whose requestId is
-	// RequestID) instead of continuing it: the run's answer stays in the transcript but
-	// leaves the model's context (it is superseded).
+	// RequestID) instead of continuing it: the new answer is a branch beside the run's,
+	// and the active path from then on.
 	Retry bool
-	// Regenerate lets Retry answer again a latest run that ended done, too (the AI
-	// SDK's regenerate-message); chat.resume retries only a resumable run.
+	// Regenerate lets Retry answer again any run of the session that has ended, on any
+	// branch (chat.regenerate, the AI SDK's regenerate-message); chat.resume retries
+	// only the latest run, when it is resumable.
 	Regenerate bool
 }
 
@@ -271,18 +272,14 @@ func (a *Actor) checkResumable(run chat.Run) error {
 	return nil
 }
 
-// checkRetryable is checkResumable, and with regenerate also lets a latest run that ended
-// done be answered again.
+// checkRetryable is checkResumable; with regenerate, any run of the session that has
+// ended may be answered again.
 func (a *Actor) checkRetryable(run chat.Run, regenerate bool) error {
-	if !regenerate || run.Status != chat.RunDone {
+	if !regenerate {
 		return a.checkResumable(run)
 	}
-	latest, err := a.journal.runLatest()
-	if err != nil {
-		return a.storageError("read the session's runs", err)
-	}
-	if latest.ID != run.ID {
-		return errorf(CodeConflict, "run %s is not the session's latest run", run.ID)
+	if run.Status.Active() {
+		return errorf(CodeRunActive, "run %s is still active in this session", run.ID)
 	}
 	return nil
 }
@@ -377,8 +374,9 @@ func (a *Actor) seam(msgs []chat.Message) ([]chat.Message, error) {
 }
 
 // retryRun answers the user message of run req.RunID again as a new run whose requestId
-// is req.RequestID: the old run's answer stays in the transcript, superseded (out of the
-// model's context from now on), and the old run is no longer resumable.
+// is req.RequestID: its answer is a new branch under that message, beside the old
+// answer, and the active path; the old run is no longer resumable. Every tab gets
+// branch.selected (the path up to the user message), then chat.started.
 func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err := a.load(); err != nil {
 		return SendResult{}, a.loadError(err)
@@ -406,6 +404,10 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, err
 	}
+	kids, err := a.journal.children(&user.ID)
+	if err != nil {
+		return SendResult{}, a.storageError("read the answers", err)
+	}
 	now := a.now()
 	info := chat.Run{
 		ID:             newID(),
@@ -417,7 +419,7 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 		Model:          a.cfg.ModelName,
 		RetryOf:        &old.ID,
 	}
-	err = a.journal.startRetry(info, a.runLimit())
+	err = a.journal.startRetry(info, user.ID, a.runLimit())
 	if errors.Is(err, store.ErrRunLimit) {
 		return SendResult{}, a.runLimitError()
 	}
@@ -432,33 +434,33 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, a.storageError("store the run", err)
 	}
-	old.SupersededBy, old.DismissedAt = &info.ID, &now
-	if err := a.journal.moveRun(old, old.Status); err != nil {
-		// The retry runs all the same; the old answer stays in the model's context.
-		a.logger().Error().Err(err).Str("run_id", old.ID.String()).Msg("store that a run was retried")
+	a.journal.setLeaf(&user.ID, kids, true)
+	if old.DismissedAt == nil && !old.Status.Active() && old.Status != chat.RunDone {
+		old.DismissedAt = &now // answered again: no longer offered to continue
+		if err := a.journal.moveRun(old, old.Status); err != nil {
+			a.logger().Error().Err(err).Str("run_id", old.ID.String()).Msg("store that a run was answered again")
+		}
 	}
-	a.logger().Info().Str("run_id", info.ID.String()).Str("retry_of", old.ID.String()).Msg("retrying a run")
+	a.logger().Info().Str("run_id", info.ID.String()).Str("retry_of", old.ID.String()).Msg("answering a run's message again")
+	a.publishBranch(&user.ID)
 	a.begin(newRunState(info), user)
 	return SendResult{RunID: info.ID, Status: chat.RunRunning}, nil
 }
 
 // historyReader returns the read of what a run's agent is told of the conversation
-// before the user message at position before: the newest messages, without the answers
-// a retry superseded. Any goroutine may make it.
-func (a *Actor) historyReader(before int64) func() ([]chat.Message, error) {
-	live := func(msgs []chat.Message) []chat.Message {
-		return slices.DeleteFunc(msgs, func(m chat.Message) bool { return m.Superseded })
+// before its user message: the newest messages of the branch that ends at parent (the
+// user message's parent; nil: none). Any goroutine may make it.
+func (a *Actor) historyReader(parent *uuid.UUID) func() ([]chat.Message, error) {
+	if parent == nil {
+		return func() ([]chat.Message, error) { return nil, nil }
 	}
-	if msgs, ok := a.journal.recent.before(before, a.cfg.HistoryMessages); ok {
-		return func() ([]chat.Message, error) { return live(msgs), nil } // from memory
+	if msgs, ok := a.journal.recent.upTo(*parent, a.cfg.HistoryMessages); ok {
+		return func() ([]chat.Message, error) { return msgs, nil } // from memory
 	}
-	read := a.journal.historyReader(before, a.cfg.HistoryMessages)
+	read := a.journal.pathReader(parent, 0, a.cfg.HistoryMessages)
 	return func() ([]chat.Message, error) {
 		msgs, _, err := read()
-		if err != nil {
-			return nil, err
-		}
-		return live(msgs), nil
+		return msgs, err
 	}
 }
 

@@ -70,13 +70,16 @@ func storeDeadRun(t *testing.T, st *store.Store, recoveries int) deadRun {
 		require.NoError(t, st.RunUpdate(ctx, d.run, chat.RunRunning))
 	}
 	d.done = msg(2, chat.RoleAssistant, chat.MessageStreaming)
+	d.done.ParentID = &d.user.ID
 	require.NoError(t, st.MessageInsert(ctx, d.done))
 	d.done.Content, d.done.Status = "Looking it up. ", chat.MessageComplete
 	require.NoError(t, st.MessageUpdate(ctx, d.done, chat.MessageStreaming))
 	d.tool = msg(3, chat.RoleTool, chat.MessageStreaming)
 	d.tool.Tool = &chat.ToolCall{CallID: "c1", Name: "lookup", Input: []byte(`{"q":"x"}`), Status: chat.ToolRunning}
+	d.tool.ParentID = &d.done.ID
 	require.NoError(t, st.MessageInsert(ctx, d.tool))
 	d.open = msg(4, chat.RoleAssistant, chat.MessageStreaming)
+	d.open.ParentID = &d.tool.ID
 	require.NoError(t, st.MessageInsert(ctx, d.open))
 	return d
 }
@@ -339,8 +342,9 @@ func requireCode(t *testing.T, err error, code string) {
 }
 
 // chat.resume's retry: the user message is answered again by a new run (its requestId is
-// the resume's, so repeating it starts nothing); the old answer stays in the transcript,
-// superseded, and leaves the model's context; the old run is no longer resumable.
+// the resume's, so repeating it starts nothing); the old answer stays as another branch
+// under the user message, out of the active path and the model's context; the old run is
+// no longer resumable.
 func TestRetryAnswersAgainAsANewRun(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
@@ -390,19 +394,27 @@ func TestRetryAnswersAgainAsANewRun(t *testing.T) {
 	require.NoError(t, a.Flush(ctx)) // its writes are stored behind its events
 	msgs, _, err := st.MessagesBefore(ctx, session, 0, 100)
 	require.NoError(t, err)
-	require.Len(t, msgs, 3, "one user message, both answers")
-	require.Equal(t, "part ", msgs[1].Content)
-	require.True(t, msgs[1].Superseded)
-	require.False(t, msgs[0].Superseded, "the user message is still answered")
-	require.Equal(t, "second answer", msgs[2].Content)
-	require.False(t, msgs[2].Superseded)
-	old, err := st.RunGet(ctx, oldRun)
+	require.Len(t, msgs, 2, "the active path: the user message and the new answer")
+	require.Equal(t, "go", msgs[0].Content)
+	require.Nil(t, msgs[0].Branch, "the user message has no alternative")
+	require.Equal(t, "second answer", msgs[1].Content)
+	require.Equal(t, msgs[0].ID, *msgs[1].ParentID)
+	require.NotNil(t, msgs[1].Branch, "the new answer is the second of two")
+	require.Equal(t, 1, msgs[1].Branch.Index)
+	older, _, err := st.MessagesPath(ctx, session, &msgs[1].Branch.Siblings[0], 0, 100)
 	require.NoError(t, err)
-	require.Equal(t, res.RunID, *old.SupersededBy)
+	require.Len(t, older, 2, "the old answer is a branch of its own")
+	require.Equal(t, "part ", older[1].Content)
+	require.Equal(t, 0, older[1].Branch.Index)
+	var shown []uuid.UUID
+	for _, m := range tab.Messages() {
+		shown = append(shown, m.ID)
+	}
+	require.Equal(t, []uuid.UUID{msgs[0].ID, msgs[1].ID}, shown, "the tab shows the active path")
 	_, err = a.Continue(ctx, conversation.ContinueRequest{RunID: oldRun, RequestID: "resume-x"})
 	requireCode(t, err, conversation.CodeConflict)
 
-	// The next run's model does not see the superseded answer.
+	// The next run's model does not see the other branch.
 	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "and then?"})
 	require.NoError(t, err)
 	tab.Await(t, func(ev *conversation.Event) bool { return ev.Terminal() && ev.RequestID == "r2" })

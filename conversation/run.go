@@ -39,6 +39,9 @@ type runState struct {
 	// progressDirty: the run's progress changed since it was last queued for the
 	// database (see progress.go).
 	progressDirty bool
+	// tail is the run's last message (its user message before it wrote any): the
+	// parent of its next one. A run is always on one branch.
+	tail *uuid.UUID
 }
 
 func newRunState(info chat.Run) *runState {
@@ -96,6 +99,10 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
+		if req.EditOf != nil && a.doubleText(req) != chat.DoubleTextInterrupt {
+			// An edit starts another branch: it neither waits nor steers.
+			return SendResult{}, errorf(CodeRunActive, "run %s is still active in this session: cancel it, or send the edit with whileRunning interrupt", a.run.info.ID)
+		}
 		switch a.doubleText(req) {
 		case chat.DoubleTextQueue, chat.DoubleTextSteer:
 			return a.enqueue(req, a.doubleText(req) == chat.DoubleTextSteer)
@@ -123,9 +130,22 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 	}
 
-	if req.WhileRunning == chat.DoubleTextSteer && !req.fromQueue {
+	if req.WhileRunning == chat.DoubleTextSteer && !req.fromQueue && req.EditOf == nil {
 		// Asked for by name, steering needs a run to steer.
 		return SendResult{}, errorf(CodeNoRun, "no run is active in this session to steer: send the message without whileRunning steer")
+	}
+	// The message answers the active path, or, for an edit, what the edited one did.
+	parent, siblings := a.journal.leaf, []uuid.UUID(nil)
+	if req.EditOf != nil {
+		edited, kids, err := a.editedMessage(*req.EditOf)
+		if err != nil {
+			return SendResult{}, err
+		}
+		parent, siblings = edited.ParentID, kids
+	} else if kids, err := a.journal.leafChildren(); err != nil {
+		return SendResult{}, a.storageError("read the conversation", err)
+	} else {
+		siblings = kids
 	}
 	now := a.now()
 	runID := newID()
@@ -141,7 +161,8 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	// The run is stored after the writes queued before it, and its position follows
 	// theirs; the model is called while the run's row is on its way, and what the agent
 	// emits waits in the inbox until the run is stored and chat.started has gone out.
-	user := a.newRunMessage(info, chat.RoleUser, chat.MessageComplete)
+	user := a.newMessage(info, parent, chat.RoleUser, chat.MessageComplete)
+	user.Branch = chat.BranchOf(user.ID, append(slices.Clone(siblings), user.ID))
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
 	run := newRunState(info)
@@ -180,6 +201,9 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	}
 	if err != nil {
 		return SendResult{}, a.storageError("store the message", err)
+	}
+	if req.EditOf != nil {
+		a.publishBranch(parent) // the path up to the edited message's parent
 	}
 	a.activate(run, user)
 	return SendResult{RunID: runID, Status: chat.RunRunning}, nil
@@ -220,7 +244,11 @@ func (a *Actor) activate(run *runState, user chat.Message) {
 // run fails as a storage error (a model that does not know the conversation would
 // answer something else).
 func (a *Actor) startRunAgent(run *runState, user chat.Message, checkpoint []chat.Message) {
-	read := a.historyReader(user.Position)
+	run.tail = &user.ID
+	if len(checkpoint) > 0 {
+		run.tail = &checkpoint[len(checkpoint)-1].ID
+	}
+	read := a.historyReader(user.ParentID)
 	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content, Checkpoint: checkpoint}
 	a.startAgent(run, func() (Request, error) {
 		history, err := read()
@@ -411,11 +439,20 @@ func runView(run *runState) *chat.Run {
 	return &r
 }
 
-// newRunMessage returns the next message of the session, belonging to run.
-func (a *Actor) newRunMessage(run chat.Run, role chat.Role, status chat.MessageStatus) chat.Message {
+// newRunMessage returns the next message of the session, belonging to run and following
+// its last one on its branch (which it becomes).
+func (a *Actor) newRunMessage(run *runState, role chat.Role, status chat.MessageStatus) chat.Message {
+	m := a.newMessage(run.info, run.tail, role, status)
+	run.tail = &m.ID
+	return m
+}
+
+// newMessage returns the next message of the session, belonging to run, under parent.
+func (a *Actor) newMessage(run chat.Run, parent *uuid.UUID, role chat.Role, status chat.MessageStatus) chat.Message {
 	now := a.now()
+	id := newID()
 	return chat.Message{
-		ID:        newID(),
+		ID:        id,
 		SessionID: a.id,
 		RunID:     &run.ID,
 		RequestID: run.RequestID,
@@ -423,6 +460,8 @@ func (a *Actor) newRunMessage(run chat.Run, role chat.Role, status chat.MessageS
 		Role:      role,
 		Kind:      chat.KindText,
 		Status:    status,
+		ParentID:  cloneID(parent),
+		Branch:    a.journal.branchOf(id, parent),
 		CreatedAt: now,
 		UpdatedAt: now,
 	}

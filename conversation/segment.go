@@ -43,7 +43,7 @@ func (a *Actor) overlayLive(msgs []chat.Message) {
 	}
 	for i := range msgs {
 		if l := a.run.live(msgs[i].ID); l != nil {
-			msgs[i] = l.view()
+			msgs[i] = keepBranch(l.view(), msgs[i])
 		}
 	}
 }
@@ -104,7 +104,7 @@ func (a *Actor) openSegment(run *runState, kind chat.MessageKind) bool {
 		a.failStorage(run, "store the reply", err)
 		return false
 	}
-	seg := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleAssistant, chat.MessageStreaming)}
+	seg := &liveMessage{msg: a.newRunMessage(run, chat.RoleAssistant, chat.MessageStreaming)}
 	seg.msg.Kind = kind
 	seg.log = a.journal.stream(seg.msg.ID)
 	if err := a.journal.insert(seg.msg); err != nil {

@@ -54,7 +54,7 @@ func (a *Actor) startToolDecided(run *runState, call ToolCall, status chat.ToolS
 		a.failStorage(run, "store the reply", err)
 		return nil, ErrRunEnded
 	}
-	tool := &liveMessage{msg: a.newRunMessage(run.info, chat.RoleTool, chat.MessageStreaming)}
+	tool := &liveMessage{msg: a.newRunMessage(run, chat.RoleTool, chat.MessageStreaming)}
 	tool.log = a.journal.stream(tool.msg.ID)
 	tool.msg.Tool = &chat.ToolCall{
 		CallID:   call.ID,
@@ -159,7 +159,7 @@ func (a *Actor) onNotice(run *runState, text string) error {
 		a.failStorage(run, "store the reply", err)
 		return ErrRunEnded
 	}
-	m := a.newRunMessage(run.info, chat.RoleSystem, chat.MessageComplete)
+	m := a.newRunMessage(run, chat.RoleSystem, chat.MessageComplete)
 	m.Content = text
 	if err := a.journal.insert(m); err != nil {
 		a.failStorage(run, "store a notice", err)

@@ -41,7 +41,7 @@ func overlayMessages(msgs []chat.Message, queued []journal.Write, in func(chat.M
 			continue
 		}
 		if i, ok := at[w.Msg.ID]; ok {
-			msgs[i] = *w.Msg
+			msgs[i] = keepBranch(*w.Msg, msgs[i])
 			continue
 		}
 		if w.Insert && in(*w.Msg) {
@@ -56,6 +56,15 @@ func overlayMessages(msgs []chat.Message, queued []journal.Write, in func(chat.M
 	return msgs
 }
 
+// keepBranch returns m, a newer state of read, with read's Branch when m has none: the
+// writer does not follow the siblings a message gets after it was made, the read does.
+func keepBranch(m, read chat.Message) chat.Message {
+	if m.Branch == nil {
+		m.Branch = read.Branch
+	}
+	return m
+}
+
 // queuedRun returns the newest queued version of run id.
 func queuedRun(queued []journal.Write, id uuid.UUID) (chat.Run, bool) {
 	for i := len(queued) - 1; i >= 0; i-- {
@@ -64,6 +73,18 @@ func queuedRun(queued []journal.Write, id uuid.UUID) (chat.Run, bool) {
 		}
 	}
 	return chat.Run{}, false
+}
+
+// leafOver returns the active leaf once the queued inserts are stored: each one under
+// the leaf stored, in order, grows the path.
+func leafOver(stored *uuid.UUID, queued []journal.Write) *uuid.UUID {
+	leaf := cloneID(stored)
+	for _, w := range queued {
+		if w.Insert && w.Msg != nil && sameID(w.Msg.ParentID, leaf) {
+			leaf = &w.Msg.ID
+		}
+	}
+	return leaf
 }
 
 // maxQueuedPosition is the highest position a queued insert takes (0 when none).

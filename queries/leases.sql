@@ -1,6 +1,6 @@
 -- name: SessionOpen :one
 -- The session as an actor opens it, in one statement: its row, its highest message
--- position, the request ids of its newest runs (request_ids of them, unless the session
+-- position, whether its active leaf has children (a branch started under it), the request ids of its newest runs (request_ids of them, unless the session
 -- is another owner's), and, when node is not '', its lease taken for node, unless another node
 -- holds a live one, the session is a tombstone, or check_owner is set and the session
 -- is another owner's; then nothing changes. No row: the session does not exist.
@@ -53,6 +53,8 @@ SELECT sqlc.embed(s),
     COALESCE(t.token, cur.token, 0)::bigint AS lease_token,
     COALESCE(t.session_id IS NOT NULL OR (cur.node IS NOT NULL AND cur.expires_at > now()), false)::bool AS lease_live,
     session_position_max(s.id)::bigint AS max_position,
+    EXISTS (SELECT 1 FROM messages c WHERE c.session_id = s.id
+        AND (c.parent_id = s.active_leaf OR (s.active_leaf IS NULL AND c.parent_id IS NULL)))::bool AS leaf_has_children,
     (CASE WHEN @request_ids::int > 0 AND (NOT @check_owner::bool OR s.owner = @owner::text)
         THEN session_request_ids(s.id, @request_ids::int) ELSE '{}' END)::text[] AS request_ids
 FROM sessions s

@@ -127,7 +127,7 @@ WITH locked AS (
     FROM locked WHERE l.session_id = locked.session_id
     RETURNING l.session_id, l.node, l.addr, l.expires_at, l.token, locked.node AS prev_node
 )
-SELECT s.id, s.owner, s.title, s.created_at, s.updated_at, s.sandbox_id, s.sandbox_used_at, s.sandbox_paused_at, s.sandbox_killed_at, s.active_at, s.deleted_at, s.sandbox_node, s.client_id,
+SELECT s.id, s.owner, s.title, s.created_at, s.updated_at, s.sandbox_id, s.sandbox_used_at, s.sandbox_paused_at, s.sandbox_killed_at, s.active_at, s.deleted_at, s.sandbox_node, s.client_id, s.active_leaf,
     (cur.session_id IS NOT NULL)::bool AS has_lease,
     (t.session_id IS NOT NULL)::bool AS acquired,
     COALESCE(t.prev_node, '')::text AS prev_node,
@@ -137,6 +137,8 @@ SELECT s.id, s.owner, s.title, s.created_at, s.updated_at, s.sandbox_id, s.sandb
     COALESCE(t.token, cur.token, 0)::bigint AS lease_token,
     COALESCE(t.session_id IS NOT NULL OR (cur.node IS NOT NULL AND cur.expires_at > now()), false)::bool AS lease_live,
     session_position_max(s.id)::bigint AS max_position,
+    EXISTS (SELECT 1 FROM messages c WHERE c.session_id = s.id
+        AND (c.parent_id = s.active_leaf OR (s.active_leaf IS NULL AND c.parent_id IS NULL)))::bool AS leaf_has_children,
     (CASE WHEN $1::int > 0 AND (NOT $2::bool OR s.owner = $3::text)
         THEN session_request_ids(s.id, $1::int) ELSE '{}' END)::text[] AS request_ids
 FROM sessions s
@@ -156,21 +158,22 @@ type SessionOpenParams struct {
 }
 
 type SessionOpenRow struct {
-	Session        Session
-	HasLease       bool
-	Acquired       bool
-	PrevNode       string
-	LeaseNode      string
-	LeaseAddr      string
-	LeaseExpiresAt *time.Time
-	LeaseToken     int64
-	LeaseLive      bool
-	MaxPosition    int64
-	RequestIds     []string
+	Session         Session
+	HasLease        bool
+	Acquired        bool
+	PrevNode        string
+	LeaseNode       string
+	LeaseAddr       string
+	LeaseExpiresAt  *time.Time
+	LeaseToken      int64
+	LeaseLive       bool
+	MaxPosition     int64
+	LeafHasChildren bool
+	RequestIds      []string
 }
 
 // The session as an actor opens it, in one statement: its row, its highest message
-// position, the request ids of its newest runs (request_ids of them, unless the session
+// position, whether its active leaf has children (a branch started under it), the request ids of its newest runs (request_ids of them, unless the session
 // is another owner's), and, when node is not ”, its lease taken for node, unless another node
 // holds a live one, the session is a tombstone, or check_owner is set and the session
 // is another owner's; then nothing changes. No row: the session does not exist.
@@ -224,6 +227,7 @@ func (q *Queries) SessionOpen(ctx context.Context, db DBTX, arg SessionOpenParam
 		&i.Session.DeletedAt,
 		&i.Session.SandboxNode,
 		&i.Session.ClientID,
+		&i.Session.ActiveLeaf,
 		&i.HasLease,
 		&i.Acquired,
 		&i.PrevNode,
@@ -233,6 +237,7 @@ func (q *Queries) SessionOpen(ctx context.Context, db DBTX, arg SessionOpenParam
 		&i.LeaseToken,
 		&i.LeaseLive,
 		&i.MaxPosition,
+		&i.LeafHasChildren,
 		&i.RequestIds,
 	)
 	return i, err

@@ -13,9 +13,18 @@ import (
 	"github.com/google/uuid"
 )
 
-const messageDeleteEmpty = `-- name: MessageDeleteEmpty :execrows
-DELETE FROM messages WHERE messages.id = $1 AND messages.status = 'streaming' AND messages.content = '' AND messages.tool_call_id IS NULL
-    AND ($2::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $2 FOR KEY SHARE))
+const messageDeleteEmpty = `-- name: MessageDeleteEmpty :one
+WITH gone AS (
+    DELETE FROM messages WHERE messages.id = $1 AND messages.status = 'streaming' AND messages.content = '' AND messages.tool_call_id IS NULL
+        AND ($2::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = messages.session_id AND f.token = $2 FOR KEY SHARE))
+    RETURNING messages.id, messages.session_id, messages.parent_id
+), back AS (
+    UPDATE sessions SET active_leaf = gone.parent_id
+    FROM gone
+    WHERE sessions.id = gone.session_id AND sessions.active_leaf = gone.id
+    RETURNING 1
+)
+SELECT count(*)::bigint AS deleted FROM gone
 `
 
 type MessageDeleteEmptyParams struct {
@@ -24,16 +33,16 @@ type MessageDeleteEmptyParams struct {
 }
 
 // Removes a segment a process opened and died in before any of its text was stored.
+// When it was the session's active leaf, its parent is.
 func (q *Queries) MessageDeleteEmpty(ctx context.Context, db DBTX, arg MessageDeleteEmptyParams) (int64, error) {
-	result, err := db.Exec(ctx, messageDeleteEmpty, arg.ID, arg.Fence)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := db.QueryRow(ctx, messageDeleteEmpty, arg.ID, arg.Fence)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
 }
 
 const messageGet = `-- name: MessageGet :one
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, r.request_id
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, m.parent_id, r.request_id
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.id = $1
@@ -67,25 +76,36 @@ func (q *Queries) MessageGet(ctx context.Context, db DBTX, id uuid.UUID) (Messag
 		&i.Message.Kind,
 		&i.Message.ProviderData,
 		&i.Message.ToolDecision,
+		&i.Message.ParentID,
 		&i.RequestID,
 	)
 	return i, err
 }
 
-const messageInsert = `-- name: MessageInsert :execrows
-INSERT INTO messages (
-    id, session_id, run_id, position, role, kind, content, status,
-    tool_call_id, tool_name, tool_input, tool_status, tool_decision, created_at, updated_at
+const messageInsert = `-- name: MessageInsert :one
+WITH ins AS (
+    INSERT INTO messages (
+        id, session_id, run_id, parent_id, position, role, kind, content, status,
+        tool_call_id, tool_name, tool_input, tool_status, tool_decision, created_at, updated_at
+    )
+    SELECT $1, $2, $3, $4::uuid, $5, $6, $7, $8, $9,
+        $10, $11, $12, $13, $14, $15, $15
+    WHERE ($16::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = $2 AND f.token = $16 FOR KEY SHARE))
+    RETURNING messages.id, messages.parent_id
+), grown AS (
+    UPDATE sessions SET active_leaf = ins.id
+    FROM ins
+    WHERE sessions.id = $2 AND sessions.active_leaf IS NOT DISTINCT FROM ins.parent_id
+    RETURNING 1
 )
-SELECT $1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13, $14, $14
-WHERE ($15::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = $2 AND f.token = $15 FOR KEY SHARE))
+SELECT count(*)::bigint AS stored FROM ins
 `
 
 type MessageInsertParams struct {
 	ID           uuid.UUID
 	SessionID    uuid.UUID
 	RunID        *uuid.UUID
+	ParentID     *uuid.UUID
 	Position     int64
 	Role         string
 	Kind         string
@@ -104,11 +124,15 @@ type MessageInsertParams struct {
 // unless it is the session's lease token. FOR KEY SHARE holds the lease row until the
 // write commits, so a takeover (FOR UPDATE) either comes before (and the write sees its
 // new token) or waits for it; a renewal (FOR NO KEY UPDATE) does neither (leases.sql).
+// A message under the session's active leaf becomes the leaf: the active path grows with
+// the run on it, and a run on another branch leaves it alone. stored counts the rows
+// inserted (0: fenced).
 func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertParams) (int64, error) {
-	result, err := db.Exec(ctx, messageInsert,
+	row := db.QueryRow(ctx, messageInsert,
 		arg.ID,
 		arg.SessionID,
 		arg.RunID,
+		arg.ParentID,
 		arg.Position,
 		arg.Role,
 		arg.Kind,
@@ -122,10 +146,74 @@ func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertP
 		arg.CreatedAt,
 		arg.Fence,
 	)
+	var stored int64
+	err := row.Scan(&stored)
+	return stored, err
+}
+
+const messageNewestBelow = `-- name: MessageNewestBelow :one
+WITH RECURSIVE sub AS (
+    SELECT m.id, m.position FROM messages m WHERE m.id = $1 AND m.session_id = $2
+    UNION ALL
+    SELECT c.id, c.position FROM messages c JOIN sub ON c.parent_id = sub.id
+    WHERE c.session_id = $2
+)
+SELECT id FROM sub ORDER BY position DESC LIMIT 1
+`
+
+type MessageNewestBelowParams struct {
+	ID        uuid.UUID
+	SessionID uuid.UUID
+}
+
+// The newest message of the subtree under (and including) a message: where the branch
+// through it was last written, the leaf that selecting it shows.
+func (q *Queries) MessageNewestBelow(ctx context.Context, db DBTX, arg MessageNewestBelowParams) (uuid.UUID, error) {
+	row := db.QueryRow(ctx, messageNewestBelow, arg.ID, arg.SessionID)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
+}
+
+const messageSiblings = `-- name: MessageSiblings :many
+SELECT m.id, m.parent_id
+FROM messages m
+WHERE m.session_id = $1
+    AND (m.parent_id = ANY($2::uuid[]) OR ($3::boolean AND m.parent_id IS NULL))
+ORDER BY m.parent_id, m.position
+`
+
+type MessageSiblingsParams struct {
+	SessionID uuid.UUID
+	Parents   []uuid.UUID
+	Roots     bool
+}
+
+type MessageSiblingsRow struct {
+	ID       uuid.UUID
+	ParentID *uuid.UUID
+}
+
+// The children of the given parents (NULL among them: the session's first messages),
+// oldest first: the alternatives at each branch point, with how many each parent has.
+func (q *Queries) MessageSiblings(ctx context.Context, db DBTX, arg MessageSiblingsParams) ([]MessageSiblingsRow, error) {
+	rows, err := db.Query(ctx, messageSiblings, arg.SessionID, arg.Parents, arg.Roots)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	items := []MessageSiblingsRow{}
+	for rows.Next() {
+		var i MessageSiblingsRow
+		if err := rows.Scan(&i.ID, &i.ParentID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const messageUpdate = `-- name: MessageUpdate :execrows
@@ -192,73 +280,8 @@ func (q *Queries) MessagesDeleteBySession(ctx context.Context, db DBTX, sessionI
 	return err
 }
 
-const messagesListBefore = `-- name: MessagesListBefore :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
-FROM messages m
-LEFT JOIN runs r ON r.id = m.run_id
-WHERE m.session_id = $1 AND m.position < $2
-ORDER BY m.position DESC
-LIMIT $3
-`
-
-type MessagesListBeforeParams struct {
-	SessionID uuid.UUID
-	Before    int64
-	MaxRows   int32
-}
-
-type MessagesListBeforeRow struct {
-	Message    Message
-	RequestID  *string
-	Superseded bool
-}
-
-// The newest messages of a session below a position, newest first, with whether their
-// run's answer was superseded by a retry.
-func (q *Queries) MessagesListBefore(ctx context.Context, db DBTX, arg MessagesListBeforeParams) ([]MessagesListBeforeRow, error) {
-	rows, err := db.Query(ctx, messagesListBefore, arg.SessionID, arg.Before, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []MessagesListBeforeRow{}
-	for rows.Next() {
-		var i MessagesListBeforeRow
-		if err := rows.Scan(
-			&i.Message.ID,
-			&i.Message.SessionID,
-			&i.Message.RunID,
-			&i.Message.Position,
-			&i.Message.Role,
-			&i.Message.Content,
-			&i.Message.Status,
-			&i.Message.ErrorCode,
-			&i.Message.ErrorMessage,
-			&i.Message.ToolCallID,
-			&i.Message.ToolName,
-			&i.Message.ToolInput,
-			&i.Message.ToolOutput,
-			&i.Message.ToolStatus,
-			&i.Message.CreatedAt,
-			&i.Message.UpdatedAt,
-			&i.Message.Kind,
-			&i.Message.ProviderData,
-			&i.Message.ToolDecision,
-			&i.RequestID,
-			&i.Superseded,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const messagesListByRun = `-- name: MessagesListByRun :many
-SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, r.request_id, (r.superseded_by IS NOT NULL)::boolean AS superseded
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, m.parent_id, r.request_id
 FROM messages m
 LEFT JOIN runs r ON r.id = m.run_id
 WHERE m.run_id = $1
@@ -266,9 +289,8 @@ ORDER BY m.position
 `
 
 type MessagesListByRunRow struct {
-	Message    Message
-	RequestID  *string
-	Superseded bool
+	Message   Message
+	RequestID *string
 }
 
 func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UUID) ([]MessagesListByRunRow, error) {
@@ -300,8 +322,88 @@ func (q *Queries) MessagesListByRun(ctx context.Context, db DBTX, runID *uuid.UU
 			&i.Message.Kind,
 			&i.Message.ProviderData,
 			&i.Message.ToolDecision,
+			&i.Message.ParentID,
 			&i.RequestID,
-			&i.Superseded,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const messagesPathBefore = `-- name: MessagesPathBefore :many
+WITH RECURSIVE path AS (
+    SELECT l.id, l.parent_id FROM messages l
+    WHERE l.session_id = $3
+        AND l.id = COALESCE($4::uuid, (SELECT s.active_leaf FROM sessions s WHERE s.id = $3))
+    UNION ALL
+    SELECT p.id, p.parent_id FROM messages p JOIN path ON p.id = path.parent_id
+    WHERE p.session_id = $3
+)
+SELECT m.id, m.session_id, m.run_id, m.position, m.role, m.content, m.status, m.error_code, m.error_message, m.tool_call_id, m.tool_name, m.tool_input, m.tool_output, m.tool_status, m.created_at, m.updated_at, m.kind, m.provider_data, m.tool_decision, m.parent_id, r.request_id
+FROM path
+JOIN messages m ON m.id = path.id
+LEFT JOIN runs r ON r.id = m.run_id
+WHERE m.position < $1
+ORDER BY m.position DESC
+LIMIT $2
+`
+
+type MessagesPathBeforeParams struct {
+	Before    int64
+	MaxRows   int32
+	SessionID uuid.UUID
+	Leaf      *uuid.UUID
+}
+
+type MessagesPathBeforeRow struct {
+	Message   Message
+	RequestID *string
+}
+
+// The newest messages of a branch below a position, newest first: the leaf's ancestors
+// and the leaf (the session's active leaf when leaf is NULL). A message of another
+// session is no leaf: nothing.
+func (q *Queries) MessagesPathBefore(ctx context.Context, db DBTX, arg MessagesPathBeforeParams) ([]MessagesPathBeforeRow, error) {
+	rows, err := db.Query(ctx, messagesPathBefore,
+		arg.Before,
+		arg.MaxRows,
+		arg.SessionID,
+		arg.Leaf,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MessagesPathBeforeRow{}
+	for rows.Next() {
+		var i MessagesPathBeforeRow
+		if err := rows.Scan(
+			&i.Message.ID,
+			&i.Message.SessionID,
+			&i.Message.RunID,
+			&i.Message.Position,
+			&i.Message.Role,
+			&i.Message.Content,
+			&i.Message.Status,
+			&i.Message.ErrorCode,
+			&i.Message.ErrorMessage,
+			&i.Message.ToolCallID,
+			&i.Message.ToolName,
+			&i.Message.ToolInput,
+			&i.Message.ToolOutput,
+			&i.Message.ToolStatus,
+			&i.Message.CreatedAt,
+			&i.Message.UpdatedAt,
+			&i.Message.Kind,
+			&i.Message.ProviderData,
+			&i.Message.ToolDecision,
+			&i.Message.ParentID,
+			&i.RequestID,
 		); err != nil {
 			return nil, err
 		}
@@ -342,6 +444,28 @@ func (q *Queries) MessagesSettleRuns(ctx context.Context, db DBTX, arg MessagesS
 		arg.ExceptIds,
 		arg.Fence,
 	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const sessionSetLeaf = `-- name: SessionSetLeaf :execrows
+UPDATE sessions SET active_leaf = $1::uuid
+WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
+    AND ($1::uuid IS NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.id = $1::uuid AND m.session_id = $2))
+    AND ($3::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $3 FOR KEY SHARE))
+`
+
+type SessionSetLeafParams struct {
+	Leaf      *uuid.UUID
+	SessionID uuid.UUID
+	Fence     int64
+}
+
+// Makes leaf (a message of the session, or NULL) the session's active leaf. Fenced.
+func (q *Queries) SessionSetLeaf(ctx context.Context, db DBTX, arg SessionSetLeafParams) (int64, error) {
+	result, err := db.Exec(ctx, sessionSetLeaf, arg.Leaf, arg.SessionID, arg.Fence)
 	if err != nil {
 		return 0, err
 	}

@@ -42,6 +42,7 @@ type Message struct {
 	Kind         string
 	ProviderData json.RawMessage
 	ToolDecision json.RawMessage
+	ParentID     *uuid.UUID
 }
 
 type QueuedMessage struct {
@@ -71,7 +72,6 @@ type Run struct {
 	DismissedAt      *time.Time
 	ResumeRequestIds []string
 	RetryOf          *uuid.UUID
-	SupersededBy     *uuid.UUID
 	Owner            string
 	ProgressStep     int32
 	ProgressOf       int32
@@ -92,6 +92,7 @@ type Session struct {
 	DeletedAt       *time.Time
 	SandboxNode     *string
 	ClientID        *string
+	ActiveLeaf      *uuid.UUID
 }
 
 type SessionLease struct {

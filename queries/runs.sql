@@ -1,6 +1,7 @@
 -- name: RunStart :one
 -- Stores a run and its user message, and marks the session active (and titles it from
--- its first message, unless a person named it), in one statement: a run never exists
+-- its first message, unless a person named it) with the message as its active leaf
+-- (a new message, or an edit, is what its tabs show next), in one statement: a run never exists
 -- without its user message, and the storage rule costs one round trip. A deleted session
 -- takes neither (stored 0): a process that still holds it cannot bring it back. Neither
 -- does a session whose owner has max_active runs active already (0: no limit); active is
@@ -14,7 +15,8 @@ WITH active AS (
 ), touched AS (
     UPDATE sessions
     SET updated_at = @started_at, active_at = @started_at,
-        title = CASE WHEN sessions.title = '' THEN @title::text ELSE sessions.title END
+        title = CASE WHEN sessions.title = '' THEN @title::text ELSE sessions.title END,
+        active_leaf = @message_id::uuid
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
         AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = @fence FOR KEY SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
@@ -24,8 +26,8 @@ WITH active AS (
     SELECT @run_id::uuid, touched.id, touched.owner, @request_id::text, 'running', @started_at, @started_at, @model::text
     FROM touched
 ), new_message AS (
-    INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-    SELECT @message_id::uuid, touched.id, @run_id::uuid, @position::bigint, 'user', @content::text, 'complete',
+    INSERT INTO messages (id, session_id, run_id, parent_id, position, role, content, status, created_at, updated_at)
+    SELECT @message_id::uuid, touched.id, @run_id::uuid, sqlc.narg(parent_id)::uuid, @position::bigint, 'user', @content::text, 'complete',
         @message_created_at::timestamptz, @message_created_at::timestamptz
     FROM touched
     RETURNING 1
@@ -64,8 +66,7 @@ SET status = @status,
     cancel_reason = @cancel_reason,
     recoveries = @recoveries,
     dismissed_at = @dismissed_at,
-    resume_request_ids = @resume_request_ids::text[],
-    superseded_by = @superseded_by
+    resume_request_ids = @resume_request_ids::text[]
 WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
     AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE));
 
@@ -75,15 +76,16 @@ SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id D
 
 -- name: RunInsertRetry :one
 -- Stores a run that answers the user message of the run it retries (it has none of its
--- own), and marks the session active, in one statement; nothing for a deleted session,
--- or past the owner's limit of active runs (see RunStart).
+-- own: its answer is a new branch under that message, which becomes the session's
+-- active leaf), and marks the session active, in one statement; nothing for a deleted
+-- session, or past the owner's limit of active runs (see RunStart).
 WITH active AS (
     SELECT count(*) AS n FROM runs
     WHERE @max_active::int > 0
         AND runs.owner = (SELECT s.owner FROM sessions s WHERE s.id = @session_id)
         AND runs.status IN ('running', 'awaiting_approval', 'paused')
 ), touched AS (
-    UPDATE sessions SET updated_at = @started_at, active_at = @started_at
+    UPDATE sessions SET updated_at = @started_at, active_at = @started_at, active_leaf = @leaf::uuid
     WHERE sessions.id = @session_id AND sessions.deleted_at IS NULL
         AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = @fence FOR KEY SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)
@@ -124,8 +126,7 @@ WITH active AS (
         cancel_reason = @cancel_reason,
         recoveries = @recoveries,
         dismissed_at = @dismissed_at,
-        resume_request_ids = @resume_request_ids::text[],
-        superseded_by = @superseded_by
+        resume_request_ids = @resume_request_ids::text[]
     WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
         AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE))
         AND (@max_active::int <= 0 OR (SELECT n FROM active) < @max_active::int)

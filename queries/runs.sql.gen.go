@@ -35,10 +35,9 @@ WITH active AS (
         cancel_reason = $15,
         recoveries = $16,
         dismissed_at = $17,
-        resume_request_ids = $18::text[],
-        superseded_by = $19
-    WHERE runs.id = $2 AND runs.status = ANY($20::text[])
-        AND ($21::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $21 FOR KEY SHARE))
+        resume_request_ids = $18::text[]
+    WHERE runs.id = $2 AND runs.status = ANY($19::text[])
+        AND ($20::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $20 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (
@@ -68,7 +67,6 @@ type RunContinueParams struct {
 	Recoveries       int32
 	DismissedAt      *time.Time
 	ResumeRequestIds []string
-	SupersededBy     *uuid.UUID
 	FromStatuses     []string
 	Fence            int64
 }
@@ -102,7 +100,6 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 		arg.Recoveries,
 		arg.DismissedAt,
 		arg.ResumeRequestIds,
-		arg.SupersededBy,
 		arg.FromStatuses,
 		arg.Fence,
 	)
@@ -112,7 +109,7 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 }
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner, progress_step, progress_of, progress_label FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -138,7 +135,6 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.DismissedAt,
 		&i.ResumeRequestIds,
 		&i.RetryOf,
-		&i.SupersededBy,
 		&i.Owner,
 		&i.ProgressStep,
 		&i.ProgressOf,
@@ -148,7 +144,7 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -179,7 +175,6 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.DismissedAt,
 		&i.ResumeRequestIds,
 		&i.RetryOf,
-		&i.SupersededBy,
 		&i.Owner,
 		&i.ProgressStep,
 		&i.ProgressOf,
@@ -195,15 +190,15 @@ WITH active AS (
         AND runs.owner = (SELECT s.owner FROM sessions s WHERE s.id = $2)
         AND runs.status IN ('running', 'awaiting_approval', 'paused')
 ), touched AS (
-    UPDATE sessions SET updated_at = $3, active_at = $3
+    UPDATE sessions SET updated_at = $3, active_at = $3, active_leaf = $4::uuid
     WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
-        AND ($4::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $4 FOR KEY SHARE))
+        AND ($5::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $5 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
     INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model, retry_of)
-    SELECT $5::uuid, touched.id, touched.owner, $6::text, 'running', $3, $3, $7::text,
-        $8::uuid
+    SELECT $6::uuid, touched.id, touched.owner, $7::text, 'running', $3, $3, $8::text,
+        $9::uuid
     FROM touched
     RETURNING 1
 )
@@ -214,6 +209,7 @@ type RunInsertRetryParams struct {
 	MaxActive int32
 	SessionID uuid.UUID
 	StartedAt time.Time
+	Leaf      uuid.UUID
 	Fence     int64
 	RunID     uuid.UUID
 	RequestID string
@@ -227,13 +223,15 @@ type RunInsertRetryRow struct {
 }
 
 // Stores a run that answers the user message of the run it retries (it has none of its
-// own), and marks the session active, in one statement; nothing for a deleted session,
-// or past the owner's limit of active runs (see RunStart).
+// own: its answer is a new branch under that message, which becomes the session's
+// active leaf), and marks the session active, in one statement; nothing for a deleted
+// session, or past the owner's limit of active runs (see RunStart).
 func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetryParams) (RunInsertRetryRow, error) {
 	row := db.QueryRow(ctx, runInsertRetry,
 		arg.MaxActive,
 		arg.SessionID,
 		arg.StartedAt,
+		arg.Leaf,
 		arg.Fence,
 		arg.RunID,
 		arg.RequestID,
@@ -246,7 +244,7 @@ func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetr
 }
 
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, superseded_by, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -273,7 +271,6 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.DismissedAt,
 		&i.ResumeRequestIds,
 		&i.RetryOf,
-		&i.SupersededBy,
 		&i.Owner,
 		&i.ProgressStep,
 		&i.ProgressOf,
@@ -304,19 +301,20 @@ WITH active AS (
 ), touched AS (
     UPDATE sessions
     SET updated_at = $3, active_at = $3,
-        title = CASE WHEN sessions.title = '' THEN $4::text ELSE sessions.title END
+        title = CASE WHEN sessions.title = '' THEN $4::text ELSE sessions.title END,
+        active_leaf = $5::uuid
     WHERE sessions.id = $2 AND sessions.deleted_at IS NULL
-        AND ($5::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $5 FOR KEY SHARE))
+        AND ($6::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = sessions.id AND f.token = $6 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING sessions.id, sessions.owner
 ), new_run AS (
     INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at, model)
-    SELECT $6::uuid, touched.id, touched.owner, $7::text, 'running', $3, $3, $8::text
+    SELECT $7::uuid, touched.id, touched.owner, $8::text, 'running', $3, $3, $9::text
     FROM touched
 ), new_message AS (
-    INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at)
-    SELECT $9::uuid, touched.id, $6::uuid, $10::bigint, 'user', $11::text, 'complete',
-        $12::timestamptz, $12::timestamptz
+    INSERT INTO messages (id, session_id, run_id, parent_id, position, role, content, status, created_at, updated_at)
+    SELECT $5::uuid, touched.id, $7::uuid, $10::uuid, $11::bigint, 'user', $12::text, 'complete',
+        $13::timestamptz, $13::timestamptz
     FROM touched
     RETURNING 1
 )
@@ -328,11 +326,12 @@ type RunStartParams struct {
 	SessionID        uuid.UUID
 	StartedAt        time.Time
 	Title            string
+	MessageID        uuid.UUID
 	Fence            int64
 	RunID            uuid.UUID
 	RequestID        string
 	Model            string
-	MessageID        uuid.UUID
+	ParentID         *uuid.UUID
 	Position         int64
 	Content          string
 	MessageCreatedAt time.Time
@@ -344,7 +343,8 @@ type RunStartRow struct {
 }
 
 // Stores a run and its user message, and marks the session active (and titles it from
-// its first message, unless a person named it), in one statement: a run never exists
+// its first message, unless a person named it) with the message as its active leaf
+// (a new message, or an edit, is what its tabs show next), in one statement: a run never exists
 // without its user message, and the storage rule costs one round trip. A deleted session
 // takes neither (stored 0): a process that still holds it cannot bring it back. Neither
 // does a session whose owner has max_active runs active already (0: no limit); active is
@@ -356,11 +356,12 @@ func (q *Queries) RunStart(ctx context.Context, db DBTX, arg RunStartParams) (Ru
 		arg.SessionID,
 		arg.StartedAt,
 		arg.Title,
+		arg.MessageID,
 		arg.Fence,
 		arg.RunID,
 		arg.RequestID,
 		arg.Model,
-		arg.MessageID,
+		arg.ParentID,
 		arg.Position,
 		arg.Content,
 		arg.MessageCreatedAt,
@@ -387,10 +388,9 @@ SET status = $1,
     cancel_reason = $13,
     recoveries = $14,
     dismissed_at = $15,
-    resume_request_ids = $16::text[],
-    superseded_by = $17
-WHERE runs.id = $18 AND runs.status = ANY($19::text[])
-    AND ($20::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $20 FOR KEY SHARE))
+    resume_request_ids = $16::text[]
+WHERE runs.id = $17 AND runs.status = ANY($18::text[])
+    AND ($19::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $19 FOR KEY SHARE))
 `
 
 type RunUpdateParams struct {
@@ -410,7 +410,6 @@ type RunUpdateParams struct {
 	Recoveries       int32
 	DismissedAt      *time.Time
 	ResumeRequestIds []string
-	SupersededBy     *uuid.UUID
 	ID               uuid.UUID
 	FromStatuses     []string
 	Fence            int64
@@ -436,7 +435,6 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.Recoveries,
 		arg.DismissedAt,
 		arg.ResumeRequestIds,
-		arg.SupersededBy,
 		arg.ID,
 		arg.FromStatuses,
 		arg.Fence,

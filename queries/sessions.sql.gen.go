@@ -75,7 +75,7 @@ func (q *Queries) SessionForClientID(ctx context.Context, db DBTX, arg SessionFo
 }
 
 const sessionGet = `-- name: SessionGet :one
-SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id FROM sessions WHERE id = $1
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id, active_leaf FROM sessions WHERE id = $1
 `
 
 func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Session, error) {
@@ -95,6 +95,7 @@ func (q *Queries) SessionGet(ctx context.Context, db DBTX, id uuid.UUID) (Sessio
 		&i.DeletedAt,
 		&i.SandboxNode,
 		&i.ClientID,
+		&i.ActiveLeaf,
 	)
 	return i, err
 }
@@ -104,12 +105,12 @@ WITH s AS (
     INSERT INTO sessions (id, owner, title, created_at, updated_at)
     VALUES ($1, $2, $3, $4, $4)
     ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id
-    RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id
+    RETURNING id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id, active_leaf
 ), lease AS (
     INSERT INTO session_leases (session_id) SELECT s.id FROM s
     ON CONFLICT (session_id) DO NOTHING
 )
-SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id FROM s
+SELECT id, owner, title, created_at, updated_at, sandbox_id, sandbox_used_at, sandbox_paused_at, sandbox_killed_at, active_at, deleted_at, sandbox_node, client_id, active_leaf FROM s
 `
 
 type SessionInsertParams struct {
@@ -133,6 +134,7 @@ type SessionInsertRow struct {
 	DeletedAt       *time.Time
 	SandboxNode     *string
 	ClientID        *string
+	ActiveLeaf      *uuid.UUID
 }
 
 // Creates the session unless it exists; either way returns the stored row, so two
@@ -163,6 +165,7 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.DeletedAt,
 		&i.SandboxNode,
 		&i.ClientID,
+		&i.ActiveLeaf,
 	)
 	return i, err
 }

@@ -69,9 +69,8 @@ func TestGroupedWritesAnswerEachOnItsOwn(t *testing.T) {
 		}
 		require.NoError(t, err, "message %d", i)
 	}
-	stored, _, err := s.MessagesBefore(b.ctx, b.session.ID, 0, 1000)
-	require.NoError(t, err)
-	require.Len(t, stored, n, "the user message and every insert but the clash, once each")
+	require.Equal(t, n, count(t, s, b, "SELECT count(*) FROM messages WHERE session_id = $1", b.session.ID),
+		"the user message and every insert but the clash, once each")
 	require.Positive(t, counter.batches.Load(), "some inserts went out together")
 	t.Logf("%d inserts: %d batches, %d statements alone", n, counter.batches.Load(), counter.alone.Load())
 }
@@ -105,9 +104,7 @@ func TestGroupedRowNotFoundIsItsOwn(t *testing.T) {
 	for _, err := range inserted {
 		require.NoError(t, err)
 	}
-	stored, _, err := s.MessagesBefore(b.ctx, b.session.ID, 0, 1000)
-	require.NoError(t, err)
-	require.Len(t, stored, 17)
+	require.Equal(t, 17, count(t, s, b, "SELECT count(*) FROM messages WHERE session_id = $1", b.session.ID))
 }
 
 // A grouped write whose context ends while it waits for a batch's place leaves the

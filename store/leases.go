@@ -102,6 +102,9 @@ type Opened struct {
 	// it held it already, another node when that node's lease had expired (a takeover).
 	Acquired bool
 	PrevNode string
+	// LeafHasChildren says the session's active leaf has children: a branch was started
+	// under it (a regeneration that wrote nothing yet, say).
+	LeafHasChildren bool
 	// RequestIDs are the request ids of the session's newest runs (OpenRequest.RequestIDs
 	// of them), newest first.
 	RequestIDs []string
@@ -133,13 +136,14 @@ func (s *Store) SessionOpen(ctx context.Context, id uuid.UUID, req OpenRequest) 
 		return Opened{}, fmt.Errorf("open session %s: it has no lease row", id)
 	}
 	o := Opened{
-		Found:       true,
-		Session:     sessionFromRow(row.Session),
-		MaxPosition: row.MaxPosition,
-		Lease:       Lease{Node: row.LeaseNode, Addr: row.LeaseAddr, Token: row.LeaseToken, Live: row.LeaseLive},
-		Acquired:    row.Acquired,
-		PrevNode:    row.PrevNode,
-		RequestIDs:  row.RequestIds,
+		Found:           true,
+		Session:         sessionFromRow(row.Session),
+		MaxPosition:     row.MaxPosition,
+		LeafHasChildren: row.LeafHasChildren,
+		Lease:           Lease{Node: row.LeaseNode, Addr: row.LeaseAddr, Token: row.LeaseToken, Live: row.LeaseLive},
+		Acquired:        row.Acquired,
+		PrevNode:        row.PrevNode,
+		RequestIDs:      row.RequestIds,
 	}
 	if row.LeaseExpiresAt != nil {
 		o.Lease.ExpiresAt = row.LeaseExpiresAt.UTC()

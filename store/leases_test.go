@@ -143,7 +143,7 @@ func TestFencedWritesAreRefusedAfterATakeover(t *testing.T) {
 		"RunUpdate":          func() error { return s.RunUpdate(fa, ended, chat.RunRunning) },
 		"RunContinue":        func() error { return s.RunContinue(fa, ended, 0, chat.RunRunning) },
 		"RunStart":           func() error { return s.RunStart(fa, second, secondUser, 0) },
-		"RunStartRetry":      func() error { return s.RunStartRetry(fa, retry, 0) },
+		"RunStartRetry":      func() error { return s.RunStartRetry(fa, retry, user.ID, 0) },
 		"RunStart (limited)": func() error { return s.RunStart(fa, second, secondUser, 5) },
 	} {
 		err := write()

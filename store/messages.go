@@ -14,11 +14,14 @@ import (
 )
 
 // MessageInsert stores a new message. It returns ErrConflict when the position is taken.
+// A message whose parent is the session's active leaf becomes the leaf (the active path
+// grows with it); any other leaves the path as it is.
 func (s *Store) MessageInsert(ctx context.Context, m chat.Message) error {
 	p := queries.MessageInsertParams{
 		ID:        m.ID,
 		SessionID: m.SessionID,
 		RunID:     m.RunID,
+		ParentID:  m.ParentID,
 		Position:  m.Position,
 		Role:      string(m.Role),
 		Kind:      string(kindOrText(m.Kind)),
@@ -117,18 +120,27 @@ func (s *Store) MessageUpdate(ctx context.Context, m chat.Message, from ...chat.
 	return fmt.Errorf("update message %s: %w: status is %s, not %s", m.ID, ErrStale, cur.Message.Status, orList(from))
 }
 
-// MessagesBefore returns up to limit of the session's newest messages with a position
-// below before, in ascending position, and whether older ones exist. Pass before <= 0 for
-// the newest messages of all.
+// MessagesBefore returns up to limit of the newest messages of the session's active
+// path with a position below before, in ascending position, and whether older ones
+// exist. Pass before <= 0 for the newest messages of all.
 func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
+	return s.MessagesPath(ctx, sessionID, nil, before, limit)
+}
+
+// MessagesPath is MessagesBefore on the branch that ends at leaf (its ancestors and
+// itself; the session's active path when leaf is nil). A leaf that is no message of the
+// session has no messages. Each message that is one of several alternatives carries its
+// Branch.
+func (s *Store) MessagesPath(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
 	if limit < 1 {
 		return nil, false, fmt.Errorf("list messages: limit %d is below 1", limit)
 	}
-	rows, err := s.q.MessagesListBefore(ctx, s.db, queries.MessagesListBeforeParams{
+	rows, err := s.q.MessagesPathBefore(ctx, s.db, queries.MessagesPathBeforeParams{
 		SessionID: sessionID,
+		Leaf:      leaf,
 		Before:    before,
 		MaxRows:   int32(min(limit, math.MaxInt32-1)) + 1,
 	})
@@ -142,9 +154,94 @@ func (s *Store) MessagesBefore(ctx context.Context, sessionID uuid.UUID, before 
 	msgs := make([]chat.Message, len(rows))
 	for i, r := range rows { // rows are newest first
 		msgs[len(rows)-1-i] = messageFromRow(r.Message, r.RequestID)
-		msgs[len(rows)-1-i].Superseded = r.Superseded && r.Message.Role != string(chat.RoleUser)
+	}
+	if err := s.branches(ctx, sessionID, msgs); err != nil {
+		return nil, false, err
 	}
 	return msgs, hasMore, nil
+}
+
+// branches sets the Branch of each of msgs that has siblings.
+func (s *Store) branches(ctx context.Context, sessionID uuid.UUID, msgs []chat.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	var parents []uuid.UUID
+	roots := false
+	for _, m := range msgs {
+		if m.ParentID == nil {
+			roots = true
+		} else {
+			parents = append(parents, *m.ParentID)
+		}
+	}
+	if parents == nil {
+		parents = []uuid.UUID{}
+	}
+	rows, err := s.q.MessageSiblings(ctx, s.db, queries.MessageSiblingsParams{SessionID: sessionID, Parents: parents, Roots: roots})
+	if err != nil {
+		return fmt.Errorf("read the branches of session %s: %w", sessionID, mapErr(err))
+	}
+	children := make(map[uuid.UUID][]uuid.UUID) // by parent; uuid.Nil: the roots
+	for _, r := range rows {
+		p := uuid.Nil
+		if r.ParentID != nil {
+			p = *r.ParentID
+		}
+		children[p] = append(children[p], r.ID)
+	}
+	for i := range msgs {
+		msgs[i].Branch = chat.BranchOf(msgs[i].ID, children[deref(msgs[i].ParentID)])
+	}
+	return nil
+}
+
+// MessageChildren returns the children of parent (nil: the session's first messages),
+// oldest first.
+func (s *Store) MessageChildren(ctx context.Context, sessionID uuid.UUID, parent *uuid.UUID) ([]uuid.UUID, error) {
+	p := queries.MessageSiblingsParams{SessionID: sessionID, Parents: []uuid.UUID{}, Roots: parent == nil}
+	if parent != nil {
+		p.Parents = []uuid.UUID{*parent}
+	}
+	rows, err := s.q.MessageSiblings(ctx, s.db, p)
+	if err != nil {
+		return nil, fmt.Errorf("read the children of a message of session %s: %w", sessionID, mapErr(err))
+	}
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	return ids, nil
+}
+
+// MessageNewestBelow returns the newest message of the subtree under message id,
+// itself included: the leaf of the branch through id that was written last. ErrNotFound
+// when id is no message of the session.
+func (s *Store) MessageNewestBelow(ctx context.Context, sessionID, id uuid.UUID) (uuid.UUID, error) {
+	leaf, err := s.q.MessageNewestBelow(ctx, s.db, queries.MessageNewestBelowParams{ID: id, SessionID: sessionID})
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("read the branch through message %s: %w", id, mapErr(err))
+	}
+	return leaf, nil
+}
+
+// SessionSetLeaf makes leaf (a message of the session; nil: none) the session's active
+// leaf. ErrNotFound when the session is gone or leaf is no message of it.
+func (s *Store) SessionSetLeaf(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID) error {
+	n, err := s.q.SessionSetLeaf(ctx, s.w, queries.SessionSetLeafParams{SessionID: sessionID, Leaf: leaf, Fence: fenceOf(ctx)})
+	if err != nil {
+		return fmt.Errorf("select a branch of session %s: %w", sessionID, mapErr(err))
+	}
+	if n == 0 {
+		if fenced, err := s.fenced(ctx, sessionID); err != nil || fenced {
+			if err != nil {
+				return fmt.Errorf("select a branch of session %s: %w", sessionID, err)
+			}
+			return fmt.Errorf("select a branch of session %s: %w", sessionID, ErrFenced)
+		}
+		return fmt.Errorf("select a branch of session %s: %w", sessionID, ErrNotFound)
+	}
+	return nil
 }
 
 // MessagesByRun returns the messages of one run in ascending position.
@@ -156,7 +253,6 @@ func (s *Store) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Mess
 	msgs := make([]chat.Message, len(rows))
 	for i, r := range rows {
 		msgs[i] = messageFromRow(r.Message, r.RequestID)
-		msgs[i].Superseded = r.Superseded && r.Message.Role != string(chat.RoleUser)
 	}
 	return msgs, nil
 }
@@ -196,6 +292,7 @@ func messageFromRow(r queries.Message, requestID *string) chat.Message {
 		ID:        r.ID,
 		SessionID: r.SessionID,
 		RunID:     r.RunID,
+		ParentID:  r.ParentID,
 		RequestID: deref(requestID),
 		Position:  r.Position,
 		Role:      chat.Role(r.Role),

@@ -86,7 +86,7 @@ func TestRetryAndContinueAreLimited(t *testing.T) {
 	ended = endRun(t, s, b, ended, chat.RunInterrupted)
 
 	retry := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "retry", Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now, RetryOf: &ended.ID}
-	require.ErrorIs(t, s.RunStartRetry(b.ctx, retry, 1), store.ErrRunLimit)
+	require.ErrorIs(t, s.RunStartRetry(b.ctx, retry, uuid.New(), 1), store.ErrRunLimit)
 	require.Zero(t, count(t, s, b, "SELECT count(*) FROM runs WHERE id = $1", retry.ID))
 
 	cont := ended
@@ -97,7 +97,7 @@ func TestRetryAndContinueAreLimited(t *testing.T) {
 	require.Equal(t, chat.RunInterrupted, got.Status, "the refused continue wrote nothing")
 
 	require.NoError(t, s.RunContinue(b.ctx, cont, 2, chat.RunInterrupted))
-	require.NoError(t, s.RunStartRetry(b.ctx, retry, 3))
+	require.NoError(t, s.RunStartRetry(b.ctx, retry, uuid.New(), 3))
 	// Inside a transaction the lock is the transaction's.
 	require.NoError(t, s.InTx(b.ctx, func(tx *store.Store) error {
 		_, err := tryRun(t, tx, b, newSession(t, s, b, "alice"), 4)

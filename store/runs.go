@@ -38,6 +38,7 @@ func (s *Store) RunStartCounted(ctx context.Context, run chat.Run, user chat.Mes
 			Fence:     fenceOf(ctx),
 			MaxActive: int32(max(maxActive, 0)),
 			MessageID: user.ID,
+			ParentID:  user.ParentID,
 			SessionID: run.SessionID,
 			RunID:     run.ID,
 			Position:  user.Position,
@@ -202,7 +203,6 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 			Recoveries:       p.Recoveries,
 			DismissedAt:      p.DismissedAt,
 			ResumeRequestIds: p.ResumeRequestIds,
-			SupersededBy:     p.SupersededBy,
 			FromStatuses:     p.FromStatuses,
 		})
 		return err
@@ -240,7 +240,6 @@ func runUpdateParams(run chat.Run, from []chat.RunStatus) queries.RunUpdateParam
 		Recoveries:       int32(run.Recoveries),
 		DismissedAt:      timestampPtr(run.DismissedAt),
 		ResumeRequestIds: emptyIfNil(run.ResumeRequestIDs),
-		SupersededBy:     run.SupersededBy,
 		FromStatuses:     statusStrings(from),
 	}
 }
@@ -289,13 +288,13 @@ func runFromRow(r queries.Run) chat.Run {
 		DismissedAt:      utcPtr(r.DismissedAt),
 		ResumeRequestIDs: slices.Clip(nilIfNone(r.ResumeRequestIds)),
 		RetryOf:          r.RetryOf,
-		SupersededBy:     r.SupersededBy,
 	}
 }
 
-// RunStartRetry stores run, which retries run.RetryOf: it answers that run's user
-// message and has none of its own. Errors are RunStart's.
-func (s *Store) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) error {
+// RunStartRetry stores run, which regenerates the answer of run.RetryOf: it answers
+// that run's user message, user, and has none of its own. user becomes the session's
+// active leaf: the new answer grows a branch under it. Errors are RunStart's.
+func (s *Store) RunStartRetry(ctx context.Context, run chat.Run, user uuid.UUID, maxActive int) error {
 	if run.RetryOf == nil {
 		return fmt.Errorf("start retry %s: no run to retry", run.RequestID)
 	}
@@ -310,6 +309,7 @@ func (s *Store) RunStartRetry(ctx context.Context, run chat.Run, maxActive int) 
 			StartedAt: chat.Timestamp(run.StartedAt),
 			Model:     run.Model,
 			RetryOf:   run.RetryOf,
+			Leaf:      user,
 		})
 		return err
 	})

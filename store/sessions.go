@@ -99,13 +99,14 @@ func (s *Store) SessionSandbox(ctx context.Context, id uuid.UUID) (string, error
 
 func sessionFromRow(r queries.Session) chat.Session {
 	return chat.Session{
-		ID:        r.ID,
-		Owner:     r.Owner,
-		Title:     r.Title,
-		SandboxID: deref(r.SandboxID),
-		CreatedAt: r.CreatedAt.UTC(),
-		UpdatedAt: r.UpdatedAt.UTC(),
-		DeletedAt: utcPtr(r.DeletedAt),
+		ID:         r.ID,
+		Owner:      r.Owner,
+		Title:      r.Title,
+		SandboxID:  deref(r.SandboxID),
+		CreatedAt:  r.CreatedAt.UTC(),
+		UpdatedAt:  r.UpdatedAt.UTC(),
+		DeletedAt:  utcPtr(r.DeletedAt),
+		ActiveLeaf: r.ActiveLeaf,
 	}
 }
 

@@ -125,7 +125,7 @@ func TestSessionDeleteLeavesATombstone(t *testing.T) {
 	retry := chat.Run{ID: uuid.New(), SessionID: b.session.ID, RequestID: "r2", Status: chat.RunRunning, StartedAt: b.now, LastActivityAt: b.now, RetryOf: &run.ID}
 	run.Status, run.EndedAt = chat.RunError, &b.now
 	require.NoError(t, s.RunUpdate(b.ctx, run, chat.RunRunning))
-	require.NoError(t, s.RunStartRetry(b.ctx, retry, 0))
+	require.NoError(t, s.RunStartRetry(b.ctx, retry, uuid.New(), 0))
 	require.NoError(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb-1", b.now))
 
 	require.ErrorIs(t, s.SessionDelete(b.ctx, "bob", b.session.ID, b.now), store.ErrNotFound, "not bob's to delete")
@@ -148,7 +148,7 @@ func TestSessionDeleteLeavesATombstone(t *testing.T) {
 	user := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &late.ID, Position: 2, Role: chat.RoleUser, Content: "again", Status: chat.MessageComplete, CreatedAt: b.now}
 	require.ErrorIs(t, s.RunStart(b.ctx, late, user, 0), store.ErrNotFound)
 	late.RetryOf = &run.ID
-	require.ErrorIs(t, s.RunStartRetry(b.ctx, late, 0), store.ErrNotFound)
+	require.ErrorIs(t, s.RunStartRetry(b.ctx, late, uuid.New(), 0), store.ErrNotFound)
 	require.ErrorIs(t, s.SessionSetSandbox(b.ctx, b.session.ID, "sb-2", b.now), store.ErrNotFound)
 	require.ErrorIs(t, s.RunUpdate(b.ctx, run, chat.RunError), store.ErrNotFound)
 	seg := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: 3, Role: chat.RoleAssistant, Kind: chat.KindText, Status: chat.MessageStreaming, CreatedAt: b.now}

@@ -201,9 +201,12 @@ func TestMessageUpdateToolAndMissing(t *testing.T) {
 
 func TestMessagesBeforePages(t *testing.T) {
 	s, b := setup(t)
-	run, _ := startRun(t, s, b, "r1", 1)
+	run, user := startRun(t, s, b, "r1", 1)
+	parent := user.ID
 	for pos := int64(2); pos <= 7; pos++ {
-		require.NoError(t, s.MessageInsert(b.ctx, chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, Position: pos, Role: chat.RoleAssistant, Status: chat.MessageComplete, CreatedAt: b.now}))
+		m := chat.Message{ID: uuid.New(), SessionID: b.session.ID, RunID: &run.ID, ParentID: &parent, Position: pos, Role: chat.RoleAssistant, Status: chat.MessageComplete, CreatedAt: b.now}
+		require.NoError(t, s.MessageInsert(b.ctx, m))
+		parent = m.ID
 	}
 
 	positions := func(ms []chat.Message) []int64 {

@@ -39,7 +39,13 @@ type State struct {
 	SessionID string
 	Epoch     string
 	LastSeq   int64
-	Messages  map[string]*chat.Message
+	Messages  map[string]*chat.Message // the active path's
+	// OffPath holds the ids of messages added on a branch the state does not show:
+	// events about them are ignored, as a tab ignores them.
+	OffPath map[string]bool
+	// Branched: the session has branches the state knows of, so an event may name a
+	// message of another branch the state never saw (a run that streams there).
+	Branched  bool
 	ActiveRun *chat.Run
 	// Ended holds the final run of every run that ended while watched, by run id.
 	Ended map[string]*chat.Run
@@ -48,7 +54,7 @@ type State struct {
 // New returns an empty recorder.
 func New() *Recorder {
 	return &Recorder{
-		state:  State{Messages: map[string]*chat.Message{}, Ended: map[string]*chat.Run{}},
+		state:  State{Messages: map[string]*chat.Message{}, OffPath: map[string]bool{}, Ended: map[string]*chat.Run{}},
 		signal: make(chan struct{}, 1),
 	}
 }
@@ -76,6 +82,7 @@ func (r *Recorder) CatchUp(c conversation.CatchUp) bool {
 		for _, m := range snap.Messages {
 			m := clone(m)
 			s.Messages[m.ID.String()] = &m
+			s.Branched = s.Branched || m.Branch != nil
 		}
 		s.ActiveRun = cloneRun(snap.ActiveRun)
 	case c.Resumed != nil:
@@ -126,27 +133,51 @@ func (r *Recorder) applyLocked(ev *conversation.Event) {
 	s.LastSeq = ev.Seq
 	msg := func(id string) *chat.Message {
 		m, ok := s.Messages[id]
-		if !ok {
+		if !ok && !s.OffPath[id] && !s.Branched {
 			r.fail(fmt.Errorf("%s (seq %d) names message %s that the state does not hold", ev.Type, ev.Seq, id))
 		}
 		return m
 	}
-	switch ev.Type {
-	case conversation.EventChatStarted:
-		m := clone(*ev.Message)
-		s.Messages[m.ID.String()] = &m
-		s.ActiveRun = cloneRun(ev.Run)
-		if r := ev.Run.RetryOf; r != nil {
-			// A retry: the answer of the run it retries is superseded.
-			for _, old := range s.Messages {
-				if old.RunID != nil && *old.RunID == *r && old.Role != chat.RoleUser {
-					old.Superseded = true
-				}
+	// add applies the rule of the protocol: a message under the last one held grows the
+	// path; one held is replaced; any other is on another branch.
+	add := func(m chat.Message) {
+		id := m.ID.String()
+		if _, ok := s.Messages[id]; ok {
+			s.Messages[id] = &m
+			return
+		}
+		var last *chat.Message
+		for _, h := range s.Messages {
+			if last == nil || h.Position > last.Position {
+				last = h
 			}
 		}
-	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd, conversation.EventMessageAdded:
-		m := clone(*ev.Message)
-		s.Messages[m.ID.String()] = &m
+		if (last == nil && m.ParentID == nil) || (last != nil && m.ParentID != nil && *m.ParentID == last.ID) {
+			s.Messages[id] = &m
+			return
+		}
+		s.OffPath[id] = true
+		s.Branched = true
+	}
+	switch ev.Type {
+	case conversation.EventChatStarted:
+		add(clone(*ev.Message))
+		s.ActiveRun = cloneRun(ev.Run)
+	case conversation.EventSegmentStarted, conversation.EventToolStart, conversation.EventMessageAdded:
+		add(clone(*ev.Message))
+	case conversation.EventToolUpdate, conversation.EventToolEnd:
+		if msg(ev.Message.ID.String()) != nil {
+			m := clone(*ev.Message)
+			s.Messages[m.ID.String()] = &m
+		}
+	case conversation.EventBranch:
+		s.Branched = true
+		s.Messages = map[string]*chat.Message{}
+		for _, m := range ev.Messages {
+			m := clone(m)
+			s.Messages[m.ID.String()] = &m
+			delete(s.OffPath, m.ID.String())
+		}
 	case conversation.EventDelta:
 		if m := msg(ev.MessageID.String()); m != nil {
 			m.Content += ev.Text

@@ -36,8 +36,8 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 }
 
 // UIMessages turns stored messages into the AI SDK's UIMessages: user text messages as
-// they are, each run's assistant and tool messages as one assistant message. Notices and
-// answers a retry superseded are left out.
+// they are, each run's assistant and tool messages as one assistant message. Notices are
+// left out. msgs are a branch (the active path): other branches are not in them.
 // needsApproval (nil: none) names the tools whose calls waited for a person: a call of
 // one that ran shows as approved.
 func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map[string]any {
@@ -45,9 +45,6 @@ func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map
 	var cur map[string]any
 	curRun := ""
 	for _, m := range msgs {
-		if m.Superseded {
-			continue
-		}
 		run := ""
 		if m.RunID != nil {
 			run = m.RunID.String()

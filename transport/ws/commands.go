@@ -23,7 +23,11 @@ func (c *conn) command(f clientFrame) {
 			c.replyError(f.RequestID, conversation.CodeBadRequest, "chat.send needs content")
 			return
 		}
-		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content, WhileRunning: chat.DoubleText(f.WhileRunning)})
+		editOf, ok := c.messageID(f, "editOf", f.EditOf)
+		if !ok {
+			return
+		}
+		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content, WhileRunning: chat.DoubleText(f.WhileRunning), EditOf: editOf})
 		if err != nil {
 			c.replyErr(f.RequestID, err)
 			return
@@ -70,7 +74,17 @@ func (c *conn) command(f clientFrame) {
 		if f.Limit != nil {
 			limit = *f.Limit
 		}
-		page, err := c.actor.History(c.ctx, before, limit)
+		through, ok := c.messageID(f, "through", f.Through)
+		if !ok {
+			return
+		}
+		var page conversation.HistoryPage
+		var err error
+		if through != nil {
+			page, err = c.actor.Branch(c.ctx, *through, before, limit)
+		} else {
+			page, err = c.actor.History(c.ctx, before, limit)
+		}
 		if err != nil {
 			c.replyErr(f.RequestID, err)
 			return
@@ -136,6 +150,37 @@ func (c *conn) command(f clientFrame) {
 		}
 		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
 
+	case typeChatRegenerate:
+		if f.RequestID == nil {
+			c.replyError(nil, conversation.CodeBadRequest, "chat.regenerate needs a requestId")
+			return
+		}
+		runID, ok := c.requiredRunID(f)
+		if !ok {
+			return
+		}
+		res, err := c.actor.Continue(c.ctx, conversation.ContinueRequest{RunID: runID, RequestID: *f.RequestID, Retry: true, Regenerate: true})
+		if err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID, RunID: &res.RunID, Duplicate: res.Duplicate, Status: string(res.Status)})
+
+	case typeBranchSelect:
+		id, ok := c.messageID(f, "messageId", f.MessageID)
+		if !ok {
+			return
+		}
+		if id == nil {
+			c.replyError(f.RequestID, conversation.CodeBadRequest, "branch.select needs a messageId")
+			return
+		}
+		if err := c.actor.SelectBranch(c.ctx, *id); err != nil {
+			c.replyErr(f.RequestID, err)
+			return
+		}
+		c.reply(wireAck{Type: "ack", RequestID: f.RequestID})
+
 	case typeChatDismiss:
 		runID, ok := c.requiredRunID(f)
 		if !ok {
@@ -174,6 +219,20 @@ func (c *conn) runID(f clientFrame) (id uuid.UUID, ok bool) {
 		return uuid.Nil, false
 	}
 	return id, true
+}
+
+// messageID reads an optional message id field (nil when absent). A malformed one is
+// answered with an error and ok is false.
+func (c *conn) messageID(f clientFrame, field string, v *string) (*uuid.UUID, bool) {
+	if v == nil {
+		return nil, true
+	}
+	id, err := uuid.Parse(*v)
+	if err != nil || id == uuid.Nil {
+		c.replyError(f.RequestID, conversation.CodeBadRequest, field+" must be the UUID of a message")
+		return nil, false
+	}
+	return &id, true
 }
 
 // validHash reports whether h is a SHA-256 in lowercase hex, as chat.InputHash writes it.

@@ -9,8 +9,8 @@ import (
 	"github.com/chatd/chatd/transport/wstest"
 )
 
-// A tab that watches a retry learns, from chat.started's run.retryOf, that the old answer
-// is superseded: it ends equal to a new tab's snapshot.
+// A tab that watches a retry follows the path back to the user message (branch.selected)
+// and the new answer onto it: it ends equal to a new tab's snapshot.
 func TestRetryWatcherMatchesASnapshot(t *testing.T) {
 	t.Parallel()
 	gate := script.NewGate()

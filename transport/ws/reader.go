@@ -131,7 +131,7 @@ func decodeClientFrame(typ websocket.MessageType, data []byte) (clientFrame, *ba
 	switch f.Type {
 	case "":
 		return clientFrame{}, &badFrame{requestID: f.RequestID, code: conversation.CodeBadRequest, message: "type is required"}
-	case typeHello, typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeChatDismiss, typeHistoryFetch, typeAuthRefresh, typeApprovalRevoke, typeChatUnqueue:
+	case typeHello, typeChatSend, typeChatCancel, typeToolDecide, typeChatResume, typeChatDismiss, typeHistoryFetch, typeAuthRefresh, typeApprovalRevoke, typeChatUnqueue, typeChatRegenerate, typeBranchSelect:
 		return f, nil
 	default:
 		t := f.Type

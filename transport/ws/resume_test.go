@@ -57,8 +57,8 @@ func TestResumeAndDismissOverTheWire(t *testing.T) {
 }
 
 // chat.resume with mode retry over the wire: a new run answers the same user message,
-// every tab sees it start with the original userMessage, and a later snapshot marks the
-// old answer superseded.
+// every tab sees the path go back to it (branch.selected) and the run start with the
+// original userMessage, and a later snapshot shows the new answer as the second of two.
 func TestRetryOverTheWire(t *testing.T) {
 	t.Parallel()
 	gate := script.NewGate()
@@ -74,6 +74,9 @@ func TestRetryOverTheWire(t *testing.T) {
 	ack := a.ReadReply("again")
 	require.Equal(t, "ack", ack.Type, "%s", ack.Raw)
 	require.NotEqual(t, first.RunID, ack.RunID)
+	sel := a.Await(func(f wstest.Frame) bool { return f.Type == "branch.selected" })
+	require.Len(t, sel.Messages, 1, "the path up to the user message")
+	require.Equal(t, user.ID, sel.Messages[0].ID)
 	started := a.Await(func(f wstest.Frame) bool { return f.Type == "chat.started" && f.RunID == ack.RunID })
 	require.Equal(t, ack.RunID, started.RunID)
 	require.Equal(t, user.ID, started.UserMessage.ID, "the same user message")
@@ -82,8 +85,10 @@ func TestRetryOverTheWire(t *testing.T) {
 
 	b := e.join(a.State.SessionID)
 	msgs := b.State.Sorted()
-	require.Len(t, msgs, 3)
-	require.True(t, msgs[1].Superseded)
-	require.False(t, msgs[2].Superseded)
-	require.Equal(t, "answer", msgs[2].Content)
+	require.Len(t, msgs, 2)
+	require.Equal(t, "answer", msgs[1].Content)
+	require.Equal(t, user.ID, msgs[1].ParentID)
+	require.Equal(t, 1, msgs[1].Branch.Index)
+	require.Len(t, msgs[1].Branch.Siblings, 2)
+	require.Empty(t, wstest.Diff(msgs, a.State.Sorted()), "the watching tab equals a new tab's snapshot")
 }

@@ -179,7 +179,7 @@ func TestSchemaFrameTypesMatchGo(t *testing.T) {
 		id, ok := typ.(*ast.Ident)
 		return ok && id.Name == "EventType"
 	})
-	require.Len(t, eventsGo, 15, "conversation's event types")
+	require.Len(t, eventsGo, 16, "conversation's event types")
 	serverGo := append([]string{"snapshot", "resumed", "ack", "error", "history", "auth.refreshed", "auth.expiring"}, eventsGo...)
 
 	clientSchema, err := wstest.FrameTypes("ClientFrame")
@@ -442,6 +442,16 @@ func (f schemaFixture) serverFrames(t *testing.T) map[string][]byte {
 	event("queue.updated, steering", &conversation.Event{Seq: 22, Type: conversation.EventQueue, Queued: steering})
 	marshal("ack, steering send", ws.WireAck{Type: "ack", RequestID: rid("s1"), RunID: &f.run, Status: "steering"})
 	marshal("ack, steered repeat", ws.WireAck{Type: "ack", RequestID: rid("s1"), RunID: &f.run, Duplicate: true, Status: "steered"})
+	// Branches: a message with its parent and its place among its siblings, and the
+	// event that replaces a tab's path.
+	other := uuid.New()
+	edited := chat.Message{ID: f.msg, SessionID: f.session, RunID: &f.run, RequestID: "r1", Position: 3, Role: chat.RoleUser, Kind: chat.KindText, Content: "again", Status: chat.MessageComplete, ParentID: &other, Branch: &chat.Branch{Siblings: []uuid.UUID{other, f.msg}, Index: 1}, CreatedAt: f.now}
+	event("branch.selected", &conversation.Event{Seq: 23, Type: conversation.EventBranch, Messages: []chat.Message{edited}, HasMore: true, Leaf: &edited.ID})
+	event("branch.selected, empty path", &conversation.Event{Seq: 24, Type: conversation.EventBranch, Messages: []chat.Message{}})
+	editStarted := ev(conversation.EventChatStarted, 25)
+	editStarted.Run, editStarted.Message = f.runAt(chat.RunRunning), &edited
+	event("chat.started, an edit", editStarted)
+	marshal("ack, branch.select", ws.WireAck{Type: "ack", RequestID: rid("b1")})
 	for i, d := range []chat.ToolDecision{
 		{Approved: true, By: "u1", At: f.now, Via: chat.DecidedViaWS},
 		{Approved: false, At: f.now, Via: chat.DecidedViaExpiry},

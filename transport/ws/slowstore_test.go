@@ -105,11 +105,11 @@ func (s slowStore) SessionOpen(ctx context.Context, id uuid.UUID, req store.Open
 	return s.Store.SessionOpen(ctx, id, req)
 }
 
-func (s slowStore) MessagesBefore(ctx context.Context, id uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
+func (s slowStore) MessagesPath(ctx context.Context, id uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, false, err
 	}
-	return s.Store.MessagesBefore(ctx, id, before, limit)
+	return s.Store.MessagesPath(ctx, id, leaf, before, limit)
 }
 
 func (s slowStore) MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error) {

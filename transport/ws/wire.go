@@ -28,6 +28,10 @@ const (
 	typeApprovalRevoke = "approval.revoke"
 	// typeChatUnqueue takes back a queued message (its requestId) before its run starts.
 	typeChatUnqueue = "chat.unqueue"
+	// typeChatRegenerate answers a run's user message again, as a new branch.
+	typeChatRegenerate = "chat.regenerate"
+	// typeBranchSelect makes the branch through a message the active path.
+	typeBranchSelect = "branch.select"
 )
 
 // Server frames about the connection's token (expiry.go).
@@ -64,6 +68,12 @@ type clientFrame struct {
 	RuleID     string  `json:"ruleId"`
 	// WhileRunning is chat.send's policy for a send during an active run.
 	WhileRunning string `json:"whileRunning"`
+	// EditOf is the user message a chat.send edits.
+	EditOf *string `json:"editOf"`
+	// MessageID is the message branch.select shows the branch through.
+	MessageID *string `json:"messageId"`
+	// Through: history.fetch reads the branch through this message.
+	Through *string `json:"through"`
 
 	// raw is the frame as it came, for a relay to send on.
 	raw []byte
@@ -111,19 +121,25 @@ func toWireRules(rs []chat.ApprovalRule) []wireRule {
 }
 
 type wireMessage struct {
-	ID        uuid.UUID  `json:"id"`
-	Position  int64      `json:"position"`
-	Role      string     `json:"role"`
-	Kind      string     `json:"kind,omitempty"` // "reasoning"; absent for text
-	Content   string     `json:"content"`
-	Status    string     `json:"status"`
-	RunID     *uuid.UUID `json:"runId,omitempty"`
-	RequestID string     `json:"requestId,omitempty"`
-	CreatedAt time.Time  `json:"createdAt"`
-	Error     *wireError `json:"error,omitempty"`
-	Tool      *wireTool  `json:"tool,omitempty"`
-	// Superseded: the answer of a run a retry replaced (kept, out of the model's context).
-	Superseded bool `json:"superseded,omitempty"`
+	ID        uuid.UUID   `json:"id"`
+	Position  int64       `json:"position"`
+	Role      string      `json:"role"`
+	Kind      string      `json:"kind,omitempty"` // "reasoning"; absent for text
+	Content   string      `json:"content"`
+	Status    string      `json:"status"`
+	RunID     *uuid.UUID  `json:"runId,omitempty"`
+	RequestID string      `json:"requestId,omitempty"`
+	CreatedAt time.Time   `json:"createdAt"`
+	Error     *wireError  `json:"error,omitempty"`
+	Tool      *wireTool   `json:"tool,omitempty"`
+	ParentID  *uuid.UUID  `json:"parentId,omitempty"` // absent for a first message
+	Branch    *wireBranch `json:"branch,omitempty"`   // one of several alternatives
+}
+
+// wireBranch is where a message stands among its parent's children.
+type wireBranch struct {
+	Siblings []uuid.UUID `json:"siblings"`
+	Index    int         `json:"index"`
 }
 
 type wireUsage struct {
@@ -188,6 +204,10 @@ type wireEvent struct {
 	Error       *wireError    `json:"error,omitempty"`
 	Rules       *[]wireRule   `json:"rules,omitempty"`  // approval.rules only, [] for none
 	Queued      *[]wireQueued `json:"queued,omitempty"` // queue.updated only, [] for none
+	// branch.selected only: the new active path's newest messages.
+	Messages *[]wireMessage `json:"messages,omitempty"`
+	HasMore  *bool          `json:"hasMore,omitempty"`
+	LeafID   *uuid.UUID     `json:"leafId,omitempty"`
 }
 
 // wireQueued is a message waiting behind the active run (the queue policy).
@@ -276,8 +296,10 @@ func toWireMessage(m chat.Message) wireMessage {
 		RequestID: m.RequestID,
 		CreatedAt: m.CreatedAt,
 		Error:     toWireError(m.Error),
-
-		Superseded: m.Superseded,
+		ParentID:  m.ParentID,
+	}
+	if b := m.Branch; b != nil {
+		w.Branch = &wireBranch{Siblings: b.Siblings, Index: b.Index}
 	}
 	if m.Tool != nil {
 		w.Tool = &wireTool{
@@ -385,6 +407,9 @@ func EncodeEvent(ev *conversation.Event) []byte {
 	case conversation.EventQueue:
 		q := toWireQueued(ev.Queued)
 		w.Queued = &q
+	case conversation.EventBranch:
+		ms := toWireMessages(ev.Messages)
+		w.Messages, w.HasMore, w.LeafID = &ms, &ev.HasMore, ev.Leaf
 	}
 	b, err := json.Marshal(w)
 	if err != nil {

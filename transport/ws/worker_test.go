@@ -62,6 +62,8 @@ func TestCommandFloodMeetsTheLimit(t *testing.T) {
 	e := gatedEnv(t, gate, envOptions{})
 	ctx := waitContext(t)
 	c, pings := pingClient(t, e, true)
+	c.Chat("r0", "hello") // something to read: an empty session's history reads nothing
+	c.ReadTerminal()
 	r := readInBackground(t, c)
 
 	// Every database call waits from now on: the first history.fetch holds the worker.
@@ -145,6 +147,8 @@ func TestClosingWhileACommandWaitsOnTheDatabase(t *testing.T) {
 	ctx := waitContext(t)
 
 	c := e.session()
+	c.Chat("r1", "hello") // something to read: an empty session's history reads nothing
+	c.ReadTerminal()
 	gate.hold()
 	c.Send(map[string]any{"type": "history.fetch", "requestId": "stuck"})
 	gate.awaitEntered(ctx, t)

@@ -75,8 +75,14 @@ type Message struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	Error     *ErrorInfo `json:"error,omitempty"`
 	Tool      *Tool      `json:"tool,omitempty"`
-	// Superseded marks the answer of a run a retry replaced.
-	Superseded bool `json:"superseded,omitempty"`
+	ParentID  string     `json:"parentId,omitempty"`
+	Branch    *Branch    `json:"branch,omitempty"`
+}
+
+// Branch is where a message stands among its parent's children.
+type Branch struct {
+	Siblings []string `json:"siblings"`
+	Index    int      `json:"index"`
 }
 
 // PendingApproval is the call a run waits on.
@@ -197,7 +203,12 @@ type State struct {
 	SessionID string
 	Epoch     string
 	LastSeq   int64
-	Messages  map[string]*Message
+	Messages  map[string]*Message // the active path's
+	// OffPath holds the ids of messages added on a branch the state does not show:
+	// events about them are ignored, as a tab ignores them. Branched: the session has
+	// branches, so an event may name a message of another branch never seen.
+	OffPath   map[string]bool
+	Branched  bool
 	ActiveRun *Run
 	// LastRun is the session's latest run when the snapshot found it ended.
 	LastRun *Run
@@ -219,7 +230,7 @@ type Queued struct {
 
 // NewState returns an empty state.
 func NewState() *State {
-	return &State{Messages: map[string]*Message{}, Ended: map[string]*Run{}}
+	return &State{Messages: map[string]*Message{}, OffPath: map[string]bool{}, Ended: map[string]*Run{}}
 }
 
 // Apply folds a frame into the state. Replies are ignored. It returns an error when the
@@ -233,6 +244,7 @@ func (s *State) Apply(f Frame) error {
 		for i := range f.Messages {
 			m := f.Messages[i]
 			s.Messages[m.ID] = &m
+			s.Branched = s.Branched || m.Branch != nil
 		}
 		s.ActiveRun = f.ActiveRun
 		s.LastRun = f.LastRun
@@ -253,37 +265,62 @@ func (s *State) Apply(f Frame) error {
 	s.LastSeq = f.Seq
 	msg := func(id string) (*Message, error) {
 		m, ok := s.Messages[id]
-		if !ok {
+		if !ok && !s.OffPath[id] && !s.Branched {
 			return nil, fmt.Errorf("%s (seq %d) names message %s that the state does not hold", f.Type, f.Seq, id)
 		}
 		return m, nil
 	}
-	switch f.Type {
-	case "chat.started":
-		m := *f.UserMessage
-		s.Messages[m.ID] = &m
-		s.ActiveRun = f.Run
-		s.LastRun = nil
-		if f.Run.RetryOf != "" {
-			// A retry: the answer of the run it retries is superseded.
-			for _, old := range s.Messages {
-				if old.RunID == f.Run.RetryOf && old.Role != "user" {
-					old.Superseded = true
-				}
+	// add applies the protocol's rule: a message under the last one held grows the path,
+	// one held is replaced, any other is on a branch the state does not show.
+	add := func(m Message) {
+		if _, ok := s.Messages[m.ID]; ok {
+			s.Messages[m.ID] = &m
+			return
+		}
+		var last *Message
+		for _, h := range s.Messages {
+			if last == nil || h.Position > last.Position {
+				last = h
 			}
 		}
-	case "assistant.segment.started", "tool.start", "tool.update", "tool.end", "message.added":
-		m := *f.Message
-		s.Messages[m.ID] = &m
+		if (last == nil && m.ParentID == "") || (last != nil && m.ParentID == last.ID) {
+			s.Messages[m.ID] = &m
+			return
+		}
+		s.OffPath[m.ID] = true
+		s.Branched = true
+	}
+	switch f.Type {
+	case "chat.started":
+		add(*f.UserMessage)
+		s.ActiveRun = f.Run
+		s.LastRun = nil
+	case "assistant.segment.started", "tool.start", "message.added":
+		add(*f.Message)
+	case "tool.update", "tool.end":
+		if m, err := msg(f.Message.ID); err != nil {
+			return err
+		} else if m != nil {
+			c := *f.Message
+			s.Messages[c.ID] = &c
+		}
+	case "branch.selected":
+		s.Branched = true
+		s.Messages = map[string]*Message{}
+		for i := range f.Messages {
+			m := f.Messages[i]
+			s.Messages[m.ID] = &m
+			delete(s.OffPath, m.ID)
+		}
 	case "chat.delta":
 		m, err := msg(f.MessageID)
-		if err != nil {
+		if err != nil || m == nil {
 			return err
 		}
 		m.Content += *f.Text
 	case "tool.output":
 		m, err := msg(f.MessageID)
-		if err != nil {
+		if err != nil || m == nil {
 			return err
 		}
 		out := *f.Text
@@ -293,7 +330,7 @@ func (s *State) Apply(f Frame) error {
 		m.Tool.Output = &out
 	case "assistant.segment.ended":
 		m, err := msg(f.MessageID)
-		if err != nil {
+		if err != nil || m == nil {
 			return err
 		}
 		m.Status = f.Status

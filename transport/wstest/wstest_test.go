@@ -32,7 +32,7 @@ func TestStateEnforcesTheGuarantee(t *testing.T) {
 
 	s := fresh()
 	require.EqualValues(t, 4, s.LastSeq)
-	require.NoError(t, s.Apply(decode(t, `{"type":"assistant.segment.started","seq":5,"message":{"id":"m2","position":2,"role":"assistant","content":"","status":"streaming"}}`)))
+	require.NoError(t, s.Apply(decode(t, `{"type":"assistant.segment.started","seq":5,"message":{"id":"m2","position":2,"role":"assistant","content":"","status":"streaming","parentId":"m1"}}`)))
 	require.NoError(t, s.Apply(decode(t, `{"type":"chat.delta","seq":6,"messageId":"m2","text":"a"}`)))
 	require.NoError(t, s.Apply(decode(t, `{"type":"chat.delta","seq":7,"messageId":"m2","text":"b"}`)))
 	require.NoError(t, s.Apply(decode(t, `{"type":"assistant.segment.ended","seq":8,"messageId":"m2","status":"error","error":{"code":"x","message":"y"}}`)))
@@ -52,6 +52,16 @@ func TestStateEnforcesTheGuarantee(t *testing.T) {
 		require.Error(t, fresh().Apply(decode(t, frame)), name)
 	}
 	require.NoError(t, fresh().Apply(decode(t, `{"type":"resumed","sessionId":"s","epoch":"e","lastSeq":4}`)))
+
+	// A message not under the last one held is on another branch: not shown, and its
+	// deltas are ignored; branch.selected replaces the path.
+	s = fresh()
+	require.NoError(t, s.Apply(decode(t, `{"type":"assistant.segment.started","seq":5,"message":{"id":"x","position":2,"role":"assistant","content":"","status":"streaming","parentId":"elsewhere"}}`)))
+	require.NoError(t, s.Apply(decode(t, `{"type":"chat.delta","seq":6,"messageId":"x","text":"a"}`)))
+	require.Len(t, s.Sorted(), 1)
+	require.NoError(t, s.Apply(decode(t, `{"type":"branch.selected","seq":7,"requestId":"","messages":[{"id":"m9","position":9,"role":"user","content":"other","status":"complete"}],"hasMore":true,"leafId":"m9"}`)))
+	require.Equal(t, []string{"m9"}, []string{s.Sorted()[0].ID})
+	require.Len(t, s.Sorted(), 1)
 }
 
 func TestDiff(t *testing.T) {
