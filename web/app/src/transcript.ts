@@ -325,7 +325,7 @@ export class Transcript {
       // The same arrow, or at the end of the row the other one.
       const arrow =
         there.querySelector<HTMLElement>(`[data-testid=${f.testid}]:not(:disabled)`) ??
-        there.querySelector<HTMLElement>('[data-testid^=branch-]:not(:disabled)');
+        there.querySelector<HTMLElement>('button[data-testid^=branch-]:not(:disabled)');
       arrow?.focus();
     }
   }
