@@ -132,7 +132,7 @@ test('a regeneration: branch.selected ends the path at the question, chat.starte
   let s = follow({ lastSeq: 1, messages: [u, a, t], lastRun: ended('error', { resumable: true }) });
   s = applyFrame(s, { type: 'branch.selected', seq: 2, requestId: '', leafId: u.id, messages: [u], hasMore: false });
   assert.deepEqual(s.messages, [u], 'the path up to the question answered again');
-  const u2 = { ...u, branch: undefined };
+  const u2 = { ...u, status: 'complete' };
   s = applyFrame(s, ev(3, 'chat.started', { runId: R2, run: run({ runId: R2, requestId: 'r2', retryOf: R1 }), userMessage: u2 }));
   assert.equal(s.messages.length, 1, 'the user message is held: replaced, not added twice');
   assert.equal(s.messages[0], u2);
@@ -184,6 +184,26 @@ test('an added message is appended only when its parent is the last message held
   const r = applyFrame(base, ev(1, 'message.added', { message: edited }));
   assert.deepEqual(r.messages, [edited, a]);
   assert.equal(r.messages[1], a);
+});
+
+test('a held message replaced by one without branch keeps its branch; one with a branch brings its own', () => {
+  const siblings = [mid(), mid()];
+  const u = msg(1, { role: 'user', branch: { siblings: [...siblings], index: 1 } });
+  let s = follow({ lastSeq: 0, messages: [u] });
+  // A regeneration's chat.started carries the question without its alternatives.
+  const plain = { ...u, branch: undefined };
+  delete plain.branch;
+  s = applyFrame(s, ev(1, 'chat.started', { runId: R2, run: run({ runId: R2, retryOf: R1 }), userMessage: plain }));
+  assert.deepEqual(s.messages, [u]);
+  const t = msg(2, { role: 'tool', parentId: u.id, status: 'streaming', branch: { siblings: [mid(), mid()], index: 1 }, tool: { callId: 'c', name: 'x', input: {}, status: 'running' } });
+  s = applyFrame(s, ev(2, 'tool.start', { runId: R2, message: t }));
+  const ended = { ...t, status: 'complete', tool: { ...t.tool, status: 'ok' } };
+  delete ended.branch;
+  s = applyFrame(s, ev(3, 'tool.end', { runId: R2, message: ended }));
+  assert.deepEqual(s.messages[1], { ...ended, branch: t.branch });
+  const other = { siblings: [...siblings, mid()], index: 2 };
+  s = applyFrame(s, ev(4, 'message.added', { message: { ...u, branch: other } }));
+  assert.deepEqual(s.messages[0].branch, other);
 });
 
 test('events about a message not held (another branch\'s) are ignored', () => {

@@ -195,14 +195,17 @@ function addMessage(messages, m) {
 }
 function putMessage(messages, m) {
   const i = indexOf(messages, m.id);
-  if (i >= 0) return replaceAt(messages, i, m);
+  if (i >= 0) return replaceAt(messages, i, keepBranch(messages[i], m));
   const last = messages.length ? messages[messages.length - 1].id : null;
   if ((m.parentId ?? null) !== last) return messages;
   return [...messages, m];
 }
 function replaceMessage(messages, m) {
   const i = indexOf(messages, m.id);
-  return i < 0 ? messages : replaceAt(messages, i, m);
+  return i < 0 ? messages : replaceAt(messages, i, keepBranch(messages[i], m));
+}
+function keepBranch(held, next) {
+  return held.branch && !next.branch ? { ...next, branch: held.branch } : next;
 }
 function replaceAt(messages, i, m) {
   if (messages[i] === m) return messages;

@@ -298,7 +298,7 @@ function addMessage(messages: Message[], m: Message): Message[] {
  */
 function putMessage(messages: Message[], m: Message): Message[] {
   const i = indexOf(messages, m.id);
-  if (i >= 0) return replaceAt(messages, i, m);
+  if (i >= 0) return replaceAt(messages, i, keepBranch(messages[i]!, m));
   const last = messages.length ? messages[messages.length - 1]!.id : null;
   if ((m.parentId ?? null) !== last) return messages;
   return [...messages, m];
@@ -307,7 +307,17 @@ function putMessage(messages: Message[], m: Message): Message[] {
 /** Replaces the message with m's id; one not held is on a branch not shown: nothing changes. */
 function replaceMessage(messages: Message[], m: Message): Message[] {
   const i = indexOf(messages, m.id);
-  return i < 0 ? messages : replaceAt(messages, i, m);
+  return i < 0 ? messages : replaceAt(messages, i, keepBranch(messages[i]!, m));
+}
+
+/**
+ * The message to hold instead of held: next, with held's branch when next has none. An
+ * event may carry a message without its branch (a regeneration's chat.started has the
+ * question as written); its alternatives cannot have changed while it stayed held, since
+ * every new alternative comes with a branch.selected, which replaces the path.
+ */
+function keepBranch(held: Message, next: Message): Message {
+  return held.branch && !next.branch ? { ...next, branch: held.branch } : next;
 }
 
 function replaceAt(messages: Message[], i: number, m: Message): Message[] {
