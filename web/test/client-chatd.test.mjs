@@ -699,6 +699,21 @@ test('branches: an edit, a regenerate and branch.select in one client; the other
     const f = await sameAsFresh();
     const [row] = await srv.query(`SELECT content FROM messages WHERE id = '${answer}'`);
     assert.equal(f.messages.at(-1).content, row.content, 'the text so far, then every delta: the stored text');
+
+    // While a run is active: a regenerate is refused, an edit too unless it interrupts.
+    const r6 = await a.send('one more');
+    await waitFor(b, (s) => s.messages.some((m) => m.runId === r6.runId && m.role === 'assistant' && m.content.length > 10), 20000, 'text of one more run');
+    await assert.rejects(b.regenerate(r5.runId), (err) => err.code === 'run_active');
+    await assert.rejects(b.edit(q1.id, 'not now'), (err) => err.code === 'run_active');
+    const r7 = await b.edit(q1.id, 'first, again', { whileRunning: 'interrupt' });
+    for (const c of [a, b]) {
+      const s = await waitFor(c, done(r7.runId), 20000, 'the interrupting edit answered');
+      assert.equal(s.messages[0].content, 'first, again');
+      assert.equal(s.messages[0].branch.siblings.length, 3);
+    }
+    const [cancelled] = await srv.query(`SELECT status, cancel_reason FROM runs WHERE id = '${r6.runId}'`);
+    assert.equal(cancelled.status, 'cancelled');
+    await sameAsFresh();
   } finally {
     a.close();
     b.close();
