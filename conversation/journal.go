@@ -413,14 +413,17 @@ func (j *sessionJournal) latestRun() (chat.Run, error) {
 
 // deleteEmpty removes a streaming segment that holds no text, and reports whether it
 // did, after the writes queued before it.
-func (j *sessionJournal) deleteEmpty(id uuid.UUID) (bool, error) {
+func (j *sessionJournal) deleteEmpty(m chat.Message) (bool, error) {
 	var deleted bool
 	err := j.q.Do(func(ctx context.Context) (err error) {
-		deleted, err = j.st.MessageDeleteEmpty(ctx, id)
+		deleted, err = j.st.MessageDeleteEmpty(ctx, m.ID)
 		return err
 	})
 	if deleted {
-		j.recent.remove(id)
+		j.recent.remove(m.ID)
+		if sameID(j.leaf, &m.ID) {
+			j.setLeaf(m.ParentID, nil, false) // as the statement did
+		}
 	}
 	return deleted, err
 }

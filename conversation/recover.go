@@ -355,7 +355,7 @@ func (a *Actor) seam(msgs []chat.Message) ([]chat.Message, error) {
 		if m.Content == "" && len(a.subs) == 0 {
 			// Nobody was told of it in this process (start-up recovers before serving):
 			// a segment that stored nothing is not part of the transcript.
-			if _, err := a.journal.deleteEmpty(m.ID); err != nil {
+			if _, err := a.journal.deleteEmpty(m); err != nil {
 				return nil, err
 			}
 			continue
@@ -443,6 +443,9 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	}
 	a.logger().Info().Str("run_id", info.ID.String()).Str("retry_of", old.ID.String()).Msg("answering a run's message again")
 	a.publishBranch(&user.ID)
+	if shown, ok := a.journal.recent.upTo(user.ID, 1); ok {
+		user = shown[0] // as branch.selected showed it, with its place among its siblings
+	}
 	a.begin(newRunState(info), user)
 	return SendResult{RunID: info.ID, Status: chat.RunRunning}, nil
 }

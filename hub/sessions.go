@@ -85,6 +85,48 @@ func (s *Sessions) Rename(ctx context.Context, owner string, id uuid.UUID, title
 	return sum, nil
 }
 
+// Messages returns up to limit messages before position before (0: the newest) of
+// owner's session id: of its active path, or, with through, of the branch through that
+// message (without selecting it). The session's actor reads them, with the text of a
+// segment still streaming.
+func (s *Sessions) Messages(ctx context.Context, owner string, id uuid.UUID, through *uuid.UUID, before int64, limit int) (conversation.HistoryPage, error) {
+	if err := s.owned(ctx, owner, id); err != nil {
+		return conversation.HistoryPage{}, err
+	}
+	var page conversation.HistoryPage
+	err := s.hub.Do(ctx, id, func(a *conversation.Actor) (err error) {
+		if through != nil {
+			page, err = a.Branch(ctx, *through, before, limit)
+		} else {
+			page, err = a.History(ctx, before, limit)
+		}
+		return err
+	})
+	return page, err
+}
+
+// SelectBranch makes the branch through message msg the active path of owner's session
+// id, for every tab (conversation.Actor.SelectBranch).
+func (s *Sessions) SelectBranch(ctx context.Context, owner string, id, msg uuid.UUID) error {
+	if err := s.owned(ctx, owner, id); err != nil {
+		return err
+	}
+	return s.hub.Do(ctx, id, func(a *conversation.Actor) error { return a.SelectBranch(ctx, msg) })
+}
+
+// owned checks that session id exists, is owner's and is not deleted: ErrNotFound
+// otherwise.
+func (s *Sessions) owned(ctx context.Context, owner string, id uuid.UUID) error {
+	sess, err := s.store.SessionGet(ctx, id)
+	if err == nil && (sess.Owner != owner || sess.DeletedAt != nil) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return s.fail(ctx, "read the session", err)
+	}
+	return nil
+}
+
 // Delete deletes owner's session id for good. In order:
 //
 //  1. New actors for the session wait (a hello or a recovery meanwhile would load it

@@ -223,3 +223,64 @@ func TestLeaseRowsBackfill(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// 000018 turns each transcript into a tree: a linear one is one path ending at its last
+// message; a retried run's answer and its retry's hang under the same user message, and
+// what came after the retry follows the retry. The retry's answer is on the active path.
+func TestBranchesBackfill(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := t.Context()
+	downTo(t, pool, 17)
+	_, err := pool.Exec(ctx, `
+		INSERT INTO sessions (id, title, created_at, updated_at) VALUES
+			('00000000-0000-0000-0000-000000000001', '', now(), now()),
+			('00000000-0000-0000-0000-000000000002', '', now(), now()),
+			('00000000-0000-0000-0000-000000000003', '', now(), now());
+		INSERT INTO runs (id, session_id, owner, request_id, status, started_at, last_activity_at) VALUES
+			('00000000-0000-0000-0000-0000000000a1', '00000000-0000-0000-0000-000000000001', '', 'r1', 'done', now(), now()),
+			('00000000-0000-0000-0000-0000000000a2', '00000000-0000-0000-0000-000000000001', '', 'r2', 'done', now(), now()),
+			('00000000-0000-0000-0000-0000000000b1', '00000000-0000-0000-0000-000000000002', '', 'r1', 'error', now(), now()),
+			('00000000-0000-0000-0000-0000000000b2', '00000000-0000-0000-0000-000000000002', '', 'r2', 'error', now(), now()),
+			('00000000-0000-0000-0000-0000000000b3', '00000000-0000-0000-0000-000000000002', '', 'r3', 'done', now(), now()),
+			('00000000-0000-0000-0000-0000000000b4', '00000000-0000-0000-0000-000000000002', '', 'r4', 'done', now(), now());
+		UPDATE runs SET retry_of = '00000000-0000-0000-0000-0000000000b1', superseded_by = '00000000-0000-0000-0000-0000000000b3'
+			WHERE id = '00000000-0000-0000-0000-0000000000b2';
+		UPDATE runs SET superseded_by = '00000000-0000-0000-0000-0000000000b2' WHERE id = '00000000-0000-0000-0000-0000000000b1';
+		UPDATE runs SET retry_of = '00000000-0000-0000-0000-0000000000b2' WHERE id = '00000000-0000-0000-0000-0000000000b3';
+		INSERT INTO messages (id, session_id, run_id, position, role, content, status, created_at, updated_at) VALUES
+			('00000000-0000-0000-0000-000000000a01', '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a1', 1, 'user', 'q1', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000a02', '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a1', 2, 'assistant', 'a1', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000a03', '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a1', 3, 'tool', '', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000a04', '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a2', 4, 'user', 'q2', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000a05', '00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-0000000000a2', 5, 'assistant', 'a2', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000b01', '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000b1', 1, 'user', 'q', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000b02', '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000b1', 2, 'assistant', 'first try', 'error', now(), now()),
+			('00000000-0000-0000-0000-000000000b03', '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000b2', 3, 'assistant', 'second try', 'error', now(), now()),
+			('00000000-0000-0000-0000-000000000b04', '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000b3', 4, 'assistant', 'third try', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000b05', '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000b3', 5, 'assistant', 'more', 'complete', now(), now()),
+			('00000000-0000-0000-0000-000000000b06', '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-0000000000b4', 6, 'user', 'next', 'complete', now(), now())`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+
+	rows, err := pool.Query(ctx, "SELECT id::text, COALESCE(parent_id::text, '') FROM messages ORDER BY session_id, position")
+	require.NoError(t, err)
+	type edge struct{ ID, Parent string }
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[edge])
+	require.NoError(t, err)
+	m := func(s string) string { return "00000000-0000-0000-0000-000000000" + s }
+	require.Equal(t, []edge{
+		{m("a01"), ""}, {m("a02"), m("a01")}, {m("a03"), m("a02")}, {m("a04"), m("a03")}, {m("a05"), m("a04")},
+		{m("b01"), ""},
+		{m("b02"), m("b01")}, // the first try, the second and the third all answer q
+		{m("b03"), m("b01")},
+		{m("b04"), m("b01")},
+		{m("b05"), m("b04")}, // the third try goes on
+		{m("b06"), m("b05")}, // and the next question follows it
+	}, got)
+
+	rows, err = pool.Query(ctx, "SELECT COALESCE(active_leaf::text, '') FROM sessions ORDER BY id")
+	require.NoError(t, err)
+	leaves, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{m("a05"), m("b06"), ""}, leaves)
+}

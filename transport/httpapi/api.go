@@ -30,6 +30,11 @@ type Sessions interface {
 	// Delete deletes owner's session id: its run cancelled, its sandbox killed, its
 	// connections closed with 4004, its rows gone and its id never used again.
 	Delete(ctx context.Context, owner string, id uuid.UUID) error
+	// Messages returns a page of owner's session id: of its active path, or of the
+	// branch through message through (nil: the active path), without selecting it.
+	Messages(ctx context.Context, owner string, id uuid.UUID, through *uuid.UUID, before int64, limit int) (conversation.HistoryPage, error)
+	// SelectBranch makes the branch through message msg the session's active path.
+	SelectBranch(ctx context.Context, owner string, id, msg uuid.UUID) error
 }
 
 // Config configures the API.
@@ -68,9 +73,13 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /v1/sessions", a.authed(a.list))
 	a.mux.HandleFunc("PATCH /v1/sessions/{id}", a.authed(a.relayed(a.rename)))
 	a.mux.HandleFunc("DELETE /v1/sessions/{id}", a.authed(a.relayed(a.delete)))
+	a.mux.HandleFunc("GET /v1/sessions/{id}/messages", a.authed(a.relayed(a.messages)))
+	a.mux.HandleFunc("POST /v1/sessions/{id}/branch", a.authed(a.relayed(a.selectBranch)))
 	// What the routes above do not match is answered in JSON too.
 	a.mux.HandleFunc("/v1/sessions", methodNotAllowed("GET"))
 	a.mux.HandleFunc("/v1/sessions/{id}", methodNotAllowed("PATCH, DELETE"))
+	a.mux.HandleFunc("/v1/sessions/{id}/messages", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions/{id}/branch", methodNotAllowed("POST"))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, &conversation.Error{Code: conversation.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
 	})
@@ -81,7 +90,7 @@ func New(cfg Config) (*API, error) {
 // elsewhere (a UI's own dev server, say) may list, rename and delete. Tokens travel in
 // the Authorization header, never in cookies, so credentials are not allowed.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if CORS(w, r, a.cfg.AllowedOrigins, "GET, PATCH, DELETE") {
+	if CORS(w, r, a.cfg.AllowedOrigins, "GET, POST, PATCH, DELETE") {
 		return
 	}
 	a.mux.ServeHTTP(w, r)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/transport/ws"
 )
 
 // Page sizes of GET /v1/sessions.
@@ -147,6 +148,80 @@ func (a *API) delete(w http.ResponseWriter, r *http.Request, owner string) {
 		return
 	}
 	if err := a.cfg.Sessions.Delete(r.Context(), owner, id); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// messages is GET /v1/sessions/{id}/messages: a page of the session's active path, or,
+// with ?through=, of the branch through that message, as the WebSocket's history sends
+// them (?before=, ?limit= as history.fetch's).
+func (a *API) messages(w http.ResponseWriter, r *http.Request, owner string) {
+	id, ok := a.sessionID(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	var before int64
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			a.writeError(w, r, badRequest("before must be a message position (1 or more)"))
+			return
+		}
+		before = n
+	}
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > conversation.MaxHistoryLimit {
+			a.writeError(w, r, badRequest(fmt.Sprintf("limit must be between 1 and %d", conversation.MaxHistoryLimit)))
+			return
+		}
+		limit = n
+	}
+	var through *uuid.UUID
+	if v := q.Get("through"); v != "" {
+		m, err := uuid.Parse(v)
+		if err != nil || m == uuid.Nil {
+			a.writeError(w, r, badRequest("through must be the UUID of a message"))
+			return
+		}
+		through = &m
+	}
+	page, err := a.cfg.Sessions.Messages(r.Context(), owner, id, through, before, limit)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": ws.MessagesJSON(page.Messages), "hasMore": page.HasMore})
+}
+
+// selectBranch is POST /v1/sessions/{id}/branch {"messageId"}: the branch through that
+// message becomes the session's active path, for every tab (branch.selected).
+func (a *API) selectBranch(w http.ResponseWriter, r *http.Request, owner string) {
+	id, ok := a.sessionID(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		MessageID *string `json:"messageId"`
+	}
+	if err := readJSON(w, r, &body); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if body.MessageID == nil {
+		a.writeError(w, r, badRequest("messageId is required"))
+		return
+	}
+	msg, err := uuid.Parse(*body.MessageID)
+	if err != nil || msg == uuid.Nil {
+		a.writeError(w, r, badRequest("messageId must be the UUID of a message"))
+		return
+	}
+	if err := a.cfg.Sessions.SelectBranch(r.Context(), owner, id, msg); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

@@ -326,6 +326,16 @@ func wireKind(k chat.MessageKind) string {
 	return ""
 }
 
+// MessagesJSON is ms as protocol v1 sends them (a history's messages): for the HTTP API's
+// reads of a transcript.
+func MessagesJSON(ms []chat.Message) json.RawMessage {
+	b, err := json.Marshal(toWireMessages(ms))
+	if err != nil {
+		return json.RawMessage("[]") // a message always encodes; never reached
+	}
+	return b
+}
+
 func toWireMessages(ms []chat.Message) []wireMessage {
 	out := make([]wireMessage, len(ms))
 	for i, m := range ms {

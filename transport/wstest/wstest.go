@@ -136,6 +136,7 @@ type Frame struct {
 	LastSeq     int64     `json:"lastSeq"`
 	Messages    []Message `json:"messages"`
 	HasMore     bool      `json:"hasMore"`
+	LeafID      string    `json:"leafId"` // branch.selected
 	ActiveRun   *Run      `json:"activeRun"`
 	LastRun     *Run      `json:"lastRun"`
 	Run         *Run      `json:"run"`
@@ -390,6 +391,15 @@ func Diff(want, got []Message) string {
 		}
 	}
 	return ""
+}
+
+// Contents returns the content of each of ms, in order: a transcript at a glance.
+func Contents(ms []Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Content
+	}
+	return out
 }
 
 func normalize(m Message) Message {
