@@ -175,3 +175,33 @@ test('a message sent while a reply streams is queued, with a cancel, and starts 
   assertNoPageErrors(page);
   await context.close();
 });
+
+test('a queued message sent now steers the reply: the assistant reads it at its next step, in the same run', async () => {
+  const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await openApp(context, env.srv);
+  // The demo calls its tool half way through (after about two seconds): the step boundary.
+  const sessionId = await send(page, 'use a tool please');
+  await waitStreaming(page, 0);
+  await page.fill('[data-testid=composer-input]', 'and what about tomorrow');
+  await page.press('[data-testid=composer-input]', 'Enter');
+  await page.waitForSelector('[data-testid=message-queued][data-status=queued] >> text=and what about tomorrow', { timeout: WAIT });
+  await page.click('[data-testid=message-queued] [data-testid=queued-steer]');
+  // Given to the reply as a user turn of the same run, after the tool's result; the
+  // assistant answers it there.
+  await page.waitForSelector('[data-testid=message-user] >> text=and what about tomorrow', { timeout: WAIT });
+  await page.waitForSelector('[data-testid=message-queued]', { state: 'detached', timeout: WAIT });
+  await waitRunEnded(page);
+  assert.deepEqual(
+    await page.$$eval('[data-testid=messages] > li', (els) => els.map((e) => e.getAttribute('data-testid'))),
+    ['message-user', 'message-assistant', 'message-tool', 'message-user', 'message-assistant'],
+  );
+  const last = (await shown(page)).at(-1);
+  assert.ok(last.text.startsWith('Demo reply to "and what about tomorrow".'), last.text);
+  const runs = await env.srv.query(`SELECT id::text AS id FROM runs WHERE session_id = '${sessionId}'`);
+  assert.equal(runs.length, 1, 'steering starts no run');
+  const users = await env.srv.query(`SELECT run_id::text AS run_id FROM messages WHERE session_id = '${sessionId}' AND role = 'user'`);
+  assert.deepEqual(users.map((u) => u.run_id), [runs[0].id, runs[0].id]);
+  await assertMatchesDatabase(page, env.srv, sessionId);
+  assertNoPageErrors(page);
+  await context.close();
+});

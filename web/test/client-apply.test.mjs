@@ -1,7 +1,7 @@
 // applyFrame alone: every frame kind of docs/protocol.md, with no network.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyFrame, applyHistory, initialState, eventOrder, pendingApprovals, contextUsage, runProgress, EVENT_TYPES } from '../client/dist/index.js';
+import { applyFrame, applyHistory, initialState, eventOrder, pendingApprovals, contextUsage, runProgress, branchOf, EVENT_TYPES } from '../client/dist/index.js';
 
 const S = '0193a000-0000-7000-8000-000000000001';
 const R1 = '0193a000-0000-7000-8000-0000000000r1'.replace('r1', 'a1');
@@ -13,6 +13,10 @@ const mid = () => `0193b000-0000-7000-8000-${String(++ids).padStart(12, '0')}`;
 
 function msg(position, fields = {}) {
   return { id: mid(), position, role: 'assistant', content: '', status: 'complete', runId: R1, requestId: 'r1', createdAt: T, ...fields };
+}
+/** Messages that follow one another on one branch: each one's parentId is the one before. */
+function chain(...ms) {
+  return ms.map((m, i) => (i === 0 ? m : { ...m, parentId: ms[i - 1].id }));
 }
 function run(fields = {}) {
   return { runId: R1, requestId: 'r1', status: 'running', startedAt: T, lastActivityAt: T, ...fields };
@@ -87,7 +91,7 @@ test('resumed keeps the state', () => {
 
 test('events apply only in seq order: old ones are ignored, a gap applies nothing', () => {
   const u = msg(1, { role: 'user', content: 'hi' });
-  const a = msg(2, { status: 'streaming' });
+  const a = msg(2, { status: 'streaming', parentId: u.id });
   let s = follow({ lastSeq: 0 },
     ev(1, 'chat.started', { run: run(), userMessage: u }),
     ev(2, 'assistant.segment.started', { message: a }),
@@ -110,35 +114,156 @@ test('events apply only in seq order: old ones are ignored, a gap applies nothin
 });
 
 test('chat.started adds the user message; its run is active; lastRun clears', () => {
-  const u = msg(3, { role: 'user', content: 'hi' });
-  const s = follow({ lastSeq: 9, messages: [msg(1), msg(2)], lastRun: ended('done') },
+  const held = chain(msg(1, { role: 'user' }), msg(2));
+  const u = msg(3, { role: 'user', content: 'hi', parentId: held[1].id });
+  const s = follow({ lastSeq: 9, messages: held, lastRun: ended('done') },
     ev(10, 'chat.started', { run: run({ runId: R2 }), userMessage: u }));
   assert.deepEqual(s.messages.at(-1), u);
   assert.equal(s.activeRun.runId, R2);
   assert.equal(s.lastRun, null);
 });
 
-test('chat.started with run.retryOf marks that run\'s non-user messages superseded', () => {
-  const u = msg(1, { role: 'user', runId: R1 });
-  const a = msg(2, { runId: R1, content: 'first answer', status: 'error' });
-  const t = msg(3, { role: 'tool', runId: R1, tool: { callId: 'c', name: 'x', input: {}, status: 'ok', output: 'o' } });
-  const other = msg(4, { role: 'system', runId: R2 });
-  const s = follow({ lastSeq: 1, messages: [u, a, t, other], lastRun: ended('error', { resumable: true }) },
-    ev(2, 'chat.started', { runId: R2, run: run({ runId: R2, requestId: 'r2', retryOf: R1 }), userMessage: u }));
-  assert.equal(s.messages.length, 4, 'the user message is the same message: not added twice');
-  assert.equal(s.messages[0].superseded, undefined);
-  assert.equal(s.messages[1].superseded, true);
-  assert.equal(s.messages[2].superseded, true);
-  assert.equal(s.messages[3].superseded, undefined);
-  assert.equal(s.messages[3], other, 'untouched messages keep their identity');
+test('a regeneration: branch.selected ends the path at the question, chat.started replaces it, the new answer appends', () => {
+  const [u, a, t] = chain(
+    msg(1, { role: 'user', runId: R1, content: 'q' }),
+    msg(2, { runId: R1, content: 'first answer', status: 'error' }),
+    msg(3, { role: 'tool', runId: R1, tool: { callId: 'c', name: 'x', input: {}, status: 'ok', output: 'o' } }),
+  );
+  let s = follow({ lastSeq: 1, messages: [u, a, t], lastRun: ended('error', { resumable: true }) });
+  s = applyFrame(s, { type: 'branch.selected', seq: 2, requestId: '', leafId: u.id, messages: [u], hasMore: false });
+  assert.deepEqual(s.messages, [u], 'the path up to the question answered again');
+  const u2 = { ...u, status: 'complete' };
+  s = applyFrame(s, ev(3, 'chat.started', { runId: R2, run: run({ runId: R2, requestId: 'r2', retryOf: R1 }), userMessage: u2 }));
+  assert.equal(s.messages.length, 1, 'the user message is held: replaced, not added twice');
+  assert.equal(s.messages[0], u2);
   assert.equal(s.activeRun.retryOf, R1);
   assert.equal(s.lastRun, null);
+  const b = msg(4, { runId: R2, status: 'streaming', parentId: u.id, branch: { siblings: [a.id, mid()], index: 1 } });
+  s = applyFrame(s, ev(4, 'assistant.segment.started', { runId: R2, message: b }));
+  s = applyFrame(s, ev(5, 'chat.delta', { runId: R2, messageId: b.id, text: 'again' }));
+  assert.deepEqual(s.messages.map((m) => m.id), [u.id, b.id]);
+  assert.equal(s.messages[1].content, 'again');
+  assert.deepEqual(branchOf(s.messages[1]), { index: 1, count: 2, prev: a.id });
+});
+
+test('a regeneration without branch.selected first (an older server order): the question is replaced in place', () => {
+  const [u, a] = chain(msg(1, { role: 'user', runId: R1 }), msg(2, { runId: R1 }));
+  const s = follow({ lastSeq: 1, messages: [u, a] },
+    ev(2, 'chat.started', { runId: R2, run: run({ runId: R2, requestId: 'r2', retryOf: R1 }), userMessage: u }));
+  assert.deepEqual(s.messages, [u, a], 'held: replaced where it is; nothing marked');
+  assert.equal(s.messages[1], a, 'untouched messages keep their identity');
+  assert.equal('superseded' in s.messages[1], false);
+});
+
+test('an added message is appended only when its parent is the last message held', () => {
+  const [u, a] = chain(msg(1, { role: 'user' }), msg(2));
+  const base = follow({ lastSeq: 0, messages: [u, a], activeRun: run() });
+  // Its parent is the last: appended.
+  const next = msg(3, { role: 'system', parentId: a.id });
+  assert.deepEqual(applyFrame(base, ev(1, 'message.added', { message: next })).messages, [u, a, next]);
+  // Its parent is held but not last, or not held, or it is a root while messages are held:
+  // it is on another branch. Only lastSeq moves.
+  for (const parentId of [u.id, mid(), undefined]) {
+    for (const type of ['message.added', 'assistant.segment.started', 'tool.start']) {
+      const m = msg(3, { parentId });
+      const s = applyFrame(base, ev(1, type, { message: m }));
+      assert.equal(s.messages, base.messages, `${type} with parent ${parentId}`);
+      assert.equal(s.lastSeq, 1);
+    }
+    const s = applyFrame(base, ev(1, 'chat.started', { runId: R2, run: run({ runId: R2 }), userMessage: msg(3, { role: 'user', parentId }) }));
+    assert.equal(s.messages, base.messages, 'a user message on another branch is not shown');
+    assert.equal(s.activeRun.runId, R2, 'its run is the session\'s run all the same');
+  }
+  // With nothing held, a root message (no parentId) starts the path; a child does not.
+  const empty = follow({ lastSeq: 0 });
+  const root = msg(1, { role: 'user' });
+  assert.deepEqual(applyFrame(empty, ev(1, 'chat.started', { run: run(), userMessage: root })).messages, [root]);
+  assert.deepEqual(applyFrame(empty, ev(1, 'chat.started', { run: run(), userMessage: { ...root, parentId: mid() } })).messages, []);
+  // A held message is replaced wherever it is, whatever its parentId says.
+  const edited = { ...u, content: 'replaced', branch: { siblings: [u.id, mid()], index: 0 } };
+  const r = applyFrame(base, ev(1, 'message.added', { message: edited }));
+  assert.deepEqual(r.messages, [edited, a]);
+  assert.equal(r.messages[1], a);
+});
+
+test('a held message replaced by one without branch keeps its branch; one with a branch brings its own', () => {
+  const siblings = [mid(), mid()];
+  const u = msg(1, { role: 'user', branch: { siblings: [...siblings], index: 1 } });
+  let s = follow({ lastSeq: 0, messages: [u] });
+  // A regeneration's chat.started carries the question without its alternatives.
+  const plain = { ...u, branch: undefined };
+  delete plain.branch;
+  s = applyFrame(s, ev(1, 'chat.started', { runId: R2, run: run({ runId: R2, retryOf: R1 }), userMessage: plain }));
+  assert.deepEqual(s.messages, [u]);
+  const t = msg(2, { role: 'tool', parentId: u.id, status: 'streaming', branch: { siblings: [mid(), mid()], index: 1 }, tool: { callId: 'c', name: 'x', input: {}, status: 'running' } });
+  s = applyFrame(s, ev(2, 'tool.start', { runId: R2, message: t }));
+  const ended = { ...t, status: 'complete', tool: { ...t.tool, status: 'ok' } };
+  delete ended.branch;
+  s = applyFrame(s, ev(3, 'tool.end', { runId: R2, message: ended }));
+  assert.deepEqual(s.messages[1], { ...ended, branch: t.branch });
+  const other = { siblings: [...siblings, mid()], index: 2 };
+  s = applyFrame(s, ev(4, 'message.added', { message: { ...u, branch: other } }));
+  assert.deepEqual(s.messages[0].branch, other);
+});
+
+test('events about a message not held (another branch\'s) are ignored', () => {
+  const [u, a, t] = chain(
+    msg(1, { role: 'user' }),
+    msg(2, { status: 'streaming' }),
+    msg(3, { role: 'tool', status: 'streaming', tool: { callId: 'c', name: 'x', input: {}, status: 'running' } }),
+  );
+  const base = follow({ lastSeq: 0, messages: [u, a, t], activeRun: run() });
+  const other = mid();
+  const otherTool = { ...t, id: other, tool: { ...t.tool, status: 'ok' } };
+  for (const e of [
+    ev(1, 'chat.delta', { messageId: other, text: 'x' }),
+    ev(1, 'assistant.segment.ended', { messageId: other, status: 'complete' }),
+    ev(1, 'tool.output', { messageId: other, text: 'x' }),
+    ev(1, 'tool.update', { message: otherTool }),
+    ev(1, 'tool.end', { message: otherTool }),
+  ]) {
+    const s = applyFrame(base, e);
+    assert.equal(s.messages, base.messages, e.type);
+    assert.equal(s.lastSeq, 1, e.type);
+  }
+});
+
+test('branch.selected replaces the messages and hasMore; run state stays', () => {
+  const [u, a] = chain(msg(1, { role: 'user' }), msg(2));
+  const active = run({ runId: R2 });
+  const base = follow({ lastSeq: 4, messages: [u, a], hasMore: false, activeRun: active, queued: [{ requestId: 'q', content: 'n', status: 'queued', createdAt: T }] });
+  const [v, b, c] = chain(msg(1, { role: 'user', branch: { siblings: [u.id, mid()], index: 1 } }), msg(5), msg(6, { status: 'streaming', content: 'so far' }));
+  // Given out of order and with a duplicate: held in position order, once.
+  let s = applyFrame(base, { type: 'branch.selected', seq: 5, requestId: '', leafId: c.id, messages: [v, c, b, c], hasMore: true });
+  assert.deepEqual(s.messages, [v, b, c]);
+  assert.equal(s.hasMore, true);
+  assert.equal(s.lastSeq, 5);
+  assert.equal(s.activeRun, base.activeRun);
+  assert.equal(s.queued, base.queued);
+  // The streaming message's deltas now apply.
+  s = applyFrame(s, ev(6, 'chat.delta', { runId: R2, messageId: c.id, text: ', more' }));
+  assert.equal(s.messages[2].content, 'so far, more');
+  // An empty path (right before an edited first question), then the edit's chat.started.
+  s = applyFrame(s, { type: 'branch.selected', seq: 7, requestId: '', messages: [], hasMore: false });
+  assert.deepEqual(s.messages, []);
+  assert.equal(s.hasMore, false);
+  const w = msg(7, { role: 'user', content: 'edited', branch: { siblings: [u.id, v.id, mid()], index: 2 } });
+  s = applyFrame(s, ev(8, 'chat.started', { run: run(), userMessage: w }));
+  assert.deepEqual(s.messages, [w]);
+});
+
+test('branchOf: index, count, prev and next among the alternatives; null without any', () => {
+  const [x, y, z] = [mid(), mid(), mid()];
+  assert.equal(branchOf(msg(1)), null);
+  assert.equal(branchOf(msg(1, { branch: { siblings: [x], index: 0 } })), null);
+  assert.deepEqual(branchOf(msg(1, { branch: { siblings: [x, y, z], index: 0 } })), { index: 0, count: 3, next: y });
+  assert.deepEqual(branchOf(msg(1, { branch: { siblings: [x, y, z], index: 1 } })), { index: 1, count: 3, prev: x, next: z });
+  assert.deepEqual(branchOf(msg(1, { branch: { siblings: [x, y, z], index: 2 } })), { index: 2, count: 3, prev: y });
 });
 
 test('assistant segments: started, deltas, ended (with error)', () => {
-  const r = msg(2, { status: 'streaming', content: '', kind: 'reasoning' });
-  const a = msg(3, { status: 'streaming', content: '' });
-  const s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' })], activeRun: run() },
+  const [u, r, a] = chain(msg(1, { role: 'user' }), msg(2, { status: 'streaming', content: '', kind: 'reasoning' }), msg(3, { status: 'streaming', content: '' }));
+  const s = follow({ lastSeq: 0, messages: [u], activeRun: run() },
     ev(1, 'assistant.segment.started', { message: r }),
     ev(2, 'chat.delta', { messageId: r.id, text: 'think' }),
     ev(3, 'assistant.segment.ended', { messageId: r.id, status: 'complete' }),
@@ -160,8 +285,8 @@ test('a delta for an unknown message changes nothing but lastSeq', () => {
 
 test('tools: start, output (appended), end; approval: start awaiting, update, run.status', () => {
   const tool = (status, extra = {}) => ({ callId: 'demo-approval', name: 'demo_sandbox', input: { reason: 'x' }, status, ...extra });
-  const t = msg(2, { role: 'tool', status: 'streaming', tool: tool('awaiting_approval') });
-  let s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' })], activeRun: run() },
+  const [u, t] = chain(msg(1, { role: 'user' }), msg(2, { role: 'tool', status: 'streaming', tool: tool('awaiting_approval') }));
+  let s = follow({ lastSeq: 0, messages: [u], activeRun: run() },
     ev(1, 'tool.start', { message: t }),
     ev(2, 'run.status', { run: run({ status: 'awaiting_approval', pendingApproval: { toolCallId: 'demo-approval', name: 'demo_sandbox', input: {} } }) }));
   assert.equal(s.activeRun.status, 'awaiting_approval');
@@ -183,14 +308,9 @@ test('tools: start, output (appended), end; approval: start awaiting, update, ru
 });
 
 test('message.added adds a system notice', () => {
-  const n = msg(2, { role: 'system', content: 'the previous sandbox was stopped' });
-  const s = follow({ lastSeq: 0, messages: [msg(1, { role: 'user' })], activeRun: run() }, ev(1, 'message.added', { message: n }));
+  const [u, n] = chain(msg(1, { role: 'user' }), msg(2, { role: 'system', content: 'the previous sandbox was stopped' }));
+  const s = follow({ lastSeq: 0, messages: [u], activeRun: run() }, ev(1, 'message.added', { message: n }));
   assert.deepEqual(s.messages[1], n);
-});
-
-test('a message added out of position order goes in its place', () => {
-  const s = follow({ lastSeq: 0, messages: [msg(1), msg(3)] }, ev(1, 'message.added', { message: msg(2, { role: 'system' }) }));
-  assert.deepEqual(s.messages.map((m) => m.position), [1, 2, 3]);
 });
 
 test('run.status: an active run replaces activeRun (usage too); an ended one (dismissed) becomes lastRun', () => {
@@ -259,6 +379,17 @@ test('applyHistory prepends older messages, dedups by id, takes hasMore from the
   assert.equal(s.hasMore, false);
 });
 
+test('applyHistory takes only the older messages of the path held: a page of another branch changes nothing', () => {
+  const path = chain(...Array.from({ length: 6 }, (_, i) => msg(i + 1)));
+  let s = follow({ messages: path.slice(3), hasMore: true });
+  // A reply read before a branch.selected: it ends at another message than the parent.
+  const other = chain(msg(1), msg(2), msg(3, { id: mid() }));
+  assert.equal(applyHistory(s, { type: 'history', messages: other, hasMore: false }), s);
+  s = applyHistory(s, { type: 'history', messages: path.slice(0, 3), hasMore: false });
+  assert.deepEqual(s.messages, path);
+  assert.equal(s.hasMore, false);
+});
+
 test('applyFrame never modifies its input', () => {
   const a = msg(2, { status: 'streaming' });
   const t = msg(3, { role: 'tool', status: 'streaming', tool: { callId: 'c', name: 'n', input: {}, status: 'running' } });
@@ -280,7 +411,7 @@ test('applyFrame never modifies its input', () => {
 
 test('every event type of the protocol is handled', () => {
   assert.deepEqual([...EVENT_TYPES].sort(), [
-    'approval.rules', 'assistant.segment.ended', 'assistant.segment.started', 'chat.cancelled', 'chat.delta', 'chat.done', 'chat.error',
+    'approval.rules', 'assistant.segment.ended', 'assistant.segment.started', 'branch.selected', 'chat.cancelled', 'chat.delta', 'chat.done', 'chat.error',
     'chat.started', 'message.added', 'queue.updated', 'run.status', 'tool.end', 'tool.output', 'tool.start', 'tool.update',
   ]);
 });

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { ChatClient, MemoryStorage, SessionsClient, pendingApprovals, uuid4 } from '../client/dist/index.js';
+import { ChatClient, MemoryStorage, SessionsClient, branchOf, pendingApprovals, uuid4 } from '../client/dist/index.js';
 import { startChatd } from './chatd.mjs';
 import { waitFor, within, prng, nodeWebSocket, startProxy, dbMessages, clientMessages, watchContent, checkTrace, summary } from './client-util.mjs';
 
@@ -595,6 +595,125 @@ test('approvals as a security boundary: decide sends the shown inputHash, a wron
     await waitFor(b, done(ack3.runId), 10000, 'B to see the cancel');
     const db = await assertEqualsDB(srv, a);
     assert.deepEqual(clientMessages(b.state), db);
+  } finally {
+    a.close();
+    b.close();
+    await srv.stop();
+  }
+});
+
+test('branches: an edit, a regenerate and branch.select in one client; the other follows, a run streaming on another branch included; both end equal to a fresh snapshot', { timeout: 90000 }, async () => {
+  // Runs of about 1.6 s: long enough to switch branches twice while one streams. Deltas
+  // are not coalesced: chatd's branch.selected reads the streaming text before publishing
+  // it flushes the text held for coalescing (publishBranch, conversation/branch.go), so
+  // that text went out as a delta of a message the tab did not hold yet, and the tab lost it.
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '8ms', CHATD_DEMO_WORDS: '200', CHATD_COALESCE_DELTAS: '0s' } });
+  const a = client(srv.wsURL);
+  a.connect();
+  await waitFor(a, (s) => s.connection === 'live');
+  const b = client(srv.wsURL, { sessionId: a.state.sessionId });
+  const texts = (s) => s.messages.map((m) => `${m.role}:${m.content.slice(0, 40)}`);
+  const fresh = async () => {
+    const c = client(srv.wsURL, { sessionId: a.state.sessionId });
+    c.connect();
+    try {
+      return await waitFor(c, (s) => s.connection === 'live', 10000, 'a fresh client');
+    } finally {
+      c.close();
+    }
+  };
+  const sameAsFresh = async () => {
+    const f = await fresh();
+    for (const c of [a, b]) {
+      assert.deepEqual(clientMessages(c.state), clientMessages(f));
+      assert.deepEqual(c.state.messages.map((m) => m.branch ?? null), f.messages.map((m) => m.branch ?? null));
+      assert.deepEqual(c.state.messages.map((m) => m.parentId ?? null), f.messages.map((m) => m.parentId ?? null));
+    }
+    return f;
+  };
+  try {
+    b.connect();
+    await waitFor(b, (s) => s.connection === 'live');
+    const r1 = await a.send('first');
+    await waitFor(b, done(r1.runId), 20000, 'the first run');
+    const r2 = await a.send('second');
+    await waitFor(b, done(r2.runId), 20000, 'the second run');
+    await waitFor(a, done(r2.runId), 20000, 'the second run on A');
+    const linear = a.state.messages;
+    assert.deepEqual(linear.map((m) => m.parentId ?? null), [null, linear[0].id, linear[1].id, linear[2].id], 'one branch, each message the child of the one before');
+    const [q1, a1] = linear;
+
+    // Edit the first question: both show the new version and its answer, "2/2".
+    await assert.rejects(a.edit(uuid4(), 'nothing'), (err) => err.code === 'not_found');
+    const r3 = await a.edit(q1.id, 'first, edited');
+    assert.notEqual(r3.runId, r1.runId);
+    for (const c of [a, b]) {
+      const s = await waitFor(c, done(r3.runId), 20000, 'the edit answered');
+      assert.deepEqual(texts(s).map((t) => t.split(':')[0]), ['user', 'assistant']);
+      assert.equal(s.messages[0].content, 'first, edited');
+      assert.deepEqual(s.messages[0].branch, { siblings: [q1.id, s.messages[0].id], index: 1 });
+      assert.deepEqual(branchOf(s.messages[0]), { index: 1, count: 2, prev: q1.id });
+    }
+    await sameAsFresh();
+
+    // Regenerate the first answer, on the branch not shown: it becomes the path.
+    await assert.rejects(b.regenerate(uuid4()), (err) => err.code === 'not_found');
+    const r4 = await b.regenerate(r1.runId);
+    let regenerated;
+    for (const c of [a, b]) {
+      const s = await waitFor(c, done(r4.runId), 20000, 'the regenerated answer');
+      assert.equal(c.state.lastRun.retryOf, r1.runId);
+      assert.deepEqual(s.messages.map((m) => m.id).slice(0, 1), [q1.id]);
+      assert.equal(s.messages.length, 2);
+      assert.notEqual(s.messages[1].id, a1.id);
+      assert.deepEqual(s.messages[1].branch, { siblings: [a1.id, s.messages[1].id], index: 1 });
+      regenerated = s.messages[1].id;
+    }
+    await sameAsFresh();
+
+    // Back to the first answer: the path through it, with the second question below.
+    await a.selectBranch(a1.id);
+    for (const c of [a, b]) await waitFor(c, (s) => s.messages.length === 4 && s.messages[1].id === a1.id, 10000, 'the first branch');
+    assert.deepEqual(a.state.messages.map((m) => m.id), linear.map((m) => m.id));
+    await sameAsFresh();
+
+    // A run streams on this branch; b shows another one meanwhile: the run stays active
+    // for both, its text shows only where its branch does, and once selected again it
+    // shows with the text so far, then the deltas.
+    const r5 = await a.send('a longer one please');
+    const streaming = await waitFor(b, (s) => s.messages.some((m) => m.runId === r5.runId && m.role === 'assistant' && m.content.length > 10), 20000, 'text of the new run');
+    const answer = streaming.messages.at(-1).id;
+    await b.selectBranch(regenerated);
+    for (const c of [a, b]) {
+      const s = await waitFor(c, (s) => s.messages.length === 2 && s.messages[1].id === regenerated, 10000, 'the other branch while the run streams');
+      assert.ok(!s.messages.some((m) => m.runId === r5.runId), 'the run streams on a branch not shown');
+    }
+    for (const c of [a, b]) assert.equal(c.state.activeRun?.runId, r5.runId, 'the run is the session\'s, shown or not');
+    await a.selectBranch(answer);
+    for (const c of [a, b]) {
+      const back = await waitFor(c, (s) => s.messages.some((m) => m.id === answer), 10000, 'the run\'s branch again');
+      assert.ok(back.messages.find((m) => m.id === answer).content.length > 10, 'with the text so far');
+      await waitFor(c, done(r5.runId), 20000, 'the run to end');
+      await waitFor(c, (s) => s.messages.at(-1)?.id === answer && s.messages.at(-1).status === 'complete', 20000, 'the run\'s answer shown');
+    }
+    const f = await sameAsFresh();
+    const [row] = await srv.query(`SELECT content FROM messages WHERE id = '${answer}'`);
+    assert.equal(f.messages.at(-1).content, row.content, 'the text so far, then every delta: the stored text');
+
+    // While a run is active: a regenerate is refused, an edit too unless it interrupts.
+    const r6 = await a.send('one more');
+    await waitFor(b, (s) => s.messages.some((m) => m.runId === r6.runId && m.role === 'assistant' && m.content.length > 10), 20000, 'text of one more run');
+    await assert.rejects(b.regenerate(r5.runId), (err) => err.code === 'run_active');
+    await assert.rejects(b.edit(q1.id, 'not now'), (err) => err.code === 'run_active');
+    const r7 = await b.edit(q1.id, 'first, again', { whileRunning: 'interrupt' });
+    for (const c of [a, b]) {
+      const s = await waitFor(c, done(r7.runId), 20000, 'the interrupting edit answered');
+      assert.equal(s.messages[0].content, 'first, again');
+      assert.equal(s.messages[0].branch.siblings.length, 3);
+    }
+    const [cancelled] = await srv.query(`SELECT status, cancel_reason FROM runs WHERE id = '${r6.runId}'`);
+    assert.equal(cancelled.status, 'cancelled');
+    await sameAsFresh();
   } finally {
     a.close();
     b.close();

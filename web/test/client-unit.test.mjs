@@ -818,3 +818,32 @@ test("send takes the caller's requestId, so a UI can match its placeholder to th
   assert.equal((await within(sent, 2000, 'send to resolve')).runId, R1);
   c.close();
 });
+
+test('edit, regenerate and selectBranch send their frames; re-sent after a reconnect with the same requestId', async () => {
+  const fake = new Fake();
+  const c = newClient(fake);
+  const Q = msg(1, { role: 'user' }).id;
+  assert.throws(() => c.edit('not-a-uuid', 'x'), /UUID/);
+  const edited = c.edit(Q.toUpperCase(), 'better question', { requestId: 'edit-1', whileRunning: 'interrupt' });
+  const regenerated = c.regenerate(R1, { requestId: 'regen-1' });
+  const selected = c.selectBranch(Q);
+  c.connect();
+  let ws = await handshake(fake, 0);
+  const [edit, regen, select] = [await ws.frame(1), await ws.frame(2), await ws.frame(3)];
+  assert.deepEqual(edit, { type: 'chat.send', requestId: 'edit-1', content: 'better question', whileRunning: 'interrupt', editOf: Q });
+  assert.deepEqual(regen, { type: 'chat.regenerate', requestId: 'regen-1', runId: R1 });
+  assert.equal(select.type, 'branch.select');
+  assert.equal(select.messageId, Q);
+  assert.match(select.requestId, UUID);
+  // The connection drops before any answer: all three go again, unchanged.
+  ws.drop(1006);
+  ws = await handshake(fake, 1, snapshot(), (h) => assert.equal(h.lastSeq, 0));
+  assert.deepEqual([await ws.frame(1), await ws.frame(2), await ws.frame(3)], [edit, regen, select]);
+  ws.push({ type: 'ack', requestId: 'edit-1', runId: R1, duplicate: true, status: 'running' });
+  ws.push({ type: 'error', requestId: 'regen-1', code: 'run_active', message: 'a run is active' });
+  ws.push({ type: 'ack', requestId: select.requestId, duplicate: false });
+  assert.equal((await within(edited, 2000, 'edit to resolve')).runId, R1);
+  await assert.rejects(within(regenerated, 2000, 'regenerate to settle'), (err) => err instanceof ChatError && err.code === 'run_active');
+  assert.equal(await within(selected, 2000, 'selectBranch to resolve'), undefined);
+  c.close();
+});

@@ -9,6 +9,9 @@ const paths = {
   tool: 'M14.7 6.3a4 4 0 0 0-5.4 5.2L4 16.8V20h3.2l5.3-5.3a4 4 0 0 0 5.2-5.4l-2.5 2.5-2.3-.5-.5-2.3z',
   send: 'M5 12h14M13 6l6 6-6 6',
   stop: 'M7 7h10v10H7z',
+  prev: 'M15 6l-6 6 6 6',
+  next: 'M9 6l6 6-6 6',
+  regenerate: 'M21 12a9 9 0 1 1-2.64-6.36L21 8M21 3v5h-5',
 } as const;
 
 export type IconName = keyof typeof paths;

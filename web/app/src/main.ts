@@ -1,8 +1,8 @@
 // chatd's chat app: the conversation list, one open conversation (a ChatClient, whose
 // state the page renders), and the service worker. The client library does the
 // protocol; this file only shows its state and turns clicks into its calls.
-import { ChatClient, SessionsClient, isUuid, uuid4 } from '../../client/src/index.ts';
-import type { ChatState, Message, Run } from '../../client/src/index.ts';
+import { ChatClient, ChatError, SessionsClient, isUuid, uuid4 } from '../../client/src/index.ts';
+import type { ChatState, Message, QueuedMessage, Run } from '../../client/src/index.ts';
 import { byId, frameScheduler, h, setAttr, setText } from './dom.ts';
 import { renderMeter, renderProgress, type ContextUsage } from './format.ts';
 import { fillIcons } from './icons.ts';
@@ -78,7 +78,14 @@ class App {
     stop: byId<HTMLButtonElement>('stop'),
     toast: byId('toast'),
   };
-  private transcript = new Transcript(byId<HTMLOListElement>('messages'));
+  private transcript = new Transcript(byId<HTMLOListElement>('messages'), {
+    // An edit while a reply streams stops that reply (kept as far as it got, on its own
+    // branch): the new version is what the user wants answered.
+    edit: (m, content) => this.client!.edit(m.id, content, { whileRunning: 'interrupt' }),
+    regenerate: (runId) => this.client!.regenerate(runId),
+    select: (messageId) => this.client!.selectBranch(messageId),
+    error: (text) => this.toast(text),
+  });
   private sessions: SessionList;
   private schedule = frameScheduler(() => this.render());
 
@@ -273,7 +280,7 @@ class App {
     const fromBottom = sc.scrollHeight - sc.scrollTop;
     const pinned = fromBottom - sc.clientHeight < 80;
     const firstBefore = els.app.querySelector('.msg')?.getAttribute('data-message-id');
-    this.transcript.render(s.messages);
+    this.transcript.render(s.messages, { running: s.activeRun !== null });
     const firstAfter = s.messages[0]?.id;
     if (pinned) sc.scrollTop = sc.scrollHeight;
     else if (firstBefore && firstAfter !== firstBefore) sc.scrollTop = sc.scrollHeight - fromBottom;
@@ -468,22 +475,60 @@ class App {
     return b;
   }
 
-  private renderQueued(queued: { requestId: string; content: string }[]): void {
-    const key = queued.map((q) => q.requestId).join('\n');
+  private renderQueued(queued: QueuedMessage[]): void {
+    const key = queued.map((q) => `${q.requestId}:${q.status}`).join('\n');
     if (key === this.queuedKey) return;
     this.queuedKey = key;
     this.els.queued.replaceChildren(
       ...queued.map((q) => {
         const cancel = h('button', { type: 'button', class: 'button', 'data-testid': 'queued-cancel' }, 'Cancel');
         cancel.addEventListener('click', () => void this.act(`unqueue:${q.requestId}`, () => this.client!.unqueue(q.requestId)));
+        const steering = q.status === 'steering';
+        let steer: HTMLButtonElement | null = null;
+        if (!steering) {
+          steer = h(
+            'button',
+            { type: 'button', class: 'button', 'data-testid': 'queued-steer', title: 'The assistant reads it at its next step, in this reply' },
+            'Send now',
+          );
+          steer.addEventListener('click', () => void this.act(`steer:${q.requestId}`, () => this.steer(q)));
+        }
         return h(
           'li',
-          { class: 'msg msg-user', 'data-testid': 'message-queued', 'data-request-id': q.requestId },
+          { class: 'msg msg-user', 'data-testid': 'message-queued', 'data-request-id': q.requestId, 'data-status': q.status },
           h('div', { class: 'bubble' }, q.content),
-          h('p', { class: 'msg-status' }, 'Queued · starts when the current reply ends ', cancel),
+          h(
+            'p',
+            { class: 'msg-status' },
+            steering ? 'Steering · the assistant reads it at its next step ' : 'Queued · starts when the current reply ends ',
+            steer,
+            steer ? ' ' : null,
+            cancel,
+          ),
         );
       }),
     );
+  }
+
+  /**
+   * steer gives a queued message to the running reply now (whileRunning steer): taken out
+   * of the queue, then sent again. Started meanwhile, it is left alone; should the reply
+   * end in between (no_run), it is queued again.
+   */
+  private async steer(q: QueuedMessage): Promise<void> {
+    const client = this.client!;
+    try {
+      await client.unqueue(q.requestId);
+    } catch (err) {
+      if (err instanceof ChatError && err.code === 'not_found') return; // its run started
+      throw err;
+    }
+    try {
+      await client.send(q.content, { whileRunning: 'steer' });
+    } catch (err) {
+      if (!(err instanceof ChatError && err.code === 'no_run')) throw err;
+      await client.send(q.content, { whileRunning: 'queue' });
+    }
   }
 
   /** act runs a command, with its buttons disabled until the server answers. */

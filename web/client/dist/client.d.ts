@@ -173,6 +173,37 @@ export declare class ChatClient {
         requestId?: string;
         whileRunning?: WhileRunning;
     }): Promise<Ack>;
+    /**
+     * Edits a user message (chat.send with editOf): content becomes a new version of the
+     * message messageId (any user message, on any branch), a sibling of it, and starts a
+     * run; its branch becomes the active path for every tab (branch.selected, then
+     * chat.started), the old version stays one arrow away (message.branch). While a run is
+     * active it rejects with run_active, unless opts.whileRunning is 'interrupt' (the run is
+     * cancelled first). not_found: messageId is not a user message of the session.
+     */
+    edit(messageId: string, content: string, opts?: {
+        requestId?: string;
+        whileRunning?: 'interrupt' | 'reject';
+    }): Promise<Ack>;
+    private sendFrame;
+    /**
+     * Answers the question of an ended run again (chat.regenerate; runId: any ended run of
+     * the session, on any branch): a new run, whose run.retryOf is runId, writes a new
+     * answer beside the old one, and its branch becomes the active path for every tab. Resolves
+     * with the ack (runId: the new run). run_active while a run is active; not_found for an
+     * unknown run.
+     */
+    regenerate(runId: string, opts?: {
+        requestId?: string;
+    }): Promise<Ack>;
+    /**
+     * Shows another branch (branch.select): the active path becomes the one through
+     * messageId (its ancestors, itself, then the branch below it written last), in every tab
+     * of the session (branch.selected replaces state.messages). Resolves once the server has
+     * it; a run streaming goes on, on its own branch. not_found: no such message. The ids to
+     * pass are in message.branch (see branchOf).
+     */
+    selectBranch(messageId: string): Promise<void>;
     /** Cancels the active run (runId: only that run; default the run active when called). */
     cancel(runId?: string): Promise<Ack>;
     /**

@@ -16,7 +16,8 @@ var EVENT_TYPES = [
   "chat.error",
   "chat.cancelled",
   "approval.rules",
-  "queue.updated"
+  "queue.updated",
+  "branch.selected"
 ];
 function isEvent(frame) {
   return typeof frame.seq === "number";
@@ -64,14 +65,12 @@ function eventOrder(state, event) {
   return "gap";
 }
 function applySnapshot(state, f) {
-  let messages = [];
-  for (const m of f.messages) messages = addMessage(messages, m);
   return {
     ...state,
     sessionId: f.sessionId,
     epoch: f.epoch,
     lastSeq: f.lastSeq,
-    messages,
+    messages: pathMessages(f.messages),
     hasMore: f.hasMore,
     activeRun: f.activeRun ?? null,
     lastRun: f.lastRun ?? null,
@@ -85,23 +84,17 @@ function applyResumed(state, f) {
 }
 function applyEvent(state, e) {
   switch (e.type) {
-    case "chat.started": {
-      let messages = addMessage(state.messages, e.userMessage);
-      const retryOf = e.run.retryOf;
-      if (retryOf) {
-        messages = mapMessages(
-          messages,
-          (m) => m.runId === retryOf && m.role !== "user" && !m.superseded ? { ...m, superseded: true } : m
-        );
-      }
-      return { ...state, messages, activeRun: e.run, lastRun: null };
-    }
+    case "chat.started":
+      return { ...withMessages(state, putMessage(state.messages, e.userMessage)), activeRun: e.run, lastRun: null };
     case "assistant.segment.started":
     case "tool.start":
     case "message.added":
+      return withMessages(state, putMessage(state.messages, e.message));
     case "tool.update":
     case "tool.end":
-      return withMessages(state, addMessage(state.messages, e.message));
+      return withMessages(state, replaceMessage(state.messages, e.message));
+    case "branch.selected":
+      return { ...state, messages: pathMessages(e.messages), hasMore: e.hasMore };
     case "chat.delta":
       if (e.text === "") return state;
       return withMessages(
@@ -147,17 +140,28 @@ function applyEvent(state, e) {
   }
 }
 function applyHistory(state, frame) {
-  const oldest = state.messages.length ? state.messages[0].position : Infinity;
+  const first = state.messages[0];
+  const oldest = first ? first.position : Infinity;
   const have = new Set(state.messages.map((m) => m.id));
   const older = frame.messages.filter((m) => m.position < oldest && !have.has(m.id)).sort((a, b) => a.position - b.position);
   const dedup = [];
   for (const m of older) if (!dedup.length || dedup[dedup.length - 1].id !== m.id) dedup.push(m);
+  if (first?.parentId !== void 0 && dedup.length && dedup[dedup.length - 1].id !== first.parentId) return state;
   if (!dedup.length && state.hasMore === frame.hasMore) return state;
   return {
     ...state,
     messages: dedup.length ? [...dedup, ...state.messages] : state.messages,
     hasMore: frame.hasMore
   };
+}
+function branchOf(m) {
+  const b = m.branch;
+  if (!b || b.siblings.length < 2) return null;
+  const index = Math.max(0, Math.min(b.siblings.length - 1, b.index));
+  const pos = { index, count: b.siblings.length };
+  if (index > 0) pos.prev = b.siblings[index - 1];
+  if (index < b.siblings.length - 1) pos.next = b.siblings[index + 1];
+  return pos;
 }
 function pendingApprovals(state) {
   return state.messages.filter((m) => m.role === "tool" && m.tool?.status === "awaiting_approval");
@@ -170,6 +174,11 @@ function runProgress(state) {
 }
 function withMessages(state, messages) {
   return messages === state.messages ? state : { ...state, messages };
+}
+function pathMessages(from) {
+  let messages = [];
+  for (const m of from) messages = addMessage(messages, m);
+  return messages;
 }
 function addMessage(messages, m) {
   const i = indexOf(messages, m.id);
@@ -184,23 +193,30 @@ function addMessage(messages, m) {
   next.splice(at, 0, m);
   return next;
 }
-function updateMessage(messages, id, fn) {
-  const i = indexOf(messages, id);
-  if (i < 0) return messages;
-  const m = fn(messages[i]);
-  if (m === messages[i]) return messages;
+function putMessage(messages, m) {
+  const i = indexOf(messages, m.id);
+  if (i >= 0) return replaceAt(messages, i, keepBranch(messages[i], m));
+  const last = messages.length ? messages[messages.length - 1].id : null;
+  if ((m.parentId ?? null) !== last) return messages;
+  return [...messages, m];
+}
+function replaceMessage(messages, m) {
+  const i = indexOf(messages, m.id);
+  return i < 0 ? messages : replaceAt(messages, i, keepBranch(messages[i], m));
+}
+function keepBranch(held, next) {
+  return held.branch && !next.branch ? { ...next, branch: held.branch } : next;
+}
+function replaceAt(messages, i, m) {
+  if (messages[i] === m) return messages;
   const next = messages.slice();
   next[i] = m;
   return next;
 }
-function mapMessages(messages, fn) {
-  let changed = false;
-  const next = messages.map((m) => {
-    const n = fn(m);
-    if (n !== m) changed = true;
-    return n;
-  });
-  return changed ? next : messages;
+function updateMessage(messages, id, fn) {
+  const i = indexOf(messages, id);
+  if (i < 0) return messages;
+  return replaceAt(messages, i, fn(messages[i]));
 }
 function indexOf(messages, id) {
   for (let i = messages.length - 1; i >= 0; i--) if (messages[i].id === id) return i;
@@ -531,11 +547,26 @@ var ChatClient = class {
    * CHATD_DOUBLE_TEXT decides (default queue).
    */
   send(content, opts = {}) {
+    return this.sendFrame("send", content, opts);
+  }
+  /**
+   * Edits a user message (chat.send with editOf): content becomes a new version of the
+   * message messageId (any user message, on any branch), a sibling of it, and starts a
+   * run; its branch becomes the active path for every tab (branch.selected, then
+   * chat.started), the old version stays one arrow away (message.branch). While a run is
+   * active it rejects with run_active, unless opts.whileRunning is 'interrupt' (the run is
+   * cancelled first). not_found: messageId is not a user message of the session.
+   */
+  edit(messageId, content, opts = {}) {
+    if (!isUuid(messageId)) throw new Error(`ChatClient.edit: messageId must be a UUID, got ${JSON.stringify(messageId)}`);
+    return this.sendFrame("edit", content, { ...opts, editOf: messageId.toLowerCase() });
+  }
+  sendFrame(what, content, opts) {
     const requestId = opts.requestId ?? uuid4();
-    if (requestId.length < 1 || requestId.length > 128) throw new Error("ChatClient.send: requestId must be 1 to 128 characters");
-    const whileRunning = opts.whileRunning;
+    if (requestId.length < 1 || requestId.length > 128) throw new Error(`ChatClient.${what}: requestId must be 1 to 128 characters`);
+    const { whileRunning, editOf } = opts;
     if (whileRunning !== void 0 && !["queue", "steer", "reject", "interrupt"].includes(whileRunning)) {
-      throw new Error("ChatClient.send: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'");
+      throw new Error(`ChatClient.${what}: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'`);
     }
     return this.enqueue({
       kind: "send",
@@ -543,9 +574,41 @@ var ChatClient = class {
       build: () => {
         const f = { type: "chat.send", requestId, content };
         if (whileRunning !== void 0) f.whileRunning = whileRunning;
+        if (editOf !== void 0) f.editOf = editOf;
         return f;
       }
     });
+  }
+  /**
+   * Answers the question of an ended run again (chat.regenerate; runId: any ended run of
+   * the session, on any branch): a new run, whose run.retryOf is runId, writes a new
+   * answer beside the old one, and its branch becomes the active path for every tab. Resolves
+   * with the ack (runId: the new run). run_active while a run is active; not_found for an
+   * unknown run.
+   */
+  regenerate(runId, opts = {}) {
+    const requestId = opts.requestId ?? uuid4();
+    return this.enqueue({
+      kind: "regenerate",
+      requestId,
+      runId,
+      build: () => ({ type: "chat.regenerate", requestId, runId })
+    });
+  }
+  /**
+   * Shows another branch (branch.select): the active path becomes the one through
+   * messageId (its ancestors, itself, then the branch below it written last), in every tab
+   * of the session (branch.selected replaces state.messages). Resolves once the server has
+   * it; a run streaming goes on, on its own branch. not_found: no such message. The ids to
+   * pass are in message.branch (see branchOf).
+   */
+  selectBranch(messageId) {
+    const requestId = uuid4();
+    return this.enqueue({
+      kind: "select",
+      requestId,
+      build: () => ({ type: "branch.select", requestId, messageId })
+    }).then(() => void 0);
   }
   /** Cancels the active run (runId: only that run; default the run active when called). */
   cancel(runId) {
@@ -915,7 +978,7 @@ var ChatClient = class {
       p.notBefore = now + Math.min(this.maxMs, 100 * 2 ** Math.min(p.sends, 6));
       return;
     }
-    const idempotent = p.kind === "send" || p.kind === "resume" || p.kind === "history" || p.kind === "dismiss";
+    const idempotent = p.kind === "send" || p.kind === "resume" || p.kind === "regenerate" || p.kind === "select" || p.kind === "history" || p.kind === "dismiss";
     if (e.code === "storage" && idempotent && p.storageRetries < STORAGE_RETRIES) {
       p.storageRetries++;
       p.notBefore = now + this.backoffDelay(p.storageRetries);
@@ -938,6 +1001,9 @@ var ChatClient = class {
       if (runStatus(p.runId) === "cancelled") {
         return { type: "ack", requestId: p.requestId, runId: p.runId, duplicate: true, status: "cancelled" };
       }
+    }
+    if (p.kind === "regenerate" && e.code === "run_active" && s.activeRun?.requestId === p.requestId) {
+      return { type: "ack", requestId: p.requestId, runId: s.activeRun.runId, duplicate: true, status: s.activeRun.status };
     }
     if (p.kind === "unqueue" && e.code === "not_found" && p.sends > 1 && !s.queued.some((q) => q.requestId === p.requestId)) {
       return { type: "ack", requestId: p.requestId, duplicate: true };
@@ -1303,6 +1369,7 @@ export {
   SessionsClient,
   applyFrame,
   applyHistory,
+  branchOf,
   contextUsage,
   eventOrder,
   initialState,

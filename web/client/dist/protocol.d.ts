@@ -79,8 +79,20 @@ export interface Message {
     error?: ErrorObject;
     /** Only (and always) on role tool. */
     tool?: Tool;
-    /** The answer of a run that a chat.resume retry replaced. */
-    superseded?: true;
+    /** The message before this one on its branch; absent for a root message (the first of a
+     * branch that starts at the conversation's beginning). */
+    parentId?: Uuid;
+    /** Present when this message is one of several alternatives (its parent has more than
+     * one child): an edited question's siblings are the user messages, a regenerated
+     * answer's the first message of each answer. Shown as "< index+1 / siblings.length >". */
+    branch?: Branch;
+}
+/** A message's place among its alternatives (docs/protocol.md, Branches). */
+export interface Branch {
+    /** The alternatives' ids, in creation order. */
+    siblings: Uuid[];
+    /** 0-based: this message's place in siblings. */
+    index: number;
 }
 export interface Usage {
     inputTokens: number;
@@ -125,7 +137,7 @@ export interface Run {
     /** Present (true) while the run can be continued with chat.resume. */
     resumable?: true;
     recoveries?: number;
-    /** The run this one retries (chat.resume retry). */
+    /** The run this one answers again (chat.regenerate, or chat.resume retry). */
     retryOf?: Uuid;
 }
 export interface HelloFrame {
@@ -140,8 +152,26 @@ export interface ChatSendFrame {
     type: 'chat.send';
     requestId: string;
     content: string;
-    /** Absent: the server's CHATD_DOUBLE_TEXT. */
+    /** Absent: the server's CHATD_DOUBLE_TEXT. With editOf only 'interrupt' changes anything:
+     * otherwise an edit while a run is active is refused with run_active. */
     whileRunning?: WhileRunning;
+    /** Edits a user message (any, on any branch): the new message becomes its sibling, starts
+     * a run, and its branch becomes the active path. */
+    editOf?: Uuid;
+}
+/** Answers the user message of an ended run again, as a new run whose retryOf is runId;
+ * the new answer is a sibling of the old one and becomes the active path. */
+export interface ChatRegenerateFrame {
+    type: 'chat.regenerate';
+    requestId: string;
+    runId: Uuid;
+}
+/** Makes the active path the branch through messageId (its ancestors, itself, then the
+ * most recently written branch below it), for every tab (branch.selected). */
+export interface BranchSelectFrame {
+    type: 'branch.select';
+    requestId?: string;
+    messageId: Uuid;
 }
 /** Takes back a queued message (requestId: that message's) before its run starts. */
 export interface ChatUnqueueFrame {
@@ -158,6 +188,8 @@ export interface HistoryFetchFrame {
     requestId?: string;
     before?: number;
     limit?: number;
+    /** Pages the branch through this message instead of the active path (without selecting it). */
+    through?: Uuid;
 }
 export interface ToolDecideFrame {
     type: 'tool.decide';
@@ -193,7 +225,7 @@ export interface AuthRefreshFrame {
     requestId?: string;
     token: string;
 }
-export type ClientFrame = HelloFrame | ChatSendFrame | ChatCancelFrame | ChatUnqueueFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame | ApprovalRevokeFrame;
+export type ClientFrame = HelloFrame | ChatSendFrame | ChatRegenerateFrame | BranchSelectFrame | ChatCancelFrame | ChatUnqueueFrame | HistoryFetchFrame | ToolDecideFrame | ChatResumeFrame | ChatDismissFrame | AuthRefreshFrame | ApprovalRevokeFrame;
 /** A client frame other than hello. */
 export type CommandFrame = Exclude<ClientFrame, HelloFrame>;
 export interface SnapshotFrame {
@@ -223,14 +255,14 @@ export interface ResumedFrame {
 export interface AckFrame {
     type: 'ack';
     requestId?: string;
-    /** Absent on the ack of approval.revoke and chat.unqueue (as is status), and of a queued chat.send. */
+    /** Absent on the ack of approval.revoke, chat.unqueue and branch.select (as is status), and of a queued chat.send. */
     runId: Uuid;
     /** true when the command named something already done: nothing new was started. */
     duplicate: boolean;
     /** 'queued': a chat.send under whileRunning queue; the message has no run yet. */
     status: RunStatus | 'queued' | 'steering' | 'steered';
 }
-/** The reply to chat.send, chat.cancel, tool.decide, chat.resume and chat.dismiss. */
+/** The reply to chat.send, chat.regenerate, chat.cancel, tool.decide, chat.resume and chat.dismiss. */
 export type Ack = AckFrame;
 export interface ErrorFrame {
     type: 'error';
@@ -335,7 +367,21 @@ export interface QueueUpdatedEvent {
     requestId: string;
     queued: QueuedMessage[];
 }
-export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent | ApprovalRulesEvent | QueueUpdatedEvent;
+/**
+ * The active path changed (a branch.select, an edit, a regenerate): messages replaces the
+ * held messages (the newest 200 of the new path, as a snapshot carries them) and hasMore.
+ */
+export interface BranchSelectedEvent {
+    type: 'branch.selected';
+    seq: number;
+    requestId: string;
+    /** The last message of the path; absent when the path is empty. */
+    leafId?: Uuid;
+    /** Ascending position. */
+    messages: Message[];
+    hasMore: boolean;
+}
+export type EventFrame = ChatStartedEvent | AssistantSegmentStartedEvent | ChatDeltaEvent | AssistantSegmentEndedEvent | ToolStartEvent | ToolOutputEvent | ToolUpdateEvent | ToolEndEvent | MessageAddedEvent | RunStatusEvent | ChatDoneEvent | ChatErrorEvent | ChatCancelledEvent | ApprovalRulesEvent | QueueUpdatedEvent | BranchSelectedEvent;
 export type ServerFrame = SnapshotFrame | ResumedFrame | ReplyFrame | AuthRefreshedFrame | AuthExpiringFrame | EventFrame;
 /** The event types, in the order docs/protocol.md lists them. */
 export declare const EVENT_TYPES: readonly EventFrame['type'][];

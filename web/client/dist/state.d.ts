@@ -42,6 +42,14 @@ export declare function initialState(sessionId?: string | null): ChatState;
  *   events; ChatClient reconnects to get them (see {@link eventOrder}).
  * - Replies (`ack`, `error`, `history`, `auth.refreshed`) and `auth.expiring` return the
  *   state unchanged: ChatClient handles them (a history reply with {@link applyHistory}).
+ *
+ * The messages are the session's active path (one branch of its tree). An event that adds
+ * a message (chat.started's userMessage, assistant.segment.started, tool.start,
+ * message.added) replaces the message with its id when held, else appends it when its
+ * parentId (null when absent) is the id of the last message held (null when none), else
+ * it is on a branch not shown and is ignored; so are events about a message not held
+ * (deltas, segment ends, tool output, updates and ends). `branch.selected` replaces the
+ * messages and hasMore. Run events apply whatever branch their run is on.
  */
 export declare function applyFrame(state: ChatState, frame: ServerFrame): ChatState;
 /**
@@ -54,10 +62,26 @@ export declare function eventOrder(state: ChatState, event: {
 }): 'next' | 'old' | 'gap';
 /**
  * Adds older messages from a `history` reply: those older than the oldest message held
- * (and not held already) go in front; `hasMore` becomes the reply's. Pure, like
- * applyFrame.
+ * (and not held already) go in front; `hasMore` becomes the reply's. A reply that does
+ * not end at the parent of the oldest message held was read from another branch (the
+ * path changed while it was on its way): it changes nothing. Pure, like applyFrame.
  */
 export declare function applyHistory(state: ChatState, frame: HistoryFrame): ChatState;
+/** A message's place among its alternatives, for "< index+1 / count >" arrows. */
+export interface BranchPosition {
+    /** 0-based. */
+    index: number;
+    count: number;
+    /** The alternative before this one (ChatClient.selectBranch shows it); absent for the first. */
+    prev?: string;
+    /** The alternative after this one; absent for the last. */
+    next?: string;
+}
+/**
+ * Where a message stands among its alternatives (the other answers of its question, the
+ * other versions of an edited question), or null when it has none.
+ */
+export declare function branchOf(m: Pick<Message, 'branch'>): BranchPosition | null;
 /** The tool calls that wait for a decision, oldest first. */
 export declare function pendingApprovals(state: ChatState): Message[];
 /**

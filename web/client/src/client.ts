@@ -108,7 +108,7 @@ export interface ChatClientOptions {
   onTrace?: (e: TraceEvent) => void;
 }
 
-type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'dismiss' | 'history' | 'revoke' | 'unqueue';
+type Kind = 'send' | 'cancel' | 'decide' | 'resume' | 'regenerate' | 'select' | 'dismiss' | 'history' | 'revoke' | 'unqueue';
 
 interface Pending {
   kind: Kind;
@@ -315,13 +315,34 @@ export class ChatClient {
    * CHATD_DOUBLE_TEXT decides (default queue).
    */
   send(content: string, opts: { requestId?: string; whileRunning?: WhileRunning } = {}): Promise<Ack> {
+    return this.sendFrame('send', content, opts);
+  }
+
+  /**
+   * Edits a user message (chat.send with editOf): content becomes a new version of the
+   * message messageId (any user message, on any branch), a sibling of it, and starts a
+   * run; its branch becomes the active path for every tab (branch.selected, then
+   * chat.started), the old version stays one arrow away (message.branch). While a run is
+   * active it rejects with run_active, unless opts.whileRunning is 'interrupt' (the run is
+   * cancelled first). not_found: messageId is not a user message of the session.
+   */
+  edit(messageId: string, content: string, opts: { requestId?: string; whileRunning?: 'interrupt' | 'reject' } = {}): Promise<Ack> {
+    if (!isUuid(messageId)) throw new Error(`ChatClient.edit: messageId must be a UUID, got ${JSON.stringify(messageId)}`);
+    return this.sendFrame('edit', content, { ...opts, editOf: messageId.toLowerCase() });
+  }
+
+  private sendFrame(
+    what: 'send' | 'edit',
+    content: string,
+    opts: { requestId?: string; whileRunning?: WhileRunning; editOf?: string },
+  ): Promise<Ack> {
     // A requestId of the caller's lets a UI match its "sending" placeholder to the user
     // message the run brings (Message.requestId), which can come before the ack.
     const requestId = opts.requestId ?? uuid4();
-    if (requestId.length < 1 || requestId.length > 128) throw new Error('ChatClient.send: requestId must be 1 to 128 characters');
-    const whileRunning = opts.whileRunning;
+    if (requestId.length < 1 || requestId.length > 128) throw new Error(`ChatClient.${what}: requestId must be 1 to 128 characters`);
+    const { whileRunning, editOf } = opts;
     if (whileRunning !== undefined && !['queue', 'steer', 'reject', 'interrupt'].includes(whileRunning)) {
-      throw new Error("ChatClient.send: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'");
+      throw new Error(`ChatClient.${what}: whileRunning must be 'queue', 'steer', 'interrupt' or 'reject'`);
     }
     return this.enqueue<Ack>({
       kind: 'send',
@@ -329,9 +350,43 @@ export class ChatClient {
       build: () => {
         const f: ChatSendFrame = { type: 'chat.send', requestId, content };
         if (whileRunning !== undefined) f.whileRunning = whileRunning;
+        if (editOf !== undefined) f.editOf = editOf;
         return f;
       },
     });
+  }
+
+  /**
+   * Answers the question of an ended run again (chat.regenerate; runId: any ended run of
+   * the session, on any branch): a new run, whose run.retryOf is runId, writes a new
+   * answer beside the old one, and its branch becomes the active path for every tab. Resolves
+   * with the ack (runId: the new run). run_active while a run is active; not_found for an
+   * unknown run.
+   */
+  regenerate(runId: string, opts: { requestId?: string } = {}): Promise<Ack> {
+    const requestId = opts.requestId ?? uuid4();
+    return this.enqueue<Ack>({
+      kind: 'regenerate',
+      requestId,
+      runId,
+      build: () => ({ type: 'chat.regenerate', requestId, runId }),
+    });
+  }
+
+  /**
+   * Shows another branch (branch.select): the active path becomes the one through
+   * messageId (its ancestors, itself, then the branch below it written last), in every tab
+   * of the session (branch.selected replaces state.messages). Resolves once the server has
+   * it; a run streaming goes on, on its own branch. not_found: no such message. The ids to
+   * pass are in message.branch (see branchOf).
+   */
+  selectBranch(messageId: string): Promise<void> {
+    const requestId = uuid4();
+    return this.enqueue<AckFrame>({
+      kind: 'select',
+      requestId,
+      build: () => ({ type: 'branch.select', requestId, messageId }),
+    }).then(() => undefined);
   }
 
   /** Cancels the active run (runId: only that run; default the run active when called). */
@@ -746,7 +801,13 @@ export class ChatClient {
       p.notBefore = now + Math.min(this.maxMs, 100 * 2 ** Math.min(p.sends, 6));
       return;
     }
-    const idempotent = p.kind === 'send' || p.kind === 'resume' || p.kind === 'history' || p.kind === 'dismiss';
+    const idempotent =
+      p.kind === 'send' ||
+      p.kind === 'resume' ||
+      p.kind === 'regenerate' ||
+      p.kind === 'select' ||
+      p.kind === 'history' ||
+      p.kind === 'dismiss';
     if (e.code === 'storage' && idempotent && p.storageRetries < STORAGE_RETRIES) {
       // The database failed; the same requestId again can never run twice.
       p.storageRetries++;
@@ -774,6 +835,10 @@ export class ChatClient {
       if (runStatus(p.runId) === 'cancelled') {
         return { type: 'ack', requestId: p.requestId, runId: p.runId, duplicate: true, status: 'cancelled' };
       }
+    }
+    if (p.kind === 'regenerate' && e.code === 'run_active' && s.activeRun?.requestId === p.requestId) {
+      // The first send started the run that is now active.
+      return { type: 'ack', requestId: p.requestId, runId: s.activeRun.runId, duplicate: true, status: s.activeRun.status };
     }
     if (p.kind === 'unqueue' && e.code === 'not_found' && p.sends > 1 && !s.queued.some((q) => q.requestId === p.requestId)) {
       // The first send took it back.

@@ -11,6 +11,8 @@ export {
   pendingApprovals,
   contextUsage,
   runProgress,
+  branchOf,
+  type BranchPosition,
 } from './state.js';
 export { ChatError } from './errors.js';
 export {

@@ -73,6 +73,14 @@ export function initialState(sessionId: string | null = null): ChatState {
  *   events; ChatClient reconnects to get them (see {@link eventOrder}).
  * - Replies (`ack`, `error`, `history`, `auth.refreshed`) and `auth.expiring` return the
  *   state unchanged: ChatClient handles them (a history reply with {@link applyHistory}).
+ *
+ * The messages are the session's active path (one branch of its tree). An event that adds
+ * a message (chat.started's userMessage, assistant.segment.started, tool.start,
+ * message.added) replaces the message with its id when held, else appends it when its
+ * parentId (null when absent) is the id of the last message held (null when none), else
+ * it is on a branch not shown and is ignored; so are events about a message not held
+ * (deltas, segment ends, tool output, updates and ends). `branch.selected` replaces the
+ * messages and hasMore. Run events apply whatever branch their run is on.
  */
 export function applyFrame(state: ChatState, frame: ServerFrame): ChatState {
   switch (frame.type) {
@@ -104,14 +112,12 @@ export function eventOrder(state: ChatState, event: { seq: number }): 'next' | '
 }
 
 function applySnapshot(state: ChatState, f: SnapshotFrame): ChatState {
-  let messages: Message[] = [];
-  for (const m of f.messages) messages = addMessage(messages, m);
   return {
     ...state,
     sessionId: f.sessionId,
     epoch: f.epoch,
     lastSeq: f.lastSeq,
-    messages,
+    messages: pathMessages(f.messages),
     hasMore: f.hasMore,
     activeRun: f.activeRun ?? null,
     lastRun: f.lastRun ?? null,
@@ -127,23 +133,20 @@ function applyResumed(state: ChatState, f: ResumedFrame): ChatState {
 
 function applyEvent(state: ChatState, e: EventFrame): ChatState {
   switch (e.type) {
-    case 'chat.started': {
-      let messages = addMessage(state.messages, e.userMessage);
-      const retryOf = e.run.retryOf;
-      if (retryOf) {
-        messages = mapMessages(messages, (m) =>
-          m.runId === retryOf && m.role !== 'user' && !m.superseded ? { ...m, superseded: true } : m,
-        );
-      }
-      return { ...state, messages, activeRun: e.run, lastRun: null };
-    }
+    case 'chat.started':
+      // A regeneration's userMessage is the question answered again, already held (the
+      // branch.selected before it ended the path there): it is replaced.
+      return { ...withMessages(state, putMessage(state.messages, e.userMessage)), activeRun: e.run, lastRun: null };
     case 'assistant.segment.started':
     case 'tool.start':
     case 'message.added':
+      return withMessages(state, putMessage(state.messages, e.message));
     case 'tool.update':
     case 'tool.end':
-      // Adding and replacing are one operation: a message is known by its id.
-      return withMessages(state, addMessage(state.messages, e.message));
+      // About a message of the path shown, or of another branch (ignored).
+      return withMessages(state, replaceMessage(state.messages, e.message));
+    case 'branch.selected':
+      return { ...state, messages: pathMessages(e.messages), hasMore: e.hasMore };
     case 'chat.delta':
       if (e.text === '') return state;
       return withMessages(
@@ -192,23 +195,51 @@ function applyEvent(state: ChatState, e: EventFrame): ChatState {
 
 /**
  * Adds older messages from a `history` reply: those older than the oldest message held
- * (and not held already) go in front; `hasMore` becomes the reply's. Pure, like
- * applyFrame.
+ * (and not held already) go in front; `hasMore` becomes the reply's. A reply that does
+ * not end at the parent of the oldest message held was read from another branch (the
+ * path changed while it was on its way): it changes nothing. Pure, like applyFrame.
  */
 export function applyHistory(state: ChatState, frame: HistoryFrame): ChatState {
-  const oldest = state.messages.length ? state.messages[0]!.position : Infinity;
+  const first = state.messages[0];
+  const oldest = first ? first.position : Infinity;
   const have = new Set(state.messages.map((m) => m.id));
   const older = frame.messages
     .filter((m) => m.position < oldest && !have.has(m.id))
     .sort((a, b) => a.position - b.position);
   const dedup: Message[] = [];
   for (const m of older) if (!dedup.length || dedup[dedup.length - 1]!.id !== m.id) dedup.push(m);
+  if (first?.parentId !== undefined && dedup.length && dedup[dedup.length - 1]!.id !== first.parentId) return state;
   if (!dedup.length && state.hasMore === frame.hasMore) return state;
   return {
     ...state,
     messages: dedup.length ? [...dedup, ...state.messages] : state.messages,
     hasMore: frame.hasMore,
   };
+}
+
+/** A message's place among its alternatives, for "< index+1 / count >" arrows. */
+export interface BranchPosition {
+  /** 0-based. */
+  index: number;
+  count: number;
+  /** The alternative before this one (ChatClient.selectBranch shows it); absent for the first. */
+  prev?: string;
+  /** The alternative after this one; absent for the last. */
+  next?: string;
+}
+
+/**
+ * Where a message stands among its alternatives (the other answers of its question, the
+ * other versions of an edited question), or null when it has none.
+ */
+export function branchOf(m: Pick<Message, 'branch'>): BranchPosition | null {
+  const b = m.branch;
+  if (!b || b.siblings.length < 2) return null;
+  const index = Math.max(0, Math.min(b.siblings.length - 1, b.index));
+  const pos: BranchPosition = { index, count: b.siblings.length };
+  if (index > 0) pos.prev = b.siblings[index - 1]!;
+  if (index < b.siblings.length - 1) pos.next = b.siblings[index + 1]!;
+  return pos;
 }
 
 /** The tool calls that wait for a decision, oldest first. */
@@ -236,6 +267,13 @@ function withMessages(state: ChatState, messages: Message[]): ChatState {
   return messages === state.messages ? state : { ...state, messages };
 }
 
+/** The messages of a path as the server sent them (a snapshot, branch.selected): in position order, unique ids. */
+function pathMessages(from: readonly Message[]): Message[] {
+  let messages: Message[] = [];
+  for (const m of from) messages = addMessage(messages, m);
+  return messages;
+}
+
 /** Adds m in position order, or replaces the message with its id. */
 function addMessage(messages: Message[], m: Message): Message[] {
   const i = indexOf(messages, m.id);
@@ -252,24 +290,47 @@ function addMessage(messages: Message[], m: Message): Message[] {
   return next;
 }
 
-function updateMessage(messages: Message[], id: string, fn: (m: Message) => Message): Message[] {
-  const i = indexOf(messages, id);
-  if (i < 0) return messages;
-  const m = fn(messages[i]!);
-  if (m === messages[i]) return messages;
+/**
+ * The rule for an event that adds a message (docs/protocol.md, Branches): a message held
+ * is replaced; one whose parent is the last message held (null for none, and for a root
+ * message) continues the path shown and is appended; any other is on a branch not shown,
+ * and is ignored.
+ */
+function putMessage(messages: Message[], m: Message): Message[] {
+  const i = indexOf(messages, m.id);
+  if (i >= 0) return replaceAt(messages, i, keepBranch(messages[i]!, m));
+  const last = messages.length ? messages[messages.length - 1]!.id : null;
+  if ((m.parentId ?? null) !== last) return messages;
+  return [...messages, m];
+}
+
+/** Replaces the message with m's id; one not held is on a branch not shown: nothing changes. */
+function replaceMessage(messages: Message[], m: Message): Message[] {
+  const i = indexOf(messages, m.id);
+  return i < 0 ? messages : replaceAt(messages, i, keepBranch(messages[i]!, m));
+}
+
+/**
+ * The message to hold instead of held: next, with held's branch when next has none. An
+ * event may carry a message without its branch (a regeneration's chat.started has the
+ * question as written); its alternatives cannot have changed while it stayed held, since
+ * every new alternative comes with a branch.selected, which replaces the path.
+ */
+function keepBranch(held: Message, next: Message): Message {
+  return held.branch && !next.branch ? { ...next, branch: held.branch } : next;
+}
+
+function replaceAt(messages: Message[], i: number, m: Message): Message[] {
+  if (messages[i] === m) return messages;
   const next = messages.slice();
   next[i] = m;
   return next;
 }
 
-function mapMessages(messages: Message[], fn: (m: Message) => Message): Message[] {
-  let changed = false;
-  const next = messages.map((m) => {
-    const n = fn(m);
-    if (n !== m) changed = true;
-    return n;
-  });
-  return changed ? next : messages;
+function updateMessage(messages: Message[], id: string, fn: (m: Message) => Message): Message[] {
+  const i = indexOf(messages, id);
+  if (i < 0) return messages;
+  return replaceAt(messages, i, fn(messages[i]!));
 }
 
 /** The index of a message by id, searching from the end (where streaming happens). */
