@@ -604,10 +604,8 @@ test('approvals as a security boundary: decide sends the shown inputHash, a wron
 
 test('branches: an edit, a regenerate and branch.select in one client; the other follows, a run streaming on another branch included; both end equal to a fresh snapshot', { timeout: 90000 }, async () => {
   // Runs of about 1.6 s: long enough to switch branches twice while one streams. Deltas
-  // are not coalesced: chatd's branch.selected reads the streaming text before publishing
-  // it flushes the text held for coalescing (publishBranch, conversation/branch.go), so
-  // that text went out as a delta of a message the tab did not hold yet, and the tab lost it.
-  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '8ms', CHATD_DEMO_WORDS: '200', CHATD_COALESCE_DELTAS: '0s' } });
+  // are coalesced (the default): branch.selected must carry the text held back for them.
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '8ms', CHATD_DEMO_WORDS: '200' } });
   const a = client(srv.wsURL);
   a.connect();
   await waitFor(a, (s) => s.connection === 'live');
