@@ -87,6 +87,11 @@ func (h *Handler) userMessage(ctx context.Context, sid uuid.UUID, id string) (ch
 	if err != nil {
 		return chat.Message{}, false, err
 	}
+	return h.userMessageOn(ctx, sid, path, id)
+}
+
+// userMessageOn is userMessage with the active path read already.
+func (h *Handler) userMessageOn(ctx context.Context, sid uuid.UUID, path []chat.Message, id string) (chat.Message, bool, error) {
 	for _, m := range path {
 		if m.Role == chat.RoleUser && sameMessage(uiID(m), id) {
 			return m, true, nil
@@ -169,10 +174,15 @@ func (h *Handler) regenerate(ctx context.Context, a *conversation.Actor, sid uui
 	}
 }
 
-// regenerated returns the UIMessage id a regenerate-message is about and the run whose
-// user message it answers again.
+// regenerated returns what a regenerate-message's requestId is derived from, and the
+// run whose user message it answers again. For an answer (messageId a run) that is the
+// run: a retried POST is the same regeneration, and regenerating the new answer is
+// another. For a user message (messageId one, or the body's last) it is the answer the
+// active path shows under the message (another after each regeneration, as useChat's
+// regenerate() names none), or the message itself when none is shown.
 func (h *Handler) regenerated(ctx context.Context, sid uuid.UUID, req sendBody) (string, uuid.UUID, error) {
-	if id := req.MessageID; id != "" {
+	id := req.MessageID
+	if id != "" {
 		if rid, err := uuid.Parse(id); err == nil {
 			run, err := h.cfg.Store.RunGet(ctx, rid)
 			if err == nil && run.SessionID == sid {
@@ -182,23 +192,25 @@ func (h *Handler) regenerated(ctx context.Context, sid uuid.UUID, req sendBody) 
 				return "", uuid.Nil, conversation.StoreError("read the chat", err)
 			}
 		}
-		m, ok, err := h.userMessage(ctx, sid, id)
-		if err != nil {
-			return "", uuid.Nil, err
-		}
-		if !ok || m.RunID == nil {
-			return "", uuid.Nil, errorf(conversation.CodeNotFound, "the chat has no message %q to regenerate", id)
-		}
-		return id, *m.RunID, nil
+	} else if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" {
+		id = req.Messages[n-1].ID
 	}
-	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" && req.Messages[n-1].ID != "" {
-		id := req.Messages[n-1].ID
-		m, ok, err := h.userMessage(ctx, sid, id)
+	if id != "" {
+		path, err := h.activePath(ctx, sid)
 		if err != nil {
 			return "", uuid.Nil, err
 		}
-		if ok && m.RunID != nil {
+		m, ok, err := h.userMessageOn(ctx, sid, path, id)
+		switch {
+		case err != nil:
+			return "", uuid.Nil, err
+		case ok && m.RunID != nil:
+			if answer := answerOn(path, m.ID); answer != uuid.Nil {
+				return answer.String(), *m.RunID, nil
+			}
 			return id, *m.RunID, nil
+		case req.MessageID != "":
+			return "", uuid.Nil, errorf(conversation.CodeNotFound, "the chat has no message %q to regenerate", id)
 		}
 	}
 	latest, err := h.cfg.Store.RunLatest(ctx, sid)
@@ -206,6 +218,21 @@ func (h *Handler) regenerated(ctx context.Context, sid uuid.UUID, req sendBody) 
 		return "", uuid.Nil, errorf(conversation.CodeNoRun, "the chat has no answer to regenerate")
 	}
 	return latest.ID.String(), latest.ID, nil
+}
+
+// answerOn returns the run of the answer that path shows under user message id (uuid.Nil
+// for none).
+func answerOn(path []chat.Message, id uuid.UUID) uuid.UUID {
+	for i, m := range path {
+		if m.ID != id {
+			continue
+		}
+		if i+1 < len(path) && path[i+1].Role != chat.RoleUser && path[i+1].RunID != nil {
+			return *path[i+1].RunID
+		}
+		break
+	}
+	return uuid.Nil
 }
 
 // shown says whether run's answer is on the active path.
