@@ -19,6 +19,8 @@ import {
   textOf,
   transcript,
   transport,
+  until,
+  userMessage,
 } from './aisdk-util.mjs';
 
 const ENV = { CHATD_DEMO_DELAY: '1ms', CHATD_DEMO_WORDS: '8' };
@@ -213,6 +215,49 @@ test('branch endpoints: a bad message id is 400, an unknown one 404, and nothing
       assert.equal(typeof r.body.error?.message, 'string', name);
     }
     assert.deepEqual(await transcript(srv, id), before);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('while a run is active an edit or a regenerate is 409 run_active; an edit with whileRunning "interrupt" cancels the run and answers the edit', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: ENV });
+  try {
+    const rec = recorder();
+    const t = transport(srv, rec);
+    const id = chatId();
+    const u1 = userMessage('one');
+    const first = await consume(await t.sendMessages({ chatId: id, messages: [u1], trigger: 'submit-message' })).result;
+    const a1 = first.message;
+    // The demo agent's sandbox call waits for an approval: the run stays active.
+    const u2 = userMessage('please approve the sandbox call');
+    const running = consume(await t.sendMessages({ chatId: id, messages: [u1, a1, u2], trigger: 'submit-message' }));
+    await until(() => running.chunks.some((c) => c.type === 'tool-approval-request'), 20000, 'the second run waiting');
+
+    const edited = { ...u1, parts: [{ type: 'text', text: 'one, edited' }] };
+    const post = (body) => postJSON(`${srv.httpURL}${API}`, { id, ...body });
+    for (const [name, r] of [
+      ['edit', await post({ messages: [edited], trigger: 'submit-message', messageId: u1.id })],
+      ['edit, queued', await post({ messages: [edited], trigger: 'submit-message', messageId: u1.id, whileRunning: 'queue' })],
+      ['regenerate', await post({ messages: [u1], trigger: 'regenerate-message', messageId: a1.id })],
+    ]) {
+      assert.equal(r.status, 409, `${name}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.code, 'run_active', name);
+    }
+
+    const edit = await consume(await t.sendMessages({ chatId: id, messages: [edited], trigger: 'submit-message', messageId: u1.id, body: { whileRunning: 'interrupt' } })).result;
+    assert.deepEqual(edit.errors, []);
+    assert.equal(edit.chunks.at(-1).type, 'finish');
+    assert.match(textOf(edit.message), replyTo('one, edited'));
+    assert.equal((await running.result).chunks.at(-1).type, 'abort', 'the interrupted run\'s stream ends');
+
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(shape(msgs), [['user', 'one, edited'], ['assistant', 'one, edited']]);
+    assert.deepEqual([branchOf(msgs[0]).index, branchOf(msgs[0]).count], [1, 2]);
+    assert.deepEqual(msgs[1], plain(edit.message));
+    const old = await through(srv, id, branchOf(msgs[0]).siblings[0]);
+    assert.deepEqual(old.map((m) => m.id), [u1.id, a1.id, u2.id, running.chunks[0].messageId]);
+    await checkWire(rec);
   } finally {
     await srv.stop();
   }
