@@ -296,9 +296,9 @@ type sendBody struct {
 }
 
 // send is POST /v1/aisdk/chat: the last user message starts a run (its id is the
-// idempotency key), or edits the one messageId names; regenerate-message answers a user
-// message again (branch.go); and an assistant message
-// whose tool parts carry approval responses decides them; the answer is the run's stream.
+// idempotency key), or edits the one messageId names; regenerate-message answers a
+// question again (branch.go); an assistant message whose tool parts carry approval
+// responses decides them. The answer is the run's stream.
 // Everything the body asks is checked before anything is stored: a refused POST creates
 // no chat. Only a user message creates one; the others need the chat to exist.
 func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
