@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/store/storetest"
 )
 
 // A shutdown ends the AI SDK's open streams instead of waiting for them: a stream whose
@@ -142,4 +146,85 @@ func TestAISDKPostDuringARunIsQueued(t *testing.T) {
 	var n int
 	require.NoError(t, st.Pool().QueryRow(dbCtx(t), "SELECT count(*) FROM queued_messages").Scan(&n))
 	require.Zero(t, n)
+}
+
+// Branches over the AI SDK on two nodes: a regenerate-message and a branch switch sent to
+// the node that does not hold the chat act on the actor of the one that does (relayed,
+// as stop and approve are), and the transcript either node answers shows the branch
+// point and the branch selected.
+func TestAISDKBranchesRelayed(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	env := func() map[string]string {
+		return map[string]string{
+			"DATABASE_URL":      dbURL,
+			"CHATD_DEMO_DELAY":  "1ms",
+			"CHATD_DEMO_WORDS":  "8",
+			"CHATD_SANDBOX_DIR": sandboxDir(t),
+		}
+	}
+	a, _ := startNode(t, "chatd A", env())
+	b, bAdmin := startNode(t, "chatd B", env())
+	// stream POSTs a body to a node's /v1/aisdk/chat and returns the run its stream
+	// carried, read to the end.
+	stream := func(addr, body string) string {
+		t.Helper()
+		resp, err := http.Post("http://"+addr+"/v1/aisdk/chat", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		all, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", all)
+		require.Contains(t, string(all), `"type":"finish"`)
+		var start struct{ MessageID string }
+		first, _, _ := strings.Cut(strings.TrimPrefix(string(all), "data: "), "\n")
+		require.NoError(t, json.Unmarshal([]byte(first), &start), "%s", all)
+		return start.MessageID
+	}
+	type uiMessage struct {
+		ID       string
+		Role     string
+		Metadata *struct {
+			Chatd struct {
+				Branch struct {
+					Index, Count int
+					Siblings     []string
+				}
+			}
+		}
+	}
+	transcript := func(status int, body string) []uiMessage {
+		t.Helper()
+		require.Equal(t, http.StatusOK, status, body)
+		var tr struct{ Messages []uiMessage }
+		require.NoError(t, json.Unmarshal([]byte(body), &tr), body)
+		return tr.Messages
+	}
+	ids := func(msgs []uiMessage) []string {
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+
+	user := `{"id":"u1","role":"user","parts":[{"type":"text","text":"one"}]}`
+	run1 := stream(a.addr, `{"id":"relay-branches","trigger":"submit-message","messages":[`+user+`]}`)
+	run2 := stream(b.addr, `{"id":"relay-branches","trigger":"regenerate-message","messageId":"`+run1+`","messages":[`+user+`]}`)
+	require.NotEqual(t, run1, run2)
+
+	msgs := transcript(apiAt(t, http.MethodGet, b.addr, "/v1/aisdk/chat/relay-branches", ""))
+	require.Equal(t, []string{"u1", run2}, ids(msgs))
+	require.NotNil(t, msgs[1].Metadata)
+	br := msgs[1].Metadata.Chatd.Branch
+	require.Equal(t, []int{1, 2}, []int{br.Index, br.Count})
+
+	// The switch, sent to B: A's actor selects the branch; the answer is the transcript.
+	msgs = transcript(apiAt(t, http.MethodPost, b.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"`+br.Siblings[0]+`"}`))
+	require.Equal(t, []string{"u1", run1}, ids(msgs))
+	require.Equal(t, 0, msgs[1].Metadata.Chatd.Branch.Index)
+	require.Equal(t, []string{"u1", run1}, ids(transcript(apiAt(t, http.MethodGet, a.addr, "/v1/aisdk/chat/relay-branches", ""))))
+	require.Equal(t, 2.0, scrapeAt(t, bAdmin).value(t, "chatd_relayed_requests_total"), "both went to A")
+
+	status, body := apiAt(t, http.MethodPost, b.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"`+run1+`"}`)
+	require.Equal(t, http.StatusNotFound, status, "a run id is no message id: %s", body)
 }

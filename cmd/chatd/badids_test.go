@@ -65,6 +65,8 @@ func TestIDsThatAreNotUTF8(t *testing.T) {
 		badRequest("GET", "/v1/aisdk/chat/"+id+"/stream", nil, "the chat id is not valid UTF-8")
 		badRequest("POST", "/v1/aisdk/chat/"+id+"/stop", nil, "the chat id is not valid UTF-8")
 		badRequest("POST", "/v1/aisdk/chat/"+id+"/approve", []byte(`{"toolCallId":"c1","approved":true}`), "the chat id is not valid UTF-8")
+		badRequest("POST", "/v1/aisdk/chat/"+id+"/branch", []byte(`{"messageId":"0193a0b4-7c1e-7000-8000-000000000001"}`), "the chat id is not valid UTF-8")
+		badRequest("GET", "/v1/aisdk/chat/"+id+"?through=0193a0b4-7c1e-7000-8000-000000000001", nil, "the chat id is not valid UTF-8")
 	}
 	badRequest("GET", "/v1/aisdk/chat/a%00b", nil, "the chat id contains a NUL character")
 	badRequest("POST", "/v1/aisdk/chat", user("chat-\xff", "m1"), "the body is not valid UTF-8")
@@ -74,6 +76,9 @@ func TestIDsThatAreNotUTF8(t *testing.T) {
 	badRequest("POST", "/v1/aisdk/chat", []byte(`{"id":"chat-1","trigger":"regenerate-message","messageId":"m\u0000","messages":[]}`), "messageId contains a NUL character")
 	badRequest("POST", "/v1/aisdk/chat/chat-1/approve", []byte("{\"toolCallId\":\"c\xff\",\"approved\":true}"), "the body is not valid UTF-8")
 	badRequest("POST", "/v1/aisdk/chat/chat-1/approve", []byte(`{"toolCallId":"c\u0000","approved":true}`), "toolCallId contains a NUL character")
+	badRequest("POST", "/v1/aisdk/chat/chat-1/branch", []byte("{\"messageId\":\"m\xff\"}"), "the body is not valid UTF-8")
+	badRequest("POST", "/v1/aisdk/chat/chat-1/branch", []byte(`{"messageId":"m\u0000"}`), "messageId must be a chatd message id")
+	badRequest("GET", "/v1/aisdk/chat/chat-1?through=%FF", nil, "through must be a chatd message id")
 
 	// The HTTP API: a session id in the path, a body.
 	badRequest("PATCH", "/v1/sessions/%FF", []byte(`{"title":"x"}`), "the session id is not valid UTF-8")

@@ -40,7 +40,13 @@ type Store interface {
 	SessionForClientID(ctx context.Context, owner, clientID string, now time.Time, max int) (uuid.UUID, bool, error)
 	SessionByClientID(ctx context.Context, owner, clientID string) (uuid.UUID, bool, error)
 	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
+	MessagesPath(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
+	MessageNewestBelow(ctx context.Context, sessionID, id uuid.UUID) (uuid.UUID, error)
+	MessageGet(ctx context.Context, id uuid.UUID) (chat.Message, error)
+	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
+	RunGet(ctx context.Context, id uuid.UUID) (chat.Run, error)
+	RunByRequest(ctx context.Context, sessionID uuid.UUID, requestID string) (chat.Run, error)
 }
 
 // Config configures the endpoints.
@@ -99,6 +105,7 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /v1/aisdk/chat/{id}/stream", h.authed(h.resume))
 	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/stop", h.authed(h.stop))
 	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/approve", h.authed(h.approve))
+	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/branch", h.authed(h.selectBranch))
 	h.mux.HandleFunc("GET /v1/aisdk/chat/{id}", h.authed(h.transcript))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(conversation.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -289,8 +296,9 @@ type sendBody struct {
 }
 
 // send is POST /v1/aisdk/chat: the last user message starts a run (its id is the
-// idempotency key), regenerate-message retries the latest run, and an assistant message
-// whose tool parts carry approval responses decides them; the answer is the run's stream.
+// idempotency key), or edits the one messageId names; regenerate-message answers a
+// question again (branch.go); an assistant message whose tool parts carry approval
+// responses decides them. The answer is the run's stream.
 // Everything the body asks is checked before anything is stored: a refused POST creates
 // no chat. Only a user message creates one; the others need the chat to exist.
 func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
@@ -360,9 +368,10 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 		return
 	}
 	var runID uuid.UUID
+	var requestID string
 	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
 		var err error
-		runID, err = h.act(r.Context(), a, sid, req)
+		runID, requestID, err = h.act(r.Context(), a, sid, req)
 		return err
 	})
 	if err != nil {
@@ -373,7 +382,7 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 	if runID == uuid.Nil {
 		// Queued behind the active run (whileRunning queue): the stream waits for the
 		// run the message starts, and is that run from its start.
-		o.awaitRequest = req.Messages[len(req.Messages)-1].ID
+		o.awaitRequest = requestID
 	}
 	h.streamWith(w, r, who, sid, runID, o)
 }
@@ -447,30 +456,31 @@ func approvals(req sendBody) (map[string]bool, uuid.UUID, bool) {
 	return decisions, run, len(decisions) > 0
 }
 
-// act does what a POST asks of the session's actor and returns the run to stream.
-func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID, req sendBody) (uuid.UUID, error) {
+// act does what a POST asks of the session's actor and returns the run to stream, and
+// the requestId of a user message it sent (whose run, queued, may not have started).
+func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID, req sendBody) (uuid.UUID, string, error) {
 	if req.Trigger == "regenerate-message" {
-		h.flush(ctx, sid)
-		latest, err := h.cfg.Store.RunLatest(ctx, sid)
-		if err != nil {
-			return uuid.Nil, errorf(conversation.CodeNoRun, "the chat has no answer to regenerate")
-		}
-		key := req.MessageID
-		if key == "" {
-			key = latest.ID.String()
-		}
-		res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: latest.ID, RequestID: "regenerate:" + key, Retry: true, Regenerate: true})
-		return res.RunID, err
+		run, err := h.regenerate(ctx, a, sid, req)
+		return run, "", err
 	}
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == "user" {
-		res, err := a.Send(ctx, userSend(last, req.WhileRunning))
-		return res.RunID, err
+		send := userSend(last, req.WhileRunning)
+		if req.MessageID != "" {
+			// sendMessage({text, messageId}): an edit of the message it names.
+			h.flush(ctx, sid)
+			var err error
+			if send, err = h.edit(ctx, sid, req.MessageID, send); err != nil {
+				return uuid.Nil, "", err
+			}
+		}
+		res, err := a.Send(ctx, send)
+		return res.RunID, send.RequestID, err
 	}
 	// An assistant message without approval answers (send decides those): the message
 	// is a run, streamed as it is (checkSend made sure its id is one).
 	id, _ := uuid.Parse(last.ID)
-	return id, nil
+	return id, "", nil
 }
 
 // flush waits for the writes the session's actor on this node has made, when it has

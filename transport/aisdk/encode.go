@@ -45,6 +45,8 @@ type encoder struct {
 	// awaitRequest, when set, is the requestId of a queued message: the stream is the
 	// run it starts, whose id is not known yet (run is set from its chat.started).
 	awaitRequest string
+	// branched: the answer's branch point was sent (message-metadata).
+	branched bool
 }
 
 func newEncoder(run uuid.UUID) *encoder {
@@ -93,6 +95,7 @@ func (e *encoder) event(ev *conversation.Event) []byte {
 	case conversation.EventSegmentStarted:
 		if ev.Message != nil {
 			e.start(&c)
+			e.branch(&c, *ev.Message)
 			e.open(&c, *ev.Message)
 		}
 	case conversation.EventDelta:
@@ -107,6 +110,7 @@ func (e *encoder) event(ev *conversation.Event) []byte {
 	case conversation.EventToolStart, conversation.EventToolUpdate, conversation.EventToolEnd:
 		if ev.Message != nil && ev.Message.Tool != nil {
 			e.start(&c)
+			e.branch(&c, *ev.Message)
 			e.tool(&c, *ev.Message, ev.Type == conversation.EventToolStart)
 		}
 	case conversation.EventToolOutput:
@@ -138,6 +142,17 @@ func (e *encoder) sendProgress(c *chunks, p *chat.Progress) {
 	e.progress = p
 	c.add(map[string]any{"type": "data-progress", "id": "progress", "transient": true,
 		"data": map[string]any{"step": p.Step, "of": p.Of, "label": p.Label}})
+}
+
+// branch sends the branch point of the answer, when its first message is one of several
+// alternatives (a regenerated answer): message-metadata with what the transcript has in
+// the message's metadata, so that the message useChat assembles is the transcript's.
+func (e *encoder) branch(c *chunks, m chat.Message) {
+	if e.branched || m.Role == chat.RoleUser || m.Branch == nil {
+		return
+	}
+	e.branched = true
+	c.add(map[string]any{"type": "message-metadata", "messageMetadata": branchMeta(m.Branch)})
 }
 
 // callOf is the call id of a tool.output event's tool message.
@@ -290,6 +305,7 @@ func (e *encoder) replay(cu conversation.CatchUp, c *chunks) ([][]byte, error) {
 		if m.RunID == nil || *m.RunID != e.run || m.Role == chat.RoleUser {
 			continue
 		}
+		e.branch(c, m)
 		switch {
 		case m.Tool != nil:
 			if m.Tool.Output != nil && m.Tool.Status == chat.ToolRunning {

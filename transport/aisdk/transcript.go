@@ -1,11 +1,15 @@
 package aisdk
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/store"
 )
 
 // maxTranscript bounds the messages GET /v1/aisdk/chat/{id} reads.
@@ -15,19 +19,46 @@ const maxTranscript = 10000
 // UIMessage[], to seed its messages on load. A user message keeps the id useChat gave it
 // (its run's requestId); each run's answer is one assistant message whose id is the run's.
 // A run's open segment shows what is stored of it; resume (GET .../stream) streams the
-// rest.
+// rest. It is the active path, or with ?through=<chatd message id> the branch through that
+// message (as POST .../branch would show it), which stays as it was.
 func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller) {
+	var through *uuid.UUID
+	if q := r.URL.Query(); q.Has("through") {
+		id, err := messageParam("through", q.Get("through"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		through = &id
+	}
 	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	if !ok {
+		if through != nil {
+			writeError(w, errorf(conversation.CodeNotFound, "no such chat"))
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"messages": []any{}})
 		return
 	}
 	h.flush(r.Context(), sid)
-	msgs, _, err := h.cfg.Store.MessagesBefore(r.Context(), sid, 0, maxTranscript)
+	var leaf *uuid.UUID
+	if through != nil {
+		id, err := h.cfg.Store.MessageNewestBelow(r.Context(), sid, *through)
+		if errors.Is(err, store.ErrNotFound) {
+			writeError(w, errorf(conversation.CodeNotFound, "message %s is not a message of this chat", *through))
+			return
+		}
+		if err != nil {
+			writeError(w, conversation.StoreError("read the branch", err))
+			return
+		}
+		leaf = &id
+	}
+	msgs, _, err := h.cfg.Store.MessagesPath(r.Context(), sid, leaf, 0, maxTranscript)
 	if err != nil {
 		writeError(w, conversation.StoreError("read the chat", err))
 		return
@@ -39,7 +70,8 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 // they are, each run's assistant and tool messages as one assistant message. Notices are
 // left out. msgs are a branch (the active path): other branches are not in them.
 // needsApproval (nil: none) names the tools whose calls waited for a person: a call of
-// one that ran shows as approved.
+// one that ran shows as approved. A message at a branch point has metadata.chatd.branch
+// (branchMeta): a user message its own Branch, an answer its first message's.
 func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map[string]any {
 	out := []map[string]any{}
 	var cur map[string]any
@@ -55,11 +87,18 @@ func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map
 			if id == "" {
 				id = m.ID.String()
 			}
-			out = append(out, map[string]any{"id": id, "role": "user", "parts": []any{map[string]any{"type": "text", "text": m.Content}}})
+			um := map[string]any{"id": id, "role": "user", "parts": []any{map[string]any{"type": "text", "text": m.Content}}}
+			if m.Branch != nil {
+				um["metadata"] = branchMeta(m.Branch)
+			}
+			out = append(out, um)
 			cur, curRun = nil, ""
 		case m.Role == chat.RoleAssistant || m.Role == chat.RoleTool:
 			if cur == nil || curRun != run {
 				cur = map[string]any{"id": run, "role": "assistant", "parts": []any{map[string]any{"type": "step-start"}}}
+				if m.Branch != nil {
+					cur["metadata"] = branchMeta(m.Branch)
+				}
 				curRun = run
 				out = append(out, cur)
 			}

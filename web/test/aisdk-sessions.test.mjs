@@ -230,7 +230,7 @@ test('cross-transport: a WebSocket tab on the chat\'s session follows a run star
   }
 });
 
-test('regenerate-message answers the last user message again as a new run; the transcript shows the new answer only', { timeout: 60000 }, async () => {
+test('regenerate-message answers the last user message again as a new run: a branch beside the old answer, which stays reachable', { timeout: 60000 }, async () => {
   const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '1ms', CHATD_DEMO_WORDS: '12' } });
   try {
     const rec = recorder();
@@ -253,9 +253,23 @@ test('regenerate-message answers the last user message again as a new run; the t
     const retried = await consume(await again()).result;
     assert.equal(retried.chunks[0].messageId, secondRun);
 
+    // The transcript is the active path: the new answer, the second of two at its branch
+    // point (metadata.chatd.branch, also sent on the stream as message-metadata).
     const msgs = await transcript(srv, id);
-    assert.deepEqual(msgs.map((m) => [m.role, m.id]), [['user', 'msg-regen-1'], ['assistant', secondRun]], 'the superseded answer is not shown');
+    assert.deepEqual(msgs.map((m) => [m.role, m.id]), [['user', 'msg-regen-1'], ['assistant', secondRun]], 'the new answer is shown');
     assert.deepEqual(stored(msgs, secondRun), plain(second.message));
+    const branch = msgs[1].metadata.chatd.branch;
+    assert.deepEqual([branch.index, branch.count, branch.siblings.length], [1, 2, 2]);
+    assert.equal(msgs[0].metadata, undefined, 'the question is no branch point');
+    // The old answer is the other branch: readable, and selectable again.
+    const old = await getJSON(`${srv.httpURL}${API}/${encodeURIComponent(id)}?through=${branch.siblings[0]}`);
+    assert.equal(old.status, 200);
+    assert.deepEqual(old.body.messages.map((m) => [m.role, m.id]), [['user', 'msg-regen-1'], ['assistant', firstRun]]);
+    assert.equal(textOf(old.body.messages[1]), textOf(first.message));
+    const selected = await postJSON(`${srv.httpURL}${API}/${encodeURIComponent(id)}/branch`, { messageId: branch.siblings[0] });
+    assert.equal(selected.status, 200);
+    assert.deepEqual(selected.body.messages, old.body.messages);
+    assert.deepEqual(await transcript(srv, id), old.body.messages);
     assert.equal((await runRow(srv, firstRun)).status, 'done');
     await checkWire(rec);
   } finally {
