@@ -408,6 +408,13 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, a.storageError("read the answers", err)
 	}
+	// chat.started carries the user message as the tabs hold it: with its branch (it
+	// may be an edited question), which the run's rows do not say.
+	siblings, err := a.journal.children(user.ParentID)
+	if err != nil {
+		return SendResult{}, a.storageError("read the question's branch", err)
+	}
+	user.Branch = chat.BranchOf(user.ID, siblings)
 	now := a.now()
 	info := chat.Run{
 		ID:             newID(),
