@@ -1,11 +1,13 @@
 package conversation_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store/storetest"
@@ -49,4 +51,59 @@ func TestRegenerateStartsWithTheQuestionsBranch(t *testing.T) {
 	path, _, err := st.MessagesBefore(ctx, session, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, path[0].Branch, s.Messages()[0].Branch, "the tab shows the question's branch as stored")
+}
+
+// A regeneration whose branch is left before it answers still gives the answer it
+// regenerates a sibling: when it writes, tabs (and snapshots) that show the old answer
+// get its "< 1 / 2 >" (found by TestBranchesProperty).
+func TestRegenerationAnsweringOffThePathBranchesTheShownAnswer(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	session := uuid.New()
+	gate := script.NewGate()
+	agent := &checkpointAgent{steps: func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		if req.RequestID == "g1" {
+			if err := gate.Wait()(ctx, out); err != nil {
+				return err
+			}
+		}
+		return out.Text("answer to " + req.Content)
+	}}
+	a := startOn(t, st, agent, session)
+	ctx := testCtx(t)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	s.AwaitCatchUp(t, 1)
+
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "question"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+	old := s.Messages()[1]
+	require.Equal(t, "answer to question", old.Content)
+
+	res, err := a.Continue(ctx, conversation.ContinueRequest{RunID: first.RunID, RequestID: "g1", Retry: true, Regenerate: true})
+	require.NoError(t, err)
+	s.Await(t, func(ev *conversation.Event) bool {
+		return ev.Type == conversation.EventChatStarted && ev.RunID == res.RunID
+	})
+	require.NoError(t, a.SelectBranch(ctx, old.ID)) // back to the old answer while the new one waits
+	require.Nil(t, s.Messages()[1].Branch, "no other answer is written yet")
+	require.NoError(t, gate.Pass(ctx))
+	s.Await(t, convtest.Terminal)
+
+	require.NoError(t, a.Flush(ctx))
+	shown := s.Messages()
+	require.Len(t, shown, 2, "the tab still shows the old answer")
+	require.Equal(t, old.ID, shown[1].ID)
+	require.NotNil(t, shown[1].Branch, "the old answer has a sibling now")
+	require.Equal(t, 0, shown[1].Branch.Index)
+	require.Len(t, shown[1].Branch.Siblings, 2)
+	path, _, err := st.MessagesBefore(ctx, session, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, path[1].Branch, shown[1].Branch, "as stored")
+	fresh := convtest.New()
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: fresh})
+	require.NoError(t, err)
+	require.Equal(t, path[1].Branch, fresh.AwaitCatchUp(t, 1).Snapshot.Messages[1].Branch, "and in a snapshot")
 }

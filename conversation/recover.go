@@ -450,7 +450,9 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	}
 	a.logger().Info().Str("run_id", info.ID.String()).Str("retry_of", old.ID.String()).Msg("answering a run's message again")
 	a.publishBranch(&user.ID)
-	a.begin(newRunState(info), user)
+	state := newRunState(info)
+	state.forks = len(kids) > 0
+	a.begin(state, user)
 	return SendResult{RunID: info.ID, Status: chat.RunRunning}, nil
 }
 
