@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/conversation/convtest"
 	"github.com/chatd/chatd/store/storetest"
@@ -106,4 +107,63 @@ func TestRegenerationAnsweringOffThePathBranchesTheShownAnswer(t *testing.T) {
 	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: fresh})
 	require.NoError(t, err)
 	require.Equal(t, path[1].Branch, fresh.AwaitCatchUp(t, 1).Snapshot.Messages[1].Branch, "and in a snapshot")
+}
+
+// Regenerating a regeneration answers the question both answer, also when a steering
+// message came before the regeneration wrote anything (its first message is then a
+// user message, not its question): the new answer is a sibling of the old one's first
+// message, the steering message (protocol.md, Branches).
+func TestRegenerateASteeredRegeneration(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	session := uuid.New()
+	gate := script.NewGate()
+	agent := &checkpointAgent{steps: func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		if req.RequestID == "g1" {
+			if err := gate.Wait()(ctx, out); err != nil {
+				return err
+			}
+			if _, err := out.(conversation.Steerer).Steering(); err != nil {
+				return err
+			}
+		}
+		return out.Text("answer to " + req.Content)
+	}}
+	a := startOn(t, st, agent, session)
+	ctx := testCtx(t)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	s.AwaitCatchUp(t, 1)
+
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "question"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+	question := s.Messages()[0]
+	steered, err := a.Continue(ctx, conversation.ContinueRequest{RunID: first.RunID, RequestID: "g1", Retry: true, Regenerate: true})
+	require.NoError(t, err)
+	s.Await(t, func(ev *conversation.Event) bool {
+		return ev.Type == conversation.EventChatStarted && ev.RunID == steered.RunID
+	})
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "s1", Content: "and briefly", WhileRunning: chat.DoubleTextSteer})
+	require.NoError(t, err)
+	require.NoError(t, gate.Pass(ctx))
+	s.Await(t, convtest.Terminal)
+
+	again, err := a.Continue(ctx, conversation.ContinueRequest{RunID: steered.RunID, RequestID: "g2", Retry: true, Regenerate: true})
+	require.NoError(t, err)
+	started := s.Await(t, func(ev *conversation.Event) bool {
+		return ev.Type == conversation.EventChatStarted && ev.RunID == again.RunID
+	})
+	require.Equal(t, question.ID, started.Message.ID, "the question is answered again, not the steering message")
+	s.Await(t, convtest.Terminal)
+	reqs := agent.requests()
+	require.Equal(t, "question", reqs[len(reqs)-1].Content)
+	require.Empty(t, reqs[len(reqs)-1].History)
+	require.NoError(t, a.Flush(ctx))
+	path, _, err := st.MessagesBefore(ctx, session, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, path, 2, "the question and its newest answer")
+	require.Equal(t, question.ID, *path[1].ParentID)
+	require.Len(t, path[1].Branch.Siblings, 3, "the first answer, the steering message, the new answer")
 }

@@ -292,13 +292,15 @@ func resumableWhy(r chat.Run) string {
 }
 
 // userMessageOf returns the user message run answers (its own first message, or, for a
-// retry, that of the run it retries) and the run's messages after it.
+// retry, that of the run it retries) and the run's messages after it. A retry has no
+// user message of its own: one it starts with steered it (it came before the retry wrote
+// anything), and is part of its answer.
 func (a *Actor) userMessageOf(run chat.Run) (chat.Message, []chat.Message, error) {
 	msgs, err := a.journal.messagesByRun(run.ID)
 	if err != nil {
 		return chat.Message{}, nil, a.storageError("read the run", err)
 	}
-	if len(msgs) > 0 && msgs[0].Role == chat.RoleUser {
+	if run.RetryOf == nil && len(msgs) > 0 && msgs[0].Role == chat.RoleUser {
 		return msgs[0], msgs[1:], nil
 	}
 	for r, hops := run, 0; r.RetryOf != nil && hops < 100; hops++ {
@@ -309,7 +311,7 @@ func (a *Actor) userMessageOf(run chat.Run) (chat.Message, []chat.Message, error
 		if err != nil {
 			return chat.Message{}, nil, a.storageError("read the run", err)
 		}
-		if len(first) > 0 && first[0].Role == chat.RoleUser {
+		if r.RetryOf == nil && len(first) > 0 && first[0].Role == chat.RoleUser {
 			return first[0], msgs, nil
 		}
 	}
