@@ -167,3 +167,59 @@ func TestRegenerateASteeredRegeneration(t *testing.T) {
 	require.Equal(t, question.ID, *path[1].ParentID)
 	require.Len(t, path[1].Branch.Siblings, 3, "the first answer, the steering message, the new answer")
 }
+
+// A message written under an active leaf that has children is one of several, also
+// when the leaf was read with the session: a regeneration suspended by a restart before
+// it answered leaves its question as the leaf, beside the old answer, and the answer the
+// next process writes shows "< 2 / 2 >" (found by TestBranchesProperty).
+func TestRegenerationContinuedAfterARestartAnswersBesideTheOldAnswer(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	session := uuid.New()
+	gate := script.NewGate()
+	agent := &checkpointAgent{steps: func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		if req.RequestID == "g1" {
+			if err := gate.Wait()(ctx, out); err != nil {
+				return err
+			}
+		}
+		return out.Text("answer to " + req.Content)
+	}}
+	ctx := testCtx(t)
+	cfg := conversation.Config{Store: st, Agent: agent, SuspendOnStop: true}
+	a := conversation.Start(cfg, session, nil)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	s.AwaitCatchUp(t, 1)
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "question"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+	question := s.Messages()[0]
+	regen, err := a.Continue(ctx, conversation.ContinueRequest{RunID: first.RunID, RequestID: "g1", Retry: true, Regenerate: true})
+	require.NoError(t, err)
+	require.NoError(t, a.Stop(ctx)) // suspended, having written nothing
+	require.NoError(t, a.Wait(ctx))
+
+	a = conversation.Start(cfg, session, nil)
+	t.Cleanup(func() {
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	s = convtest.New()
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: s}) // takes the regeneration up
+	require.NoError(t, err)
+	snap := s.AwaitCatchUp(t, 1).Snapshot
+	require.Equal(t, regen.RunID, snap.ActiveRun.ID)
+	require.Len(t, snap.Messages, 1, "the path ends at the question")
+	require.NoError(t, gate.Pass(ctx))
+	answer := s.Await(t, convtest.Type(conversation.EventSegmentStarted))
+	require.Equal(t, question.ID, *answer.Message.ParentID)
+	require.NotNil(t, answer.Message.Branch, "beside the old answer")
+	require.Equal(t, 1, answer.Message.Branch.Index)
+	s.Await(t, convtest.Terminal)
+	require.NoError(t, a.Flush(ctx))
+	path, _, err := st.MessagesBefore(ctx, session, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, path[1].Branch, s.Messages()[1].Branch, "as stored")
+}
