@@ -223,3 +223,56 @@ func TestRegenerationContinuedAfterARestartAnswersBesideTheOldAnswer(t *testing.
 	require.NoError(t, err)
 	require.Equal(t, path[1].Branch, s.Messages()[1].Branch, "as stored")
 }
+
+// The same after a restart: a regeneration suspended before it answered, whose branch
+// was left for the old answer, gives the old answer its sibling when the next process
+// continues it.
+func TestContinuedRegenerationOffThePathBranchesTheShownAnswer(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	session := uuid.New()
+	gate := script.NewGate()
+	agent := &checkpointAgent{steps: func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		if req.RequestID == "g1" {
+			if err := gate.Wait()(ctx, out); err != nil {
+				return err
+			}
+		}
+		return out.Text("answer to " + req.Content)
+	}}
+	ctx := testCtx(t)
+	cfg := conversation.Config{Store: st, Agent: agent, SuspendOnStop: true}
+	a := conversation.Start(cfg, session, nil)
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	s.AwaitCatchUp(t, 1)
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "question"})
+	require.NoError(t, err)
+	s.Await(t, convtest.Terminal)
+	old := s.Messages()[1]
+	_, err = a.Continue(ctx, conversation.ContinueRequest{RunID: first.RunID, RequestID: "g1", Retry: true, Regenerate: true})
+	require.NoError(t, err)
+	require.NoError(t, a.SelectBranch(ctx, old.ID))
+	require.NoError(t, a.Stop(ctx)) // suspended, having written nothing
+	require.NoError(t, a.Wait(ctx))
+
+	a = conversation.Start(cfg, session, nil)
+	t.Cleanup(func() {
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	s = convtest.New()
+	_, err = a.Hello(ctx, conversation.HelloRequest{Subscriber: s}) // takes the regeneration up
+	require.NoError(t, err)
+	require.Len(t, s.AwaitCatchUp(t, 1).Snapshot.Messages, 2, "the old answer is shown")
+	require.NoError(t, gate.Pass(ctx))
+	s.Await(t, convtest.Terminal)
+	require.NoError(t, a.Flush(ctx))
+	shown := s.Messages()
+	require.Equal(t, old.ID, shown[1].ID)
+	require.NotNil(t, shown[1].Branch, "the old answer has a sibling now")
+	path, _, err := st.MessagesBefore(ctx, session, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, path[1].Branch, shown[1].Branch, "as stored")
+}

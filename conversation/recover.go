@@ -181,6 +181,8 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	}
 
 	state := newRunState(info)
+	// A regeneration that has written nothing yet answers beside the older answers.
+	state.forks = info.RetryOf != nil && len(checkpoint) == 0
 	for i := range checkpoint {
 		m := checkpoint[i]
 		if m.Tool == nil {
