@@ -427,6 +427,7 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 	}[status]
 	run.info = withResumable(run.info) // it is the session's latest run
 	a.publish(a.runEvent(run, Event{Type: typ, Run: runView(run)}))
+	a.requeueSteering() // what it did not take waits for a run of its own
 }
 
 // runEvent fills the fields every event of a run carries and touches its activity time.
