@@ -81,20 +81,30 @@ type bpAgent struct {
 }
 
 type bpGate struct {
-	ch    chan struct{}
-	open  bool
-	early bool
-	wrote chan struct{} // early: closed once the "re: " is posted
+	ch     chan struct{}
+	open   bool
+	early  bool
+	called bool          // its run's agent was called: a continued run streams nothing early
+	wrote  chan struct{} // early: closed once the "re: " is posted
 }
 
 func (g *bpAgent) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
 	g.mu.Lock()
 	g.reqs = append(g.reqs, req)
 	gate := g.gates[req.RequestID]
+	first := gate != nil && !gate.called
+	if gate != nil {
+		gate.called = true
+	}
 	g.mu.Unlock()
 	answer := "re: " + req.Content
+	for _, m := range req.Checkpoint { // a run continued after a restart
+		if m.Role == chat.RoleAssistant {
+			answer = strings.TrimPrefix(answer, m.Content)
+		}
+	}
 	if gate != nil {
-		if gate.early {
+		if gate.early && first {
 			err := out.Text("re: ")
 			close(gate.wrote)
 			if err != nil {
@@ -167,7 +177,7 @@ type bpSent struct {
 	requestID string
 	content   string
 	status    chat.RunStatus // running, queued, steering
-	runID     uuid.UUID      // running: the run it started
+	runID     uuid.UUID      // running: the run it started; steering: the run it steers
 	parent    *uuid.UUID     // running: the parent its message must have
 }
 
@@ -191,7 +201,11 @@ type bpSeq struct {
 	checked  int             // agent requests checked already
 	started  *uuid.UUID      // the run the step started, which the path must now show
 	kinds    map[string]int  // steps taken, by kind
-	reqRuns  map[uuid.UUID]int
+	// suspend: restarts leave the active run for the next actor to continue
+	// (Config.SuspendOnStop); suspended counts each run's suspensions.
+	suspend   bool
+	suspended map[uuid.UUID]int
+	reqRuns   map[uuid.UUID]int
 
 	// the database's state at the last check
 	path []chat.Message
@@ -227,7 +241,9 @@ func runBranchSequence(t *testing.T, seed int64, steps int) {
 		t: t, ctx: ctx, rng: rng, seed: seed, st: storetest.New(t), session: uuid.New(),
 		agent:   &bpAgent{gates: map[string]*bpGate{}},
 		refused: map[string]bool{}, unqueued: map[string]bool{}, reqRuns: map[uuid.UUID]int{}, kinds: map[string]int{},
+		suspended: map[uuid.UUID]int{},
 	}
+	s.suspend = rng.Intn(2) == 0
 	s.start()
 	defer s.stop()
 	for range 1 + rng.Intn(3) {
@@ -268,7 +284,7 @@ func (s *bpSeq) log(format string, args ...any) {
 }
 
 func (s *bpSeq) start() {
-	s.a = conversation.Start(conversation.Config{Store: s.st, Agent: s.agent}, s.session, nil)
+	s.a = conversation.Start(conversation.Config{Store: s.st, Agent: s.agent, SuspendOnStop: s.suspend}, s.session, nil)
 	s.watch = convtest.New()
 	_, err := s.a.Hello(s.ctx, conversation.HelloRequest{Create: true, Subscriber: s.watch})
 	s.noErr(err, "watcher hello")
@@ -398,7 +414,10 @@ func (s *bpSeq) step(i int) {
 		}
 		s.hello(tab)
 	default:
-		s.log("restart (active %v)", runName(active))
+		s.log("restart (active %v, suspend %v)", runName(active), s.suspend)
+		if active != nil && s.suspend {
+			s.suspended[active.ID]++
+		}
 		s.stop()
 		s.start()
 		for _, tab := range s.tabs {
@@ -471,7 +490,7 @@ func (s *bpSeq) send(active *chat.Run, queued int, edited *bpRow) {
 		if res.Status != want {
 			s.fail("%s answered %+v, want %s", what, res, want)
 		}
-		s.sent = append(s.sent, bpSent{requestID: reqID, content: content, status: want})
+		s.sent = append(s.sent, bpSent{requestID: reqID, content: content, status: want, runID: res.RunID})
 	default:
 		refuse(conversation.CodeRunActive)
 	}
@@ -610,7 +629,13 @@ func (s *bpSeq) check() {
 			s.fail("tab %d: %v", i, err)
 		}
 		if tab.rec.LastSeq() != snap.LastSeq {
-			s.fail("tab %d is at seq %d, the snapshot at %d", i, tab.rec.LastSeq(), snap.LastSeq)
+			var after []string
+			for _, ev := range tab.rec.Events() {
+				if ev.Seq > snap.LastSeq {
+					after = append(after, fmt.Sprintf("%d %s run %s msg %s %q", ev.Seq, ev.Type, ev.RequestID, ev.MessageID, ev.Text))
+				}
+			}
+			s.fail("tab %d is at seq %d, the snapshot at %d; after it:\n  %s", i, tab.rec.LastSeq(), snap.LastSeq, strings.Join(after, "\n  "))
 		}
 		if d := messagesDiff(snap.Messages, tab.rec.Messages()); d != "" {
 			s.fail("tab %d (0: the watcher) differs from a fresh snapshot:\n%s", i, d)
@@ -760,8 +785,8 @@ func (s *bpSeq) checkRequests() {
 		if !ok {
 			s.fail("the agent was called for run %s (%s), which is not stored", req.RunID, req.RequestID)
 		}
-		if s.reqRuns[req.RunID]++; s.reqRuns[req.RunID] > 1 {
-			s.fail("the agent was called twice for run %s (%s)", req.RunID, req.RequestID)
+		if s.reqRuns[req.RunID]++; s.reqRuns[req.RunID] > 1+s.suspended[req.RunID] {
+			s.fail("the agent was called %d times for run %s (%s), suspended %d times", s.reqRuns[req.RunID], req.RunID, req.RequestID, s.suspended[req.RunID])
 		}
 		user, ok := s.userOf(run)
 		if !ok {
@@ -770,8 +795,22 @@ func (s *bpSeq) checkRequests() {
 		if req.Content != user.content {
 			s.fail("run %s (%s) was asked %q, its user message is %q", run.id, run.requestID, req.Content, user.content)
 		}
-		if len(req.Checkpoint) > 0 {
-			s.fail("run %s (%s) got a checkpoint of %d messages", run.id, run.requestID, len(req.Checkpoint))
+		// A continued run's checkpoint is what it wrote: its first messages after its
+		// question.
+		own := s.runMessages(run.id)
+		if run.retryOf == nil && len(own) > 0 {
+			own = own[1:]
+		}
+		if len(req.Checkpoint) > len(own) {
+			s.fail("run %s (%s) got a checkpoint of %d messages, it has %d", run.id, run.requestID, len(req.Checkpoint), len(own))
+		}
+		for i, m := range req.Checkpoint {
+			if m.ID != own[i].id {
+				s.fail("run %s (%s) got checkpoint message %d %s %q, its message is %s %q", run.id, run.requestID, i, m.ID, m.Content, own[i].id, own[i].content)
+			}
+		}
+		if len(req.Checkpoint) > 0 && s.suspended[run.id] == 0 {
+			s.fail("run %s (%s) got a checkpoint, yet was never suspended", run.id, run.requestID)
 		}
 		want := s.chain(user.parent)
 		var w, g []string
@@ -834,6 +873,12 @@ func (s *bpSeq) checkMessages(queued []chat.Queued) {
 		default:
 			if len(stored) != 1 {
 				s.fail("%s (%q) was %s and is no longer queued; the database holds it %d times", sent.requestID, sent.content, sent.status, len(stored))
+			}
+			// Queued, it started a run of its own; steering, it is in the run it was
+			// sent to, or (that run ended first) it was queued.
+			run := s.runs[*stored[0].runID]
+			if run.requestID != sent.requestID && (sent.status != conversation.StatusSteering || run.id != sent.runID) {
+				s.fail("%s (%q), %s (run %s), is a message of run %s (%s)", sent.requestID, sent.content, sent.status, sent.runID, run.id, run.requestID)
 			}
 			expected[sent.content] = true
 		}
