@@ -30,8 +30,9 @@ import (
 // model input was the path up to its user message, and that no message was lost or
 // written twice.
 //
-// CHATD_BRANCHPROP_SEED=n replays one sequence; CHATD_BRANCHPROP_RUNS=n sets how many
-// sequences run (CHATD_BRANCHPROP_STEPS how many steps each).
+// CHATD_BRANCHPROP_SEED=n replays one sequence (exactly, unless it has a burst step:
+// see burst); CHATD_BRANCHPROP_RUNS=n sets how many sequences run
+// (CHATD_BRANCHPROP_STEPS how many steps each).
 func TestBranchesProperty(t *testing.T) {
 	runs, steps := 60, 0
 	if v := os.Getenv("CHATD_BRANCHPROP_RUNS"); v != "" {
@@ -179,6 +180,7 @@ type bpSent struct {
 	status    chat.RunStatus // running, queued, steering
 	runID     uuid.UUID      // running: the run it started; steering: the run it steers
 	parent    *uuid.UUID     // running: the parent its message must have
+	anyParent bool           // sent in a burst: its parent is not known
 }
 
 type bpSeq struct {
@@ -347,6 +349,8 @@ func (s *bpSeq) step(i int) {
 	s.noErr(err, "read the queue")
 	r := s.rng.Intn(100)
 	switch {
+	case r < 8:
+		s.burst()
 	case r < 30:
 		s.send(active, len(queued), nil)
 	case r < 42:
@@ -391,14 +395,14 @@ func (s *bpSeq) step(i int) {
 		}
 		s.noErr(err, "unqueue")
 		s.unqueued[reqID] = true
-	case r < 88:
+	case r < 86:
 		if active == nil {
 			s.log("finish (no run)")
 			return
 		}
 		s.log("finish %s", runName(active))
 		s.agent.release(active.RequestID)
-	case r < 96:
+	case r < 95:
 		tab := s.tabs[s.rng.Intn(len(s.tabs))]
 		if tab.connected {
 			s.a.Unsubscribe(s.ctx, tab.rec)
@@ -493,6 +497,125 @@ func (s *bpSeq) send(active *chat.Run, queued int, edited *bpRow) {
 		s.sent = append(s.sent, bpSent{requestID: reqID, content: content, status: want, runID: res.RunID})
 	default:
 		refuse(conversation.CodeRunActive)
+	}
+}
+
+// burst sends a few commands at once, from as many goroutines, without waiting for
+// runs: sends (which may not wait for a gate), edits, regenerations, selections and
+// cancels race each other and the runs streaming meanwhile (reads of a path whose
+// newest messages are still on their way to the database). Their outcome depends on
+// their order, so each is checked for being one of its possible answers, and what they
+// were answered is what the invariants then hold the actor to. A burst makes a
+// sequence depend on timing: its seed replays it only roughly.
+func (s *bpSeq) burst() {
+	type op struct {
+		log   string
+		run   func() (string, error, func())
+		codes []string // the errors it may be answered
+	}
+	var users, all []bpRow
+	for _, m := range s.msgs {
+		all = append(all, m)
+		if m.role == string(chat.RoleUser) {
+			users = append(users, m)
+		}
+	}
+	slices.SortFunc(all, func(a, b bpRow) int { return int(a.position - b.position) })
+	slices.SortFunc(users, func(a, b bpRow) int { return int(a.position - b.position) })
+	var ended []bpRunRow
+	for _, r := range s.runs {
+		if !chat.RunStatus(r.status).Active() {
+			ended = append(ended, r)
+		}
+	}
+	slices.SortFunc(ended, func(a, b bpRunRow) int { return strings.Compare(a.id.String(), b.id.String()) })
+	var ops []op
+	for range 2 + s.rng.Intn(3) {
+		switch k := s.rng.Intn(10); {
+		case k < 5 || (k < 7 && len(users) == 0):
+			reqID, content := s.next()
+			req := conversation.SendRequest{RequestID: reqID, Content: content, WhileRunning: policies[s.rng.Intn(len(policies))]}
+			what := "send"
+			if k >= 5 && len(users) > 0 {
+				m := users[s.rng.Intn(len(users))]
+				req.EditOf, what = &m.id, fmt.Sprintf("edit of %q", m.content)
+			}
+			if s.rng.Intn(3) == 0 {
+				s.agent.hold(reqID, s.rng.Intn(2) == 0)
+			}
+			ops = append(ops, op{
+				log:   fmt.Sprintf("%s %s %q whileRunning=%q", what, reqID, content, req.WhileRunning),
+				codes: []string{conversation.CodeRunActive, conversation.CodeNoRun, conversation.CodeQueueFull},
+				run: func() (string, error, func()) {
+					res, err := s.a.Send(s.ctx, req)
+					return fmt.Sprintf("%+v %v", res, err), err, func() {
+						switch {
+						case err != nil:
+							s.refused[content] = true
+						case res.Duplicate:
+							s.fail("%s %s answered as a duplicate", what, reqID)
+						case res.Status == chat.RunRunning:
+							s.sent = append(s.sent, bpSent{requestID: reqID, content: content, status: res.Status, runID: res.RunID, anyParent: true})
+						default:
+							s.sent = append(s.sent, bpSent{requestID: reqID, content: content, status: res.Status, runID: res.RunID})
+						}
+					}
+				},
+			})
+		case k < 7 && len(ended) > 0:
+			old := ended[s.rng.Intn(len(ended))]
+			s.n++
+			reqID := fmt.Sprintf("g%d", s.n)
+			ops = append(ops, op{
+				log:   fmt.Sprintf("regenerate %s as %s", old.requestID, reqID),
+				codes: []string{conversation.CodeRunActive},
+				run: func() (string, error, func()) {
+					res, err := s.a.Continue(s.ctx, conversation.ContinueRequest{RunID: old.id, RequestID: reqID, Retry: true, Regenerate: true})
+					return fmt.Sprintf("%+v %v", res, err), err, func() {}
+				},
+			})
+		case k < 9 && len(all) > 0:
+			m := all[s.rng.Intn(len(all))]
+			ops = append(ops, op{
+				log: fmt.Sprintf("select %s %q", m.role, m.content),
+				run: func() (string, error, func()) {
+					err := s.a.SelectBranch(s.ctx, m.id)
+					return fmt.Sprint(err), err, func() {}
+				},
+			})
+		default:
+			ops = append(ops, op{
+				log:   "cancel",
+				codes: []string{conversation.CodeNoRun},
+				run: func() (string, error, func()) {
+					_, err := s.a.Cancel(s.ctx, uuid.Nil)
+					return fmt.Sprint(err), err, func() {}
+				},
+			})
+		}
+	}
+	results := make([]string, len(ops))
+	errs := make([]error, len(ops))
+	apply := make([]func(), len(ops))
+	var wg sync.WaitGroup
+	for i, o := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i], apply[i] = o.run()
+		}()
+	}
+	wg.Wait()
+	var logs []string
+	for i, o := range ops {
+		logs = append(logs, o.log+": "+results[i])
+	}
+	s.log("burst [%s]", strings.Join(logs, "; "))
+	for i, o := range ops {
+		if code := codeOf(errs[i]); code != "" && !slices.Contains(o.codes, code) {
+			s.fail("%s was answered %s", o.log, results[i])
+		}
+		apply[i]()
 	}
 }
 
@@ -648,15 +771,7 @@ func (s *bpSeq) check() {
 	// 2. The snapshot is the database's active path, a chain.
 	path, _, err := s.st.MessagesBefore(s.ctx, s.session, 0, 10000)
 	s.noErr(err, "read the path")
-	// A streaming segment's text is stored when it ends (it is in its stream log
-	// meanwhile): the database holds less of it.
-	stored := slices.Clone(snap.Messages)
-	for i := range stored {
-		if i < len(path) && stored[i].ID == path[i].ID && stored[i].Status == chat.MessageStreaming && strings.HasPrefix(stored[i].Content, path[i].Content) {
-			stored[i].Content = path[i].Content
-		}
-	}
-	if d := messagesDiff(path, stored); d != "" {
+	if d := storedDiff(path, snap.Messages); d != "" {
 		s.fail("a fresh snapshot differs from the database's active path:\n%s", d)
 	}
 	for i, m := range path {
@@ -670,6 +785,35 @@ func (s *bpSeq) check() {
 	}
 	s.path = path
 	s.readDB()
+
+	// history.fetch reads the path a snapshot shows; a read of the branch through any
+	// message (history.fetch through) reads what the database holds of it.
+	hist, err := s.a.History(s.ctx, 0, conversation.MaxHistoryLimit)
+	s.noErr(err, "history")
+	if d := messagesDiff(snap.Messages, hist.Messages); d != "" {
+		s.fail("history differs from a fresh snapshot:\n%s", d)
+	}
+	if len(s.msgs) > 0 {
+		var all []bpRow
+		for _, m := range s.msgs {
+			all = append(all, m)
+		}
+		slices.SortFunc(all, func(a, b bpRow) int { return int(a.position - b.position) })
+		m := all[s.rng.Intn(len(all))]
+		leaf := m
+		for _, c := range all {
+			if c.position > leaf.position && slices.ContainsFunc(s.chain(&c.id), func(a bpRow) bool { return a.id == m.id }) {
+				leaf = c
+			}
+		}
+		page, err := s.a.Branch(s.ctx, m.id, 0, conversation.MaxHistoryLimit)
+		s.noErr(err, "read a branch")
+		db, _, err := s.st.MessagesPath(s.ctx, s.session, &leaf.id, 0, conversation.MaxHistoryLimit)
+		s.noErr(err, "read a branch from the database")
+		if d := storedDiff(db, page.Messages); d != "" {
+			s.fail("the branch through %s %q differs from the database's:\n%s", m.id, m.content, d)
+		}
+	}
 
 	// The queue as the tabs hold it is the database's.
 	queued, err := s.st.QueuedList(s.ctx, s.session)
@@ -855,7 +999,7 @@ func (s *bpSeq) checkMessages(queued []chat.Queued) {
 			if len(stored) != 1 || stored[0].runID == nil || *stored[0].runID != sent.runID {
 				s.fail("%s (%q) started run %s; the database holds %+v", sent.requestID, sent.content, sent.runID, stored)
 			}
-			if !sameUUID(stored[0].parent, sent.parent) {
+			if !sent.anyParent && !sameUUID(stored[0].parent, sent.parent) {
 				s.fail("%s (%q) has parent %v, want %v", sent.requestID, sent.content, stored[0].parent, sent.parent)
 			}
 			if run := s.runs[sent.runID]; run.requestID != sent.requestID {
@@ -881,6 +1025,11 @@ func (s *bpSeq) checkMessages(queued []chat.Queued) {
 				s.fail("%s (%q), %s (run %s), is a message of run %s (%s)", sent.requestID, sent.content, sent.status, sent.runID, run.id, run.requestID)
 			}
 			expected[sent.content] = true
+		}
+	}
+	for c := range s.refused {
+		if len(users[c]) > 0 || inQueue[c] > 0 {
+			s.fail("the send of %q was refused, yet it is stored %d times and queued %d times", c, len(users[c]), inQueue[c])
 		}
 	}
 	for c := range users {
@@ -927,6 +1076,19 @@ func sameUUID(a, b *uuid.UUID) bool {
 		return a == nil && b == nil
 	}
 	return *a == *b
+}
+
+// storedDiff is messagesDiff of what the database holds and what the actor shows: a
+// streaming segment's text is stored when it ends (it is in its stream log meanwhile),
+// so the database may hold less of it.
+func storedDiff(db, shown []chat.Message) string {
+	shown = slices.Clone(shown)
+	for i := range shown {
+		if i < len(db) && shown[i].ID == db[i].ID && shown[i].Status == chat.MessageStreaming && strings.HasPrefix(shown[i].Content, db[i].Content) {
+			shown[i].Content = db[i].Content
+		}
+	}
+	return messagesDiff(db, shown)
 }
 
 // messagesDiff is convtest.Diff, with the tree: parents and branches.
