@@ -124,6 +124,9 @@ func (g *bpAgent) Run(ctx context.Context, req conversation.Request, out convers
 			return err
 		}
 	}
+	if answer == "" {
+		return nil // a continued run that had written it all
+	}
 	return out.Text(answer)
 }
 
@@ -419,15 +422,29 @@ func (s *bpSeq) step(i int) {
 		s.hello(tab)
 	default:
 		s.log("restart (active %v, suspend %v)", runName(active), s.suspend)
-		if active != nil && s.suspend {
-			s.suspended[active.ID]++
+		s.restart()
+	}
+}
+
+// restart stops the actor and starts another on the same store; the tabs that were
+// connected say hello again.
+func (s *bpSeq) restart() {
+	s.stop()
+	if s.suspend {
+		// The runs it left for the next actor to continue.
+		rows, err := s.st.Pool().Query(s.ctx, `SELECT id FROM runs WHERE session_id = $1 AND ended_at IS NULL`, s.session)
+		s.noErr(err, "read the suspended runs")
+		for rows.Next() {
+			var id uuid.UUID
+			s.noErr(rows.Scan(&id), "scan")
+			s.suspended[id]++
 		}
-		s.stop()
-		s.start()
-		for _, tab := range s.tabs {
-			if tab.connected {
-				s.hello(tab)
-			}
+		s.noErr(rows.Err(), "read the suspended runs")
+	}
+	s.start()
+	for _, tab := range s.tabs {
+		if tab.connected {
+			s.hello(tab)
 		}
 	}
 }
@@ -610,12 +627,17 @@ func (s *bpSeq) burst() {
 	for i, o := range ops {
 		logs = append(logs, o.log+": "+results[i])
 	}
-	s.log("burst [%s]", strings.Join(logs, "; "))
+	restart := s.rng.Intn(4) == 0
+	s.log("burst [%s], restart %v (suspend %v)", strings.Join(logs, "; "), restart, s.suspend)
 	for i, o := range ops {
 		if code := codeOf(errs[i]); code != "" && !slices.Contains(o.codes, code) {
 			s.fail("%s was answered %s", o.log, results[i])
 		}
 		apply[i]()
+	}
+	if restart {
+		// While what the burst started streams.
+		s.restart()
 	}
 }
 
