@@ -207,7 +207,8 @@ type bpSeq struct {
 	started  *uuid.UUID      // the run the step started, which the path must now show
 	kinds    map[string]int  // steps taken, by kind
 	// suspend: restarts leave the active run for the next actor to continue
-	// (Config.SuspendOnStop); suspended counts each run's suspensions.
+	// (Config.SuspendOnStop); suspended counts how often each run was continued from
+	// a checkpoint (after a suspension, or resumed).
 	suspend   bool
 	suspended map[uuid.UUID]int
 	reqRuns   map[uuid.UUID]int
@@ -371,6 +372,10 @@ func (s *bpSeq) step(i int) {
 		m := users[s.rng.Intn(len(users))]
 		s.send(active, len(queued), &m)
 	case r < 52:
+		if s.rng.Intn(3) == 0 {
+			s.resume(active)
+			return
+		}
 		s.regenerate(active)
 	case r < 64:
 		s.selectBranch()
@@ -691,6 +696,34 @@ func (s *bpSeq) regenerate(active *chat.Run) {
 		return ev.Type == conversation.EventChatStarted && ev.RunID == res.RunID
 	})
 	s.started = &res.RunID
+}
+
+// resume continues the session's latest run from what it wrote (chat.resume), when it
+// ended cancelled, interrupted or failed: on its own branch, whichever is shown.
+func (s *bpSeq) resume(active *chat.Run) {
+	latest, err := s.st.RunLatest(s.ctx, s.session)
+	if errors.Is(err, store.ErrNotFound) {
+		s.log("resume (no run)")
+		return
+	}
+	s.noErr(err, "read the latest run")
+	s.n++
+	reqID := fmt.Sprintf("c%d", s.n)
+	res, err := s.a.Continue(s.ctx, conversation.ContinueRequest{RunID: latest.ID, RequestID: reqID})
+	s.log("resume %s (%s) as %s (active %s): %+v %v", latest.RequestID, latest.Status, reqID, runName(active), res, err)
+	switch {
+	case active != nil:
+		s.expectCode(err, conversation.CodeRunActive, "resume")
+	case latest.DismissedAt != nil || !slices.Contains([]chat.RunStatus{chat.RunCancelled, chat.RunInterrupted, chat.RunError}, latest.Status):
+		s.expectCode(err, conversation.CodeConflict, "resume")
+	default:
+		s.noErr(err, "resume")
+		if res.RunID != latest.ID || res.Status != chat.RunRunning {
+			s.fail("resume answered %+v, want run %s running", res, latest.ID)
+		}
+		s.suspended[latest.ID]++ // continued from a checkpoint
+		s.kinds["resumed"]++
+	}
 }
 
 func (s *bpSeq) selectBranch() {
@@ -1085,8 +1118,9 @@ func (s *bpSeq) checkMessages(queued []chat.Queued) {
 				answer += m.content
 			}
 		}
-		// At most "re: " before its gate, then the rest after what steered it.
-		if want := "re: " + user.content; answers > 2 || !strings.HasPrefix(want, answer) ||
+		// At most "re: " before its gate, then the rest after what steered it (each
+		// continuation may start a segment of its own).
+		if want := "re: " + user.content; answers > 2+s.suspended[run.id] || !strings.HasPrefix(want, answer) ||
 			(run.status == string(chat.RunDone) && answer != want) {
 			s.fail("run %s (%s, %s) answered %q in %d messages to %q", run.id, run.requestID, run.status, answer, answers, user.content)
 		}
