@@ -67,7 +67,11 @@ type Actor struct {
 	queuedLoaded bool
 	// steered: the requestIds of steering messages runs have taken, with their runs,
 	// for a repeated send (this actor's only: a restarted one has forgotten them).
-	steered   map[string]uuid.UUID
+	steered map[string]uuid.UUID
+	// forked: a run wrote an answer beside older ones away from the active leaf (a
+	// regeneration whose branch is no longer shown); the active path may go through an
+	// older answer, which has a new sibling, so tabs are sent the path again (branch.go).
+	forked    bool
 	stopped   bool
 	evicted   bool
 	idleT     actorTimer
@@ -161,6 +165,9 @@ func (a *Actor) loop() {
 		}
 		if a.journal.q.FencedOut() {
 			a.moved("a write was refused by the lease's fence")
+		}
+		if a.forked && !a.stopped {
+			a.publishForked()
 		}
 		if !a.stopped {
 			a.startQueued()

@@ -135,6 +135,18 @@ func (a *Actor) publishBranch(leaf *uuid.UUID) {
 	a.publish(Event{Type: EventBranch, Messages: msgs, HasMore: more, Leaf: cloneID(leaf)})
 }
 
+// publishForked sends every tab the active path again after a run wrote an answer
+// beside older ones while another branch was shown (a regeneration, then a branch
+// selected through an older answer): that answer, which the path may hold, has a new
+// sibling, and tabs ignore the new message. The write is awaited, so the path read from
+// the database has it.
+func (a *Actor) publishForked() {
+	a.forked = false
+	a.journal.q.Await()
+	a.journal.recent.forget()
+	a.publishBranch(a.journal.leaf)
+}
+
 // editedMessage returns the user message an edit names, with the children of its parent
 // (the new message's siblings-to-be).
 func (a *Actor) editedMessage(id uuid.UUID) (chat.Message, []uuid.UUID, error) {

@@ -572,12 +572,23 @@ func (j *sessionJournal) insert(m chat.Message) error {
 }
 
 // branchOf returns the Branch a new message under parent will have: its parent's other
-// children, when parent is the active leaf and has some.
+// children, when parent is the active leaf and has some. They are read when the journal
+// does not know them (a leaf with children read with the session: a regeneration that
+// had not answered when its process stopped); when that read fails the message has no
+// Branch until it is read again.
 func (j *sessionJournal) branchOf(id uuid.UUID, parent *uuid.UUID) *chat.Branch {
-	if !sameID(parent, j.leaf) || !j.leafKidsKnown || len(j.leafKids) == 0 {
+	if !sameID(parent, j.leaf) {
 		return nil
 	}
-	return chat.BranchOf(id, append(slices.Clone(j.leafKids), id))
+	kids, err := j.leafChildren()
+	if err != nil {
+		j.log().Warn().Err(err).Msg("read the branches of the active leaf")
+		return nil
+	}
+	if len(kids) == 0 {
+		return nil
+	}
+	return chat.BranchOf(id, append(slices.Clone(kids), id))
 }
 
 // update stores a streaming message's new state (still streaming, or its end), behind:

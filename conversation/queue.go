@@ -149,14 +149,7 @@ func (a *Actor) startQueued() {
 	if len(a.queued) == 0 {
 		return
 	}
-	if slices.ContainsFunc(a.queued, func(q chat.Queued) bool { return q.Steering }) {
-		// The run they were sent to ended before a step boundary: they are queued.
-		a.queued = slices.Clone(a.queued)
-		for i := range a.queued {
-			a.queued[i].Steering = false
-		}
-		a.publishQueue()
-	}
+	a.requeueSteering()
 	next := a.queued[0]
 	_, err := a.send(SendRequest{RequestID: next.RequestID, Content: next.Content, WhileRunning: chat.DoubleTextReject, fromQueue: true})
 	if err != nil {
@@ -171,6 +164,20 @@ func (a *Actor) startQueued() {
 		a.logger().Error().Err(err).Str("request_id", next.RequestID).Msg("delete a started queued message")
 	}
 	a.queued = slices.Delete(slices.Clone(a.queued), 0, 1)
+	a.publishQueue()
+}
+
+// requeueSteering queues the steering messages: the run they were sent to ended before a
+// step boundary. It is called as a run ends, before another can start (an interrupt
+// starts one in the same step), so that none takes them.
+func (a *Actor) requeueSteering() {
+	if !slices.ContainsFunc(a.queued, func(q chat.Queued) bool { return q.Steering }) {
+		return
+	}
+	a.queued = slices.Clone(a.queued)
+	for i := range a.queued {
+		a.queued[i].Steering = false
+	}
 	a.publishQueue()
 }
 

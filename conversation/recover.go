@@ -181,6 +181,8 @@ func (a *Actor) continueRun(req ContinueRequest) (SendResult, error) {
 	}
 
 	state := newRunState(info)
+	// A regeneration that has written nothing yet answers beside the older answers.
+	state.forks = info.RetryOf != nil && len(checkpoint) == 0
 	for i := range checkpoint {
 		m := checkpoint[i]
 		if m.Tool == nil {
@@ -292,13 +294,15 @@ func resumableWhy(r chat.Run) string {
 }
 
 // userMessageOf returns the user message run answers (its own first message, or, for a
-// retry, that of the run it retries) and the run's messages after it.
+// retry, that of the run it retries) and the run's messages after it. A retry has no
+// user message of its own: one it starts with steered it (it came before the retry wrote
+// anything), and is part of its answer.
 func (a *Actor) userMessageOf(run chat.Run) (chat.Message, []chat.Message, error) {
 	msgs, err := a.journal.messagesByRun(run.ID)
 	if err != nil {
 		return chat.Message{}, nil, a.storageError("read the run", err)
 	}
-	if len(msgs) > 0 && msgs[0].Role == chat.RoleUser {
+	if run.RetryOf == nil && len(msgs) > 0 && msgs[0].Role == chat.RoleUser {
 		return msgs[0], msgs[1:], nil
 	}
 	for r, hops := run, 0; r.RetryOf != nil && hops < 100; hops++ {
@@ -309,7 +313,7 @@ func (a *Actor) userMessageOf(run chat.Run) (chat.Message, []chat.Message, error
 		if err != nil {
 			return chat.Message{}, nil, a.storageError("read the run", err)
 		}
-		if len(first) > 0 && first[0].Role == chat.RoleUser {
+		if r.RetryOf == nil && len(first) > 0 && first[0].Role == chat.RoleUser {
 			return first[0], msgs, nil
 		}
 	}
@@ -408,6 +412,13 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, a.storageError("read the answers", err)
 	}
+	// chat.started carries the user message as the tabs hold it: with its branch (it
+	// may be an edited question), which the run's rows do not say.
+	siblings, err := a.journal.children(user.ParentID)
+	if err != nil {
+		return SendResult{}, a.storageError("read the question's branch", err)
+	}
+	user.Branch = chat.BranchOf(user.ID, siblings)
 	now := a.now()
 	info := chat.Run{
 		ID:             newID(),
@@ -443,10 +454,9 @@ func (a *Actor) retryRun(req ContinueRequest) (SendResult, error) {
 	}
 	a.logger().Info().Str("run_id", info.ID.String()).Str("retry_of", old.ID.String()).Msg("answering a run's message again")
 	a.publishBranch(&user.ID)
-	if shown, ok := a.journal.recent.upTo(user.ID, 1); ok {
-		user = shown[0] // as branch.selected showed it, with its place among its siblings
-	}
-	a.begin(newRunState(info), user)
+	state := newRunState(info)
+	state.forks = len(kids) > 0
+	a.begin(state, user)
 	return SendResult{RunID: info.ID, Status: chat.RunRunning}, nil
 }
 

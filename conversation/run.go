@@ -42,6 +42,9 @@ type runState struct {
 	// tail is the run's last message (its user message before it wrote any): the
 	// parent of its next one. A run is always on one branch.
 	tail *uuid.UUID
+	// forks: the run's first message will be an alternative to older ones (a
+	// regeneration of a question that has answers).
+	forks bool
 }
 
 func newRunState(info chat.Run) *runState {
@@ -424,6 +427,7 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 	}[status]
 	run.info = withResumable(run.info) // it is the session's latest run
 	a.publish(a.runEvent(run, Event{Type: typ, Run: runView(run)}))
+	a.requeueSteering() // what it did not take waits for a run of its own
 }
 
 // runEvent fills the fields every event of a run carries and touches its activity time.
@@ -443,6 +447,13 @@ func runView(run *runState) *chat.Run {
 // its last one on its branch (which it becomes).
 func (a *Actor) newRunMessage(run *runState, role chat.Role, status chat.MessageStatus) chat.Message {
 	m := a.newMessage(run.info, run.tail, role, status)
+	if run.forks {
+		run.forks = false
+		if !sameID(run.tail, a.journal.leaf) {
+			// Beside answers that the active path may show: see publishForked.
+			a.forked = true
+		}
+	}
 	run.tail = &m.ID
 	return m
 }
