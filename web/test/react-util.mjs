@@ -1,0 +1,232 @@
+// What the React browser tests share (react-aisdk.test.mjs, assistant-ui.test.mjs): a
+// React app bundled with esbuild at test time into a temp dir, served by a tiny static
+// server on its own origin (so every call to chatd is cross-origin, as from a team's dev
+// server), a TCP proxy in front of chatd that a test can cut and restore, and checks of
+// the page against chatd's stored transcript.
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import assert from 'node:assert/strict';
+import * as esbuild from 'esbuild';
+import { WAIT } from './browser.mjs';
+
+const web = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * Where @chatd/ai-sdk's source is: web/ai-sdk/src in this checkout, or (while it is not
+ * merged yet) CHATD_AI_SDK_SRC.
+ */
+async function aiSdkEntry() {
+  for (const dir of [join(web, 'ai-sdk', 'src'), process.env.CHATD_AI_SDK_SRC].filter(Boolean)) {
+    const f = join(dir, 'index.ts');
+    if (await stat(f).then(() => true, () => false)) return f;
+  }
+  throw new Error('@chatd/ai-sdk not found: no web/ai-sdk/src/index.ts (set CHATD_AI_SDK_SRC)');
+}
+
+/**
+ * bundle builds entry (a .jsx/.tsx file) into a temp dir with an index.html and returns
+ * {dir, close}. '@chatd/ai-sdk' is its TypeScript source; every other package (ai, react)
+ * is web/node_modules', one copy.
+ */
+export async function bundle(entry) {
+  const dir = await mkdtemp(join(tmpdir(), 'chatd-react-'));
+  const sdk = await aiSdkEntry();
+  const onePackageCopy = {
+    name: 'chatd',
+    setup(build) {
+      build.onResolve({ filter: /^@chatd\/ai-sdk$/ }, () => ({ path: sdk }));
+      // Bare imports from outside web/ (the SDK's source elsewhere) resolve from web/.
+      build.onResolve({ filter: /^[^./]/ }, async (args) => {
+        if (args.pluginData === 'again' || args.resolveDir.startsWith(web)) return undefined;
+        return build.resolve(args.path, { kind: args.kind, resolveDir: web, pluginData: 'again' });
+      });
+    },
+  };
+  await esbuild.build({
+    entryPoints: { app: entry },
+    bundle: true,
+    format: 'esm',
+    outdir: dir,
+    jsx: 'automatic',
+    target: 'chrome120',
+    define: { 'process.env.NODE_ENV': '"development"' },
+    plugins: [onePackageCopy],
+    logLevel: 'error',
+    sourcemap: 'inline',
+  });
+  await writeFile(
+    join(dir, 'index.html'),
+    '<!doctype html><html><head><meta charset="utf-8"><title>chatd React test</title></head>' +
+      '<body><div id="root"></div><script type="module" src="/app.js"></script></body></html>',
+  );
+  return { dir, close: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/** serveStatic serves dir on 127.0.0.1 (another origin than chatd's); returns {url, close}. */
+export async function serveStatic(dir) {
+  const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css' };
+  const server = createServer(async (req, res) => {
+    const path = new URL(req.url, 'http://x').pathname;
+    const file = path === '/' ? 'index.html' : path.slice(1);
+    try {
+      const body = await readFile(join(dir, file.replace(/\.\./g, '')));
+      res.writeHead(200, { 'content-type': types[file.slice(file.lastIndexOf('.'))] || 'application/octet-stream', 'cache-control': 'no-store' });
+      res.end(body);
+    } catch {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+  };
+}
+
+/**
+ * cutProxy: a TCP proxy in front of chatd (target host:port). down() resets every open
+ * connection and refuses new ones until up(): the network cut and restored.
+ */
+export async function cutProxy(target) {
+  const i = target.lastIndexOf(':');
+  const host = target.slice(0, i);
+  const port = Number(target.slice(i + 1));
+  const open = new Set();
+  let refusing = false;
+  const server = net.createServer((client) => {
+    if (refusing) return client.resetAndDestroy();
+    const upstream = net.connect(port, host);
+    const pair = { client, upstream };
+    open.add(pair);
+    const end = () => {
+      open.delete(pair);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const cut = () => {
+    for (const { client, upstream } of open) {
+      client.resetAndDestroy();
+      upstream.destroy();
+    }
+    open.clear();
+  };
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    down() {
+      refusing = true;
+      cut();
+    },
+    up() {
+      refusing = false;
+    },
+    close: () => new Promise((resolve) => { refusing = true; cut(); server.close(() => resolve()); }),
+  };
+}
+
+/** The stored transcript, GET /v1/aisdk/chat/{id} (straight from chatd). */
+export async function stored(srv, id) {
+  const res = await fetch(`${srv.httpURL}/v1/aisdk/chat/${encodeURIComponent(id)}`);
+  if (res.status === 404) return [];
+  assert.equal(res.status, 200);
+  return (await res.json()).messages;
+}
+
+/** What a transcript says, message by message: role and text parts, as the page shows them. */
+export function textsOf(messages) {
+  return messages.map((m) => ({ role: m.role, texts: m.parts.filter((p) => p.type === 'text').map((p) => p.text) }));
+}
+
+/** What the page shows, in the same shape (the apps mark messages and text parts). */
+export async function shownTexts(page) {
+  return page.$$eval('[data-testid=message]', (els) =>
+    els.map((el) => ({ role: el.dataset.role, texts: [...el.querySelectorAll('[data-testid=text]')].map((p) => p.textContent) })),
+  );
+}
+
+/** A run's stored status (its id is its answer's message id). */
+export async function runStatus(srv, runId) {
+  const [row] = await srv.query(`SELECT status FROM runs WHERE id = '${runId}'`);
+  return row?.status;
+}
+
+/**
+ * waitEqualsStored waits until the page is idle (status ready) and shows, word for word,
+ * the stored transcript; it fails with both when they do not become equal.
+ */
+export async function waitEqualsStored(page, srv, id, timeout = 2 * WAIT) {
+  const end = Date.now() + timeout;
+  let want;
+  let got;
+  let status;
+  for (;;) {
+    status = await page.textContent('[data-testid=status]').catch(() => null);
+    want = textsOf(await stored(srv, id));
+    got = await shownTexts(page);
+    if (status === 'ready' && JSON.stringify(want) === JSON.stringify(got)) return want;
+    if (Date.now() > end) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(status, 'ready', 'the page is idle');
+  assert.deepEqual(got, want, 'the page shows the stored transcript');
+  return want;
+}
+
+/**
+ * assertNeverReadyTruncated checks the page's log of (status, last answer): whenever it
+ * showed `ready` after it had been busy, the answer shown was whole (the stored one, or
+ * one the page moved on from). It returns how many `ready` renders came before the page
+ * was first busy (a loaded transcript shown before the resume), for the report.
+ */
+export async function assertNeverReadyTruncated(page, srv, id) {
+  const final = new Map((await stored(srv, id)).filter((m) => m.role === 'assistant').map((m) => [m.id, textsOf([m])[0].texts.join('\n')]));
+  const log = await page.evaluate(() => window.__log);
+  let busy = false;
+  let early = 0;
+  for (const e of log) {
+    if (e.status === 'submitted' || e.status === 'streaming') busy = true;
+    if (e.status !== 'ready' || !e.id || !final.has(e.id)) continue;
+    if (!busy) {
+      if (e.text !== final.get(e.id)) early++;
+      continue;
+    }
+    assert.equal(e.text, final.get(e.id), `status ready with a truncated answer (${e.text.length} of ${final.get(e.id).length} characters)`);
+  }
+  return early;
+}
+
+/** The last answer's text on the page. */
+export async function lastAnswer(page) {
+  return page.evaluate(() => {
+    const els = document.querySelectorAll('[data-testid=message][data-role=assistant]');
+    const el = els[els.length - 1];
+    return el ? [...el.querySelectorAll('[data-testid=text]')].map((p) => p.textContent).join('\n') : '';
+  });
+}
+
+/** waitAnswerLonger waits until the last answer has more than n characters; returns when. */
+export async function waitAnswerLonger(page, n, timeout = WAIT) {
+  await page.waitForFunction(
+    (n) => {
+      const els = document.querySelectorAll('[data-testid=message][data-role=assistant]');
+      const el = els[els.length - 1];
+      return el && [...el.querySelectorAll('[data-testid=text]')].map((p) => p.textContent).join('\n').length > n;
+    },
+    n,
+    { timeout, polling: 'raf' },
+  );
+  return Date.now();
+}
+
+export async function waitStatus(page, status, timeout = WAIT) {
+  await page.waitForFunction((s) => document.querySelector('[data-testid=status]')?.textContent === s, status, { timeout });
+}
