@@ -37,9 +37,20 @@ function Chat({ id, initialMessages }) {
     () => (kind === 'chatd' ? new ChatdChatTransport({ api, headers }) : new DefaultChatTransport({ api, headers })),
     [],
   );
-  const chat = useChat({ id, messages: initialMessages, transport, resume: true });
-  const { messages, sendMessage, status, error, stop, regenerate, setMessages } = chat;
-  const ref = useRef(chat);
+  const ref = useRef(null);
+  const chat = useChat({
+    id,
+    messages: initialMessages,
+    transport,
+    resume: true,
+    // docs/ai-sdk.md, Branches: an edited question's branch point is in the transcript,
+    // not in the answer's stream; reload it after the answer.
+    onFinish: async () => {
+      const r = await loadChatdChat(api, id, { headers });
+      if (r.ok && ref.current.status === 'ready') ref.current.setMessages(r.messages);
+    },
+  });
+  const { messages, sendMessage, status, error, stop, setMessages } = chat;
   ref.current = chat;
   window.__chat = chat;
 
