@@ -1,0 +1,277 @@
+// @chatd/ai-sdk's ChatdChatTransport (web/ai-sdk, the committed build) under the real `ai`
+// package's AbstractChat (what useChat wraps) against a real chatd, through a proxy that
+// can cut the connection: what the chat shows ends equal to the stored transcript, word
+// for word, after cuts; stop() stops the run for everyone; a message sent mid-run is
+// answered after the run; errors carry chatd's codes; the initial load never throws.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ChatdChatTransport, ChatdError, loadChatdChat, followChatdChat } from '../ai-sdk/dist/index.js';
+import { startChatd } from './chatd.mjs';
+import { cutProxy } from './cutproxy.mjs';
+import { API, NodeChat, chatId, plain, runRow, stored, textOf, transcript, until, userMessage } from './aisdk-util.mjs';
+
+/** A transport on base (chatd, or the proxy in front of it), recording its reconnects. */
+function chatdTransport(base, opts = {}) {
+  const reconnects = [];
+  const t = new ChatdChatTransport({
+    api: base + API,
+    reconnect: { initialMs: 50, maxMs: 500 },
+    onReconnect: (r) => reconnects.push({ ...r, at: Date.now() }),
+    ...opts,
+  });
+  t.reconnects = reconnects;
+  return t;
+}
+
+/** The assistant message's text as the chat shows it, and a check that it has no repeats. */
+function shown(chat) {
+  return textOf(chat.lastMessage);
+}
+
+test('a send streamed to its end equals the stored transcript', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '2ms', CHATD_DEMO_WORDS: '40' } });
+  try {
+    const t = chatdTransport(srv.httpURL);
+    const id = chatId();
+    const chat = new NodeChat({ id, transport: t });
+    await chat.sendMessage({ text: 'hello through @chatd/ai-sdk' });
+    assert.equal(chat.status, 'ready', String(chat.error));
+    const msgs = await transcript(srv, id);
+    assert.equal(msgs.length, 2);
+    assert.deepEqual(plain(chat.messages), msgs);
+    assert.match(textOf(msgs[1]), /^Demo reply to "hello through @chatd\/ai-sdk"\./);
+    assert.equal((await runRow(srv, msgs[1].id)).status, 'done');
+    assert.deepEqual(t.reconnects, []);
+    assert.equal(t.isStreaming(id), false);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('a stream cut mid-reply is resumed by the transport: the chat ends equal to the transcript, nothing twice', { timeout: 90000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '200' } });
+  const proxy = await cutProxy(srv.addr);
+  try {
+    const t = chatdTransport(proxy.url);
+    const id = chatId();
+    const errors = [];
+    const finishes = [];
+    const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e), onFinish: (f) => finishes.push(f) });
+    const statuses = new Set();
+    chat.memory.listeners.add((s) => statuses.add(s.status));
+    const sent = chat.sendMessage({ text: 'a long answer please' });
+
+    // Three cuts, each once more text has arrived; the time from each cut to the next
+    // text on screen is the recovery.
+    const recoveries = [];
+    for (let i = 0; i < 3; i++) {
+      const min = 60 + i * 300;
+      await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > min, 20000, `text past ${min}`);
+      const before = shown(chat).length;
+      const at = performance.now();
+      proxy.cut();
+      await chat.waitFor((c) => shown(c).length > before, 20000, 'text after the cut');
+      recoveries.push(Math.round(performance.now() - at));
+    }
+    // And a network that is down for 800 ms: the transport retries with backoff.
+    await chat.waitFor((c) => shown(c).length > 1000, 20000, 'text past 1000');
+    const before = shown(chat).length;
+    const downAt = performance.now();
+    proxy.down();
+    setTimeout(() => proxy.up(), 800);
+    await chat.waitFor((c) => shown(c).length > before, 20000, 'text after the network came back');
+    const downRecovery = Math.round(performance.now() - downAt);
+
+    await sent;
+    assert.equal(chat.status, 'ready', String(chat.error));
+    assert.deepEqual(errors, []);
+    assert.ok(!statuses.has('error'), 'never in error');
+    assert.equal(finishes.length, 1);
+    assert.ok(!finishes[0].isDisconnect && !finishes[0].isError && !finishes[0].isAbort);
+
+    const msgs = await transcript(srv, id);
+    assert.equal(msgs.length, 2);
+    assert.equal(shown(chat), textOf(msgs[1]), 'word for word, no duplicated text');
+    assert.deepEqual(plain(chat.messages), msgs);
+    assert.ok(t.reconnects.length >= 4, `reconnected after each cut: ${t.reconnects.length}`);
+    console.log(`# recoveries after a cut (ms): ${recoveries.join(', ')}; after 800 ms down: ${downRecovery} ms; reconnect attempts ${t.reconnects.length}`);
+  } finally {
+    await proxy.close();
+    await srv.stop();
+  }
+});
+
+test('a cut while the run ends unwatched: the transport finishes the message from the transcript', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '60' } });
+  const proxy = await cutProxy(srv.addr);
+  try {
+    const t = chatdTransport(proxy.url, { reconnect: { initialMs: 1500, maxMs: 1500 } });
+    const id = chatId();
+    const chat = new NodeChat({ id, transport: t });
+    const sent = chat.sendMessage({ text: 'short one' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 30, 20000, 'some text');
+    const runId = chat.lastMessage.id;
+    proxy.down();
+    await until(async () => (await runRow(srv, runId)).status === 'done', 20000, 'the run to end');
+    proxy.up();
+    await sent;
+    assert.equal(chat.status, 'ready', String(chat.error));
+    const msgs = await transcript(srv, id);
+    assert.equal(shown(chat), textOf(stored(msgs, runId)));
+  } finally {
+    await proxy.close();
+    await srv.stop();
+  }
+});
+
+test('stop() stops the run on the server (stored cancelled) and the next send works at once', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '300' } });
+  try {
+    const t = chatdTransport(srv.httpURL);
+    const id = chatId();
+    const errors = [];
+    const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+    const sent = chat.sendMessage({ text: 'go on and on' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 40, 20000, 'some text');
+    const runId = chat.lastMessage.id;
+    const at = performance.now();
+    await chat.stop();
+    await sent;
+    assert.equal(chat.status, 'ready');
+    await until(async () => (await runRow(srv, runId)).status === 'cancelled', 10000, 'the run stored cancelled');
+    const stopMs = Math.round(performance.now() - at);
+
+    await chat.sendMessage({ text: 'and now this' });
+    assert.equal(chat.status, 'ready', String(chat.error));
+    assert.deepEqual(errors, []);
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(msgs.map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+    assert.match(textOf(msgs[3]), /^Demo reply to "and now this"\./);
+    assert.deepEqual(plain(chat.messages.at(-1)), msgs[3]);
+    console.log(`# stop(): run stored cancelled within ${stopMs} ms`);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('a resume replaced by another (the SDK aborts the first) does not stop the run', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '120' } });
+  try {
+    const t = chatdTransport(srv.httpURL);
+    const id = chatId();
+    const chat = new NodeChat({ id, transport: t });
+    const sent = chat.sendMessage({ text: 'for two readers' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 20, 20000, 'some text');
+    const runId = chat.lastMessage.id;
+    const other = new NodeChat({ id, transport: t, messages: await transcript(srv, id) });
+    // Two resumes at once (React StrictMode mounts twice): the SDK aborts the first.
+    await Promise.all([other.resumeStream(), other.resumeStream(), sent]);
+    assert.equal((await runRow(srv, runId)).status, 'done');
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(plain(other.messages), msgs);
+    assert.deepEqual(plain(chat.messages), msgs);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('a message sent while a reply streams is queued by chatd and answered after it', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '120' } });
+  try {
+    const t = chatdTransport(srv.httpURL);
+    const id = chatId();
+    const errors = [];
+    const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+    const first = chat.sendMessage({ text: 'first' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 20, 20000, 'some text');
+    const second = chat.sendMessage({ text: 'second, sent mid-run' });
+    await Promise.all([first, second]);
+    assert.deepEqual(errors, []);
+    assert.equal(chat.status, 'ready', String(chat.error));
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(msgs.map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+    assert.match(textOf(msgs[1]), /^Demo reply to "first"\./);
+    assert.match(textOf(msgs[3]), /^Demo reply to "second, sent mid-run"\./);
+    // The chat shows both answers as stored (the second after its question).
+    for (const m of msgs.filter((x) => x.role === 'assistant')) {
+      assert.deepEqual(plain(chat.messages.find((x) => x.id === m.id)), m);
+    }
+    assert.deepEqual(t.reconnects, [], 'the queued stream was not taken for a broken one');
+  } finally {
+    await srv.stop();
+  }
+});
+
+test("chatd's errors are ChatdErrors with the code readable", { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '100' } });
+  try {
+    const t = chatdTransport(srv.httpURL);
+    const id = chatId();
+    const chat = new NodeChat({ id, transport: t });
+    const first = chat.sendMessage({ text: 'first' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant', 20000, 'the run');
+    const err = await t
+      .sendMessages({ chatId: id, messages: [userMessage('refused')], trigger: 'submit-message', messageId: undefined, abortSignal: undefined, body: { whileRunning: 'reject' } })
+      .then(() => null, (e) => e);
+    assert.ok(err instanceof ChatdError, String(err));
+    assert.equal(err.code, 'run_active');
+    assert.equal(err.status, 409);
+    assert.match(err.message, /^run_active: /);
+    await first;
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('loadChatdChat: the transcript, an empty chat, and ok:false (never a throw) when chatd is unreachable', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '1ms', CHATD_DEMO_WORDS: '5' } });
+  try {
+    const id = chatId();
+    const empty = await loadChatdChat(srv.httpURL + API, id);
+    assert.deepEqual(empty, { ok: true, messages: [] });
+    const chat = new NodeChat({ id, transport: chatdTransport(srv.httpURL) });
+    await chat.sendMessage({ text: 'stored' });
+    const loaded = await loadChatdChat(srv.httpURL + API, id, { headers: async () => ({}) });
+    assert.equal(loaded.ok, true);
+    assert.deepEqual(loaded.messages, await transcript(srv, id));
+  } finally {
+    await srv.stop();
+  }
+  // A port nothing listens on.
+  const dead = await loadChatdChat('http://127.0.0.1:1' + API, 'x');
+  assert.equal(dead.ok, false);
+  assert.equal(dead.error.code, 'network');
+  assert.equal(typeof dead.retry, 'function');
+  assert.equal((await dead.retry()).ok, false);
+});
+
+test('followChatdChat: an idle chat follows a run another client started', { timeout: 60000 }, async (t) => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '80' } });
+  try {
+    const id = chatId();
+    const probe = await fetch(`${srv.httpURL}${API}/${id}/events`).catch(() => null);
+    await probe?.body?.cancel();
+    if (!probe || probe.status === 405 || (probe.status === 404 && !(probe.headers.get('content-type') ?? '').includes('json'))) {
+      t.skip('this chatd has no GET /v1/aisdk/chat/{id}/events');
+      return;
+    }
+    const a = new NodeChat({ id, transport: chatdTransport(srv.httpURL) });
+    await a.sendMessage({ text: 'make the chat' });
+    const bt = chatdTransport(srv.httpURL);
+    const b = new NodeChat({ id, transport: bt, messages: await transcript(srv, id) });
+    const unfollow = followChatdChat(bt, id, { resumeStream: () => b.resumeStream(), setMessages: (m) => (b.messages = m) });
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      const sent = a.sendMessage({ text: 'from the other tab' });
+      await b.waitFor((c) => c.messages.length === 4 && shown(c).length > 0, 10000, 'b to show the run live');
+      assert.equal(b.status === 'streaming' || b.status === 'submitted', true, `b streams: ${b.status}`);
+      await sent;
+      await b.waitFor((c) => c.status === 'ready' && JSON.stringify(plain(c.messages)) === JSON.stringify(plain(a.messages)), 10000, 'b equal to a');
+      assert.deepEqual(plain(b.messages), await transcript(srv, id));
+    } finally {
+      unfollow();
+    }
+  } finally {
+    await srv.stop();
+  }
+});
