@@ -38,8 +38,11 @@ func TestShutdownEndsAISDKStreams(t *testing.T) {
 	defer cancel()
 	require.NoError(t, m.Close(ctx), "the stream does not hold the shutdown up")
 	for lines.Scan() {
+		require.NotContains(t, lines.Text(), `"type":"finish"`, "the run did not end")
 	}
-	// The stream ended (EOF, or the connection cut): the client resumes elsewhere.
+	// The response was aborted, not ended: the SDK sees a broken stream (never a finished
+	// answer) and the client resumes elsewhere.
+	require.Error(t, lines.Err(), "the stream ends broken")
 	var reason string
 	require.NoError(t, openStore(t, m.cfg.DatabaseURL).Pool().QueryRow(dbCtx(t),
 		"SELECT cancel_reason FROM runs WHERE status IN ('running', 'awaiting_approval', 'paused')").Scan(&reason))
@@ -227,4 +230,75 @@ func TestAISDKBranchesRelayed(t *testing.T) {
 
 	status, body := apiAt(t, http.MethodPost, b.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"`+run1+`"}`)
 	require.Equal(t, http.StatusNotFound, status, "a run id is no message id: %s", body)
+}
+
+// The events feed of a chat tells a page that shows it what another tab or device does:
+// its state, a run started elsewhere, the run's end, a branch selected; a shutdown aborts
+// it (the client opens it again), as it does the streams.
+func TestAISDKEventsFeed(t *testing.T) {
+	m, _ := startInProcess(t, map[string]string{"CHATD_DEMO_DELAY": "1ms", "CHATD_SHUTDOWN_TIMEOUT": "10s"})
+	base := "http://" + m.Addr() + "/v1/aisdk/chat/"
+	post := func(body string) {
+		t.Helper()
+		resp, err := http.Post(base[:len(base)-1], "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	resp, err := http.Get(base + "feed-chat/events")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "an unknown chat")
+
+	post(`{"id":"feed-chat","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hello"}]}]}`)
+	resp, err = http.Get(base + "feed-chat/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	lines := bufio.NewScanner(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		for lines.Scan() {
+			if l := lines.Text(); strings.HasPrefix(l, "data: ") {
+				var v map[string]any
+				require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &v))
+				return v
+			}
+		}
+		t.Fatalf("the feed ended: %v", lines.Err())
+		return nil
+	}
+	require.Equal(t, map[string]any{"type": "state", "activeRunId": nil}, next())
+
+	// Another client sends: the feed says the run started, then that it ended.
+	post(`{"id":"feed-chat","trigger":"submit-message","messages":[{"id":"u2","role":"user","parts":[{"type":"text","text":"again"}]}]}`)
+	started := next()
+	require.Equal(t, "run-started", started["type"])
+	ended := next()
+	require.Equal(t, map[string]any{"type": "run-ended", "runId": started["runId"], "status": "done"}, ended)
+
+	// A regeneration of the first answer changes the branch, and runs.
+	var transcript struct {
+		Messages []struct {
+			ID   string `json:"id"`
+			Role string `json:"role"`
+		} `json:"messages"`
+	}
+	tr, err := http.Get(base + "feed-chat")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(tr.Body).Decode(&transcript))
+	tr.Body.Close()
+	post(`{"id":"feed-chat","trigger":"regenerate-message","messageId":"` + transcript.Messages[1].ID + `","messages":[]}`)
+	require.Equal(t, "branch-changed", next()["type"])
+	require.Equal(t, "run-started", next()["type"])
+	require.Equal(t, "run-ended", next()["type"])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	require.NoError(t, m.Close(ctx), "the feed does not hold the shutdown up")
+	for lines.Scan() {
+	}
+	require.Error(t, lines.Err(), "the feed is aborted, not ended")
 }

@@ -103,6 +103,7 @@ func New(cfg Config) *Handler {
 	h := &Handler{cfg: cfg, log: cfg.Logger.With().Str("component", "aisdk").Logger(), mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /v1/aisdk/chat", h.authed(h.send))
 	h.mux.HandleFunc("GET /v1/aisdk/chat/{id}/stream", h.authed(h.resume))
+	h.mux.HandleFunc("GET /v1/aisdk/chat/{id}/events", h.authed(h.events))
 	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/stop", h.authed(h.stop))
 	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/approve", h.authed(h.approve))
 	h.mux.HandleFunc("POST /v1/aisdk/chat/{id}/branch", h.authed(h.selectBranch))

@@ -47,10 +47,34 @@ type encoder struct {
 	awaitRequest string
 	// branched: the answer's branch point was sent (message-metadata).
 	branched bool
+	// part: the id of the text part a text segment streams into, when it is not the
+	// segment's own: a segment that continues one a stopped process interrupted goes on
+	// in that one's part. carry is the part such a segment left open ("" for none),
+	// which the run's next text segment continues and anything else closes.
+	part  map[uuid.UUID]uuid.UUID
+	carry uuid.UUID
 }
 
 func newEncoder(run uuid.UUID) *encoder {
-	return &encoder{run: run, kinds: map[uuid.UUID]chat.MessageKind{}, output: map[string]string{}, asked: map[string]bool{}, answered: map[string]bool{}}
+	return &encoder{run: run, kinds: map[uuid.UUID]chat.MessageKind{}, output: map[string]string{}, asked: map[string]bool{}, answered: map[string]bool{}, part: map[uuid.UUID]uuid.UUID{}}
+}
+
+// partID is the part message id's text streams into.
+func (e *encoder) partID(id uuid.UUID) string {
+	if p, ok := e.part[id]; ok {
+		return p.String()
+	}
+	return id.String()
+}
+
+// closeCarry ends the part an interrupted segment left open: what follows is not its
+// continuation.
+func (e *encoder) closeCarry(c *chunks) {
+	if e.carry == uuid.Nil {
+		return
+	}
+	c.add(map[string]any{"type": "text-end", "id": e.carry.String()})
+	e.carry = uuid.Nil
 }
 
 // chunks accumulates SSE lines.
@@ -103,7 +127,7 @@ func (e *encoder) event(ev *conversation.Event) []byte {
 		if e.kinds[ev.MessageID] == chat.KindReasoning {
 			c.add(map[string]any{"type": "reasoning-delta", "id": ev.MessageID.String(), "delta": ev.Text})
 		} else {
-			c.add(map[string]any{"type": "text-delta", "id": ev.MessageID.String(), "delta": ev.Text})
+			c.add(map[string]any{"type": "text-delta", "id": e.partID(ev.MessageID), "delta": ev.Text})
 		}
 	case conversation.EventSegmentEnded:
 		e.close(&c, ev.MessageID)
@@ -169,10 +193,28 @@ func (e *encoder) open(c *chunks, m chat.Message) {
 	}
 	e.kinds[m.ID] = m.Kind
 	if m.Kind == chat.KindReasoning {
+		e.closeCarry(c)
 		c.add(map[string]any{"type": "reasoning-start", "id": m.ID.String()})
-	} else {
-		c.add(map[string]any{"type": "text-start", "id": m.ID.String()})
+		return
 	}
+	if e.carry != uuid.Nil {
+		// It continues the text a stopped process interrupted: the same part.
+		e.part[m.ID], e.carry = e.carry, uuid.Nil
+		return
+	}
+	c.add(map[string]any{"type": "text-start", "id": m.ID.String()})
+}
+
+// end1 ends segment id as it ended (status): a text segment a stopped process
+// interrupted in a run that goes on leaves its part open for the continuation.
+func (e *encoder) end1(c *chunks, id uuid.UUID, status chat.MessageStatus) {
+	if kind, ok := e.kinds[id]; ok && kind != chat.KindReasoning && status == chat.MessageInterrupted && !e.ended {
+		delete(e.kinds, id)
+		p, _ := uuid.Parse(e.partID(id))
+		e.carry = p
+		return
+	}
+	e.close(c, id)
 }
 
 func (e *encoder) close(c *chunks, id uuid.UUID) {
@@ -184,7 +226,7 @@ func (e *encoder) close(c *chunks, id uuid.UUID) {
 	if kind == chat.KindReasoning {
 		c.add(map[string]any{"type": "reasoning-end", "id": id.String()})
 	} else {
-		c.add(map[string]any{"type": "text-end", "id": id.String()})
+		c.add(map[string]any{"type": "text-end", "id": e.partID(id)})
 	}
 }
 
@@ -236,6 +278,7 @@ func (e *encoder) end(c *chunks, typ conversation.EventType, run *chat.Run) {
 	for id := range e.kinds {
 		e.close(c, id)
 	}
+	e.closeCarry(c)
 	switch typ {
 	case conversation.EventChatDone:
 		c.add(map[string]any{"type": "finish-step"})
@@ -308,6 +351,7 @@ func (e *encoder) replay(cu conversation.CatchUp, c *chunks) ([][]byte, error) {
 		e.branch(c, m)
 		switch {
 		case m.Tool != nil:
+			e.closeCarry(c)
 			if m.Tool.Output != nil && m.Tool.Status == chat.ToolRunning {
 				e.output[m.Tool.CallID] = *m.Tool.Output
 			}
@@ -316,16 +360,19 @@ func (e *encoder) replay(cu conversation.CatchUp, c *chunks) ([][]byte, error) {
 				c.add(map[string]any{"type": "tool-output-available", "toolCallId": m.Tool.CallID, "output": *m.Tool.Output, "preliminary": true})
 			}
 		case m.Role == chat.RoleAssistant && (m.Kind == chat.KindText || m.Kind == chat.KindReasoning || m.Kind == ""):
+			if m.Content == "" && m.Status != chat.MessageStreaming && m.Kind != chat.KindReasoning {
+				continue // it ended with no text: no part (as the transcript has it)
+			}
 			e.open(c, m)
 			if m.Content != "" {
-				typ := "text-delta"
 				if m.Kind == chat.KindReasoning {
-					typ = "reasoning-delta"
+					c.add(map[string]any{"type": "reasoning-delta", "id": m.ID.String(), "delta": m.Content})
+				} else {
+					c.add(map[string]any{"type": "text-delta", "id": e.partID(m.ID), "delta": m.Content})
 				}
-				c.add(map[string]any{"type": typ, "id": m.ID.String(), "delta": m.Content})
 			}
 			if m.Status != chat.MessageStreaming {
-				e.close(c, m.ID)
+				e.end1(c, m.ID, m.Status)
 			}
 		}
 	}

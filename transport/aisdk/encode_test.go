@@ -180,3 +180,74 @@ func TestProgressIsATransientDataPart(t *testing.T) {
 	require.Equal(t, 3.0, chunks[len(chunks)-1]["data"].(map[string]any)["step"])
 	require.Empty(t, late.event(status(p(3))), "the same progress again is not sent")
 }
+
+// A run a stopped process interrupted mid-sentence and the next one continued is one
+// text part: in a stream that joins it after the restart (the interrupted segment's
+// part stays open and the continuation streams into it), and in the transcript. A
+// segment that ended with no text is no part, in either.
+func TestContinuedTextIsOnePart(t *testing.T) {
+	run := uuid.New()
+	user := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleUser, Content: "go", Status: chat.MessageComplete}
+	cut := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText, Content: "Hello wo", Status: chat.MessageInterrupted}
+	empty := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText, Status: chat.MessageInterrupted}
+	cont := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText, Content: "rl", Status: chat.MessageStreaming}
+
+	enc := newEncoder(run)
+	frames, err := enc.catchUp(conversation.CatchUp{Snapshot: &conversation.Snapshot{
+		Messages:  []chat.Message{user, cut, empty, cont},
+		ActiveRun: &chat.Run{ID: run, Status: chat.RunRunning},
+	}})
+	require.NoError(t, err)
+	live := enc.event(&conversation.Event{Type: conversation.EventDelta, RunID: run, MessageID: cont.ID, Text: "d."})
+	live = append(live, enc.event(&conversation.Event{Type: conversation.EventSegmentEnded, RunID: run, MessageID: cont.ID, Status: chat.MessageComplete})...)
+	live = append(live, enc.event(&conversation.Event{Type: conversation.EventChatDone, RunID: run})...)
+	chunks, ended := chunksOf(t, string(frames[0])+string(live))
+	require.True(t, ended)
+	var text strings.Builder
+	starts, ends := 0, 0
+	for _, c := range chunks {
+		switch c["type"] {
+		case "text-start":
+			starts++
+			require.Equal(t, cut.ID.String(), c["id"])
+		case "text-delta":
+			require.Equal(t, cut.ID.String(), c["id"], "the continuation streams into the interrupted part")
+			text.WriteString(c["delta"].(string))
+		case "text-end":
+			ends++
+			require.Equal(t, cut.ID.String(), c["id"])
+		}
+	}
+	require.Equal(t, 1, starts)
+	require.Equal(t, 1, ends)
+	require.Equal(t, "Hello world.", text.String())
+
+	cont.Content, cont.Status = "rld.", chat.MessageComplete
+	ui := UIMessages([]chat.Message{user, cut, empty, cont}, nil)
+	require.Len(t, ui, 2)
+	require.Equal(t, []any{
+		map[string]any{"type": "step-start"},
+		map[string]any{"type": "text", "text": "Hello world.", "state": "done"},
+	}, ui[1]["parts"])
+
+	// A tool call after an interrupted segment closes its part: the text after it is
+	// another one, as the transcript has it.
+	tool := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleTool, Status: chat.MessageComplete, Tool: &chat.ToolCall{CallID: "c1", Name: "clock", Input: json.RawMessage(`{}`), Status: chat.ToolOK}}
+	after := chat.Message{ID: uuid.New(), RunID: &run, Role: chat.RoleAssistant, Kind: chat.KindText, Content: "after", Status: chat.MessageComplete}
+	enc = newEncoder(run)
+	frames, err = enc.catchUp(conversation.CatchUp{Snapshot: &conversation.Snapshot{
+		Messages: []chat.Message{user, cut, tool, after},
+		LastRun:  &chat.Run{ID: run, Status: chat.RunDone},
+	}})
+	require.NoError(t, err)
+	chunks, _ = chunksOf(t, string(frames[0]))
+	var types []string
+	for _, c := range chunks {
+		types = append(types, c["type"].(string))
+	}
+	require.Equal(t, []string{"start", "start-step", "text-start", "text-delta", "text-end",
+		"tool-input-start", "tool-input-available", "tool-output-available",
+		"text-start", "text-delta", "text-end", "finish-step", "finish"}, types)
+	parts := UIMessages([]chat.Message{user, cut, tool, after}, nil)[1]["parts"].([]any)
+	require.Len(t, parts, 4, "step-start, the cut text, the tool, the text after")
+}

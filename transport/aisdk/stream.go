@@ -226,9 +226,11 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller,
 			return
 		}
 		if req != nil && (!req.Flush || !out.Pending()) {
-			// The actor let go of the stream (too slow, shut down, moved, deleted): the
-			// client resumes (GET .../stream) and gets the run from its start.
-			return
+			// The actor let go of the stream (too slow, shut down, moved, deleted) before
+			// the run ended: the response is aborted, not ended, so that the SDK sees a
+			// broken stream and never a finished answer; the client resumes
+			// (GET .../stream) and gets the run from its start.
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

@@ -72,11 +72,20 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 // needsApproval (nil: none) names the tools whose calls waited for a person: a call of
 // one that ran shows as approved. A message at a branch point has metadata.chatd.branch
 // (branchMeta): a user message its own Branch, an answer its first message's.
+//
+// A text segment that a stopped process interrupted and the next one continued is one
+// text part, as an uninterrupted run would have it (the encoder streams it so too); a
+// text segment that ended with no text has none.
 func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map[string]any {
 	out := []map[string]any{}
 	var cur map[string]any
 	curRun := ""
+	var carry map[string]any // the text part an interrupted segment left open, if any
 	for _, m := range msgs {
+		isText := m.Role == chat.RoleAssistant && (m.Kind == chat.KindText || m.Kind == "")
+		if isText && m.Content == "" && m.Status != chat.MessageStreaming {
+			continue
+		}
 		run := ""
 		if m.RunID != nil {
 			run = m.RunID.String()
@@ -92,7 +101,7 @@ func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map
 				um["metadata"] = branchMeta(m.Branch)
 			}
 			out = append(out, um)
-			cur, curRun = nil, ""
+			cur, curRun, carry = nil, "", nil
 		case m.Role == chat.RoleAssistant || m.Role == chat.RoleTool:
 			if cur == nil || curRun != run {
 				cur = map[string]any{"id": run, "role": "assistant", "parts": []any{map[string]any{"type": "step-start"}}}
@@ -101,9 +110,19 @@ func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map
 				}
 				curRun = run
 				out = append(out, cur)
+				carry = nil
 			}
-			if p := uiPart(m, needsApproval); p != nil {
+			if isText && carry != nil {
+				carry["text"] = carry["text"].(string) + m.Content
+			} else if p := uiPart(m, needsApproval); p != nil {
 				cur["parts"] = append(cur["parts"].([]any), p)
+				carry = nil
+				if isText {
+					carry = p
+				}
+			}
+			if !isText || m.Status != chat.MessageInterrupted {
+				carry = nil
 			}
 		}
 	}
