@@ -683,8 +683,10 @@ function followChatdChat(transport, id, h) {
     else waker.wake();
   };
   doc?.addEventListener?.("visibilitychange", onVisibility);
-  const active = () => {
-    if (!transport.isStreaming(id)) void Promise.resolve(h.resumeStream()).catch(h.onError);
+  const active = async () => {
+    if (transport.isStreaming(id)) return;
+    await reload();
+    if (!transport.isStreaming(id) && !stopped) await Promise.resolve(h.resumeStream()).catch(h.onError);
   };
   const reload = async () => {
     if (transport.isStreaming(id)) return;
@@ -698,11 +700,11 @@ function followChatdChat(transport, id, h) {
   const handle = (ev) => {
     switch (ev.type) {
       case "state":
-        if (ev.activeRunId) active();
+        if (ev.activeRunId) void active();
         else void reload();
         break;
       case "run-started":
-        active();
+        void active();
         break;
       case "run-ended":
       case "branch-changed":

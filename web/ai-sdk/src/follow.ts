@@ -43,8 +43,12 @@ export function followChatdChat<M extends UIMessage>(transport: ChatdChatTranspo
   };
   doc?.addEventListener?.('visibilitychange', onVisibility);
 
-  const active = () => {
-    if (!transport.isStreaming(id)) void Promise.resolve(h.resumeStream()).catch(h.onError);
+  // A run is active: the transcript first (it has the run's question, and the answer so
+  // far), then the run's stream, which replaces the answer by its id.
+  const active = async () => {
+    if (transport.isStreaming(id)) return;
+    await reload();
+    if (!transport.isStreaming(id) && !stopped) await Promise.resolve(h.resumeStream()).catch(h.onError);
   };
   const reload = async () => {
     if (transport.isStreaming(id)) return;
@@ -58,11 +62,11 @@ export function followChatdChat<M extends UIMessage>(transport: ChatdChatTranspo
   const handle = (ev: ChatdChatEvent) => {
     switch (ev.type) {
       case 'state':
-        if (ev.activeRunId) active();
+        if (ev.activeRunId) void active();
         else void reload();
         break;
       case 'run-started':
-        active();
+        void active();
         break;
       case 'run-ended':
       case 'branch-changed':
