@@ -279,3 +279,40 @@ test('followChatdChat: an idle chat follows a run another client started', { tim
     await srv.stop();
   }
 });
+
+for (const [how, crash] of [
+  ['SIGTERM', false],
+  ['kill -9', true],
+]) {
+  test(`chatd stopped with ${how} mid-reply and started again: the transport resumes, the chat ends equal to the transcript`, { timeout: 90000 }, async () => {
+    const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '250' } });
+    try {
+      const t = chatdTransport(srv.httpURL);
+      const id = chatId();
+      const errors = [];
+      const statuses = [];
+      const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+      chat.memory.listeners.add((s) => statuses.push(s.status));
+      const sent = chat.sendMessage({ text: 'survive a restart' });
+      await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 200, 20000, 'some text');
+      const before = shown(chat).length;
+      const at = performance.now();
+      if (crash) await srv.kill();
+      else await srv.terminate();
+      await srv.start(srv.addr);
+      const upMs = Math.round(performance.now() - at);
+      await chat.waitFor((c) => shown(c).length > before, 30000, 'text after the restart');
+      const recoveryMs = Math.round(performance.now() - at);
+      await sent;
+      assert.equal(chat.status, 'ready', String(chat.error));
+      assert.deepEqual(errors, []);
+      assert.ok(!statuses.includes('error'), 'never in error');
+      const msgs = await transcript(srv, id);
+      assert.equal(shown(chat), textOf(msgs.at(-1)), 'word for word, nothing twice');
+      assert.deepEqual(plain(chat.messages), msgs);
+      console.log(`# ${how}: chatd back after ${upMs} ms, text flowing again after ${recoveryMs} ms (${t.reconnects.length} reconnect attempts)`);
+    } finally {
+      await srv.stop();
+    }
+  });
+}
