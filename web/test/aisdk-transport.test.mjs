@@ -101,7 +101,7 @@ test('a stream cut mid-reply is resumed by the transport: the chat ends equal to
   }
 });
 
-test('a cut while the run ends unwatched: the transport finishes the message from the transcript', { timeout: 60000 }, async () => {
+test('a send cut while its run ends unwatched: the retried POST (same message id) streams the ended run, nothing twice', { timeout: 60000 }, async () => {
   const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '60' } });
   const proxy = await cutProxy(srv.addr);
   try {
@@ -316,3 +316,63 @@ for (const [how, crash] of [
     }
   });
 }
+
+test('a cut while a queued message waits for its run: both answers end as stored, the message queued once', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '150' } });
+  const proxy = await cutProxy(srv.addr);
+  try {
+    const t = chatdTransport(proxy.url);
+    const id = chatId();
+    const errors = [];
+    const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+    const first = chat.sendMessage({ text: 'first' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 20, 20000, 'some text');
+    const second = chat.sendMessage({ text: 'second, queued' });
+    await new Promise((r) => setTimeout(r, 200)); // the second POST is answered and waits
+    proxy.cut(); // both streams break: the running one and the queued one's wait
+    await new Promise((r) => setTimeout(r, 300));
+    proxy.cut(); // and again, later
+    await Promise.all([first, second]);
+    assert.deepEqual(errors, []);
+    assert.equal(chat.status, 'ready', String(chat.error));
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(msgs.map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+    assert.match(textOf(msgs[3]), /^Demo reply to "second, queued"\./);
+    for (const m of msgs.filter((x) => x.role === 'assistant')) {
+      assert.deepEqual(plain(chat.messages.find((x) => x.id === m.id)), m, 'each answer word for word');
+    }
+    const runs = await srv.query(`SELECT status FROM runs`);
+    assert.equal(runs.length, 2, 'two runs: the retried POSTs started nothing new');
+  } finally {
+    await proxy.close();
+    await srv.stop();
+  }
+});
+
+test('a resumed stream cut while its run ends: the rest comes from the transcript (GET .../stream is 204 by then)', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '100' } });
+  const proxy = await cutProxy(srv.addr);
+  try {
+    const id = chatId();
+    const a = new NodeChat({ id, transport: chatdTransport(srv.httpURL) });
+    const sent = a.sendMessage({ text: 'followed through a proxy' });
+    await a.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 10, 20000, 'the run');
+    const runId = a.lastMessage.id;
+    const bt = chatdTransport(proxy.url, { reconnect: { initialMs: 1500, maxMs: 1500 } });
+    const b = new NodeChat({ id, transport: bt, messages: await transcript(srv, id) });
+    const resumed = b.resumeStream();
+    await b.waitFor((c) => c.lastMessage?.id === runId && shown(c).length > 100, 20000, 'b to follow');
+    proxy.down();
+    await sent;
+    await until(async () => (await runRow(srv, runId)).status === 'done', 20000, 'the run to end');
+    proxy.up();
+    await resumed;
+    assert.equal(b.status, 'ready', String(b.error));
+    const msgs = await transcript(srv, id);
+    assert.equal(shown(b), textOf(stored(msgs, runId)), 'word for word');
+    assert.deepEqual(plain(b.messages), msgs);
+  } finally {
+    await proxy.close();
+    await srv.stop();
+  }
+});

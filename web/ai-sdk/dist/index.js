@@ -218,6 +218,7 @@ var Ledger = class {
         if (mine && mine.kind === kind) {
           const t = this.texts.get(mine.key);
           if (t && text.length > t.text.length && text.startsWith(t.text)) {
+            this.pass.pos.set(mine.key, t.text.length);
             push({ type: `${kind}-delta`, id: mine.id, delta: text.slice(t.text.length) });
           }
           push({ type: `${kind}-end`, id: mine.id });

@@ -173,6 +173,7 @@ export class Ledger {
         if (mine && mine.kind === kind) {
           const t = this.texts.get(mine.key);
           if (t && text.length > t.text.length && text.startsWith(t.text)) {
+            this.pass.pos.set(mine.key, t.text.length); // the delta goes on from there
             push({ type: `${kind}-delta`, id: mine.id, delta: text.slice(t.text.length) } as UIMessageChunk);
           }
           push({ type: `${kind}-end`, id: mine.id } as UIMessageChunk);
