@@ -399,7 +399,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   }
   /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
   close() {
-    for (const o of this.open) o.cut();
+    for (const o of [...this.open]) o.end();
     this.waker.close();
   }
   async sendMessages(options) {
@@ -450,8 +450,22 @@ var ChatdChatTransport = class extends DefaultChatTransport {
     let conn = this.firstControllers.get(first) ?? new AbortController();
     const firstSignal = this.captured.get(conn.signal);
     const again = reopenByPost ? firstSignal : void 0;
-    const entry = { chatId, ledger, cut: () => conn.abort(new DOMException("reconnect", "AbortError")) };
     let closedBySDK = false;
+    const entry = {
+      chatId,
+      ledger,
+      cut: () => conn.abort(new DOMException("reconnect", "AbortError")),
+      end: () => {
+        closedBySDK = true;
+        conn.abort();
+        done();
+        try {
+          out?.close();
+        } catch {
+        }
+      }
+    };
+    let out;
     const done = () => {
       this.open.delete(entry);
       abortSignal?.removeEventListener("abort", onSDKAbort);
@@ -496,6 +510,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
     };
     return new ReadableStream({
       start: (controller) => {
+        out = controller;
         const run = async () => {
           let source = first;
           let attempt = 0;
@@ -517,9 +532,9 @@ var ChatdChatTransport = class extends DefaultChatTransport {
                     failure = new ChatdError("unauthorized", value.errorText, 401);
                     break;
                   }
-                  const out = ledger.accept(value);
-                  if (out) {
-                    controller.enqueue(out);
+                  const out2 = ledger.accept(value);
+                  if (out2) {
+                    controller.enqueue(out2);
                     attempt = 0;
                   }
                   if (ledger.ended) {
@@ -582,7 +597,8 @@ var ChatdChatTransport = class extends DefaultChatTransport {
             }
           }
         };
-        void run();
+        void run().catch(() => {
+        });
       },
       cancel: () => {
         closedBySDK = true;
@@ -687,7 +703,7 @@ function followChatdChat(transport, id, h) {
   const active = async () => {
     if (transport.isStreaming(id)) return;
     await reload();
-    if (!transport.isStreaming(id) && !stopped) await Promise.resolve(h.resumeStream()).catch(h.onError);
+    if (!transport.isStreaming(id) && !stopped) await Promise.resolve(h.resumeStream()).catch((e) => h.onError?.(e));
   };
   const reload = async () => {
     if (transport.isStreaming(id)) return;

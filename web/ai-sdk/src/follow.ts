@@ -48,7 +48,7 @@ export function followChatdChat<M extends UIMessage>(transport: ChatdChatTranspo
   const active = async () => {
     if (transport.isStreaming(id)) return;
     await reload();
-    if (!transport.isStreaming(id) && !stopped) await Promise.resolve(h.resumeStream()).catch(h.onError);
+    if (!transport.isStreaming(id) && !stopped) await Promise.resolve(h.resumeStream()).catch((e) => h.onError?.(e));
   };
   const reload = async () => {
     if (transport.isStreaming(id)) return;

@@ -26,6 +26,8 @@ interface Open {
   ledger: Ledger;
   /** Cuts the current connection (to reconnect at once). */
   cut: () => void;
+  /** Ends the stream for good (the transport is closed). */
+  end: () => void;
 }
 
 /**
@@ -123,7 +125,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
 
   /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
   close(): void {
-    for (const o of this.open) o.cut();
+    for (const o of [...this.open]) o.end();
     this.waker.close();
   }
 
@@ -201,8 +203,23 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
     const firstSignal = this.captured.get(conn.signal);
     // The request to send again: the POST as it went (same body: same run), else a resume.
     const again = reopenByPost ? firstSignal : undefined;
-    const entry: Open = { chatId, ledger, cut: () => conn.abort(new DOMException('reconnect', 'AbortError')) };
     let closedBySDK = false;
+    const entry: Open = {
+      chatId,
+      ledger,
+      cut: () => conn.abort(new DOMException('reconnect', 'AbortError')),
+      end: () => {
+        closedBySDK = true;
+        conn.abort();
+        done();
+        try {
+          out?.close();
+        } catch {
+          // closed already
+        }
+      },
+    };
+    let out: ReadableStreamDefaultController<UIMessageChunk> | undefined;
     const done = () => {
       this.open.delete(entry);
       abortSignal?.removeEventListener('abort', onSDKAbort);
@@ -249,6 +266,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
 
     return new ReadableStream<UIMessageChunk>({
       start: (controller) => {
+        out = controller;
         const run = async () => {
           // source: a connection to read; null: the run ended unfollowed (finish it from
           // the transcript); undefined: none (wait, then connect again).
@@ -338,7 +356,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
             }
           }
         };
-        void run();
+        void run().catch(() => {}); // only a closed controller: the SDK let go
       },
       cancel: () => {
         closedBySDK = true;
