@@ -376,3 +376,41 @@ test('a resumed stream cut while its run ends: the rest comes from the transcrip
     await srv.stop();
   }
 });
+
+test('followChatdChat in the tab that sends: its own runs are not resumed or reloaded twice', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '5ms', CHATD_DEMO_WORDS: '80' } });
+  try {
+    const id = chatId();
+    const t = chatdTransport(srv.httpURL);
+    const errors = [];
+    const statuses = [];
+    const a = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+    a.memory.listeners.add((s) => statuses.push(s.status));
+    await a.sendMessage({ text: 'make the chat' });
+    let resumes = 0;
+    const unfollow = followChatdChat(t, id, {
+      resumeStream: () => {
+        resumes++;
+        return a.resumeStream();
+      },
+      setMessages: (m) => (a.messages = m),
+      onError: (e) => errors.push(e),
+    });
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      for (const text of ['second', 'third']) {
+        await a.sendMessage({ text });
+        assert.equal(a.status, 'ready', String(a.error));
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      assert.deepEqual(errors, []);
+      assert.ok(!statuses.includes('error'));
+      assert.equal(resumes, 0, 'its own runs were streamed by their sends');
+      assert.deepEqual(plain(a.messages), await transcript(srv, id));
+    } finally {
+      unfollow();
+    }
+  } finally {
+    await srv.stop();
+  }
+});

@@ -332,6 +332,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   open = /* @__PURE__ */ new Set();
   stops = /* @__PURE__ */ new Map();
   resumes = /* @__PURE__ */ new Map();
+  pending = /* @__PURE__ */ new Map();
   waker;
   unloading = false;
   constructor(options = {}) {
@@ -368,8 +369,20 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   }
   /** Whether a send or a resume of chatId is open (the SDK is reading it). */
   isStreaming(chatId) {
+    if ((this.pending.get(chatId) ?? 0) > 0) return true;
     for (const o of this.open) if (o.chatId === chatId) return true;
     return false;
+  }
+  /** Counts a request the SDK made that has no stream yet (its POST or GET in flight). */
+  async busy(chatId, f) {
+    this.pending.set(chatId, (this.pending.get(chatId) ?? 0) + 1);
+    try {
+      return await f();
+    } finally {
+      const n = (this.pending.get(chatId) ?? 1) - 1;
+      if (n > 0) this.pending.set(chatId, n);
+      else this.pending.delete(chatId);
+    }
   }
   /** The transport's headers, resolved (for requests of its own: stop, the transcript). */
   async resolvedHeaders(extra) {
@@ -404,15 +417,19 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   }
   async sendMessages(options) {
     const { abortSignal, ...rest } = options;
-    await this.stops.get(options.chatId);
-    return this.openStream(options.chatId, abortSignal, options.headers, (signal) => super.sendMessages({ ...rest, abortSignal: signal }), true);
+    return this.busy(options.chatId, async () => {
+      await this.stops.get(options.chatId);
+      return this.openStream(options.chatId, abortSignal, options.headers, (signal) => super.sendMessages({ ...rest, abortSignal: signal }), true);
+    });
   }
   async reconnectToStream(options) {
     const { abortSignal, ...rest } = options;
     this.resumes.set(options.chatId, (this.resumes.get(options.chatId) ?? 0) + 1);
-    const first = await this.withRetries(options.chatId, abortSignal, (signal) => super.reconnectToStream({ ...rest, abortSignal: signal }));
-    if (first === null) return null;
-    return this.wrap(options.chatId, abortSignal, options.headers, first, false);
+    return this.busy(options.chatId, async () => {
+      const first = await this.withRetries(options.chatId, abortSignal, (signal) => super.reconnectToStream({ ...rest, abortSignal: signal }));
+      if (first === null) return null;
+      return this.wrap(options.chatId, abortSignal, options.headers, first, false);
+    });
   }
   /** The first request, retried on the network's errors and refusals that pass. */
   async openStream(chatId, abortSignal, headers, request, reopenByPost) {

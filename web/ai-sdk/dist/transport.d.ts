@@ -36,6 +36,7 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
     private readonly open;
     private readonly stops;
     private readonly resumes;
+    private readonly pending;
     private readonly waker;
     private unloading;
     constructor(options?: ChatdChatTransportOptions<M>);
@@ -43,6 +44,8 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
     get apiURL(): string;
     /** Whether a send or a resume of chatId is open (the SDK is reading it). */
     isStreaming(chatId: string): boolean;
+    /** Counts a request the SDK made that has no stream yet (its POST or GET in flight). */
+    private busy;
     /** The transport's headers, resolved (for requests of its own: stop, the transcript). */
     resolvedHeaders(extra?: Record<string, string> | Headers): Promise<Record<string, string>>;
     /** fetch, as the app configured it. */

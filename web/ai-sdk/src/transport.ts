@@ -48,6 +48,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
   private readonly open = new Set<Open>();
   private readonly stops = new Map<string, Promise<void>>();
   private readonly resumes = new Map<string, number>();
+  private readonly pending = new Map<string, number>();
   private readonly waker: Waker;
   private unloading = false;
 
@@ -89,8 +90,21 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
 
   /** Whether a send or a resume of chatId is open (the SDK is reading it). */
   isStreaming(chatId: string): boolean {
+    if ((this.pending.get(chatId) ?? 0) > 0) return true;
     for (const o of this.open) if (o.chatId === chatId) return true;
     return false;
+  }
+
+  /** Counts a request the SDK made that has no stream yet (its POST or GET in flight). */
+  private async busy<T>(chatId: string, f: () => Promise<T>): Promise<T> {
+    this.pending.set(chatId, (this.pending.get(chatId) ?? 0) + 1);
+    try {
+      return await f();
+    } finally {
+      const n = (this.pending.get(chatId) ?? 1) - 1;
+      if (n > 0) this.pending.set(chatId, n);
+      else this.pending.delete(chatId);
+    }
   }
 
   /** The transport's headers, resolved (for requests of its own: stop, the transcript). */
@@ -131,20 +145,24 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
 
   override async sendMessages(options: SendOptions<M>): Promise<ReadableStream<UIMessageChunk>> {
     const { abortSignal, ...rest } = options;
-    // A stop() just before (regenerate and edits stop first): let it reach chatd first.
-    await this.stops.get(options.chatId);
     // A broken POST is asked again with the same body: the last message's id is the
     // idempotency key, so the retry streams the same run from its start (a queued message
     // waits again; an approval's continuation keeps the decisions made).
-    return this.openStream(options.chatId, abortSignal, options.headers, (signal) => super.sendMessages({ ...rest, abortSignal: signal }), true);
+    return this.busy(options.chatId, async () => {
+      // A stop() just before (regenerate and edits stop first): let it reach chatd first.
+      await this.stops.get(options.chatId);
+      return this.openStream(options.chatId, abortSignal, options.headers, (signal) => super.sendMessages({ ...rest, abortSignal: signal }), true);
+    });
   }
 
   override async reconnectToStream(options: ReconnectOptions<M>): Promise<ReadableStream<UIMessageChunk> | null> {
     const { abortSignal, ...rest } = options;
     this.resumes.set(options.chatId, (this.resumes.get(options.chatId) ?? 0) + 1);
-    const first = await this.withRetries(options.chatId, abortSignal, (signal) => super.reconnectToStream({ ...rest, abortSignal: signal }));
-    if (first === null) return null;
-    return this.wrap(options.chatId, abortSignal, options.headers, first, false);
+    return this.busy(options.chatId, async () => {
+      const first = await this.withRetries(options.chatId, abortSignal, (signal) => super.reconnectToStream({ ...rest, abortSignal: signal }));
+      if (first === null) return null;
+      return this.wrap(options.chatId, abortSignal, options.headers, first, false);
+    });
   }
 
   /** The first request, retried on the network's errors and refusals that pass. */
