@@ -4,7 +4,7 @@
 // fails, an abort (stop) and a resume the SDK replaces, errors with chatd's codes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ChatdChatTransport, ChatdError } from '../ai-sdk/dist/index.js';
+import { ChatdChatTransport, ChatdError, chatdErrorCode } from '../ai-sdk/dist/index.js';
 import { consume, userMessage } from './aisdk-util.mjs';
 
 const API = 'http://chatd.test/v1/aisdk/chat';
@@ -99,6 +99,7 @@ test('a run that fails (an error chunk) ends the stream: no reconnect', async ()
   const t = new ChatdChatTransport({ api: API, fetch });
   const { errors } = await consume(await send(t)).result;
   assert.equal(errors.length, 1);
+  assert.equal(chatdErrorCode(errors[0]), 'internal');
   assert.equal(log.length, 1);
 });
 
@@ -152,4 +153,6 @@ test("chatd's refusals are ChatdErrors: the message starts with the code", async
   assert.equal(err.code, 'queue_full');
   assert.equal(err.status, 409);
   assert.equal(err.message, 'queue_full: ten messages wait already');
+  assert.equal(chatdErrorCode(err), 'queue_full');
+  assert.equal(chatdErrorCode(new Error('no code here')), undefined);
 });

@@ -414,3 +414,38 @@ test('followChatdChat in the tab that sends: its own runs are not resumed or rel
     await srv.stop();
   }
 });
+
+test('an approval: the stream cut while the call waits is resumed with the request once; POST approve; the chat ends as stored', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '2ms', CHATD_DEMO_WORDS: '30' } });
+  const proxy = await cutProxy(srv.addr);
+  try {
+    const t = chatdTransport(proxy.url);
+    const id = chatId();
+    const errors = [];
+    const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+    const sent = chat.sendMessage({ text: 'please approve the sandbox call' });
+    const waiting = () => chat.lastMessage?.parts.find((p) => p.state === 'approval-requested');
+    await chat.waitFor(waiting, 20000, 'the approval request');
+    const { toolCallId } = waiting();
+    proxy.cut();
+    await until(() => t.reconnects.length > 0, 5000, 'a reconnect');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(chat.lastMessage.parts.filter((p) => p.toolCallId === toolCallId).length, 1, 'the call once');
+    const r = await fetch(`${srv.httpURL}${API}/${encodeURIComponent(id)}/approve`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ toolCallId, approved: true }),
+    });
+    assert.equal(r.status, 200);
+    await sent;
+    assert.deepEqual(errors, []);
+    assert.equal(chat.status, 'ready', String(chat.error));
+    const msgs = await transcript(srv, id);
+    assert.deepEqual(plain(chat.messages), msgs);
+    const tool = msgs[1].parts.find((p) => p.toolCallId === toolCallId);
+    assert.equal(tool.state, 'output-available');
+  } finally {
+    await proxy.close();
+    await srv.stop();
+  }
+});

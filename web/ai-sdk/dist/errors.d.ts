@@ -19,3 +19,9 @@ export declare function isNetworkError(err: unknown): boolean;
 export declare function isAbortError(err: unknown): boolean;
 /** Whether a refusal may go away by itself: worth retrying with backoff. */
 export declare function isRetryableStatus(status: number): boolean;
+/**
+ * chatd's code of an error useChat reports: a ChatdError's `.code`, or the code that
+ * starts the text of a stream's `error` part (a failed run: "<code>: <message>"), which
+ * the SDK turns into a plain Error. undefined when there is none.
+ */
+export declare function chatdErrorCode(err: unknown): string | undefined;

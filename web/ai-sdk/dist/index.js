@@ -62,6 +62,13 @@ function isAbortError(err) {
 function isRetryableStatus(status) {
   return status === 408 || status === 429 || status === 502 || status === 503 || status === 504;
 }
+function chatdErrorCode(err) {
+  if (err instanceof ChatdError) return err.code;
+  const code = err?.code;
+  if (typeof code === "string") return code;
+  const m = /^([a-z][a-z_]*): /.exec(err?.message ?? "");
+  return m?.[1];
+}
 
 // src/ledger.ts
 var Ledger = class {
@@ -801,6 +808,7 @@ export {
   ChatdChatTransport,
   ChatdError,
   backoffDelay,
+  chatdErrorCode,
   followChatdChat,
   loadChatdChat,
   toChatdError

@@ -74,3 +74,16 @@ export function isAbortError(err: unknown): boolean {
 export function isRetryableStatus(status: number): boolean {
   return status === 408 || status === 429 || status === 502 || status === 503 || status === 504;
 }
+
+/**
+ * chatd's code of an error useChat reports: a ChatdError's `.code`, or the code that
+ * starts the text of a stream's `error` part (a failed run: "<code>: <message>"), which
+ * the SDK turns into a plain Error. undefined when there is none.
+ */
+export function chatdErrorCode(err: unknown): string | undefined {
+  if (err instanceof ChatdError) return err.code;
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string') return code;
+  const m = /^([a-z][a-z_]*): /.exec((err as { message?: unknown } | null)?.message as string ?? '');
+  return m?.[1];
+}
