@@ -56,11 +56,11 @@ fuzz:
 test-js: build web/node_modules/.installed
 	CHATD_CHROMIUM=$$(scripts/chromium.sh) $(DEVDB) exec sh -c 'cd web && npm test'
 
-# Rebuilds the committed web assets (web/dist, web/client/dist) from their sources.
+# Rebuilds the committed web assets (web/dist, web/client/dist, web/ai-sdk/dist) from their sources.
 web: web/node_modules/.installed
 	cd web && node build.mjs
 
-# Fails when web/dist or web/client/dist no longer match their sources.
+# Fails when web/dist, web/client/dist or web/ai-sdk/dist no longer match their sources.
 check-web: web/node_modules/.installed
 	cd web && node build.mjs --check
 

@@ -1,4 +1,5 @@
-// Builds the browser side: the client library into client/dist and the app into dist
+// Builds the browser side: the client library into client/dist, @chatd/ai-sdk into
+// ai-sdk/dist and the app into dist
 // (which cmd/chatd embeds). Both outputs are committed, like sqlc's.
 //
 //   node build.mjs           build in place
@@ -10,9 +11,10 @@ import { join, dirname, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildClient } from './client/build.mjs';
 import { buildApp } from './app/build.mjs';
+import { buildAISDK } from './ai-sdk/build.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const outputs = { client: join(here, 'client', 'dist'), app: join(here, 'dist') };
+const outputs = { client: join(here, 'client', 'dist'), app: join(here, 'dist'), aisdk: join(here, 'ai-sdk', 'dist') };
 
 async function files(dir) {
   const out = new Map();
@@ -37,8 +39,9 @@ async function files(dir) {
 async function check() {
   const tmp = await mkdtemp(join(tmpdir(), 'chatd-web-check-'));
   try {
-    const fresh = { client: join(tmp, 'client'), app: join(tmp, 'app') };
+    const fresh = { client: join(tmp, 'client'), app: join(tmp, 'app'), aisdk: join(tmp, 'aisdk') };
     await buildClient(fresh.client);
+    await buildAISDK(fresh.aisdk);
     await buildApp(fresh.app, fresh.client);
     const stale = [];
     for (const k of Object.keys(outputs)) {
@@ -63,5 +66,6 @@ if (process.argv.includes('--check')) {
   await check();
 } else {
   await buildClient(outputs.client);
+  await buildAISDK(outputs.aisdk);
   await buildApp(outputs.app, outputs.client);
 }

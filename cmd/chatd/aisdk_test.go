@@ -302,3 +302,94 @@ func TestAISDKEventsFeed(t *testing.T) {
 	}
 	require.Error(t, lines.Err(), "the feed is aborted, not ended")
 }
+
+// A graceful restart mid-reply: the stream of the stopped server is aborted (never a
+// finish), the restarted one continues the run, and a resumed stream assembles one text
+// part that equals the stored transcript: the parts an uninterrupted run would have.
+func TestAISDKRestartMidReplyIsOnePart(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "CHATD_DEMO_DELAY": "4ms", "CHATD_DEMO_WORDS": "150", "CHATD_SHUTDOWN_TIMEOUT": "10s",
+		"CHATD_LOG_FORMAT": "json", "CHATD_SANDBOX_DIR": t.TempDir()}
+	var logBuf syncBuffer
+	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(env), &logBuf)
+	require.NoError(t, err)
+	logger, err := newLogger(cfg, &logBuf)
+	require.NoError(t, err)
+	first := NewMain(cfg, logger)
+	runCtx, cancelRun := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelRun()
+	require.NoError(t, first.Run(runCtx))
+
+	body := `{"id":"restart-chat","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"tell me a long story"}]}]}`
+	resp, err := http.Post("http://"+first.Addr()+"/v1/aisdk/chat", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	deltas := 0
+	for deltas < 5 && lines.Scan() {
+		if strings.Contains(lines.Text(), `"type":"text-delta"`) {
+			deltas++
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, first.Close(ctx))
+	for lines.Scan() {
+		require.NotContains(t, lines.Text(), `"type":"finish"`)
+	}
+	require.Error(t, lines.Err(), "the stopped server's stream is aborted")
+
+	second, _ := startInProcess(t, env)
+	stream, err := http.Get("http://" + second.Addr() + "/v1/aisdk/chat/restart-chat/stream")
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	require.Equal(t, http.StatusOK, stream.StatusCode)
+	texts := map[string]*strings.Builder{}
+	var order []string
+	finished := false
+	sc := bufio.NewScanner(stream.Body)
+	for sc.Scan() {
+		l, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || l == "[DONE]" {
+			continue
+		}
+		var c map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &c))
+		switch c["type"] {
+		case "text-start":
+			id := c["id"].(string)
+			require.NotContains(t, texts, id, "a part started twice")
+			texts[id] = &strings.Builder{}
+			order = append(order, id)
+		case "text-delta":
+			texts[c["id"].(string)].WriteString(c["delta"].(string))
+		case "finish":
+			finished = true
+		}
+	}
+	require.True(t, finished)
+	require.Len(t, order, 1, "one text part across the restart")
+
+	var transcript struct {
+		Messages []struct {
+			Role  string           `json:"role"`
+			Parts []map[string]any `json:"parts"`
+		} `json:"messages"`
+	}
+	tr, err := http.Get("http://" + second.Addr() + "/v1/aisdk/chat/restart-chat")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(tr.Body).Decode(&transcript))
+	tr.Body.Close()
+	require.Len(t, transcript.Messages, 2)
+	var stored []string
+	for _, p := range transcript.Messages[1].Parts {
+		if p["type"] == "text" {
+			stored = append(stored, p["text"].(string))
+		}
+	}
+	require.Equal(t, []string{texts[order[0]].String()}, stored, "the stream's text is the transcript's, word for word")
+	var segments int
+	require.NoError(t, openStore(t, dbURL).Pool().QueryRow(dbCtx(t),
+		"SELECT count(*) FROM messages WHERE role = 'assistant' AND content <> ''").Scan(&segments))
+	require.Equal(t, 2, segments, "stored as two segments, the interrupted one and its continuation")
+}

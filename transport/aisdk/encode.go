@@ -286,9 +286,10 @@ func (e *encoder) end(c *chunks, typ conversation.EventType, run *chat.Run) {
 	case conversation.EventChatCancelled:
 		c.add(map[string]any{"type": "abort", "reason": "the run was cancelled"})
 	default:
-		text := "the run failed"
+		// chatd's code first, as in every error chatd sends the SDK: "<code>: <message>".
+		text := "error: the run failed"
 		if run != nil && run.Error != nil {
-			text = run.Error.Message
+			text = run.Error.Code + ": " + run.Error.Message
 		}
 		c.add(map[string]any{"type": "error", "errorText": text})
 	}

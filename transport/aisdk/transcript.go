@@ -75,7 +75,8 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 //
 // A text segment that a stopped process interrupted and the next one continued is one
 // text part, as an uninterrupted run would have it (the encoder streams it so too); a
-// text segment that ended with no text has none.
+// text segment with no text has none, and one the run is still writing is
+// "streaming".
 func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map[string]any {
 	out := []map[string]any{}
 	var cur map[string]any
@@ -83,9 +84,6 @@ func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map
 	var carry map[string]any // the text part an interrupted segment left open, if any
 	for _, m := range msgs {
 		isText := m.Role == chat.RoleAssistant && (m.Kind == chat.KindText || m.Kind == "")
-		if isText && m.Content == "" && m.Status != chat.MessageStreaming {
-			continue
-		}
 		run := ""
 		if m.RunID != nil {
 			run = m.RunID.String()
@@ -111,6 +109,9 @@ func UIMessages(msgs []chat.Message, needsApproval func(tool string) bool) []map
 				curRun = run
 				out = append(out, cur)
 				carry = nil
+			}
+			if isText && m.Content == "" {
+				continue // no text (yet): no part, and what it interrupted stays open
 			}
 			if isText && carry != nil {
 				carry["text"] = carry["text"].(string) + m.Content
@@ -159,11 +160,15 @@ func uiPart(m chat.Message, needsApproval func(string) bool) map[string]any {
 		}
 		return p
 	}
+	state := "done"
+	if m.Status == chat.MessageStreaming {
+		state = "streaming" // the run is still writing it
+	}
 	if m.Kind == chat.KindReasoning {
-		return map[string]any{"type": "reasoning", "text": m.Content, "state": "done"}
+		return map[string]any{"type": "reasoning", "text": m.Content, "state": state}
 	}
 	if m.Kind == chat.KindText || m.Kind == "" {
-		return map[string]any{"type": "text", "text": m.Content, "state": "done"}
+		return map[string]any{"type": "text", "text": m.Content, "state": state}
 	}
 	return nil
 }

@@ -1,0 +1,58 @@
+// The initial load: the chat as chatd stored it, as a result the app can render (never a
+// throw for the network).
+import type { UIMessage } from 'ai';
+import { errorFromResponse, ChatdError } from './errors.js';
+
+type Resolvable<T> = T | Promise<T> | (() => T | Promise<T>);
+
+export interface LoadChatdChatOptions {
+  /** Headers for the request, as the transport's (a function for a token refreshed). */
+  headers?: Resolvable<Record<string, string> | Headers>;
+  /** fetch to use (default globalThis.fetch). */
+  fetch?: typeof globalThis.fetch;
+  /** Another branch: the id of a message on it (GET …?through=). */
+  through?: string;
+  signal?: AbortSignal;
+}
+
+export type LoadChatdChatResult<M extends UIMessage = UIMessage> =
+  | { ok: true; messages: M[] }
+  | {
+      ok: false;
+      /** chatd's error, or `network` when chatd could not be reached. */
+      error: { code: string; message: string; status: number };
+      /** Tries the same load again. */
+      retry: () => Promise<LoadChatdChatResult<M>>;
+    };
+
+/**
+ * GET {api}/{id}: the stored transcript as UIMessages, for useChat's `messages`. A chat
+ * that does not exist yet is `{ok: true, messages: []}`; a network error or a refusal is
+ * `{ok: false, error, retry}`.
+ */
+export async function loadChatdChat<M extends UIMessage = UIMessage>(
+  api: string,
+  id: string,
+  options: LoadChatdChatOptions = {},
+): Promise<LoadChatdChatResult<M>> {
+  const retry = () => loadChatdChat<M>(api, id, options);
+  try {
+    const h = typeof options.headers === 'function' ? await options.headers() : await options.headers;
+    const q = api.search(/[?#]/);
+    const base = (q === -1 ? api : api.slice(0, q)).replace(/\/$/, '');
+    let url = `${base}/${encodeURIComponent(id)}`;
+    if (options.through) url += `?through=${encodeURIComponent(options.through)}`;
+    const res = await (options.fetch ?? globalThis.fetch)(url, { headers: h, signal: options.signal });
+    if (res.status === 404) return { ok: true, messages: [] };
+    if (!res.ok) {
+      const e = await errorFromResponse(res);
+      return { ok: false, error: { code: e.code, message: e.message, status: e.status }, retry };
+    }
+    const body = (await res.json()) as { messages?: M[] };
+    return { ok: true, messages: Array.isArray(body.messages) ? body.messages : [] };
+  } catch (err) {
+    if (err instanceof ChatdError) return { ok: false, error: { code: err.code, message: err.message, status: err.status }, retry };
+    const message = err instanceof Error ? err.message : String(err);
+    return { ok: false, error: { code: 'network', message: `network: ${message}`, status: 0 }, retry };
+  }
+}
