@@ -44,8 +44,10 @@ function Chat({ id, initialMessages }) {
     transport,
     resume: true,
     // docs/ai-sdk.md, Branches: an edited question's branch point is in the transcript,
-    // not in the answer's stream; reload it after the answer.
-    onFinish: async () => {
+    // not in the answer's stream; reload it after the answer. (Not after a stop: the
+    // transcript of a run being stopped lacks the segment it was streaming.)
+    onFinish: async ({ isAbort }) => {
+      if (isAbort) return;
       const r = await loadChatdChat(api, id, { headers });
       if (r.ok && ref.current.status === 'ready') ref.current.setMessages(r.messages);
     },
