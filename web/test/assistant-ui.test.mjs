@@ -134,7 +134,7 @@ test('assistant-ui with ChatdChatTransport: an approval renders, is decided on t
   await context.close();
 });
 
-test('assistant-ui with ChatdChatTransport: Regenerate on an earlier answer makes a branch, shown and switched as chatd stores it', async () => {
+test('assistant-ui with ChatdChatTransport: Regenerate on an earlier answer and Edit of an earlier question make branches, shown and switched as chatd stores them', async () => {
   const context = await browser.newContext();
   const id = randomUUID();
   const a = await open(context, id);
@@ -153,7 +153,19 @@ test('assistant-ui with ChatdChatTransport: Regenerate on an earlier answer make
   await waitEqualsStored(a, srv, id);
   msgs = await stored(srv, id);
   assert.equal(msgs.length, 4, 'the first branch again: both questions');
+
+  // Edit the first question (not the latest).
+  await a.click('[data-testid=message][data-role=user] >> nth=0 >> [data-testid=edit]');
+  await a.fill('[data-testid=edit-input]', 'question one, edited');
+  await a.click('[data-testid=edit-send]');
+  await a.waitForSelector('[data-testid=message][data-role=user] [data-testid=branch][data-count="2"]', { timeout: WAIT });
+  await waitEqualsStored(a, srv, id);
+  msgs = await stored(srv, id);
+  assert.deepEqual(textsOf(msgs).map((m) => m.texts[0].slice(0, 20)), ['question one, edited', 'Demo reply to "quest']);
+  assert.deepEqual(msgs[0].metadata.chatd.branch.index, 1);
+  assert.deepEqual(msgs[0].metadata.chatd.branch.count, 2);
   await a.reload();
   await waitEqualsStored(a, srv, id);
+  assert.equal(await a.getAttribute('[data-testid=message][data-role=user] [data-testid=branch]', 'data-count'), '2');
   await context.close();
 });

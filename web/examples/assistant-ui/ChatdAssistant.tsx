@@ -1,7 +1,7 @@
 // assistant-ui on chatd: a thread whose chat id is chatd's (a reload keeps the
 // conversation and resumes the reply), whose Stop stops the run for everyone, whose
-// approvals are decided on the server, and whose answers at a branch point show chatd's
-// branches. docs/ai-sdk.md, "assistant-ui", explains each piece; web/test/assistant-ui
+// approvals are decided on the server, whose Edit and Regenerate make chatd's branches,
+// and whose messages at a branch point show and switch them. docs/ai-sdk.md, "assistant-ui", explains each piece; web/test/assistant-ui
 // .test.mjs runs this very file in Chromium against a real chatd.
 //
 //   <ChatdAssistant api="http://127.0.0.1:8080/v1/aisdk/chat" id={chatId} />
@@ -20,6 +20,7 @@ import {
   MessagePrimitive,
   ThreadPrimitive,
   useAuiState,
+  type AppendMessage,
   type ToolCallMessagePartProps,
 } from '@assistant-ui/react';
 
@@ -76,20 +77,48 @@ export function ChatdRuntimeProvider({
   initialMessages,
   children,
 }: Props & { initialMessages: UIMessage[] }) {
-  const transport = useMemo(() => new ChatdChatTransport({ api, headers }), [api]);
-  const chat = useChat({ id, messages: initialMessages, transport, resume: true });
-  const ref = useRef(chat);
+  const transport = useMemo(
+    () =>
+      new ChatdChatTransport({
+        api,
+        headers,
+        // An edit (see toCreateMessage below) names the question it replaces: chatd's
+        // edit is a send with that question's id as `messageId`.
+        prepareSendMessagesRequest: ({ body, id, messages, trigger, messageId }) => {
+          const edits = (messages.at(-1)?.metadata as ChatdMetadata | undefined)?.chatd?.edits;
+          return { body: { ...body, id, messages, trigger, messageId: edits ?? messageId } };
+        },
+      }),
+    [api],
+  );
+  const ref = useRef<ReturnType<typeof useChat> | null>(null);
+  const chat = useChat({
+    id,
+    messages: initialMessages,
+    transport,
+    resume: true,
+    // An edited question's branch point (< 2 / 2 >) is in the transcript, not in the
+    // answer's stream: reload it after an answer ends (not after a stop, when the
+    // transcript lacks the open segment).
+    onFinish: async ({ isAbort }) => {
+      if (isAbort) return;
+      const r = await loadChatdChat(api, id, { headers });
+      if (r.ok && ref.current?.status === 'ready') ref.current.setMessages(r.messages);
+    },
+  });
   ref.current = chat;
   // Runs started elsewhere (another tab, a queued message) and branch switches.
   useEffect(
     () =>
       followChatdChat(transport, id, {
-        resumeStream: () => ref.current.resumeStream(),
-        setMessages: (m) => ref.current.setMessages(m),
+        resumeStream: () => ref.current?.resumeStream(),
+        setMessages: (m) => ref.current?.setMessages(m),
       }),
     [transport, id],
   );
   const runtime = useAISDKRuntime(chat, {
+    // assistant-ui sends an edit as a new message; mark which question it edits.
+    toCreateMessage,
     // chatd keeps the run (and its stream) open while a call waits: decide it on the
     // server, for every tab, instead of the SDK's addToolApprovalResponse.
     onRespondToToolApproval: async ({ approved }, { toolCallId }) => {
@@ -106,6 +135,18 @@ export function ChatdRuntimeProvider({
   );
 }
 
+type ChatdMetadata = {
+  chatd?: { edits?: string; branch?: { index: number; count: number; siblings: string[] } };
+};
+
+function toCreateMessage(message: AppendMessage) {
+  return {
+    role: message.role as 'user',
+    parts: message.content.flatMap((p) => (p.type === 'text' ? [{ type: 'text' as const, text: p.text }] : [])),
+    ...(message.sourceId ? { metadata: { chatd: { edits: message.sourceId } } } : {}),
+  } as any; // CreateUIMessage
+}
+
 function post(api: string, id: string, headers: Headers, path: string, body: object) {
   return fetch(`${api.replace(/\/$/, '')}/${encodeURIComponent(id)}/${path}`, {
     method: 'POST',
@@ -118,7 +159,7 @@ export function Thread() {
   return (
     <ThreadPrimitive.Root data-testid="thread">
       <ThreadPrimitive.Viewport>
-        <ThreadPrimitive.Messages components={{ UserMessage, AssistantMessage }} />
+        <ThreadPrimitive.Messages components={{ UserMessage, AssistantMessage, UserEditComposer }} />
       </ThreadPrimitive.Viewport>
       <ComposerPrimitive.Root>
         <ComposerPrimitive.Input data-testid="input" placeholder="Message" />
@@ -142,8 +183,23 @@ function UserMessage() {
   const id = useAuiState(({ message }) => message.id);
   return (
     <MessagePrimitive.Root data-testid="message" data-role="user" data-id={id}>
+      <ChatdBranchPicker />
       <MessagePrimitive.Parts components={{ Text }} />
+      <ActionBarPrimitive.Root>
+        {/* Edit: chatd keeps the old question as a branch beside the new one. */}
+        <ActionBarPrimitive.Edit data-testid="edit">Edit</ActionBarPrimitive.Edit>
+      </ActionBarPrimitive.Root>
     </MessagePrimitive.Root>
+  );
+}
+
+function UserEditComposer() {
+  return (
+    <ComposerPrimitive.Root data-testid="edit-composer">
+      <ComposerPrimitive.Input data-testid="edit-input" />
+      <ComposerPrimitive.Cancel>Cancel</ComposerPrimitive.Cancel>
+      <ComposerPrimitive.Send data-testid="edit-send">Send</ComposerPrimitive.Send>
+    </ComposerPrimitive.Root>
   );
 }
 
@@ -188,7 +244,7 @@ function ChatdBranchPicker() {
   const chat = useAISDKChat();
   const messageId = useAuiState(({ message }) => message.id);
   const m = chat?.messages.find((x) => x.id === messageId);
-  const b = (m?.metadata as { chatd?: { branch?: { index: number; count: number; siblings: string[] } } } | undefined)?.chatd?.branch;
+  const b = (m?.metadata as ChatdMetadata | undefined)?.chatd?.branch;
   const where = useContext(Chatd);
   if (!chat || !b || !where) return null;
   const show = async (i: number) => {
