@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { launchChromium, newPage, WAIT } from './browser.mjs';
 import { startChatd } from './chatd.mjs';
 import {
@@ -44,6 +46,13 @@ after(async () => {
   await app?.close();
   await proxy?.close();
   await srv?.stop();
+});
+
+test('the recipe type-checks (strict) against the pinned React, AI SDK, assistant-ui and @chatd/ai-sdk types', async () => {
+  const web = join(here, '..');
+  await promisify(execFile)(process.execPath, [join(web, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(web, 'examples', 'assistant-ui')]).catch((err) => {
+    assert.fail(`tsc: ${err.stdout}${err.stderr}`);
+  });
 });
 
 async function open(context, id) {
