@@ -149,6 +149,26 @@ async function shownBranches(page) {
     }),
   );
 }
+/**
+ * sameAsWebSocketTab waits until chatd's own app (the WebSocket client, a tab on the same
+ * session) shows the same messages with the same "n/m" branch positions as the page.
+ */
+async function sameAsWebSocketTab(ws, page) {
+  const ours = (await shownBranches(page)).map((b) => (b ? `${b.index + 1}/${b.count}` : null));
+  const theirs = () =>
+    ws.$$eval('[data-testid=messages] > li', (els) =>
+      els
+        .filter((el) => ['message-user', 'message-assistant'].includes(el.getAttribute('data-testid')))
+        .map((el) => el.querySelector('[data-testid=branch-position]')?.textContent ?? null),
+    );
+  let got;
+  for (const end = Date.now() + WAIT; Date.now() < end; await new Promise((r) => setTimeout(r, 100))) {
+    got = await theirs();
+    if (JSON.stringify(got) === JSON.stringify(ours)) return;
+  }
+  assert.deepEqual(got, ours, "the WebSocket tab's branch positions are the page's");
+}
+
 function storedBranches(messages) {
   return messages.map((m) => {
     const b = m.metadata?.chatd?.branch;
@@ -241,7 +261,7 @@ test('ChatdChatTransport, two tabs: a message sent while a reply streams is queu
   await context.close();
 });
 
-test('ChatdChatTransport: regenerating an earlier answer and editing an earlier question through useChat make branches, shown as stored', async () => {
+test('ChatdChatTransport: regenerating an earlier answer and editing an earlier question through useChat make branches, shown as stored and as in a WebSocket tab', async () => {
   const context = await browser.newContext();
   const id = randomUUID();
   const a = await open(context, id, 'chatd');
@@ -250,6 +270,12 @@ test('ChatdChatTransport: regenerating an earlier answer and editing an earlier 
   await send(a, 'question two');
   const first = await waitEqualsStored(a, srv, id);
   assert.equal(first.length, 4);
+  // chatd's own app on the same chat, over the WebSocket.
+  const [{ id: sessionId }] = await srv.query(`SELECT id FROM sessions WHERE client_id = '${id}'`);
+  const ws = await newPage(context);
+  await ws.goto(`${srv.httpURL}/c/${sessionId}`);
+  await ws.waitForSelector('[data-testid=connection][data-state=live]', { timeout: WAIT });
+  await sameAsWebSocketTab(ws, a);
   const ids = await a.$$eval('[data-testid=message]', (els) => els.map((el) => el.dataset.id));
 
   // Regenerate the first answer (not the latest).
@@ -259,6 +285,7 @@ test('ChatdChatTransport: regenerating an earlier answer and editing an earlier 
   assert.equal(msgs.length, 2, 'the new answer is the active path: question one and its new answer');
   assert.deepEqual(storedBranches(msgs), [null, { index: 1, count: 2 }]);
   assert.deepEqual(await shownBranches(a), storedBranches(msgs));
+  await sameAsWebSocketTab(ws, a);
 
   // Edit the first question.
   const q1 = await a.$$eval('[data-testid=message]', (els) => els[0].dataset.id);
@@ -270,14 +297,17 @@ test('ChatdChatTransport: regenerating an earlier answer and editing an earlier 
   // The edited question's branch point comes with the transcript, after the answer.
   await a.waitForFunction(() => document.querySelector('[data-testid=message] [data-testid=branch]')?.dataset.count === '2', null, { timeout: WAIT });
   assert.deepEqual(await shownBranches(a), storedBranches(msgs));
+  await sameAsWebSocketTab(ws, a);
 
   // Back to the first question's first version through the branch picker.
   await a.click('[data-testid=message] >> nth=0 >> [data-testid=branch-prev]');
   await a.waitForFunction(() => document.querySelector('[data-testid=message] [data-testid=text]')?.textContent === 'question one', null, { timeout: WAIT });
   await waitEqualsStored(a, srv, id);
   assert.deepEqual(await shownBranches(a), storedBranches(await stored(srv, id)));
+  await sameAsWebSocketTab(ws, a);
   await a.reload();
   await waitEqualsStored(a, srv, id);
   assert.deepEqual(await shownBranches(a), storedBranches(await stored(srv, id)));
+  await sameAsWebSocketTab(ws, a);
   await context.close();
 });
