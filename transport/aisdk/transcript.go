@@ -20,7 +20,9 @@ const maxTranscript = 10000
 // (its run's requestId); each run's answer is one assistant message whose id is the run's.
 // A run's open segment shows what is stored of it; resume (GET .../stream) streams the
 // rest. It is the active path, or with ?through=<chatd message id> the branch through that
-// message (as POST .../branch would show it), which stays as it was.
+// message (as POST .../branch would show it), which stays as it was. activeRunId names
+// the run still going (null: none): a client that resumes it gets its message from the
+// start, so it need not show the partial one meanwhile (loadChatdChat leaves it out).
 func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller) {
 	var through *uuid.UUID
 	if q := r.URL.Query(); q.Has("through") {
@@ -41,7 +43,7 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 			writeError(w, errorf(conversation.CodeNotFound, "no such chat"))
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"messages": []any{}})
+		writeJSON(w, http.StatusOK, map[string]any{"messages": []any{}, "activeRunId": nil})
 		return
 	}
 	h.flush(r.Context(), sid)
@@ -63,7 +65,11 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 		writeError(w, conversation.StoreError("read the chat", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs, h.cfg.NeedsApproval)})
+	var active any // null: no run is active
+	if latest, err := h.cfg.Store.RunLatest(r.Context(), sid); err == nil && latest.Status.Active() {
+		active = latest.ID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs, h.cfg.NeedsApproval), "activeRunId": active})
 }
 
 // UIMessages turns stored messages into the AI SDK's UIMessages: user text messages as

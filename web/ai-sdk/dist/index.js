@@ -703,7 +703,13 @@ async function loadChatdChat(api, id, options = {}) {
       return { ok: false, error: { code: e.code, message: e.message, status: e.status }, retry };
     }
     const body = await res.json();
-    return { ok: true, messages: Array.isArray(body.messages) ? body.messages : [] };
+    let messages = Array.isArray(body.messages) ? body.messages : [];
+    const active = body.activeRunId ?? null;
+    const last = messages[messages.length - 1];
+    if (active && last?.role === "assistant" && last.id === active) {
+      messages = messages.slice(0, -1);
+    }
+    return { ok: true, messages, activeRunId: active };
   } catch (err) {
     if (err instanceof ChatdError) return { ok: false, error: { code: err.code, message: err.message, status: err.status }, retry };
     const message = err instanceof Error ? err.message : String(err);

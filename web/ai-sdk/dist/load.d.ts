@@ -12,6 +12,8 @@ export interface LoadChatdChatOptions {
 export type LoadChatdChatResult<M extends UIMessage = UIMessage> = {
     ok: true;
     messages: M[];
+    /** The run still going, whose answer is left out of messages (resume streams it). */
+    activeRunId?: string | null;
 } | {
     ok: false;
     /** chatd's error, or `network` when chatd could not be reached. */
@@ -26,7 +28,9 @@ export type LoadChatdChatResult<M extends UIMessage = UIMessage> = {
 /**
  * GET {api}/{id}: the stored transcript as UIMessages, for useChat's `messages`. A chat
  * that does not exist yet is `{ok: true, messages: []}`; a network error or a refusal is
- * `{ok: false, error, retry}`.
+ * `{ok: false, error, retry}`. The answer of a run still going is left out: useChat's
+ * resume (`resume: true`) streams it from its start, and shown before that its partial
+ * text would look finished.
  */
 export declare function loadChatdChat<M extends UIMessage = UIMessage>(api: string, id: string, options?: LoadChatdChatOptions): Promise<LoadChatdChatResult<M>>;
 export {};

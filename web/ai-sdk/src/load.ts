@@ -16,7 +16,12 @@ export interface LoadChatdChatOptions {
 }
 
 export type LoadChatdChatResult<M extends UIMessage = UIMessage> =
-  | { ok: true; messages: M[] }
+  | {
+      ok: true;
+      messages: M[];
+      /** The run still going, whose answer is left out of messages (resume streams it). */
+      activeRunId?: string | null;
+    }
   | {
       ok: false;
       /** chatd's error, or `network` when chatd could not be reached. */
@@ -28,7 +33,9 @@ export type LoadChatdChatResult<M extends UIMessage = UIMessage> =
 /**
  * GET {api}/{id}: the stored transcript as UIMessages, for useChat's `messages`. A chat
  * that does not exist yet is `{ok: true, messages: []}`; a network error or a refusal is
- * `{ok: false, error, retry}`.
+ * `{ok: false, error, retry}`. The answer of a run still going is left out: useChat's
+ * resume (`resume: true`) streams it from its start, and shown before that its partial
+ * text would look finished.
  */
 export async function loadChatdChat<M extends UIMessage = UIMessage>(
   api: string,
@@ -48,8 +55,16 @@ export async function loadChatdChat<M extends UIMessage = UIMessage>(
       const e = await errorFromResponse(res);
       return { ok: false, error: { code: e.code, message: e.message, status: e.status }, retry };
     }
-    const body = (await res.json()) as { messages?: M[] };
-    return { ok: true, messages: Array.isArray(body.messages) ? body.messages : [] };
+    const body = (await res.json()) as { messages?: M[]; activeRunId?: string | null };
+    let messages = Array.isArray(body.messages) ? body.messages : [];
+    const active = body.activeRunId ?? null;
+    const last = messages[messages.length - 1];
+    if (active && last?.role === 'assistant' && last.id === active) {
+      // The run still writes it: resuming streams it from its start. Shown meanwhile,
+      // its partial text would look like a finished answer (status ready).
+      messages = messages.slice(0, -1);
+    }
+    return { ok: true, messages, activeRunId: active };
   } catch (err) {
     if (err instanceof ChatdError) return { ok: false, error: { code: err.code, message: err.message, status: err.status }, retry };
     const message = err instanceof Error ? err.message : String(err);
