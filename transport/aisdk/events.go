@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/conversation"
-	"github.com/chatd/chatd/transport"
 )
 
 // pingEvery is how often an idle events feed sends a comment line, so that proxies and
@@ -72,49 +71,20 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, who caller) {
 	defer cancel()
 	var enc feedEncoder
 	format := conversation.NewFormat("aisdk-events", enc.event)
-	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel, rc: http.NewResponseController(w)}
-	out := transport.NewOutbox(&transport.OutboxOptions{
-		Format:        format,
-		EncodeCatchUp: enc.catchUp,
-		Budget:        h.cfg.SendQueueBytes,
-		CloseGrace:    closeGrace,
-		Clock:         h.cfg.Clock,
-		Metrics:       h.cfg.Metrics,
-		Logger:        h.log,
-	}, sw, r.RemoteAddr)
-	actor, _, err := h.cfg.Hub.Hello(ctx, sid, conversation.HelloRequest{Owner: who.owner, Subscriber: out, Format: format})
-	if actor != nil {
-		defer func() {
-			out.Detach()
-			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer ucancel()
-			actor.Unsubscribe(uctx, out)
-		}()
-	}
+	out, sw, leave, err := h.follow(ctx, cancel, w, r, who, sid, format, enc.catchUp)
+	defer leave()
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	h.streams.add(out)
 	defer h.streams.remove(out)
-	transport.Unbounded(w)
-	expired := make(chan struct{})
-	if !who.expires.IsZero() {
-		t := h.cfg.Clock.AfterFunc(who.expires.Sub(h.cfg.Clock.Now()), func() {
-			close(expired)
-			sw.Wake()
-		})
-		defer t.Stop()
-	}
+	expired, stopExpiry := h.expiry(who, sw)
+	defer stopExpiry()
 	ping := h.cfg.Clock.NewTicker(pingEvery)
 	defer ping.Stop()
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	startSSE(w, sw)
 	rc := sw.rc
-	_ = rc.Flush()
 	var spare [][]byte
 	for {
 		frames, req, ok := out.Take(spare)

@@ -52,6 +52,62 @@ func (h *Handler) Shutdown() {
 	}
 }
 
+// follow subscribes a new outbox, filled in format (with catchUp for its catch-up), to
+// session sid's actor for the caller, writing to w through the returned sseWriter; ctx
+// is the response's, cancel ends it. leave, always to be called once the response is
+// done, detaches and unsubscribes it. Streams and the events feed follow a session so.
+func (h *Handler) follow(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, r *http.Request, who caller, sid uuid.UUID,
+	format *conversation.Format, catchUp func(conversation.CatchUp) ([][]byte, error)) (out *transport.Outbox, sw *sseWriter, leave func(), err error) {
+	sw = &sseWriter{wake: make(chan struct{}, 1), cut: cancel, rc: http.NewResponseController(w)}
+	out = transport.NewOutbox(&transport.OutboxOptions{
+		Format:        format,
+		EncodeCatchUp: catchUp,
+		Budget:        h.cfg.SendQueueBytes,
+		CloseGrace:    closeGrace,
+		Clock:         h.cfg.Clock,
+		Metrics:       h.cfg.Metrics,
+		Logger:        h.log,
+	}, sw, r.RemoteAddr)
+	actor, _, err := h.cfg.Hub.Hello(ctx, sid, conversation.HelloRequest{Owner: who.owner, Subscriber: out, Format: format})
+	leave = func() {}
+	if actor != nil {
+		leave = func() {
+			out.Detach()
+			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer ucancel()
+			actor.Unsubscribe(uctx, out)
+		}
+	}
+	return out, sw, leave, err
+}
+
+// expiry returns a channel closed (and sw woken) when the caller's token expires; never
+// for a token that does not. stop releases its timer.
+func (h *Handler) expiry(who caller, sw *sseWriter) (expired <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	if who.expires.IsZero() {
+		return ch, func() {}
+	}
+	t := h.cfg.Clock.AfterFunc(who.expires.Sub(h.cfg.Clock.Now()), func() {
+		close(ch)
+		sw.Wake()
+	})
+	return ch, func() { t.Stop() }
+}
+
+// startSSE answers 200 as Server-Sent Events, unbounded by the server's write timeout (a
+// client that does not read is cut by its queue's budget, and the token's expiry ends
+// the response).
+func startSSE(w http.ResponseWriter, sw *sseWriter) {
+	transport.Unbounded(w)
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_ = sw.rc.Flush()
+}
+
 // sseWriter is a stream's transport.Writer: the handler's goroutine writes, woken here.
 type sseWriter struct {
 	wake chan struct{}
@@ -125,25 +181,8 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller,
 	enc.needsApproval, enc.continuation, enc.awaitRequest = h.cfg.NeedsApproval, o.continuation, o.awaitRequest
 	// A format of its own: the encoder keeps state per stream.
 	format := conversation.NewFormat("aisdk", enc.event)
-	sw := &sseWriter{wake: make(chan struct{}, 1), cut: cancel, rc: http.NewResponseController(w)}
-	out := transport.NewOutbox(&transport.OutboxOptions{
-		Format:        format,
-		EncodeCatchUp: enc.catchUp,
-		Budget:        h.cfg.SendQueueBytes,
-		CloseGrace:    closeGrace,
-		Clock:         h.cfg.Clock,
-		Metrics:       h.cfg.Metrics,
-		Logger:        h.log,
-	}, sw, r.RemoteAddr)
-	actor, _, err := h.cfg.Hub.Hello(ctx, sid, conversation.HelloRequest{Owner: who.owner, Subscriber: out, Format: format})
-	if actor != nil {
-		defer func() {
-			out.Detach()
-			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer ucancel()
-			actor.Unsubscribe(uctx, out)
-		}()
-	}
+	out, sw, leave, err := h.follow(ctx, cancel, w, r, who, sid, format, enc.catchUp)
+	defer leave()
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -166,26 +205,12 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller,
 			return
 		}
 	}
-	// A stream lasts as long as its run: the server's write timeout is for answers. A
-	// client that does not read is cut by its queue's budget, and the token's expiry ends
-	// the stream.
-	transport.Unbounded(w)
-	expired := make(chan struct{})
-	if !who.expires.IsZero() {
-		t := h.cfg.Clock.AfterFunc(who.expires.Sub(h.cfg.Clock.Now()), func() {
-			close(expired)
-			sw.Wake()
-		})
-		defer t.Stop()
-	}
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Accel-Buffering", "no")
-	hd.Set("x-vercel-ai-ui-message-stream", "v1")
-	w.WriteHeader(http.StatusOK)
+	// A stream lasts as long as its run: the server's write timeout is for answers.
+	expired, stopExpiry := h.expiry(who, sw)
+	defer stopExpiry()
+	w.Header().Set("x-vercel-ai-ui-message-stream", "v1")
+	startSSE(w, sw)
 	rc := sw.rc
-	_ = rc.Flush()
 
 	var spare [][]byte
 	for {

@@ -228,11 +228,12 @@ test('loadChatdChat: the transcript, an empty chat, and ok:false (never a throw)
   try {
     const id = chatId();
     const empty = await loadChatdChat(srv.httpURL + API, id);
-    assert.deepEqual(empty, { ok: true, messages: [] });
+    assert.deepEqual(empty, { ok: true, messages: [], activeRunId: null });
     const chat = new NodeChat({ id, transport: chatdTransport(srv.httpURL) });
     await chat.sendMessage({ text: 'stored' });
     const loaded = await loadChatdChat(srv.httpURL + API, id, { headers: async () => ({}) });
     assert.equal(loaded.ok, true);
+    assert.equal(loaded.activeRunId, null, 'no run is active once it ended');
     assert.deepEqual(loaded.messages, await transcript(srv, id));
   } finally {
     await srv.stop();
