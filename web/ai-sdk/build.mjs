@@ -1,5 +1,5 @@
-// Builds @chatd/ai-sdk: outdir/index.js (one ES module, bundled by esbuild, not
-// minified) and outdir/*.d.ts (tsc, which type-checks src first: a type error fails the
+// Builds @chatd/ai-sdk: outdir/index.js and outdir/react.js (ES modules, bundled by
+// esbuild, not minified) and outdir/*.d.ts (tsc, which type-checks src first: a type error fails the
 // build). Deterministic: the same sources give the same bytes, with no absolute paths.
 //
 //   import { buildAISDK } from './ai-sdk/build.mjs'; await buildAISDK('ai-sdk/dist');
@@ -30,23 +30,48 @@ export async function buildAISDK(outdir) {
   for (const name of await readdir(outdir)) {
     if (!name.endsWith('.d.ts')) await rm(join(outdir, name), { recursive: true, force: true });
   }
-  const result = await esbuild.build({
+  const common = {
     absWorkingDir: here,
-    entryPoints: ['src/index.ts'],
-    outfile: join(outdir, 'index.js'),
     bundle: true,
     format: 'esm',
     platform: 'neutral',
-    external: ['ai'], // a peer dependency: the app's own copy
     target: 'es2022',
     minify: false,
     sourcemap: false,
     legalComments: 'inline',
     charset: 'utf8',
     logLevel: 'silent',
-    banner: { js: '// @chatd/ai-sdk: built from web/ai-sdk/src by web/ai-sdk/build.mjs; do not edit.' },
-  });
-  if (result.errors.length) throw new Error(`ai-sdk: esbuild failed: ${JSON.stringify(result.errors)}`);
+  };
+  const builds = [
+    // The transport and helpers: `ai` is a peer dependency (the app's own copy).
+    { entryPoints: ['src/index.ts'], outfile: join(outdir, 'index.js'), external: ['ai'] },
+    // @chatd/ai-sdk/react: imports index.js beside it at run time (one ChatdChatTransport
+    // class, so instanceof holds), and the app's react and @ai-sdk/react.
+    {
+      entryPoints: ['src/react.ts'],
+      outfile: join(outdir, 'react.js'),
+      external: ['ai', 'react', '@ai-sdk/react'],
+      plugins: [
+        {
+          name: 'index-beside',
+          setup(b) {
+            b.onResolve({ filter: /^\.\/index\.js$/ }, () => ({ path: './index.js', external: true }));
+          },
+        },
+      ],
+    },
+  ];
+  for (const { entryPoints, outfile, external, plugins = [] } of builds) {
+    const result = await esbuild.build({
+      ...common,
+      entryPoints,
+      outfile,
+      external,
+      plugins,
+      banner: { js: '// @chatd/ai-sdk: built from web/ai-sdk/src by web/ai-sdk/build.mjs; do not edit.' },
+    });
+    if (result.errors.length) throw new Error(`ai-sdk: esbuild failed: ${JSON.stringify(result.errors)}`);
+  }
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -313,3 +313,28 @@ test('ChatdChatTransport: regenerating an earlier answer and editing an earlier 
   await sameAsWebSocketTab(ws, a);
   await context.close();
 });
+
+test('@chatd/ai-sdk/react: leaving the chat mid-reply (the component unmounts) leaves the run going; it ends done, followed by the other tab', async () => {
+  const context = await browser.newContext();
+  const id = randomUUID();
+  const a = await open(context, id, 'chatd');
+  await send(a, 'first, to create the chat');
+  await waitEqualsStored(a, srv, id);
+  const b = await open(context, id, 'chatd');
+  const prev = await lastAnswerId(a);
+  await send(a, 'keep going without me');
+  const runId = await streamingAnswer(a, 100, prev);
+  // @ai-sdk/react's useChat stops its Chat when it unmounts; with ChatdChatTransport
+  // alone that abort would be a stop() for everyone.
+  await a.click('[data-testid=unmount]');
+  await a.waitForSelector('[data-testid=unmounted]', { timeout: WAIT });
+  for (let end = Date.now() + 3 * WAIT; (await runStatus(srv, runId)) !== 'done'; ) {
+    const s = await runStatus(srv, runId);
+    assert.ok(s === 'running' || s === 'done', `the run goes on, not ${s}`);
+    assert.ok(Date.now() < end, `the run ends done, not ${s}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await done(b, id);
+  assert.equal(await a.$('[data-testid=error]'), null, 'no error shown');
+  await context.close();
+});

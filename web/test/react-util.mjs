@@ -17,6 +17,7 @@ const web = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /** @chatd/ai-sdk as published: web/ai-sdk's built module (make web builds it). */
 const aiSdkEntry = join(web, 'ai-sdk', 'dist', 'index.js');
+const aiSdkReact = join(web, 'ai-sdk', 'dist', 'react.js');
 
 /**
  * bundle builds entry (a .jsx/.tsx file) into a temp dir with an index.html and returns
@@ -29,6 +30,7 @@ export async function bundle(entry) {
     name: 'chatd',
     setup(build) {
       build.onResolve({ filter: /^@chatd\/ai-sdk$/ }, () => ({ path: aiSdkEntry }));
+      build.onResolve({ filter: /^@chatd\/ai-sdk\/react$/ }, () => ({ path: aiSdkReact }));
       // Bare imports from outside web/ (the SDK's source elsewhere) resolve from web/.
       build.onResolve({ filter: /^[^./]/ }, async (args) => {
         if (args.pluginData === 'again' || args.resolveDir.startsWith(web)) return undefined;

@@ -340,6 +340,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   stops = /* @__PURE__ */ new Map();
   resumes = /* @__PURE__ */ new Map();
   pending = /* @__PURE__ */ new Map();
+  detached = /* @__PURE__ */ new Set();
   waker;
   unloading = false;
   constructor(options = {}) {
@@ -416,6 +417,16 @@ var ChatdChatTransport = class extends DefaultChatTransport {
     if (!res.ok) throw await errorFromResponse(res);
     const j = await res.json().catch(() => ({}));
     return j.stopped === true;
+  }
+  /**
+   * The view of chatId goes away (a component unmounts, the app shows another chat): an
+   * abort of chatId's streams in this tick is the view leaving, not a stop, so the run
+   * goes on for everyone else. `@chatd/ai-sdk/react`'s useChat calls it before
+   * `@ai-sdk/react`'s useChat stops its Chat on unmount.
+   */
+  detach(chatId) {
+    this.detached.add(chatId);
+    setTimeout(() => this.detached.delete(chatId), 0);
   }
   /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
   close() {
@@ -642,9 +653,12 @@ var ChatdChatTransport = class extends DefaultChatTransport {
     const stored = ledger.runId ? body.messages?.find((m) => m.id === ledger.runId) : void 0;
     return ledger.completion(stored, { type: "finish" });
   }
-  /** POST stop after an abort, unless it was the SDK replacing a resume by another. */
+  /**
+   * POST stop after an abort, unless it was the SDK replacing a resume by another, the
+   * page unloading or the view detaching.
+   */
   scheduleStop(chatId, headers) {
-    if (this.unloading) return;
+    if (this.unloading || this.detached.has(chatId)) return;
     const resumesBefore = this.resumes.get(chatId) ?? 0;
     const p = (async () => {
       await new Promise((r) => setTimeout(r, 0));

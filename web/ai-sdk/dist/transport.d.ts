@@ -37,6 +37,7 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
     private readonly stops;
     private readonly resumes;
     private readonly pending;
+    private readonly detached;
     private readonly waker;
     private unloading;
     constructor(options?: ChatdChatTransportOptions<M>);
@@ -54,6 +55,13 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
     chatURL(chatId: string, path?: string): string;
     /** Stops chatId's active run for every client (POST {api}/{id}/stop). */
     stopRun(chatId: string, headers?: Record<string, string> | Headers): Promise<boolean>;
+    /**
+     * The view of chatId goes away (a component unmounts, the app shows another chat): an
+     * abort of chatId's streams in this tick is the view leaving, not a stop, so the run
+     * goes on for everyone else. `@chatd/ai-sdk/react`'s useChat calls it before
+     * `@ai-sdk/react`'s useChat stops its Chat on unmount.
+     */
+    detach(chatId: string): void;
     /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
     close(): void;
     sendMessages(options: SendOptions<M>): Promise<ReadableStream<UIMessageChunk>>;
@@ -68,7 +76,10 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
     /** Headers for a request sent again: the configured ones resolved anew (a new token). */
     private refreshHeaders;
     private completionFromTranscript;
-    /** POST stop after an abort, unless it was the SDK replacing a resume by another. */
+    /**
+     * POST stop after an abort, unless it was the SDK replacing a resume by another, the
+     * page unloading or the view detaching.
+     */
     private scheduleStop;
 }
 /** The SDK's errors (APICallError) as ChatdErrors; the network's stay as they are. */

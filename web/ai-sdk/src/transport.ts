@@ -49,6 +49,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
   private readonly stops = new Map<string, Promise<void>>();
   private readonly resumes = new Map<string, number>();
   private readonly pending = new Map<string, number>();
+  private readonly detached = new Set<string>();
   private readonly waker: Waker;
   private unloading = false;
 
@@ -135,6 +136,17 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
     if (!res.ok) throw await errorFromResponse(res);
     const j = (await res.json().catch(() => ({}))) as { stopped?: boolean };
     return j.stopped === true;
+  }
+
+  /**
+   * The view of chatId goes away (a component unmounts, the app shows another chat): an
+   * abort of chatId's streams in this tick is the view leaving, not a stop, so the run
+   * goes on for everyone else. `@chatd/ai-sdk/react`'s useChat calls it before
+   * `@ai-sdk/react`'s useChat stops its Chat on unmount.
+   */
+  detach(chatId: string): void {
+    this.detached.add(chatId);
+    setTimeout(() => this.detached.delete(chatId), 0);
   }
 
   /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
@@ -397,9 +409,12 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
     return ledger.completion(stored, { type: 'finish' });
   }
 
-  /** POST stop after an abort, unless it was the SDK replacing a resume by another. */
+  /**
+   * POST stop after an abort, unless it was the SDK replacing a resume by another, the
+   * page unloading or the view detaching.
+   */
   private scheduleStop(chatId: string, headers: Record<string, string> | Headers | undefined): void {
-    if (this.unloading) return;
+    if (this.unloading || this.detached.has(chatId)) return;
     const resumesBefore = this.resumes.get(chatId) ?? 0;
     const p = (async () => {
       await new Promise((r) => setTimeout(r, 0));

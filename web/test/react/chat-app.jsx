@@ -9,7 +9,8 @@ import { StrictMode, useEffect, useMemo, useRef, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { useChat } from '@ai-sdk/react';
 import { DefaultChatTransport } from 'ai';
-import { ChatdChatTransport, followChatdChat, loadChatdChat } from '@chatd/ai-sdk';
+import { ChatdChatTransport, loadChatdChat } from '@chatd/ai-sdk';
+import { useChat as useChatdChat } from '@chatd/ai-sdk/react';
 
 const q = new URLSearchParams(location.search);
 const api = q.get('api');
@@ -20,6 +21,8 @@ window.__log = [];
 
 function App() {
   const [init, setInit] = useState(null);
+  // ?unmount: a button that takes the chat off the page (an SPA leaving the chat's route).
+  const [shown, setShown] = useState(true);
   useEffect(() => {
     let gone = false;
     loadChatdChat(api, id, { headers }).then((r) => !gone && setInit(r));
@@ -29,14 +32,26 @@ function App() {
   }, []);
   if (!init) return <p data-testid="loading">loading</p>;
   if (!init.ok) return <p data-testid="load-error">{init.error.message}</p>;
-  return <Chat id={id} initialMessages={init.messages} />;
+  if (!shown) return <p data-testid="unmounted">unmounted</p>;
+  return (
+    <>
+      <button data-testid="unmount" onClick={() => setShown(false)}>leave</button>
+      {kind === 'chatd' ? <ChatdChat id={id} initialMessages={init.messages} /> : <DefaultChat id={id} initialMessages={init.messages} />}
+    </>
+  );
 }
 
-function Chat({ id, initialMessages }) {
-  const transport = useMemo(
-    () => (kind === 'chatd' ? new ChatdChatTransport({ api, headers }) : new DefaultChatTransport({ api, headers })),
-    [],
-  );
+// ChatdChatTransport with @chatd/ai-sdk/react's useChat: the docs' example as it is, with
+// nothing of its own for runs started elsewhere, branch points or unmounting.
+function ChatdChat({ id, initialMessages }) {
+  const transport = useMemo(() => new ChatdChatTransport({ api, headers }), []);
+  const chat = useChatdChat({ id, messages: initialMessages, transport });
+  return <View chat={chat} id={id} />;
+}
+
+// The stock DefaultChatTransport, as docs/ai-sdk.md shows it.
+function DefaultChat({ id, initialMessages }) {
+  const transport = useMemo(() => new DefaultChatTransport({ api, headers }), []);
   const ref = useRef(null);
   const chat = useChat({
     id,
@@ -52,18 +67,13 @@ function Chat({ id, initialMessages }) {
       if (r.ok && ref.current.status === 'ready') ref.current.setMessages(r.messages);
     },
   });
-  const { messages, sendMessage, status, error, stop, setMessages } = chat;
   ref.current = chat;
-  window.__chat = chat;
+  return <View chat={chat} id={id} />;
+}
 
-  // ChatdChatTransport: follow runs started elsewhere (another tab, a queued message).
-  useEffect(() => {
-    if (kind !== 'chatd') return undefined;
-    return followChatdChat(transport, id, {
-      resumeStream: () => ref.current.resumeStream(),
-      setMessages: (m) => ref.current.setMessages(m),
-    });
-  }, [transport, id]);
+function View({ chat, id }) {
+  const { messages, sendMessage, status, error, stop, setMessages } = chat;
+  window.__chat = chat;
 
   const last = [...messages].reverse().find((m) => m.role === 'assistant');
   const lastText = last ? textOf(last) : '';
