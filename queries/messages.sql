@@ -76,6 +76,15 @@ WHERE m.session_id = @session_id
     AND (m.parent_id = ANY(@parents::uuid[]) OR (@roots::boolean AND m.parent_id IS NULL))
 ORDER BY m.parent_id, m.position;
 
+-- name: MessageLeaves :many
+-- The session's leaves (messages nothing was written under), newest first: the ends of
+-- its branches. Each has the ancestors the path query reads.
+SELECT m.id FROM messages m
+WHERE m.session_id = @session_id
+    AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = @session_id AND c.parent_id = m.id)
+ORDER BY m.position DESC
+LIMIT @max_rows;
+
 -- name: MessageNewestBelow :one
 -- The newest message of the subtree under (and including) a message: where the branch
 -- through it was last written, the leaf that selecting it shows.

@@ -151,6 +151,41 @@ func (q *Queries) MessageInsert(ctx context.Context, db DBTX, arg MessageInsertP
 	return stored, err
 }
 
+const messageLeaves = `-- name: MessageLeaves :many
+SELECT m.id FROM messages m
+WHERE m.session_id = $1
+    AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = $1 AND c.parent_id = m.id)
+ORDER BY m.position DESC
+LIMIT $2
+`
+
+type MessageLeavesParams struct {
+	SessionID uuid.UUID
+	MaxRows   int32
+}
+
+// The session's leaves (messages nothing was written under), newest first: the ends of
+// its branches. Each has the ancestors the path query reads.
+func (q *Queries) MessageLeaves(ctx context.Context, db DBTX, arg MessageLeavesParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, messageLeaves, arg.SessionID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const messageNewestBelow = `-- name: MessageNewestBelow :one
 WITH RECURSIVE sub AS (
     SELECT m.id, m.position FROM messages m WHERE m.id = $1 AND m.session_id = $2

@@ -214,6 +214,19 @@ func (s *Store) MessageChildren(ctx context.Context, sessionID uuid.UUID, parent
 	return ids, nil
 }
 
+// MessageLeaves returns the session's leaves, the messages nothing was written under,
+// newest first, at most limit of them: where its branches end.
+func (s *Store) MessageLeaves(ctx context.Context, sessionID uuid.UUID, limit int) ([]uuid.UUID, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("list leaves: limit %d is below 1", limit)
+	}
+	ids, err := s.q.MessageLeaves(ctx, s.db, queries.MessageLeavesParams{SessionID: sessionID, MaxRows: int32(min(limit, math.MaxInt32))})
+	if err != nil {
+		return nil, fmt.Errorf("read the leaves of session %s: %w", sessionID, mapErr(err))
+	}
+	return ids, nil
+}
+
 // MessageNewestBelow returns the newest message of the subtree under message id,
 // itself included: the leaf of the branch through id that was written last. ErrNotFound
 // when id is no message of the session.

@@ -228,8 +228,47 @@ func TestAISDKBranchesRelayed(t *testing.T) {
 	require.Equal(t, []string{"u1", run1}, ids(transcript(apiAt(t, http.MethodGet, a.addr, "/v1/aisdk/chat/relay-branches", ""))))
 	require.Equal(t, 2.0, scrapeAt(t, bAdmin).value(t, "chatd_relayed_requests_total"), "both went to A")
 
-	status, body := apiAt(t, http.MethodPost, b.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"`+run1+`"}`)
-	require.Equal(t, http.StatusNotFound, status, "a run id is no message id: %s", body)
+	// UIMessage ids name messages too: an answer's (its run) and a question's.
+	require.Equal(t, []string{"u1", run2}, ids(transcript(apiAt(t, http.MethodPost, b.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"`+run2+`"}`))))
+	require.Equal(t, []string{"u1", run1}, ids(transcript(apiAt(t, http.MethodPost, a.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"`+run1+`"}`))))
+	require.Equal(t, []string{"u1", run2}, ids(transcript(apiAt(t, http.MethodPost, a.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"u1"}`))),
+		"a question: below it the branch written last")
+	status, body := apiAt(t, http.MethodPost, b.addr, "/v1/aisdk/chat/relay-branches/branch", `{"messageId":"u2"}`)
+	require.Equal(t, http.StatusNotFound, status, "no message of the chat: %s", body)
+	require.Contains(t, body, `"not_found"`)
+
+	// An edit whose new text comes with an id of its own (assistant-ui's) keeps that id.
+	edited := `{"id":"u1-edited","role":"user","parts":[{"type":"text","text":"one, edited"}]}`
+	run3 := stream(b.addr, `{"id":"relay-branches","trigger":"submit-message","messageId":"u1","messages":[`+edited+`]}`)
+	require.Equal(t, []string{"u1-edited", run3}, ids(transcript(apiAt(t, http.MethodGet, a.addr, "/v1/aisdk/chat/relay-branches", ""))))
+
+	// ?tree=1: every branch, parents first, alternatives in the order they were written,
+	// headId the end of the branch shown.
+	status, body = apiAt(t, http.MethodGet, b.addr, "/v1/aisdk/chat/relay-branches?tree=1", "")
+	require.Equal(t, http.StatusOK, status, body)
+	var tr struct {
+		Messages []uiMessage
+		Tree     struct {
+			HeadID   *string
+			Messages []struct {
+				ParentID *string
+				Message  uiMessage
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &tr), body)
+	require.Equal(t, []string{"u1-edited", run3}, ids(tr.Messages))
+	require.NotNil(t, tr.Tree.HeadID)
+	require.Equal(t, run3, *tr.Tree.HeadID)
+	var edges []string
+	for _, it := range tr.Tree.Messages {
+		p := "-"
+		if it.ParentID != nil {
+			p = *it.ParentID
+		}
+		edges = append(edges, p+">"+it.Message.ID)
+	}
+	require.Equal(t, []string{"->u1", "u1>" + run1, "u1>" + run2, "->u1-edited", "u1-edited>" + run3}, edges)
 }
 
 // The events feed of a chat tells a page that shows it what another tab or device does:

@@ -77,7 +77,7 @@ func TestIDsThatAreNotUTF8(t *testing.T) {
 	badRequest("POST", "/v1/aisdk/chat/chat-1/approve", []byte("{\"toolCallId\":\"c\xff\",\"approved\":true}"), "the body is not valid UTF-8")
 	badRequest("POST", "/v1/aisdk/chat/chat-1/approve", []byte(`{"toolCallId":"c\u0000","approved":true}`), "toolCallId contains a NUL character")
 	badRequest("POST", "/v1/aisdk/chat/chat-1/branch", []byte("{\"messageId\":\"m\xff\"}"), "the body is not valid UTF-8")
-	badRequest("POST", "/v1/aisdk/chat/chat-1/branch", []byte(`{"messageId":"m\u0000"}`), "messageId must be a chatd message id")
+	badRequest("POST", "/v1/aisdk/chat/chat-1/branch", []byte(`{"messageId":"m\u0000"}`), "messageId must be a chatd message id (a UUID, as in metadata.chatd.branch.siblings) or a UIMessage id")
 	badRequest("GET", "/v1/aisdk/chat/chat-1?through=%FF", nil, "through must be a chatd message id")
 
 	// The HTTP API: a session id in the path, a body.

@@ -42,6 +42,7 @@ type Store interface {
 	MessagesBefore(ctx context.Context, sessionID uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	MessagesPath(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	MessageNewestBelow(ctx context.Context, sessionID, id uuid.UUID) (uuid.UUID, error)
+	MessageLeaves(ctx context.Context, sessionID uuid.UUID, limit int) ([]uuid.UUID, error)
 	MessageGet(ctx context.Context, id uuid.UUID) (chat.Message, error)
 	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)

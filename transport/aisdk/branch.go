@@ -124,7 +124,8 @@ func (h *Handler) userMessageOn(ctx context.Context, sid uuid.UUID, path []chat.
 
 // edit makes send, a user message useChat sent with the messageId of one it holds
 // (sendMessage({text, messageId})), an edit of the message that id names when its text
-// differs: a sibling of it, under a requestId derived from the id and the text. The same
+// differs: a sibling of it, under a requestId derived from the id and the text (or the
+// new message's own id, when it has one other than id). The same
 // text is the message sent again (a duplicate of its run). An id the chat does not have is
 // a new message.
 func (h *Handler) edit(ctx context.Context, sid uuid.UUID, id string, send conversation.SendRequest) (conversation.SendRequest, error) {
@@ -136,7 +137,13 @@ func (h *Handler) edit(ctx context.Context, sid uuid.UUID, id string, send conve
 		send.RequestID = uiID(m)
 		return send, nil
 	}
-	send.RequestID, send.EditOf = editKey(id, send.Content), &m.ID
+	send.EditOf = &m.ID
+	if send.RequestID == "" || sameMessage(send.RequestID, id) {
+		// useChat's edit keeps the edited message's id for the new text.
+		send.RequestID = editKey(id, send.Content)
+	}
+	// Else the new text came with an id of its own (assistant-ui's edit): it keeps it,
+	// so the client's message and the stored one are the same UIMessage.
 	return send, nil
 }
 
@@ -269,9 +276,58 @@ func messageParam(name, v string) (uuid.UUID, error) {
 	return id, nil
 }
 
+// branchTarget is the chatd message that POST .../branch's messageId names: a chatd
+// message id (as in metadata.chatd.branch.siblings), or a UIMessage id of the chat: an
+// answer's (its run; the run's last message, so the branch shown ends where the answer
+// does unless more was written below it) or a question's (its requestId).
+func (h *Handler) branchTarget(ctx context.Context, sid uuid.UUID, id string) (uuid.UUID, error) {
+	lastOf := func(run uuid.UUID, first bool) (uuid.UUID, bool, error) {
+		msgs, err := h.cfg.Store.MessagesByRun(ctx, run)
+		if err != nil {
+			return uuid.Nil, false, conversation.StoreError("read the chat", err)
+		}
+		if len(msgs) == 0 {
+			return uuid.Nil, false, nil
+		}
+		if first {
+			return msgs[0].ID, msgs[0].Role == chat.RoleUser, nil
+		}
+		return msgs[len(msgs)-1].ID, true, nil
+	}
+	if u, err := uuid.Parse(id); err == nil {
+		m, err := h.cfg.Store.MessageGet(ctx, u)
+		switch {
+		case err == nil && m.SessionID == sid:
+			return u, nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return uuid.Nil, conversation.StoreError("read the chat", err)
+		}
+		run, err := h.cfg.Store.RunGet(ctx, u)
+		switch {
+		case err == nil && run.SessionID == sid:
+			if mid, ok, err := lastOf(run.ID, false); err != nil || ok {
+				return mid, err
+			}
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return uuid.Nil, conversation.StoreError("read the chat", err)
+		}
+	}
+	run, err := h.cfg.Store.RunByRequest(ctx, sid, id)
+	switch {
+	case err == nil:
+		if mid, ok, err := lastOf(run.ID, true); err != nil || ok {
+			return mid, err
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return uuid.Nil, conversation.StoreError("read the chat", err)
+	}
+	return uuid.Nil, errorf(conversation.CodeNotFound, "messageId %q is no message of this chat (a chatd message id, or a UIMessage id from its transcript)", id)
+}
+
 // selectBranch is POST /v1/aisdk/chat/{id}/branch {"messageId"}: the branch through that
-// chatd message becomes the chat's active path (for every client, as a tab's
-// branch.select); the answer is the new transcript.
+// message becomes the chat's active path (for every client, as a tab's branch.select);
+// the answer is the new transcript. messageId is a chatd message id or a UIMessage id
+// (branchTarget).
 func (h *Handler) selectBranch(w http.ResponseWriter, r *http.Request, who caller) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
 	withBody(r, raw)
@@ -289,9 +345,8 @@ func (h *Handler) selectBranch(w http.ResponseWriter, r *http.Request, who calle
 		writeError(w, errorf(conversation.CodeBadRequest, `the body must be {"messageId": "<chatd message id>"}`))
 		return
 	}
-	mid, err := messageParam("messageId", body.MessageID)
-	if err != nil {
-		writeError(w, err)
+	if _, err := uuid.Parse(body.MessageID); err != nil && !chat.ValidRequestID(body.MessageID) {
+		writeError(w, errorf(conversation.CodeBadRequest, "messageId must be a chatd message id (a UUID, as in metadata.chatd.branch.siblings) or a UIMessage id of the chat"))
 		return
 	}
 	sid, ok, err := h.session(r.Context(), who.owner, r.PathValue("id"), false)
@@ -301,6 +356,11 @@ func (h *Handler) selectBranch(w http.ResponseWriter, r *http.Request, who calle
 	}
 	if !ok {
 		writeError(w, errorf(conversation.CodeNotFound, "no such chat"))
+		return
+	}
+	mid, err := h.branchTarget(r.Context(), sid, body.MessageID)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {

@@ -1,8 +1,10 @@
 package aisdk
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/google/uuid"
@@ -69,7 +71,95 @@ func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, who caller)
 	if latest, err := h.cfg.Store.RunLatest(r.Context(), sid); err == nil && latest.Status.Active() {
 		active = latest.ID
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": UIMessages(msgs, h.cfg.NeedsApproval), "activeRunId": active})
+	ui := UIMessages(msgs, h.cfg.NeedsApproval)
+	out := map[string]any{"messages": ui, "activeRunId": active}
+	if r.URL.Query().Get("tree") == "1" {
+		tree, err := h.tree(r.Context(), sid, msgs, ui)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out["tree"] = tree
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// maxLeaves bounds the branches ?tree=1 reads: the newest ones, and the one shown.
+const maxLeaves = 100
+
+// tree is the chat's branches as one tree of UIMessages (?tree=1), in the shape of
+// assistant-ui's MessageFormatRepository: {headId, messages: [{parentId, message}]}, a
+// message's parent the UIMessage before it on its branch, parents before children and
+// alternatives oldest first (the order of chatd's branch metadata); headId is the shown
+// branch's last message. shown is that branch, as the transcript read it, and shownUI
+// its UIMessages.
+func (h *Handler) tree(ctx context.Context, sid uuid.UUID, shown []chat.Message, shownUI []map[string]any) (map[string]any, error) {
+	leaves, err := h.cfg.Store.MessageLeaves(ctx, sid, maxLeaves)
+	if err != nil {
+		return nil, conversation.StoreError("read the branches", err)
+	}
+	type item struct {
+		pos    int64
+		parent any
+		msg    map[string]any
+	}
+	byID := map[string]*item{}
+	var order []*item
+	add := func(path []chat.Message) {
+		ui := UIMessages(path, h.cfg.NeedsApproval)
+		first := firstPositions(path)
+		var parent any // nil: a first message
+		for _, m := range ui {
+			id := m["id"].(string)
+			if byID[id] == nil {
+				it := &item{pos: first[id], parent: parent, msg: m}
+				byID[id] = it
+				order = append(order, it)
+			}
+			parent = id
+		}
+	}
+	add(shown)
+	var head any
+	if len(shownUI) > 0 {
+		head = shownUI[len(shownUI)-1]["id"]
+	}
+	for _, leaf := range leaves {
+		path, _, err := h.cfg.Store.MessagesPath(ctx, sid, &leaf, 0, maxTranscript)
+		if err != nil {
+			return nil, conversation.StoreError("read a branch", err)
+		}
+		add(path)
+	}
+	// Positions grow down every branch, so sorting by them keeps parents first and puts
+	// alternatives in the order they were written.
+	sort.SliceStable(order, func(i, j int) bool { return order[i].pos < order[j].pos })
+	items := make([]map[string]any, len(order))
+	for i, it := range order {
+		items[i] = map[string]any{"parentId": it.parent, "message": it.msg}
+	}
+	return map[string]any{"headId": head, "messages": items}, nil
+}
+
+// firstPositions maps the UIMessage ids of path (as UIMessages names them: a user
+// message's uiID, an answer's run id) to the position of their first stored message.
+func firstPositions(path []chat.Message) map[string]int64 {
+	first := map[string]int64{}
+	for _, m := range path {
+		var id string
+		switch {
+		case m.Role == chat.RoleUser:
+			id = uiID(m)
+		case m.RunID != nil:
+			id = m.RunID.String()
+		default:
+			continue
+		}
+		if _, ok := first[id]; !ok {
+			first[id] = m.Position
+		}
+	}
+	return first
 }
 
 // UIMessages turns stored messages into the AI SDK's UIMessages: user text messages as

@@ -176,5 +176,30 @@ test('assistant-ui with ChatdChatTransport: Regenerate on an earlier answer and 
   await a.reload();
   await waitEqualsStored(a, srv, id);
   assert.equal(await a.getAttribute('[data-testid=message][data-role=user] [data-testid=branch]', 'data-count'), '2');
+
+  // After the reload every branch is in assistant-ui's tree (?tree=1): back to the first
+  // question, whose answer still has its two alternatives; a second tab follows.
+  const b = await open(context, id);
+  await waitEqualsStored(b, srv, id);
+  await a.click('[data-testid=message][data-role=user] >> nth=0 >> [data-testid=branch-prev]');
+  await a.waitForSelector('[data-testid=message][data-role=user] [data-testid=branch][data-index="0"]', { timeout: WAIT });
+  await waitEqualsStored(a, srv, id);
+  msgs = await stored(srv, id);
+  assert.equal(textsOf(msgs)[0].texts[0], 'question one');
+  assert.deepEqual(msgs[1].metadata.chatd.branch.count, 2);
+  assert.equal(await a.getAttribute('[data-testid=message][data-role=assistant] [data-testid=branch]', 'data-count'), '2');
+  await waitEqualsStored(b, srv, id);
+  // The other answer, from the tree (one of them has the second question below it).
+  const shownAnswers = async () => (await stored(srv, id)).length;
+  for (const n of [0, 1]) {
+    const was = await a.getAttribute('[data-testid=message][data-role=assistant] >> nth=0 >> [data-testid=branch]', 'data-index');
+    const before = await shownAnswers();
+    await a.click(`[data-testid=message][data-role=assistant] >> nth=0 >> [data-testid=${was === '0' ? 'branch-next' : 'branch-prev'}]`);
+    await a.waitForSelector(`[data-testid=message][data-role=assistant] >> nth=0 >> [data-testid=branch][data-index="${was === '0' ? 1 : 0}"]`, { timeout: WAIT });
+    await waitEqualsStored(a, srv, id);
+    await waitEqualsStored(b, srv, id);
+    const after = await shownAnswers();
+    assert.deepEqual([before, after].sort(), [2, 4], `switch ${n}: one answer ends the chat, the other has the second question below it`);
+  }
   await context.close();
 });

@@ -709,7 +709,10 @@ async function loadChatdChat(api, id, options = {}) {
     const q = api.search(/[?#]/);
     const base = (q === -1 ? api : api.slice(0, q)).replace(/\/$/, "");
     let url = `${base}/${encodeURIComponent(id)}`;
-    if (options.through) url += `?through=${encodeURIComponent(options.through)}`;
+    const query = [];
+    if (options.through) query.push(`through=${encodeURIComponent(options.through)}`);
+    if (options.tree) query.push("tree=1");
+    if (query.length) url += `?${query.join("&")}`;
     const res = await (options.fetch ?? globalThis.fetch)(url, { headers: h, signal: options.signal });
     if (res.status === 404) return { ok: true, messages: [] };
     if (!res.ok) {
@@ -722,6 +725,15 @@ async function loadChatdChat(api, id, options = {}) {
     const last = messages[messages.length - 1];
     if (active && last?.role === "assistant" && last.id === active) {
       messages = messages.slice(0, -1);
+    }
+    if (options.tree && body.tree && Array.isArray(body.tree.messages)) {
+      let { headId, messages: items } = body.tree;
+      const answer = active ? items.find((it) => it.message.id === active) : void 0;
+      if (answer) {
+        items = items.filter((it) => it !== answer);
+        if (headId === answer.message.id) headId = answer.parentId;
+      }
+      return { ok: true, messages, activeRunId: active, tree: { headId: headId ?? null, messages: items } };
     }
     return { ok: true, messages, activeRunId: active };
   } catch (err) {

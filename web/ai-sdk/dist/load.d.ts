@@ -7,6 +7,8 @@ export interface LoadChatdChatOptions {
     fetch?: typeof globalThis.fetch;
     /** Another branch: the id of a message on it (GET …?through=). */
     through?: string;
+    /** Also every branch of the chat, as one tree (GET …?tree=1): the result's `tree`. */
+    tree?: boolean;
     signal?: AbortSignal;
 }
 export type LoadChatdChatResult<M extends UIMessage = UIMessage> = {
@@ -14,6 +16,8 @@ export type LoadChatdChatResult<M extends UIMessage = UIMessage> = {
     messages: M[];
     /** The run still going, whose answer is left out of messages (resume streams it). */
     activeRunId?: string | null;
+    /** With `tree: true`: every branch (the active run's answer left out here too). */
+    tree?: ChatdTree<M>;
 } | {
     ok: false;
     /** chatd's error, or `network` when chatd could not be reached. */
@@ -25,6 +29,19 @@ export type LoadChatdChatResult<M extends UIMessage = UIMessage> = {
     /** Tries the same load again. */
     retry: () => Promise<LoadChatdChatResult<M>>;
 };
+/**
+ * A chat's branches as one tree, in the shape of assistant-ui's MessageFormatRepository
+ * (its `messageRepository` option): each message with the one before it on its branch,
+ * parents first, alternatives in the order they were written; headId ends the branch
+ * shown.
+ */
+export interface ChatdTree<M extends UIMessage = UIMessage> {
+    headId: string | null;
+    messages: {
+        parentId: string | null;
+        message: M;
+    }[];
+}
 /**
  * GET {api}/{id}: the stored transcript as UIMessages, for useChat's `messages`. A chat
  * that does not exist yet is `{ok: true, messages: []}`; a network error or a refusal is

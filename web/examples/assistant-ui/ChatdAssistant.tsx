@@ -1,21 +1,23 @@
 // assistant-ui on chatd: a thread whose chat id is chatd's (a reload keeps the
 // conversation and resumes the reply), whose Stop stops the run for everyone, whose
 // approvals are decided on the server, whose Edit and Regenerate make chatd's branches,
-// and whose messages at a branch point show and switch them. docs/ai-sdk.md, "assistant-ui", explains each piece; web/test/assistant-ui
-// .test.mjs runs this very file in Chromium against a real chatd.
+// and whose own BranchPicker shows and switches them for every tab. docs/ai-sdk.md,
+// "assistant-ui", explains each piece; web/test/assistant-ui.test.mjs runs this very file
+// in Chromium against a real chatd.
 //
 //   <ChatdAssistant api="http://127.0.0.1:8080/v1/aisdk/chat" id={chatId} />
 //
 // Pinned with: react 19.3.1, ai 7.0.173, @ai-sdk/react 4.0.177, @assistant-ui/react
 // 0.15.22, @assistant-ui/react-ai-sdk 1.4.12, @chatd/ai-sdk (web/ai-sdk).
-import { createContext, useContext, useEffect, useMemo, useRef, useState, type ReactNode } from 'react';
-import { useChat } from '@ai-sdk/react';
+import { useEffect, useMemo, useRef, useState, type ReactNode } from 'react';
 import type { UIMessage } from 'ai';
-import { ChatdChatTransport, followChatdChat, loadChatdChat, type LoadChatdChatResult } from '@chatd/ai-sdk';
-import { useAISDKChat, useAISDKRuntime } from '@assistant-ui/react-ai-sdk';
+import { ChatdChatTransport, loadChatdChat, type ChatdTree, type LoadChatdChatResult } from '@chatd/ai-sdk';
+import { useChat } from '@chatd/ai-sdk/react';
+import { useAISDKRuntime } from '@assistant-ui/react-ai-sdk';
 import {
   ActionBarPrimitive,
   AssistantRuntimeProvider,
+  BranchPickerPrimitive,
   ComposerPrimitive,
   MessagePrimitive,
   ThreadPrimitive,
@@ -25,9 +27,6 @@ import {
 } from '@assistant-ui/react';
 
 type Headers = Record<string, string>;
-
-/** Where the chat is, for the branch picker's POST …/branch. */
-const Chatd = createContext<{ api: string; id: string; headers: Headers } | null>(null);
 
 interface Props {
   /** chatd's AI SDK endpoint: `${CHATD}/v1/aisdk/chat`. */
@@ -45,7 +44,8 @@ export function ChatdAssistant({ api, id, headers = {}, children }: Props) {
   useEffect(() => {
     let gone = false;
     setLoaded(null);
-    loadChatdChat(api, id, { headers }).then((r) => !gone && setLoaded(r));
+    // tree: every branch, for assistant-ui's BranchPicker.
+    loadChatdChat(api, id, { headers, tree: true }).then((r) => !gone && setLoaded(r));
     return () => {
       gone = true;
     };
@@ -58,7 +58,7 @@ export function ChatdAssistant({ api, id, headers = {}, children }: Props) {
       </p>
     );
   return (
-    <ChatdRuntimeProvider api={api} id={id} headers={headers} initialMessages={loaded.messages}>
+    <ChatdRuntimeProvider api={api} id={id} headers={headers} initialTree={loaded.tree}>
       {children}
       <Thread />
     </ChatdRuntimeProvider>
@@ -66,17 +66,19 @@ export function ChatdAssistant({ api, id, headers = {}, children }: Props) {
 }
 
 /**
- * The runtime: useChat with chatd's chat id and ChatdChatTransport, handed to
- * assistant-ui with useAISDKRuntime. (assistant-ui's useChatRuntime makes its own
- * throwaway `__LOCALID_…` id, so a reload would lose the conversation.)
+ * The runtime: useChat (@chatd/ai-sdk/react's: it follows runs started elsewhere, reloads
+ * the transcript after an answer, resumes at mount, and leaves the run going on unmount)
+ * with chatd's chat id and ChatdChatTransport, handed to assistant-ui with
+ * useAISDKRuntime. (assistant-ui's useChatRuntime makes its own throwaway `__LOCALID_…`
+ * id, so a reload would lose the conversation.)
  */
 export function ChatdRuntimeProvider({
   api,
   id,
   headers = {},
-  initialMessages,
+  initialTree,
   children,
-}: Props & { initialMessages: UIMessage[] }) {
+}: Props & { initialTree: ChatdTree | undefined }) {
   const transport = useMemo(
     () =>
       new ChatdChatTransport({
@@ -91,32 +93,23 @@ export function ChatdRuntimeProvider({
       }),
     [api],
   );
-  const ref = useRef<ReturnType<typeof useChat> | null>(null);
-  const chat = useChat({
-    id,
-    messages: initialMessages,
-    transport,
-    resume: true,
-    // An edited question's branch point (< 2 / 2 >) is in the transcript, not in the
-    // answer's stream: reload it after an answer ends (not after a stop, when the
-    // transcript lacks the open segment).
-    onFinish: async ({ isAbort }) => {
-      if (isAbort) return;
-      const r = await loadChatdChat(api, id, { headers });
-      if (r.ok && ref.current?.status === 'ready') ref.current.setMessages(r.messages);
-    },
-  });
+  // Empty: assistant-ui fills it from the tree below (it seeds only an empty chat).
+  const chat = useChat({ id, messages: [] as UIMessage[], transport });
+  const ref = useRef(chat);
   ref.current = chat;
-  // Runs started elsewhere (another tab, a queued message) and branch switches.
-  useEffect(
-    () =>
-      followChatdChat(transport, id, {
-        resumeStream: () => ref.current?.resumeStream(),
-        setMessages: (m) => ref.current?.setMessages(m),
-      }),
-    [transport, id],
-  );
   const runtime = useAISDKRuntime(chat, {
+    // chatd's branches are assistant-ui's: every branch seeds its message tree, so its
+    // BranchPicker counts and switches chatd's alternatives; what happens later (here or
+    // in another tab) reaches it through useChat's messages.
+    messageRepository: initialTree,
+    // A branch picked here becomes the chat's branch for every tab (and a reload).
+    // chatd answers with that branch as it stores it, which may go on below what this
+    // tab had seen of it.
+    unstable_onBranchChange: async ({ headId }) => {
+      if (!headId) return;
+      const res = await post(api, id, headers, 'branch', { messageId: headId });
+      if (res.ok && ref.current?.status === 'ready') ref.current.setMessages((await res.json()).messages);
+    },
     // assistant-ui sends an edit as a new message; mark which question it edits.
     toCreateMessage,
     // chatd keeps the run (and its stream) open while a call waits: decide it on the
@@ -127,17 +120,10 @@ export function ChatdRuntimeProvider({
       if (!res.ok && res.status !== 409) throw new Error(`approve: ${res.status} ${await res.text()}`);
     },
   });
-  const where = useMemo(() => ({ api, id, headers }), [api, id]);
-  return (
-    <Chatd.Provider value={where}>
-      <AssistantRuntimeProvider runtime={runtime}>{children}</AssistantRuntimeProvider>
-    </Chatd.Provider>
-  );
+  return <AssistantRuntimeProvider runtime={runtime}>{children}</AssistantRuntimeProvider>;
 }
 
-type ChatdMetadata = {
-  chatd?: { edits?: string; branch?: { index: number; count: number; siblings: string[] } };
-};
+type ChatdMetadata = { chatd?: { edits?: string } };
 
 function toCreateMessage(message: AppendMessage) {
   return {
@@ -183,7 +169,7 @@ function UserMessage() {
   const id = useAuiState(({ message }) => message.id);
   return (
     <MessagePrimitive.Root data-testid="message" data-role="user" data-id={id}>
-      <ChatdBranchPicker />
+      <BranchPicker />
       <MessagePrimitive.Parts components={{ Text }} />
       <ActionBarPrimitive.Root>
         {/* Edit: chatd keeps the old question as a branch beside the new one. */}
@@ -207,7 +193,7 @@ function AssistantMessage() {
   const id = useAuiState(({ message }) => message.id);
   return (
     <MessagePrimitive.Root data-testid="message" data-role="assistant" data-id={id}>
-      <ChatdBranchPicker />
+      <BranchPicker />
       <MessagePrimitive.Parts components={{ Text, tools: { Fallback: ToolCall } }} />
       <ActionBarPrimitive.Root>
         {/* Regenerate: chatd answers the question again as a new branch. */}
@@ -236,26 +222,15 @@ function ToolCall({ toolName, args, result, approval, respondToApproval }: ToolC
   );
 }
 
-/**
- * "< 2 / 3 >" on an answer at a branch point, from chatd's transcript
- * (metadata.chatd.branch); switching is chatd's POST …/branch, for every tab.
- */
-function ChatdBranchPicker() {
-  const chat = useAISDKChat();
-  const messageId = useAuiState(({ message }) => message.id);
-  const m = chat?.messages.find((x) => x.id === messageId);
-  const b = (m?.metadata as ChatdMetadata | undefined)?.chatd?.branch;
-  const where = useContext(Chatd);
-  if (!chat || !b || !where) return null;
-  const show = async (i: number) => {
-    const res = await post(where.api, where.id, where.headers, 'branch', { messageId: b.siblings[i] });
-    if (res.ok) chat.setMessages((await res.json()).messages);
-  };
+/** "< 2 / 3 >" at a branch point: assistant-ui's own, over chatd's branches. */
+function BranchPicker() {
+  const number = useAuiState(({ message }) => message.branchNumber);
+  const count = useAuiState(({ message }) => message.branchCount);
   return (
-    <span data-testid="branch" data-index={b.index} data-count={b.count}>
-      <button data-testid="branch-prev" disabled={b.index === 0} onClick={() => show(b.index - 1)}>&lt;</button>
-      {b.index + 1} / {b.count}
-      <button data-testid="branch-next" disabled={b.index === b.count - 1} onClick={() => show(b.index + 1)}>&gt;</button>
-    </span>
+    <BranchPickerPrimitive.Root hideWhenSingleBranch data-testid="branch" data-index={number - 1} data-count={count}>
+      <BranchPickerPrimitive.Previous data-testid="branch-prev">&lt;</BranchPickerPrimitive.Previous>
+      <BranchPickerPrimitive.Number /> / <BranchPickerPrimitive.Count />
+      <BranchPickerPrimitive.Next data-testid="branch-next">&gt;</BranchPickerPrimitive.Next>
+    </BranchPickerPrimitive.Root>
   );
 }
