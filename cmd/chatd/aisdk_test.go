@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/store/storetest"
@@ -431,4 +432,63 @@ func TestAISDKRestartMidReplyIsOnePart(t *testing.T) {
 	require.NoError(t, openStore(t, dbURL).Pool().QueryRow(dbCtx(t),
 		"SELECT count(*) FROM messages WHERE role = 'assistant' AND content <> ''").Scan(&segments))
 	require.Equal(t, 2, segments, "stored as two segments, the interrupted one and its continuation")
+}
+
+// A stream whose run is quiet (a call waiting for approval) and an idle events feed send
+// a comment line every 15 s of the server's clock: proxies do not time them out, and
+// ChatdChatTransport tells a live connection from a dead one. The SDK's parser skips it.
+func TestAISDKStreamsPingWhileQuiet(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	m, _ := startInProcess(t, map[string]string{"CHATD_DEMO_DELAY": "1ms"}, func(m *Main) { m.clock = clock })
+	base := "http://" + m.Addr() + "/v1/aisdk/chat"
+	// A missing ping fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base, strings.NewReader(
+		`{"id":"quiet","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"please approve a command"}]}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	stream := bufio.NewScanner(resp.Body)
+	until := func(s *bufio.Scanner, what string) []string {
+		t.Helper()
+		var seen []string
+		for s.Scan() {
+			seen = append(seen, s.Text())
+			if strings.Contains(s.Text(), what) {
+				return seen
+			}
+		}
+		t.Fatalf("ended before %q: %v\n%s", what, s.Err(), strings.Join(seen, "\n"))
+		return nil
+	}
+	before := until(stream, `"type":"tool-approval-request"`)
+	for _, l := range before {
+		require.NotEqual(t, ": ping", l, "no ping before 15 s")
+	}
+
+	freq, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/quiet/events", nil)
+	require.NoError(t, err)
+	feed, err := http.DefaultClient.Do(freq)
+	require.NoError(t, err)
+	defer feed.Body.Close()
+	events := bufio.NewScanner(feed.Body)
+	until(events, `"type":"state"`)
+
+	// The run waits for a person: nothing to send but the pings.
+	clock.Advance(15 * time.Second)
+	require.Equal(t, []string{"", ": ping"}, until(stream, ": ping"), "right after the approval request's blank line")
+	until(events, ": ping")
+	clock.Advance(15 * time.Second)
+	require.Equal(t, []string{"", ": ping"}, until(stream, ": ping"))
+
+	// And the run goes on when it is decided.
+	ok, err := http.Post(base+"/quiet/approve", "application/json", strings.NewReader(`{"toolCallId":"demo-approval","approved":true}`))
+	require.NoError(t, err)
+	ok.Body.Close()
+	require.Equal(t, http.StatusOK, ok.StatusCode)
+	until(stream, `"type":"finish"`)
 }

@@ -117,6 +117,9 @@ func newLogger(cfg Config, w io.Writer) (zerolog.Logger, error) {
 type Main struct {
 	cfg Config
 	log zerolog.Logger
+	// clock paces what the server times (leases, deadlines, pings); nil is the real one.
+	// Tests set a fake one before Run.
+	clock clockwork.Clock
 
 	registry *prometheus.Registry // what /metrics serves
 	db       *database
@@ -192,7 +195,10 @@ func (m *Main) build() error {
 		return err
 	}
 	st := m.db.Store()
-	clock := clockwork.NewRealClock()
+	clock := m.clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
 	loop, err := m.newAgent(st, clock)
 	if err != nil {
 		return err

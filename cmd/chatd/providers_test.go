@@ -20,7 +20,7 @@ import (
 
 // startInProcess runs chatd in this process with env (DATABASE_URL and the log settings
 // added), and closes it when the test ends. Its log is printed if the test fails.
-func startInProcess(t *testing.T, env map[string]string) (*Main, *syncBuffer) {
+func startInProcess(t *testing.T, env map[string]string, opts ...func(*Main)) (*Main, *syncBuffer) {
 	t.Helper()
 	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug",
 		"CHATD_BWRAP": os.Getenv("CHATD_BWRAP"), // make test-go names bubblewrap (scripts/bwrap.sh)
@@ -39,6 +39,9 @@ func startInProcess(t *testing.T, env map[string]string) (*Main, *syncBuffer) {
 	logger, err := newLogger(cfg, logBuf)
 	require.NoError(t, err)
 	m := NewMain(cfg, logger)
+	for _, o := range opts {
+		o(m)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()

@@ -8,9 +8,11 @@ import (
 	"github.com/chatd/chatd/conversation"
 )
 
-// pingEvery is how often an idle events feed sends a comment line, so that proxies and
-// the client see it alive.
+// pingEvery is how often a stream or the events feed sends pingLine, a comment line, so
+// that proxies and the client see it alive while nothing happens.
 const pingEvery = 15 * time.Second
+
+var pingLine = []byte(": ping\n\n")
 
 // The events feed, GET /v1/aisdk/chat/{id}/events: one SSE line per change of the chat
 // that a page showing it must follow (a run that another tab or device started, a run's
@@ -93,7 +95,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, who caller) {
 			case <-sw.wake:
 				continue
 			case <-ping.Chan():
-				if _, err := w.Write([]byte(": ping\n\n")); err != nil || rc.Flush() != nil {
+				if _, err := w.Write(pingLine); err != nil || rc.Flush() != nil {
 					return
 				}
 				continue

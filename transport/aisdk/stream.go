@@ -208,6 +208,11 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller,
 	// A stream lasts as long as its run: the server's write timeout is for answers.
 	expired, stopExpiry := h.expiry(who, sw)
 	defer stopExpiry()
+	// A run can be quiet for long (a call waiting for approval): a comment line now and
+	// then keeps proxies from timing the response out and tells ChatdChatTransport the
+	// connection is alive (the SDK's parser skips it).
+	ping := h.cfg.Clock.NewTicker(pingEvery)
+	defer ping.Stop()
 	w.Header().Set("x-vercel-ai-ui-message-stream", "v1")
 	startSSE(w, sw)
 	rc := sw.rc
@@ -227,6 +232,11 @@ func (h *Handler) streamWith(w http.ResponseWriter, r *http.Request, who caller,
 		if !ok {
 			select {
 			case <-sw.wake:
+				continue
+			case <-ping.Chan():
+				if _, err := w.Write(pingLine); err != nil || rc.Flush() != nil {
+					return
+				}
 				continue
 			case <-ctx.Done():
 				return

@@ -193,7 +193,7 @@ test('sendMessage({ text, messageId }) edits an earlier question: a new branch w
   }
 });
 
-test('branch endpoints: a bad message id is 400, an unknown one 404, and nothing changes', { timeout: 60000 }, async () => {
+test('branch endpoints: a bad message id is 400, an unknown one (chatd id or UIMessage id) 404, and nothing changes', { timeout: 60000 }, async () => {
   const srv = await startChatd({ env: ENV });
   try {
     const id = chatId();
@@ -202,7 +202,8 @@ test('branch endpoints: a bad message id is 400, an unknown one 404, and nothing
     const before = await transcript(srv, id);
     const unknown = crypto.randomUUID();
     for (const [name, r, status] of [
-      ['POST branch, not a UUID', await postJSON(url(srv, id, '/branch'), { messageId: 'nope' }), 400],
+      ['POST branch, not an id', await postJSON(url(srv, id, '/branch'), { messageId: 'no\u0000pe' }), 400],
+      ['POST branch, no UIMessage of the chat', await postJSON(url(srv, id, '/branch'), { messageId: 'nope' }), 404],
       ['POST branch, no body', await postJSON(url(srv, id, '/branch')), 400],
       ['POST branch, unknown', await postJSON(url(srv, id, '/branch'), { messageId: unknown }), 404],
       ['POST branch, unknown chat', await postJSON(url(srv, 'no-such-chat', '/branch'), { messageId: unknown }), 404],

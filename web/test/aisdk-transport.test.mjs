@@ -450,3 +450,35 @@ test('an approval: the stream cut while the call waits is resumed with the reque
     await srv.stop();
   }
 });
+
+test('a connection that goes silent mid-reply (no reset, no FIN) is taken for dead after idleTimeoutMs and replaced; the chat ends as stored', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '10ms', CHATD_DEMO_WORDS: '150' } });
+  const proxy = await cutProxy(srv.addr);
+  try {
+    // Well above the demo's 10 ms between words, so only the frozen connection trips it.
+    const t = chatdTransport(proxy.url, { idleTimeoutMs: 800 });
+    const id = chatId();
+    const errors = [];
+    const chat = new NodeChat({ id, transport: t, onError: (e) => errors.push(e) });
+    const sent = chat.sendMessage({ text: 'a long answer please' });
+    await chat.waitFor((c) => c.lastMessage?.role === 'assistant' && shown(c).length > 100, 20000, 'text past 100');
+    const before = shown(chat).length;
+    const at = performance.now();
+    proxy.freeze();
+    await chat.waitFor((c) => shown(c).length > before, 20000, 'text after the freeze');
+    const recovery = Math.round(performance.now() - at);
+    await sent;
+    assert.equal(chat.status, 'ready', String(chat.error));
+    assert.deepEqual(errors, []);
+    const msgs = await transcript(srv, id);
+    assert.equal(shown(chat), textOf(msgs[1]), 'word for word, no duplicated text');
+    assert.deepEqual(plain(chat.messages), msgs);
+    assert.equal(t.reconnects.length, 1, 'one reconnect, for the frozen connection');
+    assert.match(String(t.reconnects[0].error?.message), /no byte for 800 ms/);
+    assert.ok(recovery >= 800, `not before the timeout: ${recovery} ms`);
+    console.log(`# a silent connection replaced: ${recovery} ms from the freeze to the next text (idleTimeoutMs 800)`);
+  } finally {
+    await proxy.close();
+    await srv.stop();
+  }
+});

@@ -5,6 +5,8 @@
 //   p.url            http://127.0.0.1:<port>, to give the client instead of chatd's
 //   p.cut()          resets every open connection (the client's reader throws)
 //   p.down() / up()  refuse new connections (reset at once) until up()
+//   p.freeze()       open connections stay open but carry nothing more, either way (a
+//                    network that changed under them: no reset, no FIN); new ones work
 //   p.connections    how many connections it has accepted
 //   await p.close()
 import net from 'node:net';
@@ -12,6 +14,7 @@ import net from 'node:net';
 export async function cutProxy(target) {
   const [host, port] = target.split(':');
   const open = new Set();
+  const frozen = new Set();
   let refusing = false;
   const p = { connections: 0 };
   const server = net.createServer((client) => {
@@ -42,6 +45,16 @@ export async function cutProxy(target) {
     }
     open.clear();
   };
+  p.freeze = () => {
+    for (const { client, upstream } of open) {
+      client.unpipe(upstream);
+      upstream.unpipe(client);
+      client.pause();
+      upstream.pause();
+      frozen.add({ client, upstream });
+    }
+    open.clear(); // cut() leaves them be; close() destroys them
+  };
   p.down = () => {
     refusing = true;
     p.cut();
@@ -52,6 +65,10 @@ export async function cutProxy(target) {
   p.close = () =>
     new Promise((resolve) => {
       p.cut();
+      for (const { client, upstream } of frozen) {
+        client.destroy();
+        upstream.destroy();
+      }
       server.close(() => resolve());
     });
   return p;

@@ -341,10 +341,13 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   resumes = /* @__PURE__ */ new Map();
   pending = /* @__PURE__ */ new Map();
   detached = /* @__PURE__ */ new Set();
+  idleTimeoutMs;
+  /** When each connection (by its request's signal) last brought a byte, or started. */
+  lastByte = /* @__PURE__ */ new WeakMap();
   waker;
   unloading = false;
   constructor(options = {}) {
-    const { stopOnAbort = true, reconnect = {}, onReconnect, fetch: userFetch, ...rest } = options;
+    const { stopOnAbort = true, reconnect = {}, onReconnect, idleTimeoutMs = 45e3, fetch: userFetch, ...rest } = options;
     let self;
     super({
       ...rest,
@@ -353,8 +356,10 @@ var ChatdChatTransport = class extends DefaultChatTransport {
       fetch: (async (input, init) => {
         if (init?.signal && self) {
           self.captured.set(init.signal, { url: String(input instanceof Request ? input.url : input), init: { ...init } });
+          self.lastByte.set(init.signal, Date.now());
         }
-        return (self?.userFetch ?? globalThis.fetch)(input, init);
+        const res = await (self?.userFetch ?? globalThis.fetch)(input, init);
+        return self ? self.observed(res, init?.signal) : res;
       })
     });
     self = this;
@@ -362,6 +367,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
     this.stopOnAbort = stopOnAbort;
     this.backoff = reconnect;
     this.onReconnect = onReconnect;
+    this.idleTimeoutMs = idleTimeoutMs;
     this.waker = new Waker({
       onOnline: () => {
         for (const o of this.open) o.cut();
@@ -427,6 +433,21 @@ var ChatdChatTransport = class extends DefaultChatTransport {
   detach(chatId) {
     this.detached.add(chatId);
     setTimeout(() => this.detached.delete(chatId), 0);
+  }
+  /** res, its body watched: each chunk that arrives marks signal's connection alive. */
+  observed(res, signal) {
+    if (!signal || !res.body || res.status !== 200 || this.idleTimeoutMs <= 0) return res;
+    const seen = this.lastByte;
+    seen.set(signal, Date.now());
+    const body = res.body.pipeThrough(
+      new TransformStream({
+        transform(chunk, c) {
+          seen.set(signal, Date.now());
+          c.enqueue(chunk);
+        }
+      })
+    );
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   }
   /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
   close() {
@@ -501,9 +522,16 @@ var ChatdChatTransport = class extends DefaultChatTransport {
       }
     };
     let out;
+    const watchdog = this.idleTimeoutMs > 0 ? setInterval(() => {
+      const last = this.lastByte.get(conn.signal);
+      if (last !== void 0 && !conn.signal.aborted && Date.now() - last > this.idleTimeoutMs) {
+        conn.abort(new DOMException("no byte for " + this.idleTimeoutMs + " ms", "AbortError"));
+      }
+    }, Math.max(100, Math.floor(this.idleTimeoutMs / 4))) : void 0;
     const done = () => {
       this.open.delete(entry);
       abortSignal?.removeEventListener("abort", onSDKAbort);
+      if (watchdog !== void 0) clearInterval(watchdog);
     };
     const onSDKAbort = () => {
       closedBySDK = true;
@@ -520,6 +548,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
     this.open.add(entry);
     const reopen = async () => {
       conn = new AbortController();
+      this.lastByte.set(conn.signal, Date.now());
       const onAbort = () => conn.abort(abortSignal?.reason);
       abortSignal?.addEventListener("abort", onAbort, { once: true });
       if (again) {
@@ -531,7 +560,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
         }
         if (!res2.ok) throw await errorFromResponse(res2);
         if (!res2.body) throw new TypeError("network error: empty body");
-        return this.processResponseStream(res2.body);
+        return this.processResponseStream(this.observed(res2, conn.signal).body);
       }
       const res = await this.doFetch(this.chatURL(chatId, "stream"), {
         method: "GET",
@@ -541,7 +570,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
       if (res.status === 204) return null;
       if (!res.ok) throw await errorFromResponse(res);
       if (!res.body) throw new TypeError("network error: empty body");
-      return this.processResponseStream(res.body);
+      return this.processResponseStream(this.observed(res, conn.signal).body);
     };
     return new ReadableStream({
       start: (controller) => {
@@ -623,7 +652,7 @@ var ChatdChatTransport = class extends DefaultChatTransport {
               source = await reopen();
             } catch (err) {
               if (closedBySDK) return;
-              if (!retryable(err)) {
+              if (!retryable(err) && !isAbortError(err)) {
                 done();
                 controller.error(err);
                 return;

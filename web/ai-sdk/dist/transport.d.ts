@@ -17,6 +17,13 @@ export interface ChatdChatTransportOptions<M extends UIMessage> extends HttpChat
         error: unknown;
         delayMs: number;
     }) => void;
+    /**
+     * A stream's connection that brings no byte for this long is taken for dead (a network
+     * that changed under it, a NAT that forgot it: TCP may not notice for minutes) and is
+     * replaced. chatd sends a comment line every 15 s while a run is quiet. Default 45000;
+     * 0 turns it off.
+     */
+    idleTimeoutMs?: number;
 }
 /**
  * A ChatTransport for chatd, in place of DefaultChatTransport (the same options and the
@@ -38,6 +45,9 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
     private readonly resumes;
     private readonly pending;
     private readonly detached;
+    private readonly idleTimeoutMs;
+    /** When each connection (by its request's signal) last brought a byte, or started. */
+    private readonly lastByte;
     private readonly waker;
     private unloading;
     constructor(options?: ChatdChatTransportOptions<M>);
@@ -62,6 +72,8 @@ export declare class ChatdChatTransport<M extends UIMessage = UIMessage> extends
      * `@ai-sdk/react`'s useChat stops its Chat on unmount.
      */
     detach(chatId: string): void;
+    /** res, its body watched: each chunk that arrives marks signal's connection alive. */
+    private observed;
     /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
     close(): void;
     sendMessages(options: SendOptions<M>): Promise<ReadableStream<UIMessageChunk>>;

@@ -18,6 +18,13 @@ export interface ChatdChatTransportOptions<M extends UIMessage> extends HttpChat
   reconnect?: BackoffOptions;
   /** Called on every reconnect of a broken stream (for logs and tests). */
   onReconnect?: (info: { chatId: string; attempt: number; error: unknown; delayMs: number }) => void;
+  /**
+   * A stream's connection that brings no byte for this long is taken for dead (a network
+   * that changed under it, a NAT that forgot it: TCP may not notice for minutes) and is
+   * replaced. chatd sends a comment line every 15 s while a run is quiet. Default 45000;
+   * 0 turns it off.
+   */
+  idleTimeoutMs?: number;
 }
 
 /** What a stream is doing, per chat: sends and resumes the SDK has open. */
@@ -50,11 +57,14 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
   private readonly resumes = new Map<string, number>();
   private readonly pending = new Map<string, number>();
   private readonly detached = new Set<string>();
+  private readonly idleTimeoutMs: number;
+  /** When each connection (by its request's signal) last brought a byte, or started. */
+  private readonly lastByte = new WeakMap<AbortSignal, number>();
   private readonly waker: Waker;
   private unloading = false;
 
   constructor(options: ChatdChatTransportOptions<M> = {}) {
-    const { stopOnAbort = true, reconnect = {}, onReconnect, fetch: userFetch, ...rest } = options;
+    const { stopOnAbort = true, reconnect = {}, onReconnect, idleTimeoutMs = 45000, fetch: userFetch, ...rest } = options;
     let self: ChatdChatTransport<M> | undefined;
     super({
       ...rest,
@@ -63,8 +73,10 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
       fetch: (async (input: RequestInfo | URL, init?: RequestInit) => {
         if (init?.signal && self) {
           self.captured.set(init.signal, { url: String(input instanceof Request ? input.url : input), init: { ...init } });
+          self.lastByte.set(init.signal, Date.now());
         }
-        return (self?.userFetch ?? globalThis.fetch)(input, init);
+        const res = await (self?.userFetch ?? globalThis.fetch)(input, init);
+        return self ? self.observed(res, init?.signal) : res;
       }) as FetchFunction,
     });
     self = this;
@@ -72,6 +84,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
     this.stopOnAbort = stopOnAbort;
     this.backoff = reconnect;
     this.onReconnect = onReconnect;
+    this.idleTimeoutMs = idleTimeoutMs;
     this.waker = new Waker({
       onOnline: () => {
         // A connection that was up when the network went may hang without an error:
@@ -147,6 +160,24 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
   detach(chatId: string): void {
     this.detached.add(chatId);
     setTimeout(() => this.detached.delete(chatId), 0);
+  }
+
+  /** res, its body watched: each chunk that arrives marks signal's connection alive. */
+  private observed(res: Response, signal: AbortSignal | null | undefined): Response {
+    // Streams are 200s; a 204 (nothing to resume) must keep its null body (Chromium gives
+    // it an empty stream, which a new Response with that status refuses).
+    if (!signal || !res.body || res.status !== 200 || this.idleTimeoutMs <= 0) return res;
+    const seen = this.lastByte;
+    seen.set(signal, Date.now());
+    const body = res.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, c) {
+          seen.set(signal, Date.now());
+          c.enqueue(chunk);
+        },
+      }),
+    );
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   }
 
   /** Ends this transport's streams and listeners (AbstractChat.dispose() calls it). */
@@ -250,9 +281,20 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
       },
     };
     let out: ReadableStreamDefaultController<UIMessageChunk> | undefined;
+    // The watchdog: a connection silent for idleTimeoutMs is cut (and so replaced).
+    const watchdog =
+      this.idleTimeoutMs > 0
+        ? setInterval(() => {
+            const last = this.lastByte.get(conn.signal);
+            if (last !== undefined && !conn.signal.aborted && Date.now() - last > this.idleTimeoutMs) {
+              conn.abort(new DOMException('no byte for ' + this.idleTimeoutMs + ' ms', 'AbortError'));
+            }
+          }, Math.max(100, Math.floor(this.idleTimeoutMs / 4)))
+        : undefined;
     const done = () => {
       this.open.delete(entry);
       abortSignal?.removeEventListener('abort', onSDKAbort);
+      if (watchdog !== undefined) clearInterval(watchdog);
     };
     const onSDKAbort = () => {
       closedBySDK = true;
@@ -270,6 +312,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
 
     const reopen = async (): Promise<ReadableStream<UIMessageChunk> | null> => {
       conn = new AbortController();
+      this.lastByte.set(conn.signal, Date.now()); // a connect that hangs is cut too
       const onAbort = () => conn.abort(abortSignal?.reason);
       abortSignal?.addEventListener('abort', onAbort, { once: true });
       if (again) {
@@ -281,7 +324,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
         }
         if (!res.ok) throw await errorFromResponse(res);
         if (!res.body) throw new TypeError('network error: empty body');
-        return this.processResponseStream(res.body);
+        return this.processResponseStream(this.observed(res, conn.signal).body!);
       }
       const res = await this.doFetch(this.chatURL(chatId, 'stream'), {
         method: 'GET',
@@ -291,7 +334,7 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
       if (res.status === 204) return null;
       if (!res.ok) throw await errorFromResponse(res);
       if (!res.body) throw new TypeError('network error: empty body');
-      return this.processResponseStream(res.body);
+      return this.processResponseStream(this.observed(res, conn.signal).body!);
     };
 
     return new ReadableStream<UIMessageChunk>({
@@ -377,7 +420,8 @@ export class ChatdChatTransport<M extends UIMessage = UIMessage> extends Default
               source = await reopen();
             } catch (err) {
               if (closedBySDK) return;
-              if (!retryable(err)) {
+              // An abort that is not the SDK's is ours (a cut, the watchdog): again.
+              if (!retryable(err) && !isAbortError(err)) {
                 done();
                 controller.error(err);
                 return;
