@@ -101,7 +101,7 @@ func (c Config) withDefaults() Config {
 		c.Metrics = discardMetrics()
 	}
 	if c.Tools == nil {
-		c.Tools = &Registry{tools: map[string]Tool{}}
+		c.Tools = &Registry{groups: map[string][]entry{}}
 	}
 	def := func(p *int, v int) {
 		if *p == 0 {
@@ -753,6 +753,7 @@ func (r *run) safeRun(ctx context.Context, c *call, env Env) (out string, err er
 			out, err = "", errToolPanicked
 		}
 	}()
+	ctx = WithCallInfo(ctx, CallInfo{CallID: c.ID, Tool: c.Name, SessionID: r.req.SessionID, RunID: r.req.RunID, Owner: r.req.Owner})
 	return c.tool.Run(ctx, c.Input, env)
 }
 

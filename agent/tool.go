@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/chat"
@@ -54,50 +57,166 @@ type Env interface {
 	Sandbox(ctx context.Context) (sandbox.Sandbox, error)
 }
 
-// Registry is the set of tools an agent offers, in a fixed order.
+// Registry is the set of tools an agent offers, in a fixed order: the tools it was made
+// with, then groups that come and go while it runs (an MCP server's tools, listed when
+// the server is reachable and again when it says they changed). A run offers the tools
+// there are when it starts; a call looks its tool up when it runs. Safe for concurrent
+// use.
 type Registry struct {
-	tools map[string]Tool
-	specs []ToolSpec
+	mu     sync.RWMutex
+	fixed  []entry
+	groups map[string][]entry
+	order  []string // group names, in the order they were first set
+}
+
+type entry struct {
+	tool Tool
+	spec ToolSpec
 }
 
 // NewRegistry checks the tools' specs and returns them as a registry.
 func NewRegistry(tools ...Tool) (*Registry, error) {
-	r := &Registry{tools: make(map[string]Tool)}
+	r := &Registry{groups: map[string][]entry{}}
+	es, err := r.check(tools, "")
+	if err != nil {
+		return nil, err
+	}
+	r.fixed = es
+	return r, nil
+}
+
+// check validates tools as group's (the fixed tools: ""): valid names, unique among
+// themselves and among the registry's other tools, JSON input schemas. r.mu is held, or
+// r is new.
+func (r *Registry) check(tools []Tool, group string) ([]entry, error) {
+	taken := map[string]string{} // name → group
+	for _, e := range r.fixed {
+		taken[e.spec.Name] = ""
+	}
+	for g, es := range r.groups {
+		if g == group {
+			continue
+		}
+		for _, e := range es {
+			taken[e.spec.Name] = g
+		}
+	}
+	var out []entry
+	seen := map[string]bool{}
 	for _, t := range tools {
 		s := t.Spec()
 		if !chat.ValidToolName(s.Name) {
 			return nil, fmt.Errorf("tool name %q: use 1 to 64 letters, digits, _ or -", s.Name)
 		}
-		if _, dup := r.tools[s.Name]; dup {
+		if seen[s.Name] {
 			return nil, fmt.Errorf("tool %q is registered twice", s.Name)
 		}
+		if g, dup := taken[s.Name]; dup {
+			if g == "" {
+				return nil, fmt.Errorf("tool %q is registered twice", s.Name)
+			}
+			return nil, fmt.Errorf("tool %q is registered twice (also by %s)", s.Name, g)
+		}
+		seen[s.Name] = true
 		if len(s.InputSchema) == 0 {
 			s.InputSchema = json.RawMessage(`{"type":"object"}`)
 		}
 		if !json.Valid(s.InputSchema) {
 			return nil, fmt.Errorf("tool %q: input schema is not JSON", s.Name)
 		}
-		r.tools[s.Name] = t
-		r.specs = append(r.specs, s)
+		out = append(out, entry{tool: t, spec: s})
 	}
-	return r, nil
+	return out, nil
 }
 
-// Specs returns the tools' specs in registration order.
-func (r *Registry) Specs() []ToolSpec { return r.specs }
+// SetGroup replaces group's tools (none: the group has no tools now). Runs started
+// before keep offering what they started with; their calls of a tool gone are failed
+// calls ("there is no tool named …"). An error (a bad spec, a name another group or a
+// fixed tool has) changes nothing.
+func (r *Registry) SetGroup(group string, tools ...Tool) error {
+	if group == "" {
+		return errors.New("a tool group needs a name")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	es, err := r.check(tools, group)
+	if err != nil {
+		return err
+	}
+	if _, ok := r.groups[group]; !ok {
+		r.order = append(r.order, group)
+	}
+	r.groups[group] = es
+	return nil
+}
+
+// Specs returns the tools' specs: the fixed tools in registration order, then each
+// group's, groups in the order they were first set.
+func (r *Registry) Specs() []ToolSpec {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	specs := make([]ToolSpec, 0, len(r.fixed))
+	for _, e := range r.fixed {
+		specs = append(specs, e.spec)
+	}
+	for _, g := range r.order {
+		for _, e := range r.groups[g] {
+			specs = append(specs, e.spec)
+		}
+	}
+	return specs
+}
 
 // Lookup finds a tool by name.
 func (r *Registry) Lookup(name string) (Tool, ToolSpec, bool) {
-	t, ok := r.tools[name]
-	if !ok {
-		return nil, ToolSpec{}, false
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, e := range r.fixed {
+		if e.spec.Name == name {
+			return e.tool, e.spec, true
+		}
 	}
-	for _, s := range r.specs {
-		if s.Name == name {
-			return t, s, true
+	for _, g := range r.order {
+		for _, e := range r.groups[g] {
+			if e.spec.Name == name {
+				return e.tool, e.spec, true
+			}
 		}
 	}
 	return nil, ToolSpec{}, false
+}
+
+// NeedsApproval reports whether the tool named name waits for a person (false for a
+// tool the registry does not have now).
+func (r *Registry) NeedsApproval(name string) bool {
+	_, spec, ok := r.Lookup(name)
+	return ok && spec.NeedsApproval
+}
+
+// CallInfo is what a tool call is, for a tool that passes it on (an MCP server gets
+// the call id as its idempotency key, and the user's id): CallInfoFrom(ctx) in Run.
+type CallInfo struct {
+	// CallID is the call's id: the same when a call is run again after a crash.
+	CallID string
+	// Tool is the name the model called.
+	Tool      string
+	SessionID uuid.UUID
+	RunID     uuid.UUID
+	// Owner is the user the session belongs to.
+	Owner string
+}
+
+type callInfoKey struct{}
+
+// WithCallInfo returns ctx carrying info (the loop sets it for each call).
+func WithCallInfo(ctx context.Context, info CallInfo) context.Context {
+	return context.WithValue(ctx, callInfoKey{}, info)
+}
+
+// CallInfoFrom returns the call a tool's Run is running, if ctx carries one.
+func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
+	info, ok := ctx.Value(callInfoKey{}).(CallInfo)
+	return info, ok
 }
 
 // errToolPanicked is what the model sees when a tool panics.

@@ -21,6 +21,8 @@ type Request struct {
 	SessionID uuid.UUID
 	RunID     uuid.UUID
 	RequestID string
+	// Owner is the user the session belongs to (for tools that pass it on).
+	Owner string
 	// Content is the user's message.
 	Content string
 	// History is the session's transcript before this message (oldest first, at most

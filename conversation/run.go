@@ -252,7 +252,7 @@ func (a *Actor) startRunAgent(run *runState, user chat.Message, checkpoint []cha
 		run.tail = &checkpoint[len(checkpoint)-1].ID
 	}
 	read := a.historyReader(user.ParentID)
-	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Content: user.Content, Checkpoint: checkpoint}
+	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Owner: a.session.Owner, Content: user.Content, Checkpoint: checkpoint}
 	a.startAgent(run, func() (Request, error) {
 		history, err := read()
 		if err != nil {
