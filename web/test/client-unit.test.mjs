@@ -3,7 +3,7 @@
 // client-chatd.test.mjs.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ChatClient, ChatError, MemoryStorage, sessionKey } from '../client/dist/index.js';
+import { ChatClient, ChatError, MemoryStorage, sessionKey, splitToolName } from '../client/dist/index.js';
 import { waitFor, within } from './client-util.mjs';
 
 const S = '0193a000-0000-7000-8000-000000000001';
@@ -846,4 +846,13 @@ test('edit, regenerate and selectBranch send their frames; re-sent after a recon
   await assert.rejects(within(regenerated, 2000, 'regenerate to settle'), (err) => err instanceof ChatError && err.code === 'run_active');
   assert.equal(await within(selected, 2000, 'selectBranch to resolve'), undefined);
   c.close();
+});
+
+test('splitToolName: an MCP server tool is <server>__<tool>; chatd\'s own tools have no server', () => {
+  assert.deepEqual(splitToolName('docs__search'), { server: 'docs', tool: 'search' });
+  assert.deepEqual(splitToolName('everything__trigger-long-running-operation'), { server: 'everything', tool: 'trigger-long-running-operation' });
+  assert.deepEqual(splitToolName('files__read__file'), { server: 'files', tool: 'read__file' }, 'the first "__" ends the server (servers have none)');
+  assert.deepEqual(splitToolName('current_time'), { server: null, tool: 'current_time' });
+  assert.deepEqual(splitToolName('__x'), { server: null, tool: '__x' });
+  assert.deepEqual(splitToolName('x__'), { server: null, tool: 'x__' });
 });

@@ -1,7 +1,7 @@
 // chatd's chat app: the conversation list, one open conversation (a ChatClient, whose
 // state the page renders), and the service worker. The client library does the
 // protocol; this file only shows its state and turns clicks into its calls.
-import { ChatClient, ChatError, SessionsClient, isUuid, uuid4 } from '../../client/src/index.ts';
+import { ChatClient, ChatError, SessionsClient, isUuid, splitToolName, uuid4 } from '../../client/src/index.ts';
 import type { ChatState, Message, QueuedMessage, Run } from '../../client/src/index.ts';
 import { byId, frameScheduler, h, setAttr, setText } from './dom.ts';
 import { renderMeter, renderProgress, type ContextUsage } from './format.ts';
@@ -414,7 +414,7 @@ class App {
         h(
           'div',
           { class: 'panel panel-approval', 'data-testid': 'approval', 'data-state': active.status, role: 'group', 'aria-label': 'Approval needed' },
-          h('p', {}, 'The assistant wants to run ', h('b', { 'data-testid': 'approval-tool' }, pa.name), '.'),
+          approvalLine(pa.name),
           active.status === 'paused'
             ? h('p', { 'data-testid': 'approval-paused' }, 'Its sandbox was paused while it waited; approving resumes it.')
             : null,
@@ -641,6 +641,21 @@ class App {
 new App().start();
 
 /** ruleWord is the first word of a shell call's command: what "allow" would allow. */
+/** approvalLine says what waits: a tool of chatd's, or an MCP server's tool and its server. */
+function approvalLine(name: string): HTMLElement {
+  const { server, tool } = splitToolName(name);
+  if (server === null) return h('p', {}, 'The assistant wants to run ', h('b', { 'data-testid': 'approval-tool' }, name), '.');
+  return h(
+    'p',
+    {},
+    'The assistant wants to run ',
+    h('b', { 'data-testid': 'approval-tool' }, tool),
+    ' on the MCP server ',
+    h('b', { 'data-testid': 'approval-server' }, server),
+    '.',
+  );
+}
+
 function ruleWord(input: unknown): string {
   const cmd = (input as { command?: unknown } | null)?.command;
   return typeof cmd === 'string' ? (cmd.trim().split(/\s+/)[0] ?? '') : '';

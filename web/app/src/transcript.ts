@@ -6,7 +6,7 @@
 // Under a message are its actions: "< 2/3 >" arrows on a message with alternatives (an
 // edited question, a regenerated answer), an edit button on every question (it opens an
 // editor in place), a regenerate button under the last message of each answer.
-import { branchOf } from '../../client/src/index.ts';
+import { branchOf, splitToolName } from '../../client/src/index.ts';
 import type { Message } from '../../client/src/index.ts';
 import { h, setAttr, setText } from './dom.ts';
 import { renderMarkdown } from './markdown.ts';
@@ -188,6 +188,8 @@ function reasoningView(m: Message): View {
 
 function toolView(m: Message): View {
   const name = h('span', { class: 'tool-name', 'data-testid': 'tool-name' });
+  // An MCP server's tool: the server, then the tool.
+  const server = h('span', { class: 'tool-server', 'data-testid': 'tool-server', title: 'MCP server' });
   const status = h('span', { class: 'tool-status', 'data-testid': 'tool-status' });
   const input = h('pre', { 'data-testid': 'tool-input' });
   const output = h('pre', { 'data-testid': 'tool-output' });
@@ -197,7 +199,7 @@ function toolView(m: Message): View {
   const card = h(
     'div',
     { class: 'tool-card', 'data-testid': 'tool-card' },
-    h('div', { class: 'tool-head' }, icon('tool'), name, status),
+    h('div', { class: 'tool-head' }, icon('tool'), server, name, status),
     h('div', { class: 'tool-body' }, h('div', { class: 'tool-label' }, 'Input'), input, outputLabel, output, error),
     decision,
   );
@@ -209,7 +211,10 @@ function toolView(m: Message): View {
     msg: m,
     update(next) {
       const tool = next.tool;
-      setText(name, tool?.name ?? 'tool');
+      const parts = splitToolName(tool?.name ?? 'tool');
+      setText(name, parts.tool);
+      setText(server, parts.server ?? '');
+      server.hidden = parts.server === null;
       const st = tool?.status ?? 'running';
       setText(status, toolStatusText[st] ?? st);
       setAttr(card, 'data-tool-status', st);

@@ -3,5 +3,5 @@ export { type ChatState, type ConnectionStatus, initialState, applyFrame, applyH
 export { ChatError } from './errors.js';
 export { ChatClient, type ChatClientOptions, type TokenSource, type WebSocketLike, type WebSocketConstructor, type ClientEnvironment, type TraceEvent, } from './client.js';
 export { SessionsClient, type SessionsClientOptions, type SessionSummary, type SessionPage } from './sessions.js';
-export { uuid4, isUuid } from './ids.js';
+export { uuid4, isUuid, splitToolName } from './ids.js';
 export { MemoryStorage, type StorageLike, type StoredSession, sessionKey } from './storage.js';

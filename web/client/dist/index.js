@@ -390,6 +390,11 @@ var UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 function isUuid(s) {
   return UUID_RE.test(s) && s !== "00000000-0000-0000-0000-000000000000";
 }
+function splitToolName(name) {
+  const i = name.indexOf("__");
+  if (i <= 0 || i + 2 >= name.length) return { server: null, tool: name };
+  return { server: name.slice(0, i), tool: name.slice(i + 2) };
+}
 
 // src/client.ts
 var STORAGE_RETRIES = 3;
@@ -1379,5 +1384,6 @@ export {
   pendingApprovals,
   runProgress,
   sessionKey,
+  splitToolName,
   uuid4
 };

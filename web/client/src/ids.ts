@@ -32,3 +32,13 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 export function isUuid(s: string): boolean {
   return UUID_RE.test(s) && s !== '00000000-0000-0000-0000-000000000000';
 }
+
+/**
+ * splitToolName reads a tool's name as chatd offers it: an MCP server's tools are named
+ * `<server>__<tool>` (docs/tools.md), chatd's own have no server.
+ */
+export function splitToolName(name: string): { server: string | null; tool: string } {
+  const i = name.indexOf('__');
+  if (i <= 0 || i + 2 >= name.length) return { server: null, tool: name };
+  return { server: name.slice(0, i), tool: name.slice(i + 2) };
+}

@@ -25,5 +25,5 @@ export {
   type TraceEvent,
 } from './client.js';
 export { SessionsClient, type SessionsClientOptions, type SessionSummary, type SessionPage } from './sessions.js';
-export { uuid4, isUuid } from './ids.js';
+export { uuid4, isUuid, splitToolName } from './ids.js';
 export { MemoryStorage, type StorageLike, type StoredSession, sessionKey } from './storage.js';
