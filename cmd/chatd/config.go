@@ -20,6 +20,7 @@ import (
 
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/mcp"
 	"github.com/chatd/chatd/agent/sandbox/bwrap"
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/chat"
@@ -170,6 +171,11 @@ type Config struct {
 	MaxSteps int
 	// ShellTool offers the model the shell tool (CHATD_SHELL_TOOL, on|off).
 	ShellTool bool
+	// MCPConfig names a JSON file of MCP servers whose tools the model is offered
+	// (CHATD_MCP_CONFIG; docs/tools.md); empty: none. Read and checked at start.
+	MCPConfig string
+	// mcp is MCPConfig's content, checked.
+	mcp mcp.Config
 	// SandboxDir holds the sandboxes' workspaces (CHATD_SANDBOX_DIR).
 	SandboxDir string
 	// Sandbox is where tools run commands (CHATD_SANDBOX): SandboxBwrap, under bubblewrap,
@@ -394,6 +400,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
+	fs.StringVar(&c.MCPConfig, "mcp-config", env.str("CHATD_MCP_CONFIG", ""), "JSON file of MCP servers whose tools the model is offered (CHATD_MCP_CONFIG; docs/tools.md)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", defaultSandboxDir(getenv, os.Geteuid())), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
 	fs.StringVar(&c.Sandbox, "sandbox", env.str("CHATD_SANDBOX", ""), "where tools run commands: bwrap (bubblewrap) or local (no isolation, for development); default bwrap when the shell tool is on (CHATD_SANDBOX)")
 	fs.StringVar(&c.Bwrap, "bwrap", env.str("CHATD_BWRAP", ""), "bubblewrap's executable; empty looks for bwrap in PATH (CHATD_BWRAP)")
@@ -440,6 +447,13 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	for _, o := range strings.Split(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			c.AllowedOrigins = append(c.AllowedOrigins, o)
+		}
+	}
+	if c.MCPConfig != "" {
+		// A configuration chatd cannot use stops it here, naming the server and the key.
+		var err error
+		if c.mcp, err = mcp.Load(c.MCPConfig); err != nil {
+			return Config{}, err
 		}
 	}
 	return c, c.validate()

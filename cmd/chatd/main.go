@@ -10,14 +10,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -33,6 +36,7 @@ import (
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/anthropic"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/mcp"
 	"github.com/chatd/chatd/agent/openai"
 	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/agent/sandbox/bwrap"
@@ -141,9 +145,9 @@ type Main struct {
 	nodeAddr atomic.Pointer[string]
 	renewer  *lease.Renewer
 	rescuer  *lease.Rescuer
-	// needsApproval names the tools whose calls wait for a person (the AI SDK's
-	// transcript says such a call that ran was approved).
-	needsApproval map[string]bool
+	// tools are the model's: the built-in ones, and the MCP servers' (mcp keeps those).
+	tools *agent.Registry
+	mcp   atomic.Pointer[mcp.Manager]
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
 }
@@ -307,7 +311,7 @@ func (m *Main) build() error {
 		AllowedOrigins:     m.cfg.AllowedOrigins,
 		Logger:             m.log,
 		Relay:              relay,
-		NeedsApproval:      func(tool string) bool { return m.needsApproval[tool] },
+		NeedsApproval:      m.tools.NeedsApproval,
 		Users:              users,
 		MaxContentBytes:    m.cfg.MaxContentBytes,
 		MaxSessionsPerUser: m.cfg.MaxSessionsPerUser,
@@ -356,6 +360,12 @@ func (m *Main) build() error {
 		Help: "Session leases this node holds: the sessions whose actors run here.",
 	}, func() float64 { return float64(len(m.hub.Held())) }))
 	m.services.Add("database", m.db)
+	// MCP servers' tools, before anything continues a run that may call them; stopped
+	// after the runs are.
+	if len(m.cfg.mcp.Servers) > 0 {
+		m.services.Add("mcp", service.Func(m.startMCP, m.stopMCP))
+		m.registry.MustRegister(mcpCollector{m})
+	}
 	// Renewals stop after the hub, whose actors give their leases back as they stop;
 	// then the renewer gives back any left.
 	m.services.Add("lease-renewal", m.renewer)
@@ -642,10 +652,7 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	if err != nil {
 		return nil, err
 	}
-	m.needsApproval = map[string]bool{}
-	for _, spec := range registry.Specs() {
-		m.needsApproval[spec.Name] = spec.NeedsApproval
-	}
+	m.tools = registry
 	// Sandboxes are this node's: one that moved here gets a new one, and this node's
 	// janitor removes only the workspaces of the sandboxes it made.
 	sandboxStore := st.NodeSandboxes(m.Node)
@@ -707,6 +714,77 @@ func (m *Main) newModel() (agent.Model, error) {
 	default:
 		return demo.NewModel(demo.Config{Words: m.cfg.DemoWords, Delay: m.cfg.DemoDelay}), nil
 	}
+}
+
+// startMCP connects to the configured MCP servers (waiting up to 10 s for their first
+// connections) and keeps their tools in m.tools; a tool name taken twice stops chatd.
+func (m *Main) startMCP(context.Context) error {
+	mgr, err := mcp.Start(m.cfg.mcp, mcp.Options{Registry: m.tools, Logger: m.log, Clock: m.clock, Version: version()})
+	if err != nil {
+		return err
+	}
+	m.mcp.Store(mgr)
+	for _, st := range mgr.Status() {
+		ev := m.log.Info()
+		if !st.Connected {
+			ev = m.log.Warn().Str("error", st.Error)
+		}
+		ev.Str("mcp_server", st.Name).Str("transport", st.Transport).Bool("connected", st.Connected).Strs("tools", st.Tools).Msg("mcp server")
+	}
+	return nil
+}
+
+// mcpCollector exports each MCP server's state: chatd_mcp_server_up and chatd_mcp_tools.
+type mcpCollector struct{ m *Main }
+
+var (
+	mcpUpDesc    = prometheus.NewDesc("chatd_mcp_server_up", "Whether chatd has a session with the MCP server (1) or not (0).", []string{"server"}, nil)
+	mcpToolsDesc = prometheus.NewDesc("chatd_mcp_tools", "The tools of the MCP server the model is offered.", []string{"server"}, nil)
+)
+
+func (c mcpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- mcpUpDesc
+	ch <- mcpToolsDesc
+}
+
+func (c mcpCollector) Collect(ch chan<- prometheus.Metric) {
+	mgr := c.m.mcp.Load()
+	if mgr == nil {
+		return
+	}
+	for _, st := range mgr.Status() {
+		up := 0.0
+		if st.Connected {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(mcpUpDesc, prometheus.GaugeValue, up, st.Name)
+		ch <- prometheus.MustNewConstMetric(mcpToolsDesc, prometheus.GaugeValue, float64(len(st.Tools)), st.Name)
+	}
+}
+
+// version is chatd's module version, as built ("(devel)" from a checkout).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func (m *Main) stopMCP(context.Context) error {
+	if mgr := m.mcp.Load(); mgr != nil {
+		mgr.Close()
+	}
+	return nil
+}
+
+// mcpStatus serves the MCP servers' state on the admin listener (GET /mcp).
+func (m *Main) mcpStatus(w http.ResponseWriter, _ *http.Request) {
+	servers := []mcp.ServerStatus{}
+	if mgr := m.mcp.Load(); mgr != nil {
+		servers = mgr.Status()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"servers": servers})
 }
 
 // modelName is stored on each run.

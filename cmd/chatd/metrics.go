@@ -22,7 +22,7 @@ func newRegistry() *prometheus.Registry {
 }
 
 // adminHandler serves the admin listener: GET /metrics, /debug/pprof/ when configured,
-// and /healthz and /readyz (the public listener's, so a probe may use either). Nothing
+// /mcp (the MCP servers' state, docs/tools.md), and /healthz and /readyz (the public listener's, so a probe may use either). Nothing
 // else: the API, the WebSocket and the app are only on the public listener.
 func (m *Main) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
@@ -30,6 +30,7 @@ func (m *Main) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux.Handle("GET /healthz", public)
 	mux.Handle("GET /readyz", public)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /mcp", m.mcpStatus)
 	if m.cfg.Pprof {
 		// Index also serves the named profiles (heap, goroutine, allocs, block, mutex).
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
