@@ -14,6 +14,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -162,10 +164,16 @@ class FakeModel {
 // --- Set-up ---------------------------------------------------------------------------------
 
 const fake = new FakeModel();
-let env;
+let env, mcpDir;
 before(async () => {
   await fake.start();
+  // An MCP server, @modelcontextprotocol/server-everything, as chatd's stdio child.
+  const everything = join(dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
+  mcpDir = await mkdtemp(join(tmpdir(), 'chatd-mcp-'));
+  const mcpConfig = join(mcpDir, 'mcp.json');
+  await writeFile(mcpConfig, JSON.stringify({ mcpServers: { everything: { command: process.execPath, args: [everything, 'stdio'] } } }));
   env = await setup({
+    CHATD_MCP_CONFIG: mcpConfig,
     CHATD_AGENT: 'openai',
     OPENAI_BASE_URL: fake.url,
     OPENAI_API_KEY: 'x',
@@ -178,6 +186,7 @@ before(async () => {
 after(async () => {
   await env?.teardown();
   await fake.close();
+  if (mcpDir) await rm(mcpDir, { recursive: true, force: true });
 });
 
 async function newContext(viewport = { width: 1280, height: 900 }) {
@@ -783,6 +792,48 @@ test('allow for this conversation: the next matching shell call runs without ask
     `SELECT tool_decision->>'via' AS via FROM messages WHERE session_id = '${sessionId}' AND role = 'tool' ORDER BY position`,
   );
   assert.deepEqual(vias.map((r) => r.via), ['ws', 'rule', 'ws']);
+  assertNoPageErrors(page);
+  await context.close();
+});
+
+// --- An MCP server's tool -------------------------------------------------------------------
+
+test("an MCP server's tool: its card and its approval name the server and the tool, with the exact arguments", async () => {
+  const call = (id, name, args) => [
+    { tool_calls: [{ index: 0, id, type: 'function', function: { name, arguments: '' } }] },
+    { tool_calls: [{ index: 0, function: { arguments: JSON.stringify(args) } }] },
+  ];
+  fake.script(
+    'use the mcp tools',
+    stream([content('Echo first.'), ...call('call_m1', 'everything__echo', { message: 'hello mcp' })], { finish: 'tool_calls' }),
+    stream(call('call_m2', 'everything__toggle-simulated-logging', {}), { finish: 'tool_calls' }),
+    stream([content('Both ran.')]),
+  );
+  const context = await newContext();
+  const page = await openApp(context, env.srv);
+  const sessionId = await send(page, 'use the mcp tools');
+  // echo is read-only (readOnlyHint): it runs at once. The other waits for a person.
+  await page.waitForSelector('[data-testid=approval]', { timeout: WAIT });
+  const approval = page.locator('[data-testid=approval]');
+  assert.equal(await approval.locator('[data-testid=approval-tool]').textContent(), 'toggle-simulated-logging');
+  assert.equal(await approval.locator('[data-testid=approval-server]').textContent(), 'everything');
+  assert.deepEqual(JSON.parse(await approval.locator('[data-testid=approval-input]').textContent()), {});
+  const [offered] = fake.requestsFor('use the mcp tools');
+  assert.ok(offered.tools.some((t) => t.function.name === 'everything__echo'), 'the MCP tools are offered');
+  const echo = page.locator('[data-testid=tool-card]').first();
+  assert.equal(await echo.locator('[data-testid=tool-server]').textContent(), 'everything');
+  assert.equal(await echo.locator('[data-testid=tool-name]').textContent(), 'echo');
+  assert.equal(await echo.getAttribute('data-tool-status'), 'ok');
+  assert.equal(await echo.locator('[data-testid=tool-output]').textContent(), 'Echo: hello mcp');
+  await page.click('[data-testid=approve]');
+  await waitRunEnded(page);
+  const cards = page.locator('[data-testid=tool-card]');
+  assert.equal(await cards.nth(1).locator('[data-testid=tool-server]').textContent(), 'everything');
+  assert.equal(await cards.nth(1).getAttribute('data-tool-status'), 'ok');
+  const rows = await storedMessages(sessionId);
+  assert.deepEqual(rows.filter((r) => r.role === 'tool').map((r) => r.tool_status), ['ok', 'ok']);
+  // chatd's own tools have no server badge.
+  assert.equal(await page.locator('[data-testid=tool-server]:visible').count(), 2);
   assertNoPageErrors(page);
   await context.close();
 });
