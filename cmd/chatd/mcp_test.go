@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -240,9 +242,10 @@ func TestMCPCallsAcrossKill9(t *testing.T) {
 	}
 }
 
-// @modelcontextprotocol/server-everything as chatd's child (stdio): the model calls its
-// tools; a long-running one streams progress and chat.cancel cancels it; a tool that is
-// not read-only waits for approval, which survives a restart of chatd, and then runs.
+// @modelcontextprotocol/server-everything, as chatd's child (stdio) and as a server of
+// its own (streamable HTTP): the model calls its tools; a long-running one streams
+// progress and chat.cancel cancels it; a tool that is not read-only waits for approval,
+// which survives a restart of chatd, and then runs.
 func TestMCPServerEverythingThroughChatd(t *testing.T) {
 	entry := os.Getenv("CHATD_MCP_EVERYTHING")
 	if entry == "" {
@@ -250,10 +253,44 @@ func TestMCPServerEverythingThroughChatd(t *testing.T) {
 	}
 	node, err := exec.LookPath("node")
 	require.NoError(t, err)
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			cfg := `{"mcpServers": {"everything": {"command": "` + node + `", "args": ["` + entry + `", "stdio"]}}}`
+			if transport == "http" {
+				port := freeTCPPort(t)
+				srv := exec.Command(node, entry, "streamableHttp")
+				srv.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
+				require.NoError(t, srv.Start())
+				t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+				// Listening before chatd starts (a server that is not yet has its tools
+				// absent until chatd's next try, half a second later).
+				require.Eventually(t, func() bool {
+					c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+					if err == nil {
+						c.Close()
+					}
+					return err == nil
+				}, 20*time.Second, 10*time.Millisecond)
+				cfg = fmt.Sprintf(`{"mcpServers": {"everything": {"url": "http://127.0.0.1:%d/mcp"}}}`, port)
+			}
+			everythingThroughChatd(t, cfg)
+		})
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func everythingThroughChatd(t *testing.T, mcpConfig string) {
 	dbURL := storetest.NewURL(t)
 	st := openStore(t, dbURL)
 	model := agenttest.NewToolCaller(t)
-	env := toolCallerEnv(model, mcpFile(t, `{"mcpServers": {"everything": {"command": "`+node+`", "args": ["`+entry+`", "stdio"]}}}`))
+	env := toolCallerEnv(model, mcpFile(t, mcpConfig))
 	env["DATABASE_URL"] = dbURL
 	env["CHATD_RECOVER"] = "continue"
 	proc := startChild(t, "chatd", env)
