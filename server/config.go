@@ -32,7 +32,7 @@ import (
 // Config is everything chatd can be told at start-up. Each field has a flag and an
 // environment variable; a flag given on the command line wins over the variable.
 // ConfigFromEnv reads it as the chatd command does; a program that builds one in Go
-// starts from DefaultConfig, whose zero values are not all "unset" (0 turns a limit off).
+// starts from DefaultConfig: a zero field is not "unset" (0 turns a limit off).
 type Config struct {
 	// Addr is the address of the public listener: the API, the WebSocket, the web app,
 	// /healthz and /readyz (CHATD_ADDR).
