@@ -16,7 +16,7 @@
 # .cluster/ (git ignores it). DATABASE_URL, when set, is used instead of the private
 # PostgreSQL. CHATD_* variables in the environment reach every node.
 #
-# A second cluster beside the first (cmd/chatd/clusterscript_test.go runs one while a
+# A second cluster beside the first (server/clusterscript_test.go runs one while a
 # user's may run) needs its own directory, binary and ports; every command of it must
 # be given the same settings:
 #

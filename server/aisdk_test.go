@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -37,7 +37,7 @@ func TestShutdownEndsAISDKStreams(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	require.NoError(t, m.Close(ctx), "the stream does not hold the shutdown up")
+	require.NoError(t, m.Shutdown(ctx), "the stream does not hold the shutdown up")
 	for lines.Scan() {
 		require.NotContains(t, lines.Text(), `"type":"finish"`, "the run did not end")
 	}
@@ -337,7 +337,7 @@ func TestAISDKEventsFeed(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	require.NoError(t, m.Close(ctx), "the feed does not hold the shutdown up")
+	require.NoError(t, m.Shutdown(ctx), "the feed does not hold the shutdown up")
 	for lines.Scan() {
 	}
 	require.Error(t, lines.Err(), "the feed is aborted, not ended")
@@ -351,14 +351,14 @@ func TestAISDKRestartMidReplyIsOnePart(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": dbURL, "CHATD_DEMO_DELAY": "4ms", "CHATD_DEMO_WORDS": "150", "CHATD_SHUTDOWN_TIMEOUT": "10s",
 		"CHATD_LOG_FORMAT": "json", "CHATD_SANDBOX_DIR": t.TempDir()}
 	var logBuf syncBuffer
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(env), &logBuf)
+	cfg, err := ConfigFromEnv([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(env), &logBuf)
 	require.NoError(t, err)
 	logger, err := newLogger(cfg, &logBuf)
 	require.NoError(t, err)
-	first := NewMain(cfg, logger)
+	first := newServer(cfg, logger)
 	runCtx, cancelRun := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelRun()
-	require.NoError(t, first.Run(runCtx))
+	require.NoError(t, first.Start(runCtx))
 
 	body := `{"id":"restart-chat","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"tell me a long story"}]}]}`
 	resp, err := http.Post("http://"+first.Addr()+"/v1/aisdk/chat", "application/json", strings.NewReader(body))
@@ -373,7 +373,7 @@ func TestAISDKRestartMidReplyIsOnePart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, first.Close(ctx))
+	require.NoError(t, first.Shutdown(ctx))
 	for lines.Scan() {
 		require.NotContains(t, lines.Text(), `"type":"finish"`)
 	}
@@ -439,7 +439,7 @@ func TestAISDKRestartMidReplyIsOnePart(t *testing.T) {
 // ChatdChatTransport tells a live connection from a dead one. The SDK's parser skips it.
 func TestAISDKStreamsPingWhileQuiet(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
-	m, _ := startInProcess(t, map[string]string{"CHATD_DEMO_DELAY": "1ms"}, func(m *Main) { m.clock = clock })
+	m, _ := startInProcess(t, map[string]string{"CHATD_DEMO_DELAY": "1ms"}, func(m *Server) { m.clock = clock })
 	base := "http://" + m.Addr() + "/v1/aisdk/chat"
 	// A missing ping fails the test instead of hanging it.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ import (
 // HAProxy in front of chatd nodes
 
 // shippedHAProxyConfig is the production configuration that startHAProxy runs.
-const shippedHAProxyConfig = "../../deploy/haproxy/chatd.cfg"
+const shippedHAProxyConfig = "../deploy/haproxy/chatd.cfg"
 
 // haproxyTestTimeout is the client and server timeout of the tests' HAProxy: short, so a
 // WebSocket that relied on them instead of the tunnel timeout would be cut within a test.

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -32,6 +32,8 @@ import (
 
 // Config is everything chatd can be told at start-up. Each field has a flag and an
 // environment variable; a flag given on the command line wins over the variable.
+// ConfigFromEnv reads it as the chatd command does; a program that builds one in Go
+// starts from DefaultConfig: a zero field is not "unset" (0 turns a limit off).
 type Config struct {
 	// Addr is the address of the public listener: the API, the WebSocket, the web app,
 	// /healthz and /readyz (CHATD_ADDR).
@@ -172,10 +174,10 @@ type Config struct {
 	// ShellTool offers the model the shell tool (CHATD_SHELL_TOOL, on|off).
 	ShellTool bool
 	// MCPConfig names a JSON file of MCP servers whose tools the model is offered
-	// (CHATD_MCP_CONFIG; docs/tools.md); empty: none. Read and checked at start.
+	// (CHATD_MCP_CONFIG; docs/tools.md); empty: none. Read and checked by validation
+	// (ConfigFromEnv, New): a file chatd cannot use is an error naming the server and the
+	// key.
 	MCPConfig string
-	// mcp is MCPConfig's content, checked.
-	mcp mcp.Config
 	// SandboxDir holds the sandboxes' workspaces (CHATD_SANDBOX_DIR).
 	SandboxDir string
 	// Sandbox is where tools run commands (CHATD_SANDBOX): SandboxBwrap, under bubblewrap,
@@ -252,14 +254,14 @@ const (
 	AuthJWT  = "jwt"
 )
 
-// DefaultCoalesceDeltas is chatd's coalescing window. docs/benchmarks.md has the figures:
+// defaultCoalesceDeltas is chatd's coalescing window. docs/benchmarks.md has the figures:
 // at 50 tokens/s per run it halves the frames sent and cuts the server's CPU per token by
 // a fifth, for a median delay of about half the window, which no reader can see.
-const DefaultCoalesceDeltas = 25 * time.Millisecond
+const defaultCoalesceDeltas = 25 * time.Millisecond
 
-// DefaultAdminAddr is where /metrics and /debug/pprof/ are served unless told otherwise:
+// defaultAdminAddr is where /metrics and /debug/pprof/ are served unless told otherwise:
 // loopback, so only the machine itself (or what it forwards) can read them.
-const DefaultAdminAddr = "127.0.0.1:9090"
+const defaultAdminAddr = "127.0.0.1:9090"
 
 // AdminOff as CHATD_ADMIN_ADDR runs no admin listener.
 const AdminOff = "off"
@@ -296,8 +298,8 @@ func defaultSandboxDir(getenv func(string) string, euid int) string {
 	return filepath.Join(cache, "chatd", "sandboxes")
 }
 
-// DefaultLeaseTTL is CHATD_LEASE_TTL's default.
-const DefaultLeaseTTL = 10 * time.Second
+// defaultLeaseTTL is CHATD_LEASE_TTL's default.
+const defaultLeaseTTL = 10 * time.Second
 
 // validHostPort reports whether s is host:port with a host and a port.
 func validHostPort(s string) bool {
@@ -330,8 +332,39 @@ const (
 	AgentSynth = "synth"
 )
 
-// parseConfig reads flags from args with defaults taken from the environment.
-func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+// ConfigFromEnv reads chatd's configuration as the chatd command does: flags from args
+// (without the program's name), each defaulting to its environment variable from getenv,
+// else to chatd's default (DefaultConfig). -help prints the flags to usage and returns
+// flag.ErrHelp; a bad flag prints usage too. The error names the first setting that is
+// wrong, by its variable and flag.
+func ConfigFromEnv(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	c, err := readConfig(args, getenv, usage)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, c.validate()
+}
+
+// DefaultConfig returns chatd's defaults, the configuration of a chatd given no flag and
+// no variable (HOME and XDG_CACHE_HOME excepted, which place SandboxDir), except that
+// DatabaseURL is empty. A program that builds its Config in Go starts from it and sets
+// DatabaseURL and whatever else it changes; New refuses a Config that is not complete.
+func DefaultConfig() Config {
+	home := func(k string) string {
+		if k == "HOME" || k == "XDG_CACHE_HOME" {
+			return os.Getenv(k)
+		}
+		return ""
+	}
+	c, err := readConfig(nil, home, io.Discard)
+	if err != nil {
+		panic("server: chatd's defaults do not parse: " + err.Error()) // no flag, no variable: a bug
+	}
+	return c
+}
+
+// readConfig is ConfigFromEnv without the validation.
+func readConfig(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("chatd", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -350,7 +383,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	c.WorkspaceRetention = env.offDuration("CHATD_WORKSPACE_RETENTION", agent.DefaultWorkspaceRetention)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address of the API, the WebSocket and the app (CHATD_ADDR)")
-	fs.StringVar(&c.AdminAddr, "admin-addr", env.str("CHATD_ADMIN_ADDR", DefaultAdminAddr), "listen address of /metrics and /debug/pprof/, or off (CHATD_ADMIN_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env.str("CHATD_ADMIN_ADDR", defaultAdminAddr), "listen address of /metrics and /debug/pprof/, or off (CHATD_ADMIN_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	origins := fs.String("allowed-origins", env.str("CHATD_ALLOWED_ORIGINS", ""), "comma-separated extra allowed origins (CHATD_ALLOWED_ORIGINS)")
 	fs.StringVar(&c.LogLevel, "log-level", env.str("CHATD_LOG_LEVEL", "info"), "trace, debug, info, warn or error (CHATD_LOG_LEVEL)")
@@ -370,10 +403,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.IntVar(&c.MaxRunsPerUser, "max-runs-per-user", env.int("CHATD_MAX_RUNS_PER_USER", conversation.DefaultMaxRunsPerUser), "active runs per authenticated user, 0 for no limit; more are answered rate_limited (CHATD_MAX_RUNS_PER_USER)")
 	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "connections per remote address, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_ADDR)")
 	fs.IntVar(&c.MaxConns, "max-conns", env.int("CHATD_MAX_CONNS", defaultMaxConns()), "connections the listener holds, 0 for no limit; more are answered 503 (CHATD_MAX_CONNS; default: 3/4 of the open-file limit)")
-	fs.IntVar(&c.MaxSessionsPerUser, "max-sessions-per-user", env.int("CHATD_MAX_SESSIONS_PER_USER", DefaultMaxSessionsPerUser), "live sessions per authenticated user, 0 for no limit; more are refused too_many_sessions (CHATD_MAX_SESSIONS_PER_USER)")
-	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", env.duration("CHATD_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout), "bound on reading a request, its body included (CHATD_HTTP_READ_TIMEOUT)")
-	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", env.duration("CHATD_HTTP_WRITE_TIMEOUT", DefaultHTTPWriteTimeout), "bound on writing an answer that is not a stream (CHATD_HTTP_WRITE_TIMEOUT)")
-	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", env.duration("CHATD_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout), "close a kept-alive connection idle this long between requests (CHATD_HTTP_IDLE_TIMEOUT)")
+	fs.IntVar(&c.MaxSessionsPerUser, "max-sessions-per-user", env.int("CHATD_MAX_SESSIONS_PER_USER", defaultMaxSessionsPerUser), "live sessions per authenticated user, 0 for no limit; more are refused too_many_sessions (CHATD_MAX_SESSIONS_PER_USER)")
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", env.duration("CHATD_HTTP_READ_TIMEOUT", defaultHTTPReadTimeout), "bound on reading a request, its body included (CHATD_HTTP_READ_TIMEOUT)")
+	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", env.duration("CHATD_HTTP_WRITE_TIMEOUT", defaultHTTPWriteTimeout), "bound on writing an answer that is not a stream (CHATD_HTTP_WRITE_TIMEOUT)")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", env.duration("CHATD_HTTP_IDLE_TIMEOUT", defaultHTTPIdleTimeout), "close a kept-alive connection idle this long between requests (CHATD_HTTP_IDLE_TIMEOUT)")
 	c.HandshakeRate = env.rate("CHATD_HANDSHAKE_RATE", ws.DefaultHandshakeRate)
 	fs.Var(rateValue{&c.HandshakeRate}, "handshake-rate", "WebSocket upgrades per remote address, e.g. 20/s or off; more are answered 429 (CHATD_HANDSHAKE_RATE)")
 	fs.IntVar(&c.HandshakeBurst, "handshake-burst", env.int("CHATD_HANDSHAKE_BURST", ws.DefaultHandshakeBurst), "upgrades an address may make at once within its rate (CHATD_HANDSHAKE_BURST)")
@@ -383,7 +416,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF)")
 	c.StreamSync = env.offDuration("CHATD_STREAM_SYNC", journal.DefaultStreamSync)
 	fs.Var(offDuration{&c.StreamSync}, "stream-sync", "store the text runs are streaming this often, e.g. 50ms, or off: a crash loses at most this much of it (CHATD_STREAM_SYNC)")
-	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", DefaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
+	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", defaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalExpire, "approval-expire", env.duration("CHATD_APPROVAL_EXPIRE", 0), "deny a tool call nobody decided within this long; 0 waits for ever (CHATD_APPROVAL_EXPIRE)")
@@ -391,7 +424,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
 	fs.Var(offDuration{&c.WorkspaceRetention}, "workspace-retention", "remove a killed or replaced sandbox's workspace this long after, e.g. 7d or 12h; 0 or off keeps them (CHATD_WORKSPACE_RETENTION)")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", DefaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", defaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
 	fs.StringVar(&c.NodeAddr, "node-addr", env.str("CHATD_NODE_ADDR", ""), "host:port where the other chatd nodes reach this one; default: the listener's address, or this host's name with its port (CHATD_NODE_ADDR)")
 	fs.StringVar(&c.NodeID, "node-id", env.str("CHATD_NODE_ID", ""), "this node's id among the chatd nodes on the database, its own; default: its address (CHATD_NODE_ID)")
 	fs.StringVar(&c.DoubleText, "double-text", env.str("CHATD_DOUBLE_TEXT", string(chat.DoubleTextQueue)), "what a message sent while a run is active does when it names no policy: queue, steer, interrupt or reject (CHATD_DOUBLE_TEXT)")
@@ -449,18 +482,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (Co
 			c.AllowedOrigins = append(c.AllowedOrigins, o)
 		}
 	}
-	if c.MCPConfig != "" {
-		// A configuration chatd cannot use stops it here, naming the server and the key.
-		var err error
-		if c.mcp, err = mcp.Load(c.MCPConfig); err != nil {
-			return Config{}, err
-		}
-	}
-	return c, c.validate()
+	return c, nil
 }
 
 // validate names the first setting that is wrong.
 func (c Config) validate() error {
+	if c.MCPConfig != "" {
+		if _, err := mcp.Load(c.MCPConfig); err != nil {
+			return err
+		}
+	}
 	switch {
 	case c.Addr == "":
 		return errors.New("CHATD_ADDR (-addr) is empty")
@@ -537,7 +568,7 @@ func (c Config) validate() error {
 	case c.Recover != RecoverContinue && c.Recover != RecoverInterrupt:
 		return fmt.Errorf("CHATD_RECOVER (-recover) is %q; use continue or interrupt", c.Recover)
 	case c.LeaseTTL < 300*time.Millisecond:
-		return fmt.Errorf("CHATD_LEASE_TTL (-lease-ttl) is %s; use 300ms or more (the default is %s)", c.LeaseTTL, DefaultLeaseTTL)
+		return fmt.Errorf("CHATD_LEASE_TTL (-lease-ttl) is %s; use 300ms or more (the default is %s)", c.LeaseTTL, defaultLeaseTTL)
 	case c.NodeAddr != "" && !validHostPort(c.NodeAddr):
 		return fmt.Errorf("CHATD_NODE_ADDR (-node-addr) is %q; use host:port, e.g. 10.0.0.5:8080", c.NodeAddr)
 	case c.AbandonAfter <= 0:

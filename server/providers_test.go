@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 
 // startInProcess runs chatd in this process with env (DATABASE_URL and the log settings
 // added), and closes it when the test ends. Its log is printed if the test fails.
-func startInProcess(t *testing.T, env map[string]string, opts ...func(*Main)) (*Main, *syncBuffer) {
+func startInProcess(t *testing.T, env map[string]string, opts ...func(*Server)) (*Server, *syncBuffer) {
 	t.Helper()
 	full := map[string]string{"DATABASE_URL": storetest.NewURL(t), "CHATD_LOG_FORMAT": "json", "CHATD_LOG_LEVEL": "debug",
 		"CHATD_BWRAP": os.Getenv("CHATD_BWRAP"), // make test-go names bubblewrap (scripts/bwrap.sh)
@@ -34,25 +34,25 @@ func startInProcess(t *testing.T, env map[string]string, opts ...func(*Main)) (*
 	if _, ok := env["CHATD_ADMIN_ADDR"]; !ok {
 		args = append(args, "-admin-addr", "127.0.0.1:0") // not the default port, which other tests use too
 	}
-	cfg, err := parseConfig(args, envMap(full), logBuf)
+	cfg, err := ConfigFromEnv(args, envMap(full), logBuf)
 	require.NoError(t, err)
 	logger, err := newLogger(cfg, logBuf)
 	require.NoError(t, err)
-	m := NewMain(cfg, logger)
+	m := newServer(cfg, logger)
 	for _, o := range opts {
 		o(m)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		require.NoError(t, m.Close(ctx))
+		require.NoError(t, m.Shutdown(ctx))
 		if t.Failed() {
 			t.Logf("chatd log:\n%s", logBuf.String())
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, m.Run(ctx))
+	require.NoError(t, m.Start(ctx))
 	return m, logBuf
 }
 
@@ -302,7 +302,7 @@ func segmentText(s *wstest.State) string {
 }
 
 // storeURL is the database chatd runs on.
-func storeURL(m *Main) string { return m.cfg.DatabaseURL }
+func storeURL(m *Server) string { return m.cfg.DatabaseURL }
 
 // With no provider configured chatd serves the demo agent, and its log says so and how
 // to point it at a real model.
@@ -322,17 +322,17 @@ func TestDemoAgentIsTheDefaultAndSaysSo(t *testing.T) {
 // A provider setting only the provider can check (Anthropic's thinking budget against
 // the answer cap) stops chatd at start-up, not at the first message.
 func TestBadProviderSettingFailsAtStart(t *testing.T) {
-	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
+	cfg, err := ConfigFromEnv([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
 		"DATABASE_URL": storetest.NewURL(t), "CHATD_AGENT": "anthropic", "CHATD_MODEL": "claude-x",
 		"ANTHROPIC_API_KEY": "k", "CHATD_THINKING_BUDGET": "500",
 	}), &syncBuffer{})
 	require.NoError(t, err)
-	m := NewMain(cfg, zerolog.Nop())
+	m := newServer(cfg, zerolog.Nop())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = m.Run(ctx)
+	err = m.Start(ctx)
 	require.ErrorContains(t, err, "CHATD_THINKING_BUDGET")
-	require.NoError(t, m.Close(ctx))
+	require.NoError(t, m.Shutdown(ctx))
 }
 
 // A refused chat.send never reaches the model provider, where each request is money:

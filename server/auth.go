@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // newAuthenticator returns how the WebSocket and the HTTP API know users
 // (CHATD_AUTH), and the service that runs it (nil when there is nothing to run).
-func (m *Main) newAuthenticator() (transport.Authenticator, *jwtService) {
+func (m *Server) newAuthenticator() (transport.Authenticator, *jwtService) {
 	if m.cfg.Auth != AuthJWT {
 		return transport.Anonymous{}, nil
 	}

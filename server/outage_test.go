@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ func newPrivateDB(t *testing.T) *privateDB {
 
 func (db *privateDB) devdb(cmd string) string {
 	db.t.Helper()
-	c := exec.Command("../../scripts/devdb.sh", cmd)
+	c := exec.Command("../scripts/devdb.sh", cmd)
 	c.Env = db.env
 	out, err := c.Output()
 	var stderr string

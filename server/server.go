@@ -1,12 +1,4 @@
-// Command chatd serves resumable AI chat over WebSockets: runs belong to the server, are
-// stored in PostgreSQL as they happen, and any client that reconnects is caught up.
-//
-// Configuration is by flags or environment variables; see `chatd -help` and README.md.
-// The public listener (CHATD_ADDR) serves the transport's endpoints and the web app; a
-// second, admin listener (CHATD_ADMIN_ADDR, loopback by default) serves Prometheus
-// metrics at /metrics and, with -pprof, Go's profiler under /debug/pprof/. Both answer
-// /healthz and /readyz.
-package main
+package server
 
 import (
 	"context"
@@ -57,13 +49,13 @@ import (
 	"github.com/chatd/chatd/web"
 )
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
-}
-
-// run is main with its inputs passed in; it returns the exit code.
-func run(args []string, getenv func(string) string, stderr io.Writer) int {
-	cfg, err := parseConfig(args, getenv, stderr)
+// Command is the chatd command: it reads the configuration from args (without the
+// program's name) and getenv, logs to stderr, serves until SIGINT or SIGTERM, shuts down
+// gracefully, and returns the exit code: 0 (-help too), 1 when chatd could not start or
+// did not shut down cleanly, 2 for a bad configuration. cmd/chatd is
+// os.Exit(Command(os.Args[1:], os.Getenv, os.Stderr)).
+func Command(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := ConfigFromEnv(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -80,10 +72,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	m := NewMain(cfg, log)
-	if err := m.Run(ctx); err != nil {
+	m, err := New(cfg, WithLogger(log))
+	if err == nil {
+		err = m.Start(ctx)
+	}
+	if err != nil {
 		log.Error().Err(err).Msg("chatd could not start")
-		m.Close(context.Background())
+		if m != nil {
+			m.Shutdown(context.Background())
+		}
 		return 1
 	}
 	<-ctx.Done()
@@ -92,7 +89,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := m.Close(sctx); err != nil {
+	if err := m.Shutdown(sctx); err != nil {
 		log.Error().Err(err).Msg("shutdown was not clean")
 		return 1
 	}
@@ -117,12 +114,14 @@ func newLogger(cfg Config, w io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
-// Main is chatd wired together. Tests run it in-process with Run and Close.
-type Main struct {
+// Server is chatd wired together: the database, the conversations, the agent and its
+// sandboxes, the transports, and the listeners. New builds one, Start (or Run) starts
+// it, Shutdown stops it. Tests run it in-process.
+type Server struct {
 	cfg Config
 	log zerolog.Logger
 	// clock paces what the server times (leases, deadlines, pings); nil is the real one.
-	// Tests set a fake one before Run.
+	// Tests set a fake one before Start.
 	clock clockwork.Clock
 
 	registry *prometheus.Registry // what /metrics serves
@@ -148,36 +147,50 @@ type Main struct {
 	// tools are the model's: the built-in ones, and the MCP servers' (mcp keeps those).
 	tools *agent.Registry
 	mcp   atomic.Pointer[mcp.Manager]
+	// mcpConfig is Config.MCPConfig's servers (New reads it).
+	mcpConfig mcp.Config
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
+	// opts are New's options; built says build has run (New builds, so that a bad
+	// option or tool is its error).
+	opts  options
+	built bool
 }
 
-// NewMain returns an unstarted chatd.
-func NewMain(cfg Config, log zerolog.Logger) *Main {
-	return &Main{cfg: cfg, log: log, services: service.NewGroup(log)}
+// newServer returns an unstarted, unbuilt chatd: Start builds it.
+func newServer(cfg Config, log zerolog.Logger) *Server {
+	return &Server{cfg: cfg, log: log, services: service.NewGroup(log)}
 }
 
-// Addr is the address the public listener listens on, once Run has returned.
-func (m *Main) Addr() string { return m.http.Addr().String() }
+// Addr is the address the public listener listens on, once Start has returned. Without
+// one (WithoutListener) it is Config.Addr, where the program's own server listens.
+func (m *Server) Addr() string {
+	if m.opts.noListener {
+		return m.cfg.Addr
+	}
+	return m.http.Addr().String()
+}
 
-// AdminAddr is the address the admin listener listens on, once Run has returned, or ""
+// AdminAddr is the address the admin listener listens on, once Start has returned, or ""
 // when there is none (CHATD_ADMIN_ADDR=off).
-func (m *Main) AdminAddr() string {
+func (m *Server) AdminAddr() string {
 	if m.admin == nil {
 		return ""
 	}
 	return m.admin.Addr().String()
 }
 
-// Run builds chatd and starts its services: it connects to the database, applies
+// Start builds chatd, unless New did, and starts its services: it connects to the database, applies
 // migrations, takes up the runs a dead process (or node) left behind (continued, or
 // with CHATD_RECOVER=interrupt ended interrupted), kills what its sandboxes left
 // running, and starts serving.
 // It returns once the server listens; when it fails, nothing it started is left running.
-// Run is called once.
-func (m *Main) Run(ctx context.Context) error {
-	if err := m.build(); err != nil {
-		return err
+// Start is called once; call Shutdown after it, whether it failed or not.
+func (m *Server) Start(ctx context.Context) error {
+	if !m.built {
+		if err := m.build(); err != nil {
+			return err
+		}
 	}
 	if err := m.services.Start(ctx); err != nil {
 		return err
@@ -191,7 +204,8 @@ func (m *Main) Run(ctx context.Context) error {
 // build makes every part of chatd and adds those with a lifecycle to m.services. Building
 // connects to nothing and starts no goroutine; the database's store is handed out now and
 // usable once the database has started.
-func (m *Main) build() error {
+func (m *Server) build() error {
+	m.built = true
 	m.registry = newRegistry()
 	var err error
 	m.db, err = newDatabase(m.cfg.DatabaseURL, m.registry)
@@ -199,6 +213,12 @@ func (m *Main) build() error {
 		return err
 	}
 	st := m.db.Store()
+	if m.cfg.MCPConfig != "" {
+		// Checked by validation; read again here, for the servers to use.
+		if m.mcpConfig, err = mcp.Load(m.cfg.MCPConfig); err != nil {
+			return err
+		}
+	}
 	clock := m.clock
 	if clock == nil {
 		clock = clockwork.NewRealClock()
@@ -236,7 +256,7 @@ func (m *Main) build() error {
 		MaxRunsPerUser:     m.cfg.MaxRunsPerUser,
 		DoubleText:         chat.DoubleText(m.cfg.DoubleText),
 		// Every chatd is a node, one or several on the database.
-		Lease: &conversation.LeaseConfig{Node: m.Node, Addr: m.NodeAddr, TTL: m.cfg.LeaseTTL},
+		Lease: &conversation.LeaseConfig{Node: m.nodeID, Addr: m.peerAddr, TTL: m.cfg.LeaseTTL},
 		// A rolling restart continues every run where it stopped.
 		SuspendOnStop:  m.cfg.Recover == RecoverContinue,
 		ModelName:      m.modelName(),
@@ -261,9 +281,9 @@ func (m *Main) build() error {
 				return "", false, err
 			}
 			// Live by the database's clock: the nodes' clocks need not agree.
-			return l.Addr, l.Node != m.Node() && l.Live, nil
+			return l.Addr, l.Node != m.nodeID() && l.Live, nil
 		},
-		Node:    m.Node,
+		Node:    m.nodeID,
 		Metrics: transportMetrics,
 		Logger:  m.log,
 	})
@@ -347,7 +367,7 @@ func (m *Main) build() error {
 	// processes are killed, then the pool closes. A service
 	// that works on the hub's actors (eviction, abandonment, rescue) goes after the hub;
 	// one the hub's writes rely on (lease renewal) goes before it.
-	leases := lease.Config{Store: st, Holder: m.hub, Node: m.Node, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger(),
+	leases := lease.Config{Store: st, Holder: m.hub, Node: m.nodeID, TTL: m.cfg.LeaseTTL, Clock: clock, Logger: m.log.With().Str("component", "lease").Logger(),
 		Metrics: lease.NewMetrics(m.registry),
 		// Runs are not continued: a dead node's runs that wait for a person end too.
 		RescueWaiting: m.cfg.Recover != RecoverContinue,
@@ -362,7 +382,7 @@ func (m *Main) build() error {
 	m.services.Add("database", m.db)
 	// MCP servers' tools, before anything continues a run that may call them; stopped
 	// after the runs are.
-	if len(m.cfg.mcp.Servers) > 0 {
+	if len(m.mcpConfig.Servers) > 0 {
 		m.services.Add("mcp", service.Func(m.startMCP, m.stopMCP))
 		m.registry.MustRegister(mcpCollector{m})
 	}
@@ -389,24 +409,29 @@ func (m *Main) build() error {
 	if m.admin != nil {
 		m.services.Add("admin-http", m.admin)
 	}
-	m.services.Add("http", m.http)
+	if m.opts.noListener {
+		// The program's own server serves Handler; its streams end as the listener's would.
+		m.services.Add("aisdk-streams", service.Func(nil, func(context.Context) error { aisdkHandler.Shutdown(); return nil }))
+	} else {
+		m.services.Add("http", m.http)
+	}
 	return nil
 }
 
-// Node is this node's id among those on the database: CHATD_NODE_ID, else its address
-// (NodeAddr). Two live processes cannot listen on one address, and a chatd that restarts
+// nodeID is this node's id among those on the database: CHATD_NODE_ID, else its address
+// (peerAddr). Two live processes cannot listen on one address, and a chatd that restarts
 // on its address takes its sessions back at once instead of after their leases expire.
-func (m *Main) Node() string {
+func (m *Server) nodeID() string {
 	if m.cfg.NodeID != "" {
 		return m.cfg.NodeID
 	}
-	return m.NodeAddr()
+	return m.peerAddr()
 }
 
-// NodeAddr is where the other nodes reach this one: CHATD_NODE_ADDR, else the
+// peerAddr is where the other nodes reach this one: CHATD_NODE_ADDR, else the
 // listener's address (with this host's name when it listens on every interface); ""
 // before the listener has started.
-func (m *Main) NodeAddr() string {
+func (m *Server) peerAddr() string {
 	if m.cfg.NodeAddr != "" {
 		return m.cfg.NodeAddr
 	}
@@ -444,7 +469,7 @@ type sandboxProvider interface {
 // sweepSandboxes kills what the local sandboxes of a chatd process that died left running
 // (its commands died with it; what they started in the background did not). Nothing of
 // a bwrap sandbox outlives the chatd that started it.
-func (m *Main) sweepSandboxes(ctx context.Context) error {
+func (m *Server) sweepSandboxes(ctx context.Context) error {
 	lp, ok := m.sandboxes.(*local.Provider)
 	if !ok {
 		return nil
@@ -461,13 +486,13 @@ func (m *Main) sweepSandboxes(ctx context.Context) error {
 }
 
 // closeSandboxes ends every process the sandboxes run: nothing chatd started outlives it.
-func (m *Main) closeSandboxes(context.Context) error {
+func (m *Server) closeSandboxes(context.Context) error {
 	m.sandboxes.Close()
 	return nil
 }
 
 // logListening says where chatd listens and which model answers.
-func (m *Main) logListening() {
+func (m *Server) logListening() {
 	admin := m.AdminAddr()
 	if admin == "" {
 		admin = AdminOff
@@ -480,6 +505,10 @@ func (m *Main) logListening() {
 		Str("sandbox", m.sandboxKind()).
 		Bool("pprof", m.cfg.Pprof).
 		Str("sandbox_dir", m.cfg.SandboxDir)
+	if m.opts.model != nil {
+		ev.Str("model", m.opts.modelName).Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with model %s (WithModel)", m.Addr(), m.Addr(), m.opts.modelName)
+		return
+	}
 	switch m.cfg.Agent {
 	case AgentDemo:
 		ev.Int("demo_words", m.cfg.DemoWords).
@@ -509,7 +538,7 @@ func (m *Main) logListening() {
 // sandboxKind is the sandbox provider chatd uses: CHATD_SANDBOX, or by default bwrap
 // when the shell tool is on (it runs whatever the model asks) and local otherwise (the
 // demo agent's fixed command).
-func (m *Main) sandboxKind() string {
+func (m *Server) sandboxKind() string {
 	switch {
 	case m.cfg.Sandbox != "":
 		return m.cfg.Sandbox
@@ -521,7 +550,7 @@ func (m *Main) sandboxKind() string {
 
 // newSandboxes builds the sandbox provider. With the shell tool on and bubblewrap
 // missing (or unable to start a sandbox), chatd does not start.
-func (m *Main) newSandboxes() (sandboxProvider, error) {
+func (m *Server) newSandboxes() (sandboxProvider, error) {
 	// Checked here, for either provider, so that the error names the setting.
 	if _, err := sandbox.PrepareDir(m.cfg.SandboxDir); err != nil {
 		return nil, fmt.Errorf("CHATD_SANDBOX_DIR (-sandbox-dir): %w", err)
@@ -567,7 +596,7 @@ func (m *Main) newSandboxes() (sandboxProvider, error) {
 // so chatd's own listeners and a database that trusts local connections. Nothing short of
 // a network namespace of its own (slirp4netns, pasta), which chatd does not require,
 // keeps it out.
-func (m *Main) warnSandboxNetwork() {
+func (m *Server) warnSandboxNetwork() {
 	if m.sandboxKind() != SandboxBwrap || !m.cfg.SandboxNetwork {
 		return
 	}
@@ -617,7 +646,7 @@ func databaseAddr(dsn string) string {
 }
 
 // logAdmin says where the admin listener serves metrics and profiles, if anywhere.
-func (m *Main) logAdmin() {
+func (m *Server) logAdmin() {
 	if m.admin == nil {
 		m.log.Info().Str("admin_addr", AdminOff).Msg("no admin listener (CHATD_ADMIN_ADDR=off): /metrics and /debug/pprof/ are not served")
 		return
@@ -632,7 +661,7 @@ func (m *Main) logAdmin() {
 
 // newAgent builds the agent loop: the configured model (the demo one by default), the
 // built-in tools, and the sandboxes.
-func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, error) {
+func (m *Server) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, error) {
 	model, err := m.newModel()
 	if err != nil {
 		return nil, err
@@ -642,12 +671,13 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 		return nil, err
 	}
 	ts := []agent.Tool{tools.CurrentTime{}}
-	if m.cfg.Agent == AgentDemo {
+	if m.cfg.Agent == AgentDemo && m.opts.model == nil {
 		ts = append(ts, demo.SandboxTool{}) // the demo model's way to show a sandbox
 	}
 	if m.cfg.ShellTool {
 		ts = append(ts, tools.Shell{})
 	}
+	ts = append(ts, m.opts.tools...)
 	registry, err := agent.NewRegistry(ts...)
 	if err != nil {
 		return nil, err
@@ -655,7 +685,7 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 	m.tools = registry
 	// Sandboxes are this node's: one that moved here gets a new one, and this node's
 	// janitor removes only the workspaces of the sandboxes it made.
-	sandboxStore := st.NodeSandboxes(m.Node)
+	sandboxStore := st.NodeSandboxes(m.nodeID)
 	metrics := agent.NewMetrics(m.registry)
 	m.sessionSandboxes = agent.NewSandboxes(m.sandboxes, sandboxStore, clock, agent.WithMetrics(metrics))
 	retention := m.cfg.WorkspaceRetention
@@ -692,7 +722,10 @@ func (m *Main) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, er
 }
 
 // newModel builds the configured model provider.
-func (m *Main) newModel() (agent.Model, error) {
+func (m *Server) newModel() (agent.Model, error) {
+	if m.opts.model != nil {
+		return m.opts.model, nil
+	}
 	switch m.cfg.Agent {
 	case AgentOpenAI:
 		return openai.New(openai.Config{
@@ -718,8 +751,8 @@ func (m *Main) newModel() (agent.Model, error) {
 
 // startMCP connects to the configured MCP servers (waiting up to 10 s for their first
 // connections) and keeps their tools in m.tools; a tool name taken twice stops chatd.
-func (m *Main) startMCP(context.Context) error {
-	mgr, err := mcp.Start(m.cfg.mcp, mcp.Options{Registry: m.tools, Logger: m.log, Clock: m.clock, Version: version()})
+func (m *Server) startMCP(context.Context) error {
+	mgr, err := mcp.Start(m.mcpConfig, mcp.Options{Registry: m.tools, Logger: m.log, Clock: m.clock, Version: version()})
 	if err != nil {
 		return err
 	}
@@ -735,7 +768,7 @@ func (m *Main) startMCP(context.Context) error {
 }
 
 // mcpCollector exports each MCP server's state: chatd_mcp_server_up and chatd_mcp_tools.
-type mcpCollector struct{ m *Main }
+type mcpCollector struct{ m *Server }
 
 var (
 	mcpUpDesc    = prometheus.NewDesc("chatd_mcp_server_up", "Whether chatd has a session with the MCP server (1) or not (0).", []string{"server"}, nil)
@@ -770,7 +803,7 @@ func version() string {
 	return "dev"
 }
 
-func (m *Main) stopMCP(context.Context) error {
+func (m *Server) stopMCP(context.Context) error {
 	if mgr := m.mcp.Load(); mgr != nil {
 		mgr.Close()
 	}
@@ -778,7 +811,7 @@ func (m *Main) stopMCP(context.Context) error {
 }
 
 // mcpStatus serves the MCP servers' state on the admin listener (GET /mcp).
-func (m *Main) mcpStatus(w http.ResponseWriter, _ *http.Request) {
+func (m *Server) mcpStatus(w http.ResponseWriter, _ *http.Request) {
 	servers := []mcp.ServerStatus{}
 	if mgr := m.mcp.Load(); mgr != nil {
 		servers = mgr.Status()
@@ -788,26 +821,29 @@ func (m *Main) mcpStatus(w http.ResponseWriter, _ *http.Request) {
 }
 
 // modelName is stored on each run.
-func (m *Main) modelName() string {
+func (m *Server) modelName() string {
+	if m.opts.model != nil {
+		return m.opts.modelName
+	}
 	if m.cfg.Agent == AgentDemo || m.cfg.Agent == AgentSynth {
 		return m.cfg.Agent
 	}
 	return m.cfg.Model
 }
 
-// Close stops chatd's services in the reverse of their start order: stop accepting
+// Shutdown stops chatd's services in the reverse of their start order: stop accepting
 // connections, leave active runs for the next process with their text stored (or end
 // them interrupted, with CHATD_RECOVER=interrupt), store what the conversations queued
 // (on a budget of its own, CHATD_SHUTDOWN_TIMEOUT), close every socket with 1001, kill
 // the sandboxes' processes, close the database pool. ctx bounds the rest. It is safe
-// after a Run that failed part way, and a second time.
-func (m *Main) Close(ctx context.Context) error {
+// after a Start that failed part way, without Start, and a second time.
+func (m *Server) Shutdown(ctx context.Context) error {
 	return m.services.Stop(ctx)
 }
 
 // ownBudget returns stop with a budget of its own, CHATD_SHUTDOWN_TIMEOUT from when it
 // begins, rather than what the shutdown's earlier steps left of theirs.
-func (m *Main) ownBudget(stop func(context.Context) error) func(context.Context) error {
+func (m *Server) ownBudget(stop func(context.Context) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ShutdownTimeout)
 		defer cancel()

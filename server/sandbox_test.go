@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -51,7 +51,7 @@ func TestRefusesShellToolWithoutBubblewrap(t *testing.T) {
 				full[k] = v
 			}
 			var stderr bytes.Buffer
-			code := run(nil, envMap(full), &stderr)
+			code := Command(nil, envMap(full), &stderr)
 			require.Equal(t, 1, code, stderr.String())
 			require.Contains(t, stderr.String(), "chatd could not start")
 			require.Contains(t, stderr.String(), "bubblewrap")
@@ -174,7 +174,7 @@ func TestRefusesUnsafeSandboxDir(t *testing.T) {
 	for _, dir := range []string{link, open} {
 		for _, shell := range []string{"on", "off"} {
 			var stderr bytes.Buffer
-			code := run(nil, envMap(map[string]string{
+			code := Command(nil, envMap(map[string]string{
 				"DATABASE_URL":      "postgres://127.0.0.1:1/never-reached",
 				"CHATD_SHELL_TOOL":  shell,
 				"CHATD_SANDBOX_DIR": dir,
@@ -247,7 +247,7 @@ func TestDatabaseAddr(t *testing.T) {
 
 // approvedSandboxCall runs a demo session on m whose approved call ran in a sandbox, and
 // returns the session's id and the sandbox's.
-func approvedSandboxCall(t *testing.T, m *Main) (sessionID, sandboxID string) {
+func approvedSandboxCall(t *testing.T, m *Server) (sessionID, sandboxID string) {
 	t.Helper()
 	c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
 	sessionID = c.Hello("").SessionID
@@ -264,7 +264,7 @@ func approvedSandboxCall(t *testing.T, m *Main) (sessionID, sandboxID string) {
 }
 
 // deleteSession deletes a session through m's sessions API and returns the status.
-func deleteSession(t *testing.T, m *Main, id string) int {
+func deleteSession(t *testing.T, m *Server, id string) int {
 	t.Helper()
 	req, err := http.NewRequestWithContext(dbCtx(t), http.MethodDelete, "http://"+m.Addr()+"/v1/sessions/"+id, nil)
 	require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestSessionsAPIDeletesTheSandboxOfAnotherNode(t *testing.T) {
 	workspace := filepath.Join(dirA, sandboxID)
 	require.DirExists(t, workspace)
 	// A stops, giving its sessions back, so that B handles the deletion itself.
-	require.NoError(t, a.Close(dbCtx(t)))
+	require.NoError(t, a.Shutdown(dbCtx(t)))
 
 	b, _ := startInProcess(t, map[string]string{"DATABASE_URL": dbURL, "CHATD_NODE_ID": "node-b", "CHATD_DEMO_DELAY": "0s"})
 	require.Equal(t, http.StatusNoContent, deleteSession(t, b, id))

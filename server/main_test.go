@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ const childEnv = "CHATD_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
-		os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+		os.Exit(Command(os.Args[1:], os.Getenv, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -55,7 +55,7 @@ func envMap(m map[string]string) func(string) string {
 
 func TestParseConfigDefaults(t *testing.T) {
 	var usage bytes.Buffer
-	cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &usage)
+	cfg, err := ConfigFromEnv(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &usage)
 	require.NoError(t, err)
 	require.Equal(t, Config{
 		Addr:            "127.0.0.1:8080",
@@ -72,7 +72,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		ShutdownTimeout: 10 * time.Second,
 		StreamSync:      50 * time.Millisecond,
 		Pprof:           false,
-		CoalesceDeltas:  DefaultCoalesceDeltas,
+		CoalesceDeltas:  defaultCoalesceDeltas,
 		DemoWords:       60,
 		DemoDelay:       30 * time.Millisecond,
 
@@ -459,7 +459,7 @@ func TestParseConfigValues(t *testing.T) {
 					PingInterval: 25 * time.Second, PingTimeout: 10 * time.Second, MaxQueuedCommands: 16,
 					CommandRate: 20, CommandBurst: 40, MaxConnsPerUser: 64, MaxConnsPerAddr: 256, MaxRunsPerUser: 8, DoubleText: "queue", HandshakeRate: 20, HandshakeBurst: 100,
 					MaxConns: defaultMaxConns(), MaxSessionsPerUser: 10000, HTTPReadTimeout: time.Minute, HTTPWriteTimeout: time.Minute, HTTPIdleTimeout: time.Minute,
-					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: DefaultCoalesceDeltas,
+					DemoWords: 3, DemoDelay: 30 * time.Millisecond, CoalesceDeltas: defaultCoalesceDeltas,
 					ApprovalTimeout: 5 * time.Minute, SandboxIdlePause: 15 * time.Minute, SandboxKillAfter: 24 * time.Hour, AbandonAfter: 30 * time.Minute, LeaseTTL: 10 * time.Second, Recover: RecoverContinue,
 					MaxSteps: 20, SandboxDir: defaultSandboxDir(envMap(nil), os.Geteuid()),
 					SandboxCPUTime: 10 * time.Minute, SandboxMemory: 4 << 30, SandboxProcesses: 256,
@@ -479,7 +479,7 @@ func TestParseConfigValues(t *testing.T) {
 				tc.want(&want)
 			}
 			var usage bytes.Buffer
-			got, err := parseConfig(tc.args, envMap(tc.env), &usage)
+			got, err := ConfigFromEnv(tc.args, envMap(tc.env), &usage)
 			require.NoError(t, err, "usage output: %s", usage.String())
 			require.Equal(t, want, got)
 		})
@@ -509,13 +509,13 @@ func TestParseConfigByteSizes(t *testing.T) {
 				"CHATD_SEND_QUEUE_BYTES": tc.in,
 				"CHATD_READ_LIMIT":       tc.in,
 			}
-			cfg, err := parseConfig(nil, envMap(env), &bytes.Buffer{})
+			cfg, err := ConfigFromEnv(nil, envMap(env), &bytes.Buffer{})
 			require.NoError(t, err)
 			require.Equal(t, tc.want, cfg.RingBytes, "CHATD_RING_BYTES=%q", tc.in)
 			require.Equal(t, tc.want, cfg.SendQueueBytes, "CHATD_SEND_QUEUE_BYTES=%q", tc.in)
 			require.Equal(t, tc.want, cfg.ReadLimit, "CHATD_READ_LIMIT=%q", tc.in)
 
-			cfg, err = parseConfig([]string{"-ring-bytes", tc.in, "-read-limit", tc.in},
+			cfg, err = ConfigFromEnv([]string{"-ring-bytes", tc.in, "-read-limit", tc.in},
 				envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &bytes.Buffer{})
 			require.NoError(t, err)
 			require.Equal(t, tc.want, cfg.RingBytes, "-ring-bytes %q", tc.in)
@@ -543,16 +543,16 @@ func TestParseConfigWorkspaceRetention(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strings.TrimSpace(tc.in), func(t *testing.T) {
-			cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd", "CHATD_WORKSPACE_RETENTION": tc.in}), &bytes.Buffer{})
+			cfg, err := ConfigFromEnv(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd", "CHATD_WORKSPACE_RETENTION": tc.in}), &bytes.Buffer{})
 			require.NoError(t, err)
 			require.Equal(t, tc.want, cfg.WorkspaceRetention, "CHATD_WORKSPACE_RETENTION=%q", tc.in)
-			cfg, err = parseConfig([]string{"-workspace-retention", tc.in}, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &bytes.Buffer{})
+			cfg, err = ConfigFromEnv([]string{"-workspace-retention", tc.in}, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &bytes.Buffer{})
 			require.NoError(t, err)
 			require.Equal(t, tc.want, cfg.WorkspaceRetention, "-workspace-retention %q", tc.in)
 		})
 	}
 	var usage bytes.Buffer
-	_, err := parseConfig([]string{"-help"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &usage)
+	_, err := ConfigFromEnv([]string{"-help"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/chatd"}), &usage)
 	require.Error(t, err)
 	require.Contains(t, usage.String(), "(default 7d)")
 }
@@ -666,7 +666,7 @@ func TestParseConfigErrors(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			_, err := parseConfig(tc.args, envMap(env), &bytes.Buffer{})
+			_, err := ConfigFromEnv(tc.args, envMap(env), &bytes.Buffer{})
 			require.Error(t, err)
 			for _, s := range tc.mention {
 				require.Contains(t, err.Error(), s)
@@ -690,7 +690,7 @@ func TestRunBadConfigExits2(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			code := run(tc.args, envMap(tc.env), &stderr)
+			code := Command(tc.args, envMap(tc.env), &stderr)
 			require.Equal(t, 2, code, "stderr: %s", stderr.String())
 			require.Contains(t, stderr.String(), tc.mention)
 			require.Contains(t, stderr.String(), "chatd")
@@ -699,7 +699,7 @@ func TestRunBadConfigExits2(t *testing.T) {
 
 	t.Run("help exits 0", func(t *testing.T) {
 		var stderr bytes.Buffer
-		require.Equal(t, 0, run([]string{"-help"}, envMap(nil), &stderr))
+		require.Equal(t, 0, Command([]string{"-help"}, envMap(nil), &stderr))
 		require.Contains(t, stderr.String(), "CHATD_RING_EVENTS")
 	})
 }
@@ -708,7 +708,7 @@ func TestRunBadConfigExits2(t *testing.T) {
 // byte-size flag, as it does for every other flag.
 func TestHelpShowsByteSizeDefaults(t *testing.T) {
 	var usage bytes.Buffer
-	_, err := parseConfig([]string{"-help"}, envMap(nil), &usage)
+	_, err := ConfigFromEnv([]string{"-help"}, envMap(nil), &usage)
 	require.ErrorIs(t, err, flag.ErrHelp)
 
 	// Each flag's entry starts with "\n  -name".
@@ -873,7 +873,7 @@ func (c *child) waitHealthy() {
 	}
 }
 
-// listening reads where the child listens from its log line "chatd listening" (Main's
+// listening reads where the child listens from its log line "chatd listening" (Server's
 // logListening, which comes once both listeners are bound) and sets addr and admin; it
 // reports false while there is no such line yet.
 func (c *child) listening() bool {
@@ -1114,7 +1114,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 		}
 	})
 	// On the dead one's address: the same node, which takes its sessions back at once.
-	cfg, err := parseConfig([]string{"-addr", first.addr, "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
+	cfg, err := ConfigFromEnv([]string{"-addr", first.addr, "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{
 		"DATABASE_URL":     dbURL,
 		"CHATD_LOG_FORMAT": "json",
 		"CHATD_LOG_LEVEL":  "debug",
@@ -1123,18 +1123,18 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	require.NoError(t, err)
 	logger, err := newLogger(cfg, &logBuf)
 	require.NoError(t, err)
-	m := NewMain(cfg, logger)
+	m := newServer(cfg, logger)
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			_ = m.Close(ctx)
+			_ = m.Shutdown(ctx)
 		}
 	})
 	runCtx, cancelRun := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelRun()
-	require.NoError(t, m.Run(runCtx))
+	require.NoError(t, m.Start(runCtx))
 	require.Contains(t, logBuf.String(), "took up runs whose node died or shut down")
 
 	run = getRun(t, st, runID)
@@ -1207,7 +1207,7 @@ func TestCrashMarksRunInterrupted(t *testing.T) {
 	closed = true
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	require.NoError(t, m.Close(ctx))
+	require.NoError(t, m.Shutdown(ctx))
 	// Its log went once its text was stored (at the log's next interval, at the
 	// latest the last one, as chatd stopped).
 	left, err := st.StreamLogRead(dbCtx(t), []uuid.UUID{uuid.MustParse(seg2)})
@@ -1323,7 +1323,7 @@ func serviceLog(t *testing.T, log string) []string {
 	return got
 }
 
-// Main's parts start in one order and stop in the reverse: the rescuer first, the
+// The Server's parts start in one order and stop in the reverse: the rescuer first, the
 // listener, then the hub (so interrupted runs' last events are queued, and its actors give
 // their leases back), the journal (its last stream log interval), the transport's
 // sockets, the sandboxes, the lease renewal (which gives back any lease left), and the
@@ -1332,8 +1332,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	m, logBuf := startInProcess(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	require.NoError(t, m.Close(ctx))
-	require.NoError(t, m.Close(ctx), "a second Close has nothing left to do")
+	require.NoError(t, m.Shutdown(ctx))
+	require.NoError(t, m.Shutdown(ctx), "a second Shutdown has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "lease-renewal started", "sandboxes started", "sandbox-janitor started",
 		"transport started", "journal started", "hub started", "eviction started", "abandonment started", "rescue started", "admin-http started", "http started",
@@ -1408,25 +1408,25 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 	dead := freeAddr(t)
 	dbURL := "postgres://chatd:s3cret-pw@" + dead + "/chatd?sslmode=disable&connect_timeout=5"
 
-	t.Run("Main.Run", func(t *testing.T) {
+	t.Run("Server.Start", func(t *testing.T) {
 		var logBuf syncBuffer
-		cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &logBuf)
+		cfg, err := ConfigFromEnv([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &logBuf)
 		require.NoError(t, err)
 		logger, err := newLogger(cfg, &logBuf)
 		require.NoError(t, err)
-		m := NewMain(cfg, logger)
+		m := newServer(cfg, logger)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		errc := make(chan error, 1)
 		start := time.Now()
-		go func() { errc <- m.Run(ctx) }()
+		go func() { errc <- m.Start(ctx) }()
 		timer := time.NewTimer(30 * time.Second)
 		defer timer.Stop()
 		select {
 		case err = <-errc:
 		case <-timer.C:
-			t.Fatal("Main.Run did not return within 30s with no database")
+			t.Fatal("Server.Start did not return within 30s with no database")
 		}
 		require.Error(t, err)
 		require.Less(t, time.Since(start), 20*time.Second)
@@ -1436,7 +1436,7 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
-		require.NoError(t, m.Close(cctx), "Close after a failed Run")
+		require.NoError(t, m.Shutdown(cctx), "Shutdown after a failed Start")
 	})
 
 	t.Run("address in use", func(t *testing.T) {
@@ -1445,17 +1445,17 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 		defer ln.Close()
 
 		var logBuf syncBuffer
-		cfg, err := parseConfig([]string{"-addr", ln.Addr().String(), "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
+		cfg, err := ConfigFromEnv([]string{"-addr", ln.Addr().String(), "-admin-addr", "127.0.0.1:0"}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
 		require.NoError(t, err)
 		logger, err := newLogger(cfg, &logBuf)
 		require.NoError(t, err)
-		m := NewMain(cfg, logger)
+		m := newServer(cfg, logger)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		err = m.Run(ctx)
+		err = m.Start(ctx)
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "listen on "+ln.Addr().String())
-		require.NoError(t, m.Close(ctx), "Close after a Run that failed part way")
+		require.NoError(t, m.Shutdown(ctx), "Shutdown after a Start that failed part way")
 	})
 
 	t.Run("admin address in use", func(t *testing.T) {
@@ -1464,24 +1464,24 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 		defer ln.Close()
 
 		var logBuf syncBuffer
-		cfg, err := parseConfig([]string{"-addr", "127.0.0.1:0", "-admin-addr", ln.Addr().String()}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
+		cfg, err := ConfigFromEnv([]string{"-addr", "127.0.0.1:0", "-admin-addr", ln.Addr().String()}, envMap(map[string]string{"DATABASE_URL": storetest.NewURL(t)}), &logBuf)
 		require.NoError(t, err)
 		logger, err := newLogger(cfg, &logBuf)
 		require.NoError(t, err)
-		m := NewMain(cfg, logger)
+		m := newServer(cfg, logger)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		err = m.Run(ctx)
+		err = m.Start(ctx)
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "listen on "+ln.Addr().String())
-		require.NoError(t, m.Close(ctx), "Close after a Run that failed part way")
+		require.NoError(t, m.Shutdown(ctx), "Shutdown after a Start that failed part way")
 	})
 
 	t.Run("run exits 1", func(t *testing.T) {
 		var stderr syncBuffer
 		code := make(chan int, 1)
 		go func() {
-			code <- run([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-log-format", "json"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &stderr)
+			code <- Command([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-log-format", "json"}, envMap(map[string]string{"DATABASE_URL": dbURL}), &stderr)
 		}()
 		timer := time.NewTimer(30 * time.Second)
 		defer timer.Stop()
@@ -1499,21 +1499,21 @@ func TestRunFailsWithoutDatabase(t *testing.T) {
 
 func TestShellToolFlag(t *testing.T) {
 	for args, want := range map[string]bool{"-shell-tool": true, "-shell-tool=on": true, "-shell-tool=off": false, "-shell-tool=true": true} {
-		cfg, err := parseConfig([]string{args}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_SHELL_TOOL": "off"}), io.Discard)
+		cfg, err := ConfigFromEnv([]string{args}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_SHELL_TOOL": "off"}), io.Discard)
 		require.NoError(t, err, args)
 		require.Equal(t, want, cfg.ShellTool, args)
 	}
-	_, err := parseConfig([]string{"-shell-tool=maybe"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x"}), io.Discard)
+	_, err := ConfigFromEnv([]string{"-shell-tool=maybe"}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x"}), io.Discard)
 	require.Error(t, err)
 }
 
 func TestPprofFlag(t *testing.T) {
 	for args, want := range map[string]bool{"-pprof": true, "-pprof=on": true, "-pprof=off": false, "-pprof=false": false} {
-		cfg, err := parseConfig([]string{args}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "off"}), io.Discard)
+		cfg, err := ConfigFromEnv([]string{args}, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "off"}), io.Discard)
 		require.NoError(t, err, args)
 		require.Equal(t, want, cfg.Pprof, args)
 	}
-	cfg, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "ON"}), io.Discard)
+	cfg, err := ConfigFromEnv(nil, envMap(map[string]string{"DATABASE_URL": "postgres://db/x", "CHATD_PPROF": "ON"}), io.Discard)
 	require.NoError(t, err)
 	require.True(t, cfg.Pprof)
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -81,14 +81,14 @@ func TestAuthStartupRefusals(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			_, err := parseConfig(tc.args, envMap(env), &bytes.Buffer{})
+			_, err := ConfigFromEnv(tc.args, envMap(env), &bytes.Buffer{})
 			require.Error(t, err)
 			for _, s := range tc.mention {
 				require.Contains(t, err.Error(), s)
 			}
 			// run says so and exits 2, before it connects to anything.
 			var stderr bytes.Buffer
-			require.Equal(t, 2, run(tc.args, envMap(env), &stderr))
+			require.Equal(t, 2, Command(tc.args, envMap(env), &stderr))
 			require.Contains(t, stderr.String(), tc.mention[0])
 		})
 	}
@@ -111,7 +111,7 @@ func TestAuthStartupAccepted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fakeResolver(t, testNames)
 			env["DATABASE_URL"] = "postgres://db/chatd"
-			_, err := parseConfig(nil, envMap(env), &bytes.Buffer{})
+			_, err := ConfigFromEnv(nil, envMap(env), &bytes.Buffer{})
 			require.NoError(t, err)
 		})
 	}

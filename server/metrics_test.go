@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 )
 
 // httpGet fetches path from chatd's public listener and returns the status and body.
-func httpGet(t *testing.T, m *Main, path string) (int, string) {
+func httpGet(t *testing.T, m *Server, path string) (int, string) {
 	t.Helper()
 	return getAt(t, m.Addr(), path)
 }
 
 // adminGet fetches path from chatd's admin listener and returns the status and body.
-func adminGet(t *testing.T, m *Main, path string) (int, string) {
+func adminGet(t *testing.T, m *Server, path string) (int, string) {
 	t.Helper()
 	require.NotEmpty(t, m.AdminAddr(), "chatd has no admin listener")
 	return getAt(t, m.AdminAddr(), path)
@@ -50,7 +50,7 @@ func getAt(t *testing.T, addr, path string) (int, string) {
 // scrape is one GET /metrics on the admin listener, parsed.
 type scrape map[string]*dto.MetricFamily
 
-func scrapeMetrics(t *testing.T, m *Main) scrape {
+func scrapeMetrics(t *testing.T, m *Server) scrape {
 	t.Helper()
 	return scrapeAt(t, m.AdminAddr())
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 // connection waits this long for its next request. Headers alone get headerTimeout at
 // most, so a client that trickles them is let go sooner.
 const (
-	DefaultHTTPReadTimeout  = 60 * time.Second
-	DefaultHTTPWriteTimeout = 60 * time.Second
-	DefaultHTTPIdleTimeout  = 60 * time.Second
+	defaultHTTPReadTimeout  = 60 * time.Second
+	defaultHTTPWriteTimeout = 60 * time.Second
+	defaultHTTPIdleTimeout  = 60 * time.Second
 	headerTimeout           = 10 * time.Second
 )
 
-// DefaultMaxSessionsPerUser is CHATD_MAX_SESSIONS_PER_USER's default.
-const DefaultMaxSessionsPerUser = 10000
+// defaultMaxSessionsPerUser is CHATD_MAX_SESSIONS_PER_USER's default.
+const defaultMaxSessionsPerUser = 10000
 
 // defaultMaxConns is CHATD_MAX_CONNS's default: three quarters of the process's
 // open-file limit (which Go raises to its hard limit at start), so that a flood of

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"net/http"
@@ -24,7 +24,7 @@ func newRegistry() *prometheus.Registry {
 // adminHandler serves the admin listener: GET /metrics, /debug/pprof/ when configured,
 // /mcp (the MCP servers' state, docs/tools.md), and /healthz and /readyz (the public listener's, so a probe may use either). Nothing
 // else: the API, the WebSocket and the app are only on the public listener.
-func (m *Main) adminHandler(reg *prometheus.Registry) http.Handler {
+func (m *Server) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	public := m.srv.Handler()
 	mux.Handle("GET /healthz", public)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -339,11 +339,11 @@ func TestMCPBadConfigurationStopsChatd(t *testing.T) {
 		`{"mcpServers": {"docs": {"url": "http://x/mcp"}}`:                 `not valid JSON`,
 		`{"mcpServers": {"docs": {"url": "http://x", "approval": "yes"}}}`: `mcp server "docs": "approval": "yes"`,
 	} {
-		_, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x/y", "CHATD_MCP_CONFIG": mcpFile(t, cfg)}), io.Discard)
+		_, err := ConfigFromEnv(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x/y", "CHATD_MCP_CONFIG": mcpFile(t, cfg)}), io.Discard)
 		require.Error(t, err, cfg)
 		require.Contains(t, err.Error(), want, cfg)
 		require.Contains(t, err.Error(), "CHATD_MCP_CONFIG", cfg)
 	}
-	_, err := parseConfig(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x/y", "CHATD_MCP_CONFIG": filepath.Join(t.TempDir(), "missing.json")}), io.Discard)
+	_, err := ConfigFromEnv(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x/y", "CHATD_MCP_CONFIG": filepath.Join(t.TempDir(), "missing.json")}), io.Discard)
 	require.ErrorContains(t, err, "CHATD_MCP_CONFIG")
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 )
 
 // clusterScript is scripts/cluster.sh, run by TestClusterScript as a user would.
-const clusterScript = "../../scripts/cluster.sh"
+const clusterScript = "../scripts/cluster.sh"
 
 // The commands docs/cluster.md gives, run as a user runs them: scripts/cluster.sh
 // start, status, kill 2, start 2, status, stop. Each node and HAProxy answer after
