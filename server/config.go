@@ -178,6 +178,11 @@ type Config struct {
 	// (ConfigFromEnv, New): a file chatd cannot use is an error naming the server and the
 	// key.
 	MCPConfig string
+	// AgentURL is the endpoint of an HTTP agent (CHATD_AGENT=http; CHATD_AGENT_URL), and
+	// AgentProtocol what it speaks: aisdk (an AI SDK route's UI message stream) or agui
+	// (CHATD_AGENT_PROTOCOL; docs/agents.md).
+	AgentURL      string
+	AgentProtocol string
 	// SandboxDir holds the sandboxes' workspaces (CHATD_SANDBOX_DIR).
 	SandboxDir string
 	// Sandbox is where tools run commands (CHATD_SANDBOX): SandboxBwrap, under bubblewrap,
@@ -330,6 +335,9 @@ const (
 	AgentAnthropic = "anthropic"
 	// AgentSynth streams numbered, time-stamped tokens for the benchmark (agent/synth).
 	AgentSynth = "synth"
+	// AgentHTTP is an agent of the team's own, served over HTTP (AgentURL, AgentProtocol;
+	// docs/agents.md).
+	AgentHTTP = "http"
 )
 
 // ConfigFromEnv reads chatd's configuration as the chatd command does: flags from args
@@ -433,6 +441,8 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.IntVar(&c.MaxSteps, "max-steps", env.int("CHATD_MAX_STEPS", agent.DefaultMaxSteps), "model calls per run at most (CHATD_MAX_STEPS)")
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
+	fs.StringVar(&c.AgentURL, "agent-url", env.str("CHATD_AGENT_URL", ""), "with CHATD_AGENT=http: the agent's endpoint, POSTed for each turn (CHATD_AGENT_URL; docs/agents.md)")
+	fs.StringVar(&c.AgentProtocol, "agent-protocol", env.str("CHATD_AGENT_PROTOCOL", ""), "with CHATD_AGENT=http: aisdk (an AI SDK route) or agui (an AG-UI agent) (CHATD_AGENT_PROTOCOL)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", env.str("CHATD_MCP_CONFIG", ""), "JSON file of MCP servers whose tools the model is offered (CHATD_MCP_CONFIG; docs/tools.md)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", defaultSandboxDir(getenv, os.Geteuid())), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
 	fs.StringVar(&c.Sandbox, "sandbox", env.str("CHATD_SANDBOX", ""), "where tools run commands: bwrap (bubblewrap) or local (no isolation, for development); default bwrap when the shell tool is on (CHATD_SANDBOX)")
@@ -448,7 +458,7 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Var(largeSize{byteSize{&c.SandboxDisk}}, "sandbox-disk", "size of a sandbox's workspace, e.g. 2GiB, 0 for no limit (CHATD_SANDBOX_DISK)")
 	fs.Var(largeSize{byteSize{&c.SandboxTmpSize}}, "sandbox-tmp-size", "size of a sandbox's private /tmp and /dev/shm each, e.g. 256MiB, 0 for the kernel's default (CHATD_SANDBOX_TMP_SIZE)")
 
-	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic; synth for benchmarks (CHATD_AGENT)")
+	fs.StringVar(&c.Agent, "agent", env.str("CHATD_AGENT", AgentDemo), "model provider: demo, openai or anthropic; http for an agent of your own; synth for benchmarks (CHATD_AGENT)")
 	fs.StringVar(&c.Model, "model", env.str("CHATD_MODEL", ""), "model name, e.g. gpt-4.1-mini, llama3.2, claude-sonnet-4-5 (CHATD_MODEL)")
 	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", env.str("OPENAI_BASE_URL", ""), "OpenAI-compatible API base URL, e.g. http://localhost:11434/v1; empty for OpenAI (OPENAI_BASE_URL)")
 	c.OpenAIAPIKey = env.str("OPENAI_API_KEY", "")
@@ -687,7 +697,24 @@ func (c Config) validateAgent() error {
 		example, baseVar, key, base string
 		noKey                       string // what to say when neither key nor base URL is set
 	)
+	if c.Agent != AgentHTTP && (c.AgentURL != "" || c.AgentProtocol != "") {
+		return fmt.Errorf("CHATD_AGENT_URL and CHATD_AGENT_PROTOCOL apply to CHATD_AGENT=http only (CHATD_AGENT is %s)", c.Agent)
+	}
 	switch c.Agent {
+	case AgentHTTP:
+		if c.AgentURL == "" {
+			return errors.New("CHATD_AGENT is http but CHATD_AGENT_URL (-agent-url) is not set: give the agent's endpoint, e.g. http://localhost:3000/api/chat")
+		}
+		if err := checkURL("CHATD_AGENT_URL (-agent-url)", c.AgentURL); err != nil {
+			return err
+		}
+		if c.AgentProtocol != "aisdk" && c.AgentProtocol != "agui" {
+			return fmt.Errorf("CHATD_AGENT_PROTOCOL (-agent-protocol) is %q; use aisdk (an AI SDK route) or agui (an AG-UI agent)", c.AgentProtocol)
+		}
+		if c.Model != "" {
+			return fmt.Errorf("CHATD_MODEL (-model) is %q but CHATD_AGENT is http: the agent picks its model", c.Model)
+		}
+		return nil
 	case AgentDemo, AgentSynth:
 		if c.Model != "" {
 			return fmt.Errorf("CHATD_MODEL (-model) is %q but CHATD_AGENT is %s: set CHATD_AGENT=openai or anthropic to use it", c.Model, c.Agent)
@@ -699,7 +726,7 @@ func (c Config) validateAgent() error {
 		example, baseVar, key, base = "claude-sonnet-4-5", "ANTHROPIC_BASE_URL (-anthropic-base-url)", c.AnthropicAPIKey, c.AnthropicBaseURL
 		noKey = "CHATD_AGENT is anthropic but ANTHROPIC_API_KEY is not set"
 	default:
-		return fmt.Errorf("CHATD_AGENT (-agent) is %q; use demo, openai or anthropic (or synth for benchmarks)", c.Agent)
+		return fmt.Errorf("CHATD_AGENT (-agent) is %q; use demo, openai, anthropic or http (or synth for benchmarks)", c.Agent)
 	}
 	if c.Agent != AgentDemo && c.Agent != AgentSynth {
 		switch {

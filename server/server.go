@@ -28,6 +28,7 @@ import (
 	"github.com/chatd/chatd/agent"
 	"github.com/chatd/chatd/agent/anthropic"
 	"github.com/chatd/chatd/agent/demo"
+	"github.com/chatd/chatd/agent/httpagent"
 	"github.com/chatd/chatd/agent/mcp"
 	"github.com/chatd/chatd/agent/openai"
 	"github.com/chatd/chatd/agent/sandbox"
@@ -227,6 +228,12 @@ func (m *Server) build() error {
 	if err != nil {
 		return err
 	}
+	var runs conversation.Agent = loop
+	if m.cfg.Agent == AgentHTTP && m.opts.model == nil {
+		if runs, err = m.newHTTPAgent(clock); err != nil {
+			return err
+		}
+	}
 	evictions := conversation.NewDeadlines("eviction", clock)
 	abandonments := conversation.NewDeadlines("abandonment", clock)
 	convMetrics := conversation.NewMetrics(m.registry)
@@ -243,7 +250,7 @@ func (m *Server) build() error {
 		Evictions:          evictions,
 		Abandonments:       abandonments,
 		Store:              st,
-		Agent:              loop,
+		Agent:              runs,
 		AbandonAfter:       m.cfg.AbandonAfter,
 		Logger:             m.log,
 		RingEvents:         m.cfg.RingEvents,
@@ -820,6 +827,25 @@ func (m *Server) mcpStatus(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"servers": servers})
 }
 
+// newHTTPAgent is the team's own agent at CHATD_AGENT_URL (docs/agents.md): its runs
+// are played by chatd's HTTP client for its protocol, not by chatd's agent loop, so
+// chatd's own tools (and MCP servers') are not offered to it.
+func (m *Server) newHTTPAgent(clock clockwork.Clock) (conversation.Agent, error) {
+	cfg := httpagent.Config{
+		URL:      m.cfg.AgentURL,
+		Protocol: m.cfg.AgentProtocol,
+		Timeout:  m.cfg.ModelTimeout,
+		Clock:    clock,
+		Logger:   m.log.With().Str("component", "agent").Logger(),
+	}
+	switch m.cfg.AgentProtocol {
+	case httpagent.ProtocolAISDK:
+		return httpagent.NewAISDK(cfg)
+	default:
+		return nil, fmt.Errorf("CHATD_AGENT_PROTOCOL %q is not supported", m.cfg.AgentProtocol)
+	}
+}
+
 // modelName is stored on each run.
 func (m *Server) modelName() string {
 	if m.opts.model != nil {
@@ -827,6 +853,9 @@ func (m *Server) modelName() string {
 	}
 	if m.cfg.Agent == AgentDemo || m.cfg.Agent == AgentSynth {
 		return m.cfg.Agent
+	}
+	if m.cfg.Agent == AgentHTTP {
+		return "http:" + m.cfg.AgentProtocol
 	}
 	return m.cfg.Model
 }
