@@ -10,7 +10,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { readUIMessageStream, parseJsonEventStream, uiMessageChunkSchema } from 'ai';
+import { readUIMessageStream, parseJsonEventStream, uiMessageChunkSchema, DefaultChatTransport } from 'ai';
+import { NodeChat } from './aisdk-util.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const script = path.join(here, 'agents', 'aisdk-agent.mjs');
@@ -105,6 +106,17 @@ async function json(p, init) {
   const res = await fetch(base + p, init);
   assert.equal(res.status, 200);
   return res.json();
+}
+
+// abortsWhen polls /aborts until ok(aborts) or about 2 s.
+async function abortsWhen(ok) {
+  let aborts;
+  for (let i = 0; i < 100; i++) {
+    aborts = await json('/aborts');
+    if (ok(aborts)) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return aborts;
 }
 
 test('hello: text deltas', async () => {
@@ -225,6 +237,23 @@ test('approve: any id works as long as it is the part\'s approval.id (e.g. the t
   assert.equal(text(made), 'Transferred: transferred 5.');
 });
 
+test('approve: the assistant message needs no step-start part', async () => {
+  const { toolCallId, approvalId } = await approveRound();
+  const next = await chat([
+    userMessage('approve'),
+    {
+      id: 'a-2',
+      role: 'assistant',
+      parts: [{
+        type: 'tool-transfer', toolCallId, state: 'approval-responded',
+        input: { amount: 5 }, approval: { id: approvalId, approved: true },
+      }],
+    },
+  ]);
+  assert.deepEqual(types(next), approvedSequence);
+  assert.equal(text(next), 'Transferred: transferred 5.');
+});
+
 test('approve: denied', async () => {
   const { toolCallId, approvalId } = await approveRound();
   const next = await respond(toolCallId, approvalId, false, { reason: 'no' });
@@ -292,13 +321,27 @@ test('slow: the client aborts and the server records it', async () => {
     got += new TextDecoder().decode(value);
   }
   ac.abort();
-  let aborts;
-  for (let i = 0; i < 50; i++) {
-    aborts = await json('/aborts');
-    if (aborts.count > 0) break;
-    await new Promise((r) => setTimeout(r, 20));
+  const aborts = await abortsWhen((a) => a.count > 0 && a.modelCancelled > 0);
+  assert.deepEqual(aborts, { count: 1, texts: ['slow'], modelCancelled: 1 });
+});
+
+test('slow: continues a partial answer too', async () => {
+  await json('/reset', { method: 'POST' });
+  const ac = new AbortController();
+  const res = await post(body([
+    userMessage('slow'),
+    { id: 'a-slow', role: 'assistant', parts: [{ type: 'text', text: 'w1 w2 w3' }] },
+  ]), { signal: ac.signal });
+  const reader = res.body.getReader();
+  let got = '';
+  while (!got.includes('" w5"')) {
+    const { value } = await reader.read();
+    got += new TextDecoder().decode(value);
   }
-  assert.deepEqual(aborts, { count: 1, texts: ['slow'] });
+  ac.abort();
+  const deltas = [...got.matchAll(/"delta":"([^"]*)"/g)].map((m) => m[1]);
+  assert.deepEqual(deltas.slice(0, 2), [' w4', ' w5']);
+  await abortsWhen((a) => a.modelCancelled > 0);
 });
 
 test('fail-once: 500 with a JSON body, then Recovered', async () => {
@@ -331,13 +374,8 @@ test('stall: event-stream headers, then nothing until the client goes away', asy
   ]);
   assert.equal(r, 'nothing');
   ac.abort();
-  let aborts;
-  for (let i = 0; i < 50; i++) {
-    aborts = await json('/aborts');
-    if (aborts.count > 0) break;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  assert.deepEqual(aborts, { count: 1, texts: ['stall'] });
+  const aborts = await abortsWhen((a) => a.count > 0);
+  assert.deepEqual(aborts, { count: 1, texts: ['stall'], modelCancelled: 0 });
 });
 
 test('/requests records headers and bodies in order; /reset forgets', async () => {
@@ -351,7 +389,37 @@ test('/requests records headers and bodies in order; /reset forgets', async () =
   assert.equal(reqs[1].body.id, 'chat-2');
   assert.equal(reqs[1].body.trigger, 'submit-message');
   assert.equal(reqs[1].headers['x-test'], 'yes');
+  assert.deepEqual(await json('/aborts'), { count: 0, texts: [], modelCancelled: 0 });
   await json('/reset', { method: 'POST' });
   assert.deepEqual(await json('/requests'), []);
-  assert.deepEqual(await json('/aborts'), { count: 0, texts: [] });
+  assert.deepEqual(await json('/aborts'), { count: 0, texts: [], modelCancelled: 0 });
+});
+
+test('useChat\'s own flow (AbstractChat + DefaultChatTransport): approve, addToolApprovalResponse, resend', async () => {
+  await json('/reset', { method: 'POST' });
+  const chat = new NodeChat({ id: 'chat-usechat', transport: new DefaultChatTransport({ api: `${base}/api/chat` }) });
+  await chat.sendMessage({ text: 'approve' });
+  const waiting = chat.lastMessage.parts.find((p) => p.type === 'tool-transfer');
+  assert.equal(waiting.state, 'approval-requested');
+  await chat.addToolApprovalResponse({ id: waiting.approval.id, approved: true });
+  await chat.sendMessage();
+  assert.equal(chat.status, 'ready', String(chat.error));
+  assert.equal(chat.messages.length, 2);
+  const msg = chat.lastMessage;
+  const done = msg.parts.find((p) => p.type === 'tool-transfer');
+  assert.equal(done.state, 'output-available');
+  assert.equal(done.output, 'transferred 5');
+  assert.equal(msg.parts.filter((p) => p.type === 'text').map((p) => p.text).join(''), 'Transferred: transferred 5.');
+
+  // What useChat sent the second time: the body chatd imitates.
+  const reqs = await json('/requests');
+  assert.equal(reqs.length, 2);
+  const b = reqs[1].body;
+  if (process.env.AISDK_AGENT_DUMP) console.log('--- useChat approval resend body\n' + JSON.stringify(b, null, 1));
+  assert.equal(b.id, 'chat-usechat');
+  assert.equal(b.trigger, 'submit-message');
+  assert.equal(b.messageId, msg.id);
+  const part = b.messages.at(-1).parts.find((p) => p.type === 'tool-transfer');
+  assert.equal(part.state, 'approval-responded');
+  assert.deepEqual(part.approval, { id: waiting.approval.id, approved: true });
 });

@@ -20,9 +20,11 @@
 //   GET  /requests  JSON array of every /api/chat request so far, in order:
 //                   {method, url, headers, body} (body parsed as JSON when it
 //                   is JSON, else the raw text).
-//   GET  /aborts    JSON {count, texts}: how many /api/chat responses the
-//                   client went away from before the end, and the last user
-//                   text of each.
+//   GET  /aborts    JSON {count, texts, modelCancelled}: how many /api/chat
+//                   responses the client went away from before the end, the
+//                   last user text of each, and how many model streams the
+//                   SDK cancelled before their end (the abort reached the
+//                   model).
 //   POST /reset     forgets requests, aborts and the fail-once state.
 //
 // Scripts (the text of the last user message):
@@ -225,6 +227,24 @@ function script(prompt) {
   }
 }
 
+// watch passes a model stream through and counts, in aborts.modelCancelled,
+// the model streams that were cancelled before their end: the proof that a
+// client's abort reaches the model (the SDK cancels the provider stream).
+function watch(stream) {
+  const reader = stream.getReader();
+  return new ReadableStream({
+    async pull(controller) {
+      const { done, value } = await reader.read();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    cancel(reason) {
+      aborts.modelCancelled++;
+      return reader.cancel(reason);
+    },
+  });
+}
+
 function makeModel() {
   return new MockLanguageModelV3({
     provider: 'chatd-test',
@@ -232,7 +252,7 @@ function makeModel() {
     doStream: async (options) => {
       const { parts, delay = 1 } = script(options.prompt);
       return {
-        stream: simulateReadableStream({ chunks: parts, initialDelayInMs: 0, chunkDelayInMs: delay }),
+        stream: watch(simulateReadableStream({ chunks: parts, initialDelayInMs: 0, chunkDelayInMs: delay })),
       };
     },
   });
@@ -257,7 +277,7 @@ export async function POST(req) {
 // The test server around the route.
 
 let requests = [];
-let aborts = { count: 0, texts: [] };
+let aborts = { count: 0, texts: [], modelCancelled: 0 };
 let failedOnce = new Set();
 
 function lastUserText(body) {
@@ -375,7 +395,7 @@ const server = http.createServer((req, res) => {
   if (req.method === 'GET' && url.pathname === '/aborts') return sendJSON(res, 200, aborts);
   if (req.method === 'POST' && url.pathname === '/reset') {
     requests = [];
-    aborts = { count: 0, texts: [] };
+    aborts = { count: 0, texts: [], modelCancelled: 0 };
     failedOnce = new Set();
     return sendJSON(res, 200, { ok: true });
   }
