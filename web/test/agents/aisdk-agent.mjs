@@ -100,7 +100,7 @@ function words(n) {
   for (let i = 1; i <= n; i++) out.push(`w${i}`);
   return out.join(' ');
 }
-export const LONG_ANSWER = words(LONG_WORDS);
+const LONG_ANSWER = words(LONG_WORDS);
 
 const usage = {
   inputTokens: { total: 10, noCache: 10, cacheRead: undefined, cacheWrite: undefined },
@@ -261,7 +261,7 @@ function makeModel() {
 // ---------------------------------------------------------------------------
 // The route, as a Next.js app/api/chat/route.js would have it.
 
-export async function POST(req) {
+async function POST(req) {
   const { messages } = await req.json();
   const result = streamText({
     model: makeModel(),
