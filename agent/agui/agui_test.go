@@ -522,3 +522,75 @@ func TestLabel(t *testing.T) {
 	require.Equal(t, 200, len([]rune(label(strings.Repeat("é", 300)))))
 	require.Equal(t, "\uFFFDx", label("\xffx"))
 }
+
+// Event shapes the scripted server does not send: chunks, the THINKING_* names of older
+// producers, another role's text, content parts, and what is ignored.
+func TestEventVariants(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, agenttest.SSE(agenttest.Data(
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+		`{"type":"THINKING_START"}`,
+		`{"type":"THINKING_TEXT_MESSAGE_START"}`,
+		`{"type":"THINKING_TEXT_MESSAGE_CONTENT","delta":"hmm"}`,
+		`{"type":"THINKING_TEXT_MESSAGE_END"}`,
+		`{"type":"THINKING_END"}`,
+		`{"type":"TEXT_MESSAGE_CHUNK","messageId":"m1","role":"assistant","delta":"Hi"}`,
+		`{"type":"TEXT_MESSAGE_CHUNK","delta":" there"}`,
+		`{"type":"TEXT_MESSAGE_START","messageId":"u1","role":"user"}`,
+		`{"type":"TEXT_MESSAGE_CONTENT","messageId":"u1","delta":"an echo of the user"}`,
+		`{"type":"TEXT_MESSAGE_END","messageId":"u1"}`,
+		`{"type":"MESSAGES_SNAPSHOT","messages":[]}`,
+		`{"type":"RAW","event":{}}`,
+		`{"type":"CUSTOM","name":"x","value":1}`,
+		`{"type":"ACTIVITY_SNAPSHOT","messageId":"a1","activityType":"plan","content":{}}`,
+		`{"type":"SOMETHING_NEWER"}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"remove","path":"/nope"}]}`,
+		`{"type":"TOOL_CALL_CHUNK","toolCallId":"c1","toolCallName":"search","parentMessageId":"m1","delta":"{\"q\":"}`,
+		`{"type":"TOOL_CALL_CHUNK","delta":"\"go\"}"}`,
+		`{"type":"TOOL_CALL_RESULT","messageId":"r1","toolCallId":"c1","content":[{"type":"text","text":"found "},{"type":"text","text":"it"}]}`,
+		`{"type":"TOOL_CALL_CHUNK","toolCallId":"c2","toolCallName":"confirm","delta":"{}"}`,
+		`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`,
+	)...), agenttest.SSE(agenttest.Data(
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+		`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`,
+	)...))
+	a := newAgent(t, srv.URL, Config{})
+	rec := &agenttest.Recorder{}
+	req := request("hello")
+	require.NoError(t, a.Run(context.Background(), req, rec))
+	require.Equal(t, []string{
+		"reasoning: hmm", "reasoning.end: ",
+		"text: Hi", "text:  there",
+		`tool.start: c1 search {"q":"go"}`, "tool.end: c1 ok found it",
+		"tool.approval: c2 confirm {}", `tool.end: c2 ok {"approved":true}`,
+	}, rec.Log())
+	require.Nil(t, a.State(req.SessionID), "a delta that does not apply is dropped")
+	var body struct{ Messages []message }
+	require.NoError(t, json.Unmarshal(srv.Requests()[1].Body, &body))
+	require.Equal(t, []message{
+		{ID: "user-" + req.RunID.String(), Role: "user", Content: ptr("hello")},
+		{ID: "m1", Role: "assistant", Content: ptr("Hi there"), ToolCalls: []toolCall{
+			{ID: "c1", Type: "function", Function: functionCall{Name: "search", Arguments: `{"q":"go"}`}},
+		}},
+		{ID: "r1", Role: "tool", ToolCallID: "c1", Content: ptr("found it")},
+		{ID: "calls-c2", Role: "assistant", ToolCalls: []toolCall{ // after a result: a new step
+			{ID: "c2", Type: "function", Function: functionCall{Name: "confirm", Arguments: `{}`}},
+		}},
+		{ID: "result-c2", Role: "tool", ToolCallID: "c2", Content: ptr(`{"approved":true}`)},
+	}, body.Messages)
+}
+
+// A run cancelled while it waits for a decision returns at once.
+func TestCancelWhileAwaitingApproval(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	a := newAgent(t, s.URL, Config{})
+	rec := &agenttest.Recorder{Hold: make(chan string, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, request("approve"), rec) }()
+	require.Equal(t, "call-delete", <-rec.Hold)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Len(t, s.requests(t), 1)
+}
