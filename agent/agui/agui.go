@@ -187,12 +187,16 @@ func (r *run) run(ctx context.Context) error {
 			return nil
 		}
 		resume = nil
-		for _, call := range t.pending {
-			ch, err := r.out.AwaitApproval(call)
-			if err != nil {
+		// Every call is asked for at once, as a step's approvals are; the decisions are
+		// taken in order.
+		chans := make([]<-chan conversation.Decision, len(t.pending))
+		for i, call := range t.pending {
+			if chans[i], err = r.out.AwaitApproval(call); err != nil {
 				return err
 			}
-			d, err := wait(ctx, ch)
+		}
+		for i, call := range t.pending {
+			d, err := wait(ctx, chans[i])
 			if err != nil {
 				return err
 			}
@@ -230,6 +234,18 @@ func wait(ctx context.Context, ch <-chan conversation.Decision) (conversation.De
 // result.
 func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, error) {
 	cp := append([]chat.Message(nil), r.req.Checkpoint...)
+	// First every call that waits is taken up again (AwaitDecision), then the
+	// decisions are taken in order.
+	waits := map[int]<-chan conversation.Decision{}
+	for i, m := range cp {
+		if m.Tool != nil && m.Tool.Status == chat.ToolAwaitingApproval {
+			ch, err := r.out.AwaitDecision(m.Tool.CallID)
+			if err != nil {
+				return nil, err
+			}
+			waits[i] = ch
+		}
+	}
 	for i, m := range cp {
 		if m.Tool == nil || (m.Tool.Status != chat.ToolAwaitingApproval && m.Tool.Status != chat.ToolRunning) {
 			continue
@@ -238,11 +254,7 @@ func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, error) {
 		approved := t.Status == chat.ToolRunning && t.Decision != nil && t.Decision.Approved
 		switch {
 		case t.Status == chat.ToolAwaitingApproval:
-			ch, err := r.out.AwaitDecision(t.CallID)
-			if err != nil {
-				return nil, err
-			}
-			d, err := wait(ctx, ch)
+			d, err := wait(ctx, waits[i])
 			if err != nil {
 				return nil, err
 			}

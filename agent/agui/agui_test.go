@@ -269,8 +269,8 @@ func TestCheckpointAwaitingApproval(t *testing.T) {
 	rec := &agenttest.Recorder{}
 	require.NoError(t, a.Run(context.Background(), req, rec))
 	require.Equal(t, []string{
-		"tool.end: call-lookup interrupted " + interrupted,
 		"tool.await: call-delete",
+		"tool.end: call-lookup interrupted " + interrupted,
 		`tool.end: call-delete ok {"approved":true}`,
 		"text: Deleted, as you approved.",
 		"usage: 10 5 10 0",
@@ -593,4 +593,40 @@ func TestCancelWhileAwaitingApproval(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Len(t, s.requests(t), 1)
+}
+
+// Two calls left to chatd in one turn are asked for at once; the next turn carries both
+// decisions.
+func TestTwoApprovalsAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := agenttest.NewServer(t, agenttest.SSE(agenttest.Data(
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"a","toolCallName":"one"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"a"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"b","toolCallName":"two"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"b","delta":"not json"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"b"}`,
+		`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`,
+	)...), agenttest.SSE(agenttest.Data(
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+		`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`,
+	)...))
+	rec := &agenttest.Recorder{Hold: make(chan string, 2)}
+	done := make(chan error, 1)
+	go func() { done <- newAgent(t, srv.URL, Config{}).Run(context.Background(), request("go"), rec) }()
+	require.Equal(t, "a", <-rec.Hold)
+	require.Equal(t, "b", <-rec.Hold, "asked before the first is decided")
+	rec.Give("b", conversation.Decision{Output: conversation.ExpiredOutput})
+	rec.Give("a", conversation.Decision{Approved: true})
+	require.NoError(t, <-done)
+	require.Equal(t, []string{
+		"tool.approval: a one {}", `tool.approval: b two "not json"`, `tool.end: a ok {"approved":true}`,
+	}, rec.Log())
+	var body struct{ Messages []message }
+	require.NoError(t, json.Unmarshal(srv.Requests()[1].Body, &body))
+	require.Len(t, body.Messages, 4)
+	require.Len(t, body.Messages[1].ToolCalls, 2)
+	require.Equal(t, "not json", body.Messages[1].ToolCalls[1].Function.Arguments, "the arguments go back as the agent wrote them")
+	require.Equal(t, `{"approved":true}`, *body.Messages[2].Content)
+	require.JSONEq(t, `{"approved":false,"reason":"`+conversation.ExpiredOutput+`"}`, *body.Messages[3].Content)
 }

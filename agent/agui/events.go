@@ -309,8 +309,12 @@ func (t *turnState) finish(ev event) error {
 	}
 	for _, c := range t.order {
 		tc := c.toolCall()
+		args := c.args.String() // as the agent wrote them, even when they are not JSON
+		if args == "" {
+			args = "{}"
+		}
 		m := &t.msgs[c.msg]
-		m.ToolCalls = append(m.ToolCalls, toolCall{ID: c.id, Type: "function", Function: functionCall{Name: c.name, Arguments: string(tc.Input)}})
+		m.ToolCalls = append(m.ToolCalls, toolCall{ID: c.id, Type: "function", Function: functionCall{Name: c.name, Arguments: args}})
 		if !c.resulted {
 			t.pending = append(t.pending, tc)
 		}
