@@ -30,9 +30,11 @@
 package agui
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -362,6 +364,9 @@ func (r *run) attempt(ctx context.Context, body []byte, attempt int) (t *turnSta
 			switch {
 			case it.open:
 			case it.end:
+				if errors.Is(it.err, bufio.ErrTooLong) {
+					return nil, false, 0, badResponse("the agent sent an event over %d MiB", maxEvent>>20)
+				}
 				if it.err != nil {
 					if !t.streamed {
 						return nil, true, 0, unreachable("the connection to the agent broke: %v", it.err)
