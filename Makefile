@@ -38,7 +38,8 @@ test: vet check-generated check-web test-go test-js
 
 # The shell tool's sandbox tests run real bubblewrap (scripts/bwrap.sh installs it), the
 # tests behind a load balancer real HAProxy (scripts/haproxy.sh installs it), the MCP
-# tests the npm package @modelcontextprotocol/server-everything (pinned in web/).
+# tests the npm package @modelcontextprotocol/server-everything, and the AG-UI agent's tests
+# (agent/agui) a test server made of @ag-ui/core and @ag-ui/encoder (all pinned in web/).
 MCP_EVERYTHING = $(CURDIR)/web/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 test-go: web/node_modules/.installed
 	CHATD_BWRAP=$$(scripts/bwrap.sh) CHATD_HAPROXY=$$(scripts/haproxy.sh) CHATD_MCP_EVERYTHING=$(MCP_EVERYTHING) $(DEVDB) exec go test -race -count=1 ./...

@@ -7,6 +7,7 @@
 // Subpackages:
 //
 //	agent/agenttest      a test server speaking a vendor's streaming format; a recording Emitter
+//	agent/agui           a conversation.Agent in front of an agent served over AG-UI (HTTP, SSE)
 //	agent/anthropic      a Model for Anthropic's Messages API, streaming, through its SDK
 //	agent/demo           the default Model (it needs no network) and its demo_sandbox tool
 //	agent/modeltest      a scripted Model for tests that records every request
