@@ -379,3 +379,127 @@ func TestHTTPAgentTimeout(t *testing.T) {
 		}
 	}
 }
+
+// aguiAgent is agent/agui/testdata/server.mjs: an AG-UI agent built on the official
+// @ag-ui/core and @ag-ui/encoder packages.
+func startAGUIAgent(t *testing.T) *aisdkAgent {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	require.NoError(t, err)
+	script, err := filepath.Abs(filepath.Join("..", "agent", "agui", "testdata", "server.mjs"))
+	require.NoError(t, err)
+	modules, err := filepath.Abs(filepath.Join("..", "web", "node_modules"))
+	require.NoError(t, err)
+	cmd := exec.Command(node, script, "0", modules)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	var port int
+	_, err = fmt.Sscanf(line, "listening %d", &port)
+	require.NoError(t, err, "%q", line)
+	return &aisdkAgent{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+}
+
+// chatd in front of an AG-UI agent: its text, a tool it runs, a call it leaves to the
+// client (an approval in chatd, answered with the tool's result message), steps as
+// progress, a 500 then success, garbage, cancel; each user's requests carry their own
+// user; an AI SDK client reads the run as the WebSocket tab does.
+func TestHTTPAgentAGUI(t *testing.T) {
+	a := startAGUIAgent(t)
+	env := map[string]string{"CHATD_AGENT": "http", "CHATD_AGENT_URL": a.base + "/", "CHATD_AGENT_PROTOCOL": "agui"}
+	env["CHATD_AUTH"], env["CHATD_JWT_SECRET"], env["CHATD_JWT_AUDIENCE"] = "jwt", testSecret, "chatd"
+	m, _ := startInProcess(t, env)
+	st := openStore(t, m.cfg.DatabaseURL)
+	dial := func(user string) (*wstest.Client, string) {
+		c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
+		c.Token = authtest.HS256(t, []byte(testSecret), authtest.Claims{Subject: user, Audience: "chatd", ExpiresAt: time.Now().Add(time.Hour)})
+		return c, c.Hello("").SessionID
+	}
+	c, session := dial("alice")
+	ask := func(text string) (wstest.Frame, wstest.Frame) {
+		t.Helper()
+		ack := c.Chat("r-"+text, text)
+		require.Equal(t, "ack", ack.Type, "%s", ack.Raw)
+		return ack, c.ReadTerminal()
+	}
+	aguiRequests := func() []map[string]any {
+		resp, err := http.Get(a.base + "/requests")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var v []map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		return v
+	}
+
+	ack, end := ask("hello")
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+	require.Equal(t, "Hello, world", replyText(sessionMessages(t, st, session), ack.RunID))
+	first := aguiRequests()[0]
+	headers := first["headers"].(map[string]any)
+	require.Equal(t, "alice", headers["x-chatd-user"])
+	require.Equal(t, ack.RunID, headers["x-chatd-run"])
+	require.Equal(t, "1", headers["x-chatd-attempt"])
+	body := first["body"].(map[string]any)
+	require.Equal(t, session, body["threadId"])
+	require.Equal(t, ack.RunID, body["runId"])
+
+	ack, end = ask("tool")
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+	stored := sessionMessages(t, st, session)
+	tool := toolOf(t, stored, ack.RunID)
+	require.Equal(t, "get_weather", tool.Tool.Name)
+	require.Equal(t, chat.ToolOK, tool.Tool.Status)
+	require.Equal(t, "sunny, 21°C", deref(tool.Tool.Output))
+	require.Contains(t, replyText(stored, ack.RunID), "It is sunny in Paris.")
+
+	ack = c.Chat("r-approve", "approve")
+	waiting := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == "awaiting_approval" })
+	pa := waiting.Run.PendingApproval
+	require.Equal(t, "delete_file", pa.Name)
+	c.Send(map[string]any{"type": "tool.decide", "requestId": "d1", "runId": ack.RunID, "toolCallId": pa.ToolCallID, "decision": "approve", "inputHash": pa.InputHash})
+	require.Equal(t, "ack", c.ReadReply("d1").Type)
+	end = c.ReadTerminal()
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+	require.Contains(t, replyText(sessionMessages(t, st, session), ack.RunID), "Deleted, as you approved.")
+
+	ack = c.Chat("r-steps", "steps")
+	progressed := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Progress != nil })
+	require.GreaterOrEqual(t, progressed.Run.Progress.Of, 1)
+	require.Equal(t, "chat.done", c.ReadTerminal().Type)
+
+	_, end = ask("fail-once")
+	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
+	_, end = ask("garbage")
+	require.Equal(t, "chat.error", end.Type, "%s", end.Raw)
+	require.Equal(t, "agent_bad_response", end.Run.Error.Code)
+
+	ack = c.Chat("r-slow", "slow")
+	c.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" })
+	c.Send(map[string]any{"type": "chat.cancel", "requestId": "x1", "runId": ack.RunID})
+	require.Equal(t, "chat.cancelled", c.ReadTerminal().Type)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(a.base + "/stats")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var s struct{ Aborts int }
+		return json.NewDecoder(resp.Body).Decode(&s) == nil && s.Aborts >= 1
+	}, 10*time.Second, 20*time.Millisecond, "the agent saw the abort")
+
+	b, _ := dial("bob")
+	ackB := b.Chat("rb", "hello")
+	require.Equal(t, "chat.done", b.ReadTerminal().Type)
+	for _, r := range aguiRequests() {
+		h := r["headers"].(map[string]any)
+		if h["x-chatd-run"] == ackB.RunID {
+			require.Equal(t, "bob", h["x-chatd-user"])
+		} else {
+			require.Equal(t, "alice", h["x-chatd-user"])
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/agent"
+	"github.com/chatd/chatd/agent/agui"
 	"github.com/chatd/chatd/agent/anthropic"
 	"github.com/chatd/chatd/agent/demo"
 	"github.com/chatd/chatd/agent/httpagent"
@@ -841,6 +842,14 @@ func (m *Server) newHTTPAgent(clock clockwork.Clock) (conversation.Agent, error)
 	switch m.cfg.AgentProtocol {
 	case httpagent.ProtocolAISDK:
 		return httpagent.NewAISDK(cfg)
+	case httpagent.ProtocolAGUI:
+		return agui.New(agui.Config{
+			URL:     cfg.URL,
+			Header:  func(req conversation.Request, attempt int) http.Header { return httpagent.Headers(req, 0, attempt) },
+			Timeout: cfg.Timeout,
+			Clock:   clock,
+			Logger:  cfg.Logger,
+		})
 	default:
 		return nil, fmt.Errorf("CHATD_AGENT_PROTOCOL %q is not supported", m.cfg.AgentProtocol)
 	}
