@@ -227,7 +227,10 @@ func TestHTTPAgentAISDK(t *testing.T) {
 	c.Send(map[string]any{"type": "chat.cancel", "requestId": "x1", "runId": ack.RunID})
 	end = c.ReadTerminal()
 	require.Equal(t, "chat.cancelled", end.Type, "%s", end.Raw)
-	require.Eventually(t, func() bool { n, texts := a.aborts(); return n >= 1 && strings.Contains(strings.Join(texts, ","), "slow") }, 10*time.Second, 20*time.Millisecond, "the route saw the abort")
+	require.Eventually(t, func() bool {
+		n, texts := a.aborts()
+		return n >= 1 && strings.Contains(strings.Join(texts, ","), "slow")
+	}, 10*time.Second, 20*time.Millisecond, "the route saw the abort")
 	require.NotEmpty(t, replyText(sessionMessages(t, st, session), ack.RunID), "the text so far is kept")
 
 	// Two users at once: each request carries its own user.
@@ -275,8 +278,12 @@ func TestHTTPAgentAISDKAcrossRestarts(t *testing.T) {
 
 	// kill -9 while the long answer streams.
 	ack = c.Chat("l1", "long")
-	c.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.Text != nil && strings.Contains(*f.Text, "w2") })
-	c.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" && f.Text != nil && strings.Contains(*f.Text, "w40") })
+	c.Await(func(f wstest.Frame) bool {
+		return f.Type == "chat.delta" && f.Text != nil && strings.Contains(*f.Text, "w2")
+	})
+	c.Await(func(f wstest.Frame) bool {
+		return f.Type == "chat.delta" && f.Text != nil && strings.Contains(*f.Text, "w40")
+	})
 	proc.signal(syscall.SIGKILL)
 	proc.wait(15 * time.Second)
 	proc = restartChild(t, proc, "chatd (after kill -9)", env)
@@ -298,7 +305,6 @@ func TestHTTPAgentAISDKAcrossRestarts(t *testing.T) {
 	lastMsg := again.Body.Messages[len(again.Body.Messages)-1]
 	require.Equal(t, "assistant", lastMsg["role"], "the partial answer is the last message")
 }
-
 
 // A run of an HTTP agent followed by a WebSocket tab and by an AI SDK client at once:
 // both see it live, and both end equal to the stored transcript.

@@ -521,4 +521,3 @@ func orText(s, fallback string) string {
 }
 
 func strPtr(s string) *string { return &s }
-
