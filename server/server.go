@@ -29,7 +29,7 @@ import (
 	"github.com/chatd/chatd/agent/agui"
 	"github.com/chatd/chatd/agent/anthropic"
 	"github.com/chatd/chatd/agent/demo"
-	"github.com/chatd/chatd/agent/httpagent"
+	"github.com/chatd/chatd/httpagent"
 	"github.com/chatd/chatd/agent/mcp"
 	"github.com/chatd/chatd/agent/openai"
 	"github.com/chatd/chatd/agent/sandbox"

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/agenttest"
-	"github.com/chatd/chatd/agent/httpagent"
+	"github.com/chatd/chatd/httpagent"
 	"github.com/chatd/chatd/conversation"
 )
 
