@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/agent/agenttest"
-	"github.com/chatd/chatd/httpagent"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/httpagent"
 )
 
 func TestMain(m *testing.M) {
