@@ -753,7 +753,7 @@ func (r *run) safeRun(ctx context.Context, c *call, env Env) (out string, err er
 			out, err = "", errToolPanicked
 		}
 	}()
-	ctx = WithCallInfo(ctx, CallInfo{CallID: c.ID, Tool: c.Name, SessionID: r.req.SessionID, RunID: r.req.RunID, Owner: r.req.Owner})
+	ctx = WithCallInfo(ctx, CallInfo{CallID: c.ID, Tool: c.Name, SessionID: r.req.SessionID, RunID: r.req.RunID, Owner: r.req.Owner, Token: r.req.Token})
 	return c.tool.Run(ctx, c.Input, env)
 }
 

@@ -204,6 +204,9 @@ type CallInfo struct {
 	RunID     uuid.UUID
 	// Owner is the user the session belongs to.
 	Owner string
+	// Token is the bearer token the run's message was sent with, when this process has
+	// it (conversation.Request.Token): pass it on only where the operator said so.
+	Token string
 }
 
 type callInfoKey struct{}

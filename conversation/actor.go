@@ -63,7 +63,10 @@ type Actor struct {
 	rulesLoaded bool
 	// queued are the messages waiting behind the active run, oldest first, read on
 	// first use (queuedLoaded; see queue.go).
-	queued       []chat.Queued
+	queued []chat.Queued
+	// queuedTokens are the bearer tokens queued messages were sent with, by request id
+	// (SendRequest.Token): memory only.
+	queuedTokens map[string]string
 	queuedLoaded bool
 	// steered: the requestIds of steering messages runs have taken, with their runs,
 	// for a repeated send (this actor's only: a restarted one has forgotten them).

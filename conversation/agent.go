@@ -23,6 +23,9 @@ type Request struct {
 	RequestID string
 	// Owner is the user the session belongs to (for tools that pass it on).
 	Owner string
+	// Token is the bearer token the run's message was sent with (SendRequest.Token),
+	// when this process has it: never for a run continued after a restart or elsewhere.
+	Token string
 	// Content is the user's message.
 	Content string
 	// History is the session's transcript before this message (oldest first, at most

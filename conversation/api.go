@@ -64,6 +64,10 @@ type SendRequest struct {
 	// edits: it becomes that message's sibling, and its branch the active path. While a
 	// run is active an edit is CodeRunActive unless WhileRunning is interrupt.
 	EditOf *uuid.UUID
+	// Token is the sender's bearer token, for the tools and agents configured to pass
+	// it on (docs/tools.md, docs/agents.md). It is kept in memory only, with the run (or
+	// the queued message): never stored, so a run continued by another process has none.
+	Token string
 
 	// fromQueue: the actor starts a queued message's run (queue.go).
 	fromQueue bool

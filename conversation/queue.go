@@ -61,6 +61,12 @@ func (a *Actor) enqueue(req SendRequest, steer bool) (SendResult, error) {
 		return SendResult{}, a.storageError("store the queued message", err)
 	}
 	a.queued = append(slices.Clip(a.queued), m)
+	if req.Token != "" {
+		if a.queuedTokens == nil {
+			a.queuedTokens = map[string]string{}
+		}
+		a.queuedTokens[req.RequestID] = req.Token
+	}
 	a.publishQueue()
 	if steer {
 		return SendResult{RunID: a.run.info.ID, Status: StatusSteering}, nil
@@ -131,6 +137,7 @@ func (a *Actor) unqueue(requestID string) error {
 		return a.storageError("delete the queued message", err)
 	}
 	a.queued = slices.Delete(slices.Clone(a.queued), i, i+1)
+	delete(a.queuedTokens, requestID)
 	a.publishQueue()
 	return nil
 }
@@ -151,7 +158,9 @@ func (a *Actor) startQueued() {
 	}
 	a.requeueSteering()
 	next := a.queued[0]
-	_, err := a.send(SendRequest{RequestID: next.RequestID, Content: next.Content, WhileRunning: chat.DoubleTextReject, fromQueue: true})
+	token := a.queuedTokens[next.RequestID]
+	delete(a.queuedTokens, next.RequestID)
+	_, err := a.send(SendRequest{RequestID: next.RequestID, Content: next.Content, WhileRunning: chat.DoubleTextReject, Token: token, fromQueue: true})
 	if err != nil {
 		// Another run is active (a suspended one taken up), or the database or the
 		// user's limit refused it: it stays queued, and is tried after the next intent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
@@ -70,4 +71,44 @@ func TestQueuedMessageSurvivesARestart(t *testing.T) {
 	reqs := agent.requests()
 	require.Len(t, reqs, 2)
 	require.Equal(t, "next", reqs[1].Content)
+}
+
+// The sender's token (SendRequest.Token) reaches the agent with the run it starts, and
+// with a queued message's run too: kept in memory, never in a request of another sender.
+func TestSendTokenReachesTheAgent(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ctx := testCtx(t)
+	gate := script.NewGate()
+	agent := &checkpointAgent{steps: func(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
+		if req.Content == "first" {
+			if err := gate.Wait()(ctx, out); err != nil {
+				return err
+			}
+		}
+		return out.Text("ok")
+	}}
+	a := startOn(t, st, agent, uuid.New())
+	s := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	s.AwaitCatchUp(t, 1)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "first", Token: "token-1"})
+	require.NoError(t, err)
+	res, err := a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "queued", Token: "token-2", WhileRunning: chat.DoubleTextQueue})
+	require.NoError(t, err)
+	require.Equal(t, conversation.StatusQueued, res.Status)
+	_, err = a.Send(ctx, conversation.SendRequest{RequestID: "r3", Content: "no token", WhileRunning: chat.DoubleTextQueue})
+	require.NoError(t, err)
+	require.NoError(t, gate.Pass(ctx))
+	for range 3 {
+		s.Await(t, convtest.Terminal)
+	}
+	reqs := agent.requests()
+	require.Len(t, reqs, 3)
+	got := map[string]string{}
+	for _, r := range reqs {
+		got[r.Content] = r.Token
+	}
+	require.Equal(t, map[string]string{"first": "token-1", "queued": "token-2", "no token": ""}, got)
 }

@@ -16,7 +16,9 @@ import (
 // runState is the live part of the active run. The actor owns it; the run goroutine only
 // holds the pointer to name its run in intents.
 type runState struct {
-	info   chat.Run
+	info chat.Run
+	// token is the sender's bearer token (SendRequest.Token), in memory only.
+	token  string
 	ctx    context.Context
 	cancel context.CancelFunc
 	// suspend cancels ctx with ErrSuspended as its cause (suspend).
@@ -169,6 +171,7 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	user.Content = req.Content
 	user.CreatedAt, user.UpdatedAt = now, now // the message is as old as its run
 	run := newRunState(info)
+	run.token = req.Token
 	limit := a.runLimit()
 	if !a.journal.requestsComplete || a.journal.q.Halted() || (limit > 0 && !a.cfg.RunCounts.clear(a.session.Owner, limit, now)) {
 		// The database may refuse this start (a request id the actor cannot tell new,
@@ -252,7 +255,7 @@ func (a *Actor) startRunAgent(run *runState, user chat.Message, checkpoint []cha
 		run.tail = &checkpoint[len(checkpoint)-1].ID
 	}
 	read := a.historyReader(user.ParentID)
-	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Owner: a.session.Owner, Content: user.Content, Checkpoint: checkpoint}
+	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Owner: a.session.Owner, Token: run.token, Content: user.Content, Checkpoint: checkpoint}
 	a.startAgent(run, func() (Request, error) {
 		history, err := read()
 		if err != nil {

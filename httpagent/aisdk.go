@@ -206,7 +206,7 @@ func (r *aisdkRun) request(ctx context.Context, turn, attempt int) ([]pendingApp
 	for k, v := range r.a.cfg.Headers {
 		hreq.Header.Set(k, v)
 	}
-	for k, v := range Headers(r.req, turn, attempt) {
+	for k, v := range r.a.cfg.RequestHeaders(r.req, turn, attempt) {
 		hreq.Header[k] = v
 	}
 	hreq.Header.Set("Content-Type", "application/json")

@@ -60,6 +60,9 @@ const (
 	HeaderContinued = "X-Chatd-Continued"
 	// HeaderUser is the user whose chat it is (the token's subject with CHATD_AUTH=jwt).
 	HeaderUser = "X-Chatd-User"
+	// HeaderUserToken is the bearer token the run's message was sent with, with
+	// Config.ForwardToken, when chatd has it (not for a run continued after a restart).
+	HeaderUserToken = "X-Chatd-User-Token"
 )
 
 // Config configures an HTTP agent.
@@ -70,6 +73,9 @@ type Config struct {
 	Protocol string
 	// Headers are sent with every request (the agent's own credentials, say).
 	Headers map[string]string
+	// ForwardToken sends the bearer token the run's message came with as
+	// X-Chatd-User-Token (CHATD_AGENT_FORWARD_TOKEN).
+	ForwardToken bool
 	// Client makes the requests; nil: one with no overall timeout (a turn lasts as long
 	// as the agent streams) and Timeout for silence.
 	Client *http.Client
@@ -99,6 +105,15 @@ func (c *Config) defaults() error {
 		c.Clock = clockwork.NewRealClock()
 	}
 	return nil
+}
+
+// Headers is Headers for c's agent: with ForwardToken, the user's token too.
+func (c Config) RequestHeaders(req conversation.Request, turn, attempt int) http.Header {
+	h := Headers(req, turn, attempt)
+	if c.ForwardToken && req.Token != "" {
+		h.Set(HeaderUserToken, req.Token)
+	}
+	return h
 }
 
 // Headers returns the headers chatd sends with a request of turn turn, attempt attempt

@@ -183,6 +183,9 @@ type Config struct {
 	// (CHATD_AGENT_PROTOCOL; docs/agents.md).
 	AgentURL      string
 	AgentProtocol string
+	// AgentForwardToken sends the HTTP agent the bearer token of the run's message
+	// (CHATD_AGENT_FORWARD_TOKEN, on|off).
+	AgentForwardToken bool
 	// SandboxDir holds the sandboxes' workspaces (CHATD_SANDBOX_DIR).
 	SandboxDir string
 	// Sandbox is where tools run commands (CHATD_SANDBOX): SandboxBwrap, under bubblewrap,
@@ -442,6 +445,8 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	c.ShellTool = env.onOff("CHATD_SHELL_TOOL", false)
 	fs.Var(onOff{&c.ShellTool}, "shell-tool", "on or off: offer the approval-gated shell tool (CHATD_SHELL_TOOL)")
 	fs.StringVar(&c.AgentURL, "agent-url", env.str("CHATD_AGENT_URL", ""), "with CHATD_AGENT=http: the agent's endpoint, POSTed for each turn (CHATD_AGENT_URL; docs/agents.md)")
+	c.AgentForwardToken = env.onOff("CHATD_AGENT_FORWARD_TOKEN", false)
+	fs.Var(onOff{&c.AgentForwardToken}, "agent-forward-token", "on or off: send an HTTP agent the bearer token of the run's message as X-Chatd-User-Token (CHATD_AGENT_FORWARD_TOKEN)")
 	fs.StringVar(&c.AgentProtocol, "agent-protocol", env.str("CHATD_AGENT_PROTOCOL", ""), "with CHATD_AGENT=http: aisdk (an AI SDK route) or agui (an AG-UI agent) (CHATD_AGENT_PROTOCOL)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", env.str("CHATD_MCP_CONFIG", ""), "JSON file of MCP servers whose tools the model is offered (CHATD_MCP_CONFIG; docs/tools.md)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", defaultSandboxDir(getenv, os.Geteuid())), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
@@ -697,8 +702,8 @@ func (c Config) validateAgent() error {
 		example, baseVar, key, base string
 		noKey                       string // what to say when neither key nor base URL is set
 	)
-	if c.Agent != AgentHTTP && (c.AgentURL != "" || c.AgentProtocol != "") {
-		return fmt.Errorf("CHATD_AGENT_URL and CHATD_AGENT_PROTOCOL apply to CHATD_AGENT=http only (CHATD_AGENT is %s)", c.Agent)
+	if c.Agent != AgentHTTP && (c.AgentURL != "" || c.AgentProtocol != "" || c.AgentForwardToken) {
+		return fmt.Errorf("CHATD_AGENT_URL, CHATD_AGENT_PROTOCOL and CHATD_AGENT_FORWARD_TOKEN apply to CHATD_AGENT=http only (CHATD_AGENT is %s)", c.Agent)
 	}
 	switch c.Agent {
 	case AgentHTTP:

@@ -127,11 +127,14 @@ func TestHTTPAgentAISDK(t *testing.T) {
 	a := startAISDKAgent(t)
 	env := httpAgentEnv(a)
 	env["CHATD_AUTH"], env["CHATD_JWT_SECRET"], env["CHATD_JWT_AUDIENCE"] = "jwt", testSecret, "chatd"
+	env["CHATD_AGENT_FORWARD_TOKEN"] = "on"
 	m, _ := startInProcess(t, env)
 	st := openStore(t, m.cfg.DatabaseURL)
+	tokens := map[string]string{}
 	dial := func(user string) (*wstest.Client, string) {
 		c := wstest.Dial(t, "ws://"+m.Addr()+"/v1/ws", nil)
 		c.Token = authtest.HS256(t, []byte(testSecret), authtest.Claims{Subject: user, Audience: "chatd", ExpiresAt: time.Now().Add(time.Hour)})
+		tokens[user] = c.Token
 		return c, c.Hello("").SessionID
 	}
 	c, session := dial("alice")
@@ -243,6 +246,12 @@ func TestHTTPAgentAISDK(t *testing.T) {
 	require.Equal(t, "You said: bob here.", replyText(sessionMessages(t, st, bobSession), ackB.RunID))
 	require.Equal(t, "alice", a.requests("alice here")[0].header("X-Chatd-User"))
 	require.Equal(t, "bob", a.requests("bob here")[0].header("X-Chatd-User"))
+	// CHATD_AGENT_FORWARD_TOKEN: each request carries its own user's token.
+	require.Equal(t, tokens["alice"], a.requests("alice here")[0].header("X-Chatd-User-Token"))
+	require.Equal(t, tokens["bob"], a.requests("bob here")[0].header("X-Chatd-User-Token"))
+	for _, r := range a.requests("") {
+		require.Equal(t, tokens[r.header("X-Chatd-User")], r.header("X-Chatd-User-Token"), "turn %s of run %s", r.header("X-Chatd-Turn"), r.header("X-Chatd-Run"))
+	}
 }
 
 // An HTTP agent's run across chatd's restarts: an approval waits through a restart and

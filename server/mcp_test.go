@@ -70,14 +70,16 @@ func deref(s *string) string {
 func TestMCPToolsThroughChatd(t *testing.T) {
 	srv := mcptest.Start(t)
 	model := agenttest.NewToolCaller(t)
-	env := toolCallerEnv(model, mcpFile(t, `{"mcpServers": {"t": {"url": "`+srv.URL+`", "forwardUser": true}}}`))
+	env := toolCallerEnv(model, mcpFile(t, `{"mcpServers": {"t": {"url": "`+srv.URL+`", "forwardUser": "token"}}}`))
 	env["CHATD_AUTH"], env["CHATD_JWT_SECRET"], env["CHATD_JWT_AUDIENCE"] = "jwt", testSecret, "chatd"
 	m, _ := startInProcess(t, env)
 	st := openStore(t, m.cfg.DatabaseURL)
 	wsURL := "ws://" + m.Addr() + "/v1/ws"
+	tokens := map[string]string{}
 	dial := func(user string) (*wstest.Client, string) {
 		c := wstest.Dial(t, wsURL, nil)
 		c.Token = authtest.HS256(t, []byte(testSecret), authtest.Claims{Subject: user, Audience: "chatd", ExpiresAt: time.Now().Add(time.Hour)})
+		tokens[user] = c.Token
 		return c, c.Hello("").SessionID
 	}
 	alice, aliceSession := dial("alice")
@@ -107,6 +109,16 @@ func TestMCPToolsThroughChatd(t *testing.T) {
 			out := deref(toolOf(t, sessionMessages(t, st, u.session), ack.RunID).Tool.Output)
 			require.Equal(t, "header="+u.name+" meta="+u.name, out)
 		}
+	}
+
+	// forwardUser "token": each call also carries the token its user's message came with.
+	for _, call := range srv.Calls() {
+		if call.Tool != "whoami" {
+			continue
+		}
+		require.Equal(t, tokens[call.UserHeader], call.TokenHeader, "the header: %s's own token", call.UserHeader)
+		require.Equal(t, tokens[call.UserMeta], call.TokenMeta)
+		require.NotEmpty(t, call.TokenHeader)
 	}
 
 	// Not read-only: a person decides, shown the server's tool and its exact arguments.

@@ -833,11 +833,12 @@ func (m *Server) mcpStatus(w http.ResponseWriter, _ *http.Request) {
 // chatd's own tools (and MCP servers') are not offered to it.
 func (m *Server) newHTTPAgent(clock clockwork.Clock) (conversation.Agent, error) {
 	cfg := httpagent.Config{
-		URL:      m.cfg.AgentURL,
-		Protocol: m.cfg.AgentProtocol,
-		Timeout:  m.cfg.ModelTimeout,
-		Clock:    clock,
-		Logger:   m.log.With().Str("component", "agent").Logger(),
+		URL:          m.cfg.AgentURL,
+		Protocol:     m.cfg.AgentProtocol,
+		Timeout:      m.cfg.ModelTimeout,
+		ForwardToken: m.cfg.AgentForwardToken,
+		Clock:        clock,
+		Logger:       m.log.With().Str("component", "agent").Logger(),
 	}
 	switch m.cfg.AgentProtocol {
 	case httpagent.ProtocolAISDK:
@@ -845,7 +846,7 @@ func (m *Server) newHTTPAgent(clock clockwork.Clock) (conversation.Agent, error)
 	case httpagent.ProtocolAGUI:
 		return agui.New(agui.Config{
 			URL:     cfg.URL,
-			Header:  func(req conversation.Request, attempt int) http.Header { return httpagent.Headers(req, 0, attempt) },
+			Header:  func(req conversation.Request, attempt int) http.Header { return cfg.RequestHeaders(req, 0, attempt) },
 			Timeout: cfg.Timeout,
 			Clock:   clock,
 			Logger:  cfg.Logger,

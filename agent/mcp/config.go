@@ -32,6 +32,8 @@ const (
 	ForwardNone = ""
 	// ForwardID sends the user's id.
 	ForwardID = "id"
+	// ForwardToken sends the user's id and the bearer token their message came with.
+	ForwardToken = "token"
 )
 
 // DefaultTimeout bounds a call when the configuration does not.
@@ -64,7 +66,8 @@ type ServerConfig struct {
 	Idempotent *bool `json:"idempotent"`
 	// Timeout bounds each call ("30s", "5m"; default 2m).
 	Timeout Duration `json:"timeout"`
-	// ForwardUser sends the caller's id to the server: "id" (or true). Default: nothing.
+	// ForwardUser sends the caller's id to the server: "id" (or true), or "token": the id
+	// and the bearer token their message was sent with. Default: nothing.
 	ForwardUser ForwardUser `json:"forwardUser"`
 	// Tools overrides the server's keys per tool, by the tool's name on the server.
 	Tools map[string]ToolConfig `json:"tools"`
@@ -118,12 +121,12 @@ func (f *ForwardUser) UnmarshalJSON(b []byte) error {
 		case "", "none":
 			*f = ForwardNone
 			return nil
-		case ForwardID:
-			*f = ForwardID
+		case ForwardID, ForwardToken:
+			*f = ForwardUser(v)
 			return nil
 		}
 	}
-	return fmt.Errorf(`%s: use true, false, "id" or "none" (a user's token is never forwarded: chatd does not keep it)`, b)
+	return fmt.Errorf(`%s: use true, false, "id", "token" or "none"`, b)
 }
 
 // serverName is what may name a server: its tools are offered as <server>__<tool>, so

@@ -29,14 +29,21 @@ const (
 	MetaIdempotencyKey = "chatd/idempotency-key"
 	// MetaUser is the caller's user id, with forwardUser.
 	MetaUser = "chatd/user"
+	// MetaUserToken is the bearer token the caller's message came with, with
+	// forwardUser "token" (when chatd has it: not for a run continued after a restart).
+	MetaUserToken = "chatd/user-token"
 	// MetaSession and MetaRun name the chat and the run the call belongs to.
 	MetaSession = "chatd/session"
 	MetaRun     = "chatd/run"
 )
 
 // HeaderUser carries the caller's user id on a streamable HTTP server's call requests,
-// with forwardUser.
-const HeaderUser = "X-Chatd-User"
+// with forwardUser; HeaderUserToken the bearer token their message came with, with
+// forwardUser "token".
+const (
+	HeaderUser      = "X-Chatd-User"
+	HeaderUserToken = "X-Chatd-User-Token"
+)
 
 // Options configure a Manager.
 type Options struct {
@@ -465,14 +472,23 @@ type identityTransport struct {
 
 type userKey struct{}
 
+// caller is who a call is for, as its request's context carries it.
+type caller struct{ user, token string }
+
 func (t *identityTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	for k, v := range t.headers {
 		req.Header.Set(k, v)
 	}
 	req.Header.Del(HeaderUser)
-	if user, ok := req.Context().Value(userKey{}).(string); ok && t.forward == ForwardID && user != "" {
-		req.Header.Set(HeaderUser, user)
+	req.Header.Del(HeaderUserToken)
+	if c, ok := req.Context().Value(userKey{}).(caller); ok && t.forward != ForwardNone {
+		if c.user != "" {
+			req.Header.Set(HeaderUser, c.user)
+		}
+		if c.token != "" && t.forward == ForwardToken {
+			req.Header.Set(HeaderUserToken, c.token)
+		}
 	}
 	return t.base.RoundTrip(req)
 }
@@ -532,12 +548,16 @@ func (t *tool) Run(ctx context.Context, input json.RawMessage, env agent.Env) (s
 	}
 	info, _ := agent.CallInfoFrom(ctx)
 	meta := sdk.Meta{MetaIdempotencyKey: info.CallID, MetaSession: info.SessionID.String(), MetaRun: info.RunID.String()}
-	if t.s.cfg.ForwardUser == ForwardID && info.Owner != "" {
+	who := caller{}
+	if fw := t.s.cfg.ForwardUser; fw != ForwardNone && info.Owner != "" {
 		meta[MetaUser] = info.Owner
-		ctx = context.WithValue(ctx, userKey{}, info.Owner)
-	} else {
-		ctx = context.WithValue(ctx, userKey{}, "")
+		who.user = info.Owner
+		if fw == ForwardToken && info.Token != "" {
+			meta[MetaUserToken] = info.Token
+			who.token = info.Token
+		}
 	}
+	ctx = context.WithValue(ctx, userKey{}, who)
 	var args any = map[string]any{}
 	if len(input) > 0 && string(input) != "null" {
 		args = json.RawMessage(input)

@@ -140,7 +140,7 @@ func TestParseRefusesBadConfigurationNamingServerAndKey(t *testing.T) {
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "tools": {"search": {"approval": "maybe"}}}}}`, `mcp server "docs": "tools" "search" "approval"`},
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "tools": {"search": {"retries": 3}}}}}`, `mcp server "docs": unknown key "retries"`},
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "timeout": "soon"}}}`, `mcp server "docs": "soon" is not a positive duration`},
-		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "forwardUser": "token"}}}`, `mcp server "docs"`},
+		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "forwardUser": "bearer"}}}`, `mcp server "docs"`},
 		{`{"mcpServers": {"a__b": {"url": "http://x/mcp"}}}`, `mcp server "a__b": the name`},
 		{`{"mcpServers": {"files": {"command": "x", "headers": {"a": "b"}}}}`, `mcp server "files": "headers" are for "url" servers`},
 		{`{"mcpServers": {"files": {"type": "sse", "url": "http://x/sse"}}}`, `mcp server "files": "type" "sse"`},

@@ -150,6 +150,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 type caller struct {
 	owner   string
 	expires time.Time
+	token   string // the bearer token, for tools and agents that pass it on
 }
 
 func (h *Handler) authed(f func(w http.ResponseWriter, r *http.Request, who caller)) http.HandlerFunc {
@@ -164,7 +165,7 @@ func (h *Handler) authed(f func(w http.ResponseWriter, r *http.Request, who call
 			writeError(w, errorf(conversation.CodeUnauthorized, "unauthorized"))
 			return
 		}
-		f(w, r, caller{owner: owner, expires: expires})
+		f(w, r, caller{owner: owner, expires: expires, token: token})
 	}
 }
 
@@ -373,7 +374,7 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, who caller) {
 	var requestID string
 	err = h.cfg.Hub.Do(r.Context(), sid, func(a *conversation.Actor) error {
 		var err error
-		runID, requestID, err = h.act(r.Context(), a, sid, req)
+		runID, requestID, err = h.act(r.Context(), a, sid, req, who.token)
 		return err
 	})
 	if err != nil {
@@ -460,7 +461,7 @@ func approvals(req sendBody) (map[string]bool, uuid.UUID, bool) {
 
 // act does what a POST asks of the session's actor and returns the run to stream, and
 // the requestId of a user message it sent (whose run, queued, may not have started).
-func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID, req sendBody) (uuid.UUID, string, error) {
+func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID, req sendBody, token string) (uuid.UUID, string, error) {
 	if req.Trigger == "regenerate-message" {
 		run, err := h.regenerate(ctx, a, sid, req)
 		return run, "", err
@@ -468,6 +469,7 @@ func (h *Handler) act(ctx context.Context, a *conversation.Actor, sid uuid.UUID,
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == "user" {
 		send := userSend(last, req.WhileRunning)
+		send.Token = token
 		if req.MessageID != "" {
 			// sendMessage({text, messageId}): an edit of the message it names.
 			h.flush(ctx, sid)

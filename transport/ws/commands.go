@@ -27,7 +27,7 @@ func (c *conn) command(f clientFrame) {
 		if !ok {
 			return
 		}
-		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content, WhileRunning: chat.DoubleText(f.WhileRunning), EditOf: editOf})
+		res, err := c.actor.Send(c.ctx, conversation.SendRequest{RequestID: *f.RequestID, Content: *f.Content, WhileRunning: chat.DoubleText(f.WhileRunning), EditOf: editOf, Token: c.token})
 		if err != nil {
 			c.replyErr(f.RequestID, err)
 			return

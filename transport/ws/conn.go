@@ -79,6 +79,9 @@ type conn struct {
 	actor *conversation.Actor
 	// user is who the hello's token named. Worker only.
 	user string
+	// token is the connection's bearer token (the hello's, then each auth.refresh's),
+	// sent with its messages for tools and agents that pass it on. Worker only.
+	token string
 	// userCounted: the connection counts against user's MaxConnsPerUser. Worker only;
 	// read by serve once the worker is done.
 	userCounted bool

@@ -95,6 +95,7 @@ func (c *conn) refresh(f clientFrame) {
 		return
 	}
 	c.armExpiry(exp)
+	c.token = f.Token
 	r := wireAuthRefreshed{Type: frameAuthRefreshed, RequestID: f.RequestID}
 	if !exp.IsZero() {
 		e := exp.UTC()

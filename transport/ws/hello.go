@@ -67,6 +67,7 @@ func (c *conn) hello(f clientFrame) {
 		return
 	}
 	c.user, c.userCounted = owner, true
+	c.token = f.Token
 	ok := false
 	defer func() {
 		if !ok {

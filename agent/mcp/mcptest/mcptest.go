@@ -29,8 +29,10 @@ type Call struct {
 	Key        string // _meta "chatd/idempotency-key"
 	UserHeader string // X-Chatd-User
 	UserMeta   string // _meta "chatd/user"
-	Cancelled  bool   // its context ended before it returned
-	Done       bool
+	// TokenHeader and TokenMeta are X-Chatd-User-Token and _meta "chatd/user-token".
+	TokenHeader, TokenMeta string
+	Cancelled              bool // its context ended before it returned
+	Done                   bool
 }
 
 // Server is a running test server.
@@ -216,9 +218,11 @@ func (s *Server) handler(tool string, f func(context.Context, *Call, *sdk.CallTo
 		if m := req.Params.Meta; m != nil {
 			c.Key, _ = m["chatd/idempotency-key"].(string)
 			c.UserMeta, _ = m["chatd/user"].(string)
+			c.TokenMeta, _ = m["chatd/user-token"].(string)
 		}
 		if req.Extra != nil && req.Extra.Header != nil {
 			c.UserHeader = req.Extra.Header.Get("X-Chatd-User")
+			c.TokenHeader = req.Extra.Header.Get("X-Chatd-User-Token")
 		}
 		s.mu.Lock()
 		s.calls = append(s.calls, c)
