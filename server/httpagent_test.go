@@ -75,6 +75,9 @@ func (r agentRequest) lastUser() string {
 		if m["role"] != "user" {
 			continue
 		}
+		if s, ok := m["content"].(string); ok { // AG-UI's
+			return s
+		}
 		parts, _ := m["parts"].([]any)
 		var b strings.Builder
 		for _, p := range parts {
@@ -258,11 +261,36 @@ func TestHTTPAgentAISDK(t *testing.T) {
 // the decision then goes to the route; kill -9 mid-answer, and the restarted chatd asks
 // the turn again with the partial answer, which the route continues: the stored answer
 // is the route's whole answer, once.
-func TestHTTPAgentAISDKAcrossRestarts(t *testing.T) {
-	a := startAISDKAgent(t)
+func TestHTTPAgentAcrossRestarts(t *testing.T) {
+	for _, p := range httpAgentProtocols {
+		t.Run(p.name, func(t *testing.T) { httpAgentAcrossRestarts(t, p) })
+	}
+}
+
+// httpAgentProtocols are the two kinds of agent, with what each answers an approved
+// approval.
+var httpAgentProtocols = []struct {
+	name     string
+	start    func(*testing.T) *aisdkAgent
+	env      func(*aisdkAgent) map[string]string
+	approved string
+}{
+	{"aisdk", startAISDKAgent, httpAgentEnv, "Transferred: transferred 5."},
+	{"agui", startAGUIAgent, func(a *aisdkAgent) map[string]string {
+		return map[string]string{"CHATD_AGENT": "http", "CHATD_AGENT_URL": a.base + "/", "CHATD_AGENT_PROTOCOL": "agui"}
+	}, "Deleted, as you approved."},
+}
+
+func httpAgentAcrossRestarts(t *testing.T, p struct {
+	name     string
+	start    func(*testing.T) *aisdkAgent
+	env      func(*aisdkAgent) map[string]string
+	approved string
+}) {
+	a := p.start(t)
 	dbURL := storetest.NewURL(t)
 	st := openStore(t, dbURL)
-	env := httpAgentEnv(a)
+	env := p.env(a)
 	env["DATABASE_URL"] = dbURL
 	env["CHATD_RECOVER"] = "continue"
 	proc := startChild(t, "chatd", env)
@@ -283,7 +311,7 @@ func TestHTTPAgentAISDKAcrossRestarts(t *testing.T) {
 	require.Equal(t, "ack", c.ReadReply("d1").Type)
 	end := c.ReadTerminal()
 	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
-	require.Equal(t, "Transferred: transferred 5.", replyText(sessionMessages(t, st, session), ack.RunID))
+	require.Contains(t, replyText(sessionMessages(t, st, session), ack.RunID), p.approved)
 
 	// kill -9 while the long answer streams.
 	ack = c.Chat("l1", "long")
@@ -318,8 +346,13 @@ func TestHTTPAgentAISDKAcrossRestarts(t *testing.T) {
 // A run of an HTTP agent followed by a WebSocket tab and by an AI SDK client at once:
 // both see it live, and both end equal to the stored transcript.
 func TestHTTPAgentFollowedByEveryClient(t *testing.T) {
-	a := startAISDKAgent(t)
-	m, _ := startInProcess(t, httpAgentEnv(a))
+	for _, p := range httpAgentProtocols {
+		t.Run(p.name, func(t *testing.T) { httpAgentFollowed(t, p.start(t), p.env) })
+	}
+}
+
+func httpAgentFollowed(t *testing.T, a *aisdkAgent, env func(*aisdkAgent) map[string]string) {
+	m, _ := startInProcess(t, env(a))
 	st := openStore(t, m.cfg.DatabaseURL)
 	body := `{"id":"follow-me","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"long"}]}]}`
 	resp, err := http.Post("http://"+m.Addr()+"/v1/aisdk/chat", "application/json", strings.NewReader(body))

@@ -21,6 +21,10 @@
 //   reasoning  a reasoning message, then text
 //   error      RUN_ERROR
 //   truncated  text, then the end of the body without RUN_FINISHED
+//   long       "w1 w2 ... w200", a word each 15 ms; when the messages end with an
+//              assistant message that is the start of that answer (a partial answer a
+//              client sends back after a crash), only the rest: what a model does with a
+//              partial answer to continue
 // GET /requests returns each POST's headers and body; GET /stats {aborts}.
 import http from "node:http";
 import path from "node:path";
@@ -97,6 +101,26 @@ async function run(input, req, res) {
     case "silent":
       open();
       return; // until the client goes away
+    case "long": {
+      const full = Array.from({ length: 200 }, (_, i) => `w${i + 1}`).join(" ");
+      const last = input.messages.at(-1);
+      let done = "";
+      if (last?.role === "assistant" && typeof last.content === "string" && full.startsWith(last.content)) done = last.content;
+      open();
+      send(EventType.RUN_STARTED, ids);
+      send(EventType.TEXT_MESSAGE_START, { messageId: "m1", role: "assistant" });
+      const rest = full.slice(done.length);
+      for (let i = 0; !closed && i < rest.length; ) {
+        const next = rest.indexOf(" ", i + 1);
+        const end = next === -1 ? rest.length : next;
+        send(EventType.TEXT_MESSAGE_CONTENT, { messageId: "m1", delta: rest.slice(i, end) });
+        i = end;
+        await sleep(15);
+      }
+      if (closed) return;
+      send(EventType.TEXT_MESSAGE_END, { messageId: "m1" });
+      return finish();
+    }
     case "slow":
       open();
       send(EventType.RUN_STARTED, ids);
