@@ -3,8 +3,10 @@ package conversation
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/chatd/chatd/chat"
 )
@@ -346,4 +348,34 @@ func samePending(x, y *chat.PendingApproval) bool {
 		return x == y
 	}
 	return x.ToolCallID == y.ToolCallID
+}
+
+// WaitDecision waits for the decision an AwaitApproval or AwaitDecision channel brings,
+// for an agent that expires approvals itself (its agent loop does the same with
+// Config's ApprovalExpire): with a non-zero deadline, when it passes first the call is
+// expired (out.Expire) and the expiry's denial is the decision. ErrRunEnded when the
+// channel closes, ctx's error when ctx ends.
+func WaitDecision(ctx context.Context, out Emitter, clock clockwork.Clock, callID string, ch <-chan Decision, deadline time.Time) (Decision, error) {
+	var expire <-chan time.Time
+	if !deadline.IsZero() {
+		t := clock.NewTimer(max(deadline.Sub(clock.Now()), 0))
+		defer t.Stop()
+		expire = t.Chan()
+	}
+	for {
+		select {
+		case d, ok := <-ch:
+			if !ok {
+				return d, ErrRunEnded
+			}
+			return d, nil
+		case <-expire:
+			expire = nil
+			if err := out.Expire(callID); err != nil {
+				return Decision{}, err
+			}
+		case <-ctx.Done():
+			return Decision{}, ctx.Err()
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -54,12 +55,11 @@ func (a *AISDK) Run(ctx context.Context, req conversation.Request, out conversat
 			return r.endOpenCalls()
 		}
 		for _, p := range pending {
-			select {
-			case d := <-p.ch:
-				r.decide(p.id, d.Approved)
-			case <-ctx.Done():
-				return ctx.Err()
+			d, err := conversation.WaitDecision(ctx, out, a.cfg.Clock, p.id, p.ch, a.expiry(p.asked))
+			if err != nil {
+				return err
 			}
+			r.decide(p.id, d.Approved)
 		}
 	}
 }
@@ -78,8 +78,20 @@ type aisdkRun struct {
 }
 
 type pendingApproval struct {
-	id string
-	ch <-chan conversation.Decision
+	id    string
+	ch    <-chan conversation.Decision
+	asked time.Time
+}
+
+// expiry is when a call first asked at asked expires (zero: never).
+func (a *AISDK) expiry(asked time.Time) time.Time {
+	if a.cfg.ApprovalExpire <= 0 {
+		return time.Time{}
+	}
+	if asked.IsZero() {
+		asked = a.cfg.Clock.Now()
+	}
+	return asked.Add(a.cfg.ApprovalExpire)
 }
 
 // resume takes up a Checkpoint: its messages are the run's, a call that waits for a
@@ -101,12 +113,11 @@ func (r *aisdkRun) resume(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			select {
-			case d := <-ch:
-				r.decide(t.CallID, d.Approved)
-			case <-ctx.Done():
-				return ctx.Err()
+			d, err := conversation.WaitDecision(ctx, r.out, r.a.cfg.Clock, t.CallID, ch, r.a.expiry(r.mine[i].CreatedAt))
+			if err != nil {
+				return err
 			}
+			r.decide(t.CallID, d.Approved)
 		case t.Status == chat.ToolRunning && t.Decision != nil && t.Decision.Approved:
 			r.decided[t.CallID] = true
 		case t.Status == chat.ToolRunning:
@@ -400,7 +411,7 @@ func (s *aisdkStream) chunk(data string) error {
 		r.close()
 		r.mine = append(r.mine, chat.Message{RunID: &r.req.RunID, Role: chat.RoleTool, Kind: chat.KindText, Status: chat.MessageComplete,
 			Tool: &chat.ToolCall{CallID: call.ID, Name: call.Name, Input: call.Input, Status: chat.ToolAwaitingApproval}})
-		s.pending = append(s.pending, pendingApproval{id: call.ID, ch: ch})
+		s.pending = append(s.pending, pendingApproval{id: call.ID, ch: ch, asked: r.a.cfg.Clock.Now()})
 	case "tool-output-available":
 		out := string(c.Output)
 		var str string

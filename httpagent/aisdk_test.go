@@ -181,3 +181,39 @@ func TestAISDKBadResponses(t *testing.T) {
 	require.Equal(t, "agent_error", e.Code)
 	require.True(t, strings.Contains(e.Message, "rate limit"))
 }
+
+// An approval nobody decides expires after ApprovalExpire (on the agent's clock): the
+// call is denied as expired and the next turn tells the route so.
+func TestAISDKApprovalExpires(t *testing.T) {
+	rt := &route{}
+	rt.answers = append(rt.answers,
+		stream(`{"type":"tool-input-available","toolCallId":"c1","toolName":"transfer","input":{"amount":5}}`,
+			`{"type":"tool-approval-request","approvalId":"a1","toolCallId":"c1"}`, `{"type":"finish"}`),
+		func(w http.ResponseWriter, body map[string]any) {
+			msgs := body["messages"].([]any)
+			parts := msgs[len(msgs)-1].(map[string]any)["parts"].([]any)
+			approved := parts[len(parts)-1].(map[string]any)["approval"].(map[string]any)["approved"]
+			stream(fmt.Sprintf(`{"type":"text-delta","id":"t","delta":"approved=%v"}`, approved), `{"type":"finish"}`)(w, body)
+		})
+	clock := clockwork.NewFakeClock()
+	srv := httptest.NewServer(rt)
+	t.Cleanup(srv.Close)
+	a, err := httpagent.NewAISDK(httpagent.Config{URL: srv.URL, Clock: clock, ApprovalExpire: time.Hour})
+	require.NoError(t, err)
+	rec := &agenttest.Recorder{Hold: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background(), request(), rec) }()
+	require.Equal(t, "c1", <-rec.Hold)
+	var runErr error
+	for waiting := true; waiting; {
+		select {
+		case runErr = <-done:
+			waiting = false
+		case <-time.After(5 * time.Millisecond):
+			clock.Advance(10 * time.Minute)
+		}
+	}
+	require.NoError(t, runErr)
+	require.Contains(t, rec.Log(), "expire: c1")
+	require.Equal(t, "approved=false", rec.Reply())
+}

@@ -81,6 +81,9 @@ type Config struct {
 	Client *http.Client
 	// Timeout ends a turn that receives nothing for this long (agent_timeout); default 2m.
 	Timeout time.Duration
+	// ApprovalExpire, when positive, is how long a call waits for its decision before it
+	// is denied as expired (CHATD_APPROVAL_EXPIRE), counted from when it was first asked.
+	ApprovalExpire time.Duration
 	// Retries is how many times a turn is asked again after a transient failure (no
 	// connection, 5xx, 429, a stream cut) before the run ends; default 3.
 	Retries int

@@ -833,23 +833,25 @@ func (m *Server) mcpStatus(w http.ResponseWriter, _ *http.Request) {
 // chatd's own tools (and MCP servers') are not offered to it.
 func (m *Server) newHTTPAgent(clock clockwork.Clock) (conversation.Agent, error) {
 	cfg := httpagent.Config{
-		URL:          m.cfg.AgentURL,
-		Protocol:     m.cfg.AgentProtocol,
-		Timeout:      m.cfg.ModelTimeout,
-		ForwardToken: m.cfg.AgentForwardToken,
-		Clock:        clock,
-		Logger:       m.log.With().Str("component", "agent").Logger(),
+		URL:            m.cfg.AgentURL,
+		Protocol:       m.cfg.AgentProtocol,
+		Timeout:        m.cfg.ModelTimeout,
+		ForwardToken:   m.cfg.AgentForwardToken,
+		ApprovalExpire: m.cfg.ApprovalExpire,
+		Clock:          clock,
+		Logger:         m.log.With().Str("component", "agent").Logger(),
 	}
 	switch m.cfg.AgentProtocol {
 	case httpagent.ProtocolAISDK:
 		return httpagent.NewAISDK(cfg)
 	case httpagent.ProtocolAGUI:
 		return agui.New(agui.Config{
-			URL:     cfg.URL,
-			Header:  func(req conversation.Request, attempt int) http.Header { return cfg.RequestHeaders(req, 0, attempt) },
-			Timeout: cfg.Timeout,
-			Clock:   clock,
-			Logger:  cfg.Logger,
+			URL:            cfg.URL,
+			Header:         func(req conversation.Request, attempt int) http.Header { return cfg.RequestHeaders(req, 0, attempt) },
+			Timeout:        cfg.Timeout,
+			ApprovalExpire: cfg.ApprovalExpire,
+			Clock:          clock,
+			Logger:         cfg.Logger,
 		})
 	default:
 		return nil, fmt.Errorf("CHATD_AGENT_PROTOCOL %q is not supported", m.cfg.AgentProtocol)

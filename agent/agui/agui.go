@@ -88,9 +88,12 @@ type Config struct {
 	// before anything streamed is retried, with backoff. 0: DefaultRetries; negative:
 	// none.
 	Retries int
-	// Clock times the backoff and Timeout; nil: the real one.
-	Clock  clockwork.Clock
-	Logger zerolog.Logger
+	// Clock times the backoff, Timeout and ApprovalExpire; nil: the real one.
+	Clock clockwork.Clock
+	// ApprovalExpire, when positive, is how long a call waits for its decision before it
+	// is denied as expired (CHATD_APPROVAL_EXPIRE), counted from when it was first asked.
+	ApprovalExpire time.Duration
+	Logger         zerolog.Logger
 }
 
 // Agent is a conversation.Agent that talks AG-UI to an agent over HTTP.
@@ -192,13 +195,14 @@ func (r *run) run(ctx context.Context) error {
 		// Every call is asked for at once, as a step's approvals are; the decisions are
 		// taken in order.
 		chans := make([]<-chan conversation.Decision, len(t.pending))
+		asked := r.a.cfg.Clock.Now()
 		for i, call := range t.pending {
 			if chans[i], err = r.out.AwaitApproval(call); err != nil {
 				return err
 			}
 		}
 		for i, call := range t.pending {
-			d, err := wait(ctx, chans[i])
+			d, err := conversation.WaitDecision(ctx, r.out, r.a.cfg.Clock, call.ID, chans[i], r.a.expiry(asked))
 			if err != nil {
 				return err
 			}
@@ -216,16 +220,15 @@ func (r *run) run(ctx context.Context) error {
 	}
 }
 
-func wait(ctx context.Context, ch <-chan conversation.Decision) (conversation.Decision, error) {
-	select {
-	case d, ok := <-ch:
-		if !ok {
-			return d, conversation.ErrRunEnded
-		}
-		return d, nil
-	case <-ctx.Done():
-		return conversation.Decision{}, ctx.Err()
+// expiry is when a call first asked at asked expires (zero: never).
+func (a *Agent) expiry(asked time.Time) time.Time {
+	if a.cfg.ApprovalExpire <= 0 {
+		return time.Time{}
 	}
+	if asked.IsZero() {
+		asked = a.cfg.Clock.Now()
+	}
+	return asked.Add(a.cfg.ApprovalExpire)
 }
 
 // settleCheckpoint settles the calls a continued run's checkpoint left open, and returns
@@ -256,7 +259,7 @@ func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, error) {
 		approved := t.Status == chat.ToolRunning && t.Decision != nil && t.Decision.Approved
 		switch {
 		case t.Status == chat.ToolAwaitingApproval:
-			d, err := wait(ctx, waits[i])
+			d, err := conversation.WaitDecision(ctx, r.out, r.a.cfg.Clock, t.CallID, waits[i], r.a.expiry(m.CreatedAt))
 			if err != nil {
 				return nil, err
 			}
