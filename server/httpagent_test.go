@@ -31,17 +31,23 @@ type aisdkAgent struct {
 }
 
 func startAISDKAgent(t *testing.T) *aisdkAgent {
+	return startNodeAgent(t, filepath.Join("..", "web", "test", "agents", "aisdk-agent.mjs"))
+}
+
+// startNodeAgent runs a test agent's node script with args after its port (0: any) and
+// reads the port from its first line, "listening <port>".
+func startNodeAgent(t *testing.T, script string, args ...string) *aisdkAgent {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	require.NoError(t, err)
-	script, err := filepath.Abs(filepath.Join("..", "web", "test", "agents", "aisdk-agent.mjs"))
+	script, err = filepath.Abs(script)
 	require.NoError(t, err)
-	cmd := exec.Command(node, script, "0")
+	cmd := exec.Command(node, append([]string{script, "0"}, args...)...)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start(), "node (npm ci in web/ installs the ai package)")
+	require.NoError(t, cmd.Start(), "node (npm ci in web/ installs the agents' packages)")
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "the agent's first line")
@@ -269,24 +275,21 @@ func TestHTTPAgentAcrossRestarts(t *testing.T) {
 
 // httpAgentProtocols are the two kinds of agent, with what each answers an approved
 // approval.
-var httpAgentProtocols = []struct {
+type httpAgentProtocol struct {
 	name     string
 	start    func(*testing.T) *aisdkAgent
 	env      func(*aisdkAgent) map[string]string
 	approved string
-}{
+}
+
+var httpAgentProtocols = []httpAgentProtocol{
 	{"aisdk", startAISDKAgent, httpAgentEnv, "Transferred: transferred 5."},
 	{"agui", startAGUIAgent, func(a *aisdkAgent) map[string]string {
 		return map[string]string{"CHATD_AGENT": "http", "CHATD_AGENT_URL": a.base + "/", "CHATD_AGENT_PROTOCOL": "agui"}
 	}, "Deleted, as you approved."},
 }
 
-func httpAgentAcrossRestarts(t *testing.T, p struct {
-	name     string
-	start    func(*testing.T) *aisdkAgent
-	env      func(*aisdkAgent) map[string]string
-	approved string
-}) {
+func httpAgentAcrossRestarts(t *testing.T, p httpAgentProtocol) {
 	a := p.start(t)
 	dbURL := storetest.NewURL(t)
 	st := openStore(t, dbURL)
@@ -432,24 +435,9 @@ func TestHTTPAgentTimeout(t *testing.T) {
 // @ag-ui/core and @ag-ui/encoder packages.
 func startAGUIAgent(t *testing.T) *aisdkAgent {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	require.NoError(t, err)
-	script, err := filepath.Abs(filepath.Join("..", "agent", "agui", "testdata", "server.mjs"))
-	require.NoError(t, err)
 	modules, err := filepath.Abs(filepath.Join("..", "web", "node_modules"))
 	require.NoError(t, err)
-	cmd := exec.Command(node, script, "0", modules)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	var port int
-	_, err = fmt.Sscanf(line, "listening %d", &port)
-	require.NoError(t, err, "%q", line)
-	return &aisdkAgent{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	return startNodeAgent(t, filepath.Join("..", "agent", "agui", "testdata", "server.mjs"), modules)
 }
 
 // chatd in front of an AG-UI agent: its text, a tool it runs, a call it leaves to the
