@@ -223,6 +223,8 @@ type Progress struct {
 const (
 	MaxProgressSteps = 1_000_000
 	MaxProgressLabel = 200
+	// MaxAgentState bounds Run.AgentState, in bytes of JSON.
+	MaxAgentState = 256 << 10
 )
 
 // Run is one user message and everything produced for it.
@@ -237,7 +239,12 @@ type Run struct {
 	LastActivityAt time.Time
 	Usage          Usage
 	// Progress is the run's progress as last reported, nil when none was.
-	Progress     *Progress
+	Progress *Progress
+	// AgentState is the state the run's agent last reported (an AG-UI agent's shared
+	// state, a JSON value of at most MaxAgentState bytes), nil when it reported none.
+	// It is the agent's, given back to it on the session's next request; no transport
+	// shows it.
+	AgentState   json.RawMessage `json:"-"`
 	Model        string
 	CancelReason CancelReason // "" unless cancelled or interrupted for a reason
 	// Recoveries counts how often the run was continued after its process died.

@@ -343,6 +343,8 @@ func (a *Actor) handle(it intent) {
 		a.onUsage(it.run, it.usage)
 	case *progressIntent:
 		a.onProgress(it.run, it.progress)
+	case *agentStateIntent:
+		a.onAgentState(it.run, it.state)
 	case *noticeIntent:
 		it.reply <- a.onNotice(it.run, it.text)
 	case *steerIntent:

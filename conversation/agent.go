@@ -44,6 +44,11 @@ type Request struct {
 	//   - a last assistant segment that did not complete holds the partial text the
 	//     model should continue from; the continuation streams as new segments.
 	Checkpoint []chat.Message
+	// AgentState returns the state the session's agent last reported (Emitter.State,
+	// in this run or the session's runs before it, on any node), nil for none. Only
+	// an agent that keeps state calls it: when this process does not know the state it
+	// costs one read of the database, so call it once per model turn at most.
+	AgentState func() (json.RawMessage, error)
 }
 
 // Emitter receives an agent's output, in order. Its methods must be called from one
@@ -107,6 +112,12 @@ type Emitter interface {
 	// control characters (one line), or it is refused with an *Error of CodeBadRequest
 	// and the run goes on; Progress(0, 0, "") clears it.
 	Progress(step, of int, label string) error
+	// State records the agent's state as it stands now (AG-UI's shared state: any JSON
+	// value of at most chat.MaxAgentState bytes). It replaces the run's state, is stored
+	// write-behind with the run like its progress, and is what Request.AgentState gives
+	// back to the session's next run; no client sees it. State that is not JSON or is
+	// too large is refused with an *Error of CodeBadRequest and the run goes on.
+	State(state json.RawMessage) error
 }
 
 // Usage counts model tokens.

@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -44,6 +45,7 @@ const (
 type Store interface {
 	SessionCreateLimited(ctx context.Context, sess chat.Session, max int) (chat.Session, error)
 	MessagesByRun(ctx context.Context, runID uuid.UUID) ([]chat.Message, error)
+	SessionAgentState(ctx context.Context, sessionID uuid.UUID) (json.RawMessage, error)
 	MessagesPath(ctx context.Context, sessionID uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error)
 	MessageChildren(ctx context.Context, sessionID uuid.UUID, parent *uuid.UUID) ([]uuid.UUID, error)
 	MessageNewestBelow(ctx context.Context, sessionID, id uuid.UUID) (uuid.UUID, error)

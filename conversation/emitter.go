@@ -189,6 +189,14 @@ func (e *emitter) Progress(step, of int, label string) error {
 	return e.post(&progressIntent{e.run, p})
 }
 
+func (e *emitter) State(state json.RawMessage) error {
+	s, err := checkAgentState(state)
+	if err != nil {
+		return err
+	}
+	return e.post(&agentStateIntent{e.run, s})
+}
+
 func (e *emitter) post(it intent) error {
 	if e.run.ctx.Err() != nil {
 		return ErrRunEnded

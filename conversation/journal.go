@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,6 +57,11 @@ type sessionJournal struct {
 	// reads them); requestsComplete: all of them, so one not there is new.
 	requests         map[string]bool
 	requestsComplete bool
+	// agentState is the state an agent last reported in the session, when
+	// agentStateKnown: reported in this journal's life, so at least as new as what the
+	// database holds.
+	agentState      json.RawMessage
+	agentStateKnown bool
 
 	// The session's lease (nil lease: none is held, the process is alone on its
 	// database): token is what it was acquired with (0 until then), mirrored for the
@@ -101,6 +107,7 @@ func (j *sessionJournal) load(owner string, check bool) (*chat.Session, error) {
 		}
 	}
 	if !j.loaded {
+		j.agentState, j.agentStateKnown = nil, false // another process may have run it
 		j.nextPos = max(o.MaxPosition, maxQueuedPosition(queued)) + 1
 		leaf := leafOver(o.Session.ActiveLeaf, queued)
 		j.setLeaf(leaf, nil, !o.LeafHasChildren && sameID(leaf, o.Session.ActiveLeaf))
@@ -550,6 +557,31 @@ func (j *sessionJournal) startRetry(run chat.Run, user uuid.UUID, maxActive int)
 
 // reload forgets the next position, for when rows were stored behind the journal's back
 // (a run start reported as failed that committed).
+// knowAgentState records state as the session's latest agent state (Emitter.State).
+func (j *sessionJournal) knowAgentState(state json.RawMessage) {
+	j.agentState, j.agentStateKnown = state, true
+}
+
+// agentStateReader returns Request.AgentState: the state this journal knows, or a read
+// of the newest stored one, made on the caller's goroutine. A state this journal has
+// not seen reported cannot be queued behind the read.
+func (j *sessionJournal) agentStateReader() func() (json.RawMessage, error) {
+	if j.agentStateKnown {
+		state := j.agentState
+		return func() (json.RawMessage, error) { return state, nil }
+	}
+	return func() (json.RawMessage, error) {
+		ctx, cancel := j.ctx()
+		defer cancel()
+		state, err := j.st.SessionAgentState(ctx, j.session)
+		if err != nil {
+			j.log().Error().Err(err).Msg("read the agent's state")
+			return nil, errorf(CodeStorage, "could not read the agent's state: the database is unavailable")
+		}
+		return state, nil
+	}
+}
+
 func (j *sessionJournal) reload() {
 	j.loaded = false
 	j.recent.forget()

@@ -1,6 +1,8 @@
 package conversation
 
 import (
+	"bytes"
+	"encoding/json"
 	"unicode/utf8"
 
 	"github.com/chatd/chatd/chat"
@@ -56,8 +58,8 @@ func (a *Actor) onProgress(run *runState, p *chat.Progress) {
 	}
 }
 
-// storeProgress queues the active run's latest progress, if it is not queued yet, and
-// starts a window in which the next reports wait.
+// storeProgress queues the active run's latest progress and agent state, if they are
+// not queued yet, and starts a window in which the next reports wait.
 func (a *Actor) storeProgress() {
 	run := a.run
 	if run == nil || !run.progressDirty {
@@ -70,6 +72,39 @@ func (a *Actor) storeProgress() {
 		a.logger().Error().Err(err).Str("run_id", run.info.ID.String()).Msg("store a run's progress")
 	}
 	a.arm(&a.progressT, a.cfg.ProgressStoreInterval)
+}
+
+// agentStateIntent is an agent's state report (Emitter.State), checked.
+type agentStateIntent struct {
+	run   *runState
+	state json.RawMessage
+}
+
+// checkAgentState validates a state report: one JSON value of at most
+// chat.MaxAgentState bytes, kept compact.
+func checkAgentState(state json.RawMessage) (json.RawMessage, error) {
+	if len(state) > chat.MaxAgentState {
+		return nil, errorf(CodeBadRequest, "agent state is %d bytes; the limit is %d", len(state), chat.MaxAgentState)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, state); err != nil || b.Len() == 0 {
+		return nil, errorf(CodeBadRequest, "agent state is not JSON")
+	}
+	return json.RawMessage(b.Bytes()), nil
+}
+
+// onAgentState makes state the run's and the session's latest agent state; like
+// progress, it is stored write-behind with the run. No tab is told: it is the agent's.
+func (a *Actor) onAgentState(run *runState, state json.RawMessage) {
+	if !a.isCurrent(run) {
+		return
+	}
+	run.info.AgentState = state
+	a.journal.knowAgentState(state)
+	run.progressDirty = true
+	if a.progressT.timer == nil {
+		a.storeProgress()
+	}
 }
 
 func sameProgress(x, y *chat.Progress) bool {

@@ -38,7 +38,7 @@ type runState struct {
 
 	// counted is the status the run is counted under in chatd_runs_active, "" for none.
 	counted chat.RunStatus
-	// progressDirty: the run's progress changed since it was last queued for the
+	// progressDirty: the run's progress or agent state changed since it was last queued for the
 	// database (see progress.go).
 	progressDirty bool
 	// tail is the run's last message (its user message before it wrote any): the
@@ -255,7 +255,8 @@ func (a *Actor) startRunAgent(run *runState, user chat.Message, checkpoint []cha
 		run.tail = &checkpoint[len(checkpoint)-1].ID
 	}
 	read := a.historyReader(user.ParentID)
-	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Owner: a.session.Owner, Token: run.token, Content: user.Content, Checkpoint: checkpoint}
+	req := Request{SessionID: a.id, RunID: run.info.ID, RequestID: run.info.RequestID, Owner: a.session.Owner, Token: run.token, Content: user.Content, Checkpoint: checkpoint,
+		AgentState: a.journal.agentStateReader()}
 	a.startAgent(run, func() (Request, error) {
 		history, err := read()
 		if err != nil {

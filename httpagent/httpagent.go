@@ -48,7 +48,7 @@ const (
 	// HeaderRun is the run the turn belongs to.
 	HeaderRun = "X-Chatd-Run"
 	// HeaderTurn counts the run's turns: 1 for the first request of a run, 2 for the one
-	// after an approval, and so on (aisdk only).
+	// after an approval, and so on, counted by the process that asks.
 	HeaderTurn = "X-Chatd-Turn"
 	// HeaderAttempt counts the requests for one turn: 1, then 2 and up when the turn is
 	// asked again (a retry after a failure, a cut stream, the run continued after chatd
@@ -120,8 +120,7 @@ func (c Config) RequestHeaders(req conversation.Request, turn, attempt int) http
 }
 
 // Headers returns the headers chatd sends with a request of turn turn, attempt attempt
-// (both from 1) of the run req; turn 0 leaves X-Chatd-Turn out (the AG-UI client does
-// not count turns).
+// (both from 1) of the run req; turn 0 leaves X-Chatd-Turn out.
 func Headers(req conversation.Request, turn, attempt int) http.Header {
 	h := http.Header{}
 	h.Set(HeaderSession, req.SessionID.String())

@@ -76,6 +76,7 @@ type Run struct {
 	ProgressStep     int32
 	ProgressOf       int32
 	ProgressLabel    string
+	AgentState       json.RawMessage
 }
 
 type Session struct {

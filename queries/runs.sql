@@ -63,6 +63,7 @@ SET status = @status,
     progress_step = @progress_step,
     progress_of = @progress_of,
     progress_label = @progress_label,
+    agent_state = sqlc.narg(agent_state)::jsonb,
     cancel_reason = @cancel_reason,
     recoveries = @recoveries,
     dismissed_at = @dismissed_at,
@@ -73,6 +74,12 @@ WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
 -- name: RunLatest :one
 -- The session's newest run.
 SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;
+
+-- name: SessionAgentState :one
+-- The state an agent last reported in the session: its newest run's that has one.
+SELECT agent_state FROM runs
+WHERE session_id = @session_id AND agent_state IS NOT NULL
+ORDER BY started_at DESC, id DESC LIMIT 1;
 
 -- name: RunInsertRetry :one
 -- Stores a run that answers the user message of the run it retries (it has none of its
@@ -123,6 +130,7 @@ WITH active AS (
         progress_step = @progress_step,
         progress_of = @progress_of,
         progress_label = @progress_label,
+        agent_state = sqlc.narg(agent_state)::jsonb,
         cancel_reason = @cancel_reason,
         recoveries = @recoveries,
         dismissed_at = @dismissed_at,

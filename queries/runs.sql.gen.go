@@ -7,6 +7,7 @@ package queries
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,12 +33,13 @@ WITH active AS (
         progress_step = $12,
         progress_of = $13,
         progress_label = $14,
-        cancel_reason = $15,
-        recoveries = $16,
-        dismissed_at = $17,
-        resume_request_ids = $18::text[]
-    WHERE runs.id = $2 AND runs.status = ANY($19::text[])
-        AND ($20::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $20 FOR KEY SHARE))
+        agent_state = $15::jsonb,
+        cancel_reason = $16,
+        recoveries = $17,
+        dismissed_at = $18,
+        resume_request_ids = $19::text[]
+    WHERE runs.id = $2 AND runs.status = ANY($20::text[])
+        AND ($21::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $21 FOR KEY SHARE))
         AND ($1::int <= 0 OR (SELECT n FROM active) < $1::int)
     RETURNING runs.session_id, runs.last_activity_at
 ), marked AS (
@@ -63,6 +65,7 @@ type RunContinueParams struct {
 	ProgressStep     int32
 	ProgressOf       int32
 	ProgressLabel    string
+	AgentState       json.RawMessage
 	CancelReason     *string
 	Recoveries       int32
 	DismissedAt      *time.Time
@@ -96,6 +99,7 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 		arg.ProgressStep,
 		arg.ProgressOf,
 		arg.ProgressLabel,
+		arg.AgentState,
 		arg.CancelReason,
 		arg.Recoveries,
 		arg.DismissedAt,
@@ -109,7 +113,7 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 }
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -139,12 +143,13 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.ProgressStep,
 		&i.ProgressOf,
 		&i.ProgressLabel,
+		&i.AgentState,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -179,6 +184,7 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.ProgressStep,
 		&i.ProgressOf,
 		&i.ProgressLabel,
+		&i.AgentState,
 	)
 	return i, err
 }
@@ -244,7 +250,7 @@ func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetr
 }
 
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -275,6 +281,7 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.ProgressStep,
 		&i.ProgressOf,
 		&i.ProgressLabel,
+		&i.AgentState,
 	)
 	return i, err
 }
@@ -385,12 +392,13 @@ SET status = $1,
     progress_step = $10,
     progress_of = $11,
     progress_label = $12,
-    cancel_reason = $13,
-    recoveries = $14,
-    dismissed_at = $15,
-    resume_request_ids = $16::text[]
-WHERE runs.id = $17 AND runs.status = ANY($18::text[])
-    AND ($19::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $19 FOR KEY SHARE))
+    agent_state = $13::jsonb,
+    cancel_reason = $14,
+    recoveries = $15,
+    dismissed_at = $16,
+    resume_request_ids = $17::text[]
+WHERE runs.id = $18 AND runs.status = ANY($19::text[])
+    AND ($20::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $20 FOR KEY SHARE))
 `
 
 type RunUpdateParams struct {
@@ -406,6 +414,7 @@ type RunUpdateParams struct {
 	ProgressStep     int32
 	ProgressOf       int32
 	ProgressLabel    string
+	AgentState       json.RawMessage
 	CancelReason     *string
 	Recoveries       int32
 	DismissedAt      *time.Time
@@ -431,6 +440,7 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 		arg.ProgressStep,
 		arg.ProgressOf,
 		arg.ProgressLabel,
+		arg.AgentState,
 		arg.CancelReason,
 		arg.Recoveries,
 		arg.DismissedAt,
@@ -464,4 +474,18 @@ SELECT id FROM runs WHERE session_id = $1 FOR UPDATE
 func (q *Queries) RunsLockBySession(ctx context.Context, db DBTX, sessionID uuid.UUID) error {
 	_, err := db.Exec(ctx, runsLockBySession, sessionID)
 	return err
+}
+
+const sessionAgentState = `-- name: SessionAgentState :one
+SELECT agent_state FROM runs
+WHERE session_id = $1 AND agent_state IS NOT NULL
+ORDER BY started_at DESC, id DESC LIMIT 1
+`
+
+// The state an agent last reported in the session: its newest run's that has one.
+func (q *Queries) SessionAgentState(ctx context.Context, db DBTX, sessionID uuid.UUID) (json.RawMessage, error) {
+	row := db.QueryRow(ctx, sessionAgentState, sessionID)
+	var agent_state json.RawMessage
+	err := row.Scan(&agent_state)
+	return agent_state, err
 }

@@ -65,6 +65,7 @@ type agentRequest struct {
 		ID       string           `json:"id"`
 		Trigger  string           `json:"trigger"`
 		Messages []map[string]any `json:"messages"`
+		State    json.RawMessage  `json:"state"` // AG-UI's
 	} `json:"body"`
 }
 
@@ -299,6 +300,11 @@ func httpAgentAcrossRestarts(t *testing.T, p httpAgentProtocol) {
 	proc := startChild(t, "chatd", env)
 	c := wstest.Dial(t, proc.wsURL(), nil)
 	session := c.Hello("").SessionID
+	const state = `{"counter":2,"items":["a","b"]}`
+	if p.name == "agui" {
+		c.Chat("s1", "state") // the agent's state, to be given back after the restart
+		require.Equal(t, "chat.done", c.ReadTerminal().Type)
+	}
 
 	ack := c.Chat("a1", "approve")
 	waiting := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == "awaiting_approval" })
@@ -315,6 +321,13 @@ func httpAgentAcrossRestarts(t *testing.T, p httpAgentProtocol) {
 	end := c.ReadTerminal()
 	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
 	require.Contains(t, replyText(sessionMessages(t, st, session), ack.RunID), p.approved)
+	if p.name == "agui" {
+		reqs := a.requests("approve")
+		require.Len(t, reqs, 2, "asked, then answered after the restart")
+		for _, r := range reqs {
+			require.JSONEq(t, state, string(r.Body.State), "the state the agent left, before the restart and after it")
+		}
+	}
 
 	// kill -9 while the long answer streams.
 	ack = c.Chat("l1", "long")
@@ -479,6 +492,7 @@ func TestHTTPAgentAGUI(t *testing.T) {
 	require.Equal(t, "alice", headers["x-chatd-user"])
 	require.Equal(t, ack.RunID, headers["x-chatd-run"])
 	require.Equal(t, "1", headers["x-chatd-attempt"])
+	require.Equal(t, "1", headers["x-chatd-turn"])
 	body := first["body"].(map[string]any)
 	require.Equal(t, session, body["threadId"])
 	require.Equal(t, ack.RunID, body["runId"])
@@ -501,6 +515,13 @@ func TestHTTPAgentAGUI(t *testing.T) {
 	end = c.ReadTerminal()
 	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
 	require.Contains(t, replyText(sessionMessages(t, st, session), ack.RunID), "Deleted, as you approved.")
+	var turns []any
+	for _, r := range aguiRequests() {
+		if h := r["headers"].(map[string]any); h["x-chatd-run"] == ack.RunID {
+			turns = append(turns, h["x-chatd-turn"])
+		}
+	}
+	require.Equal(t, []any{"1", "2"}, turns, "the answer to the approval is the run's second turn")
 
 	ack = c.Chat("r-steps", "steps")
 	progressed := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Progress != nil })

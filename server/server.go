@@ -847,7 +847,7 @@ func (m *Server) newHTTPAgent(clock clockwork.Clock) (conversation.Agent, error)
 	case httpagent.ProtocolAGUI:
 		return agui.New(agui.Config{
 			URL:            cfg.URL,
-			Header:         func(req conversation.Request, attempt int) http.Header { return cfg.RequestHeaders(req, 0, attempt) },
+			Header:         cfg.RequestHeaders,
 			Timeout:        cfg.Timeout,
 			ApprovalExpire: cfg.ApprovalExpire,
 			Clock:          clock,

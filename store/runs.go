@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -199,6 +200,7 @@ func (s *Store) RunContinue(ctx context.Context, run chat.Run, maxActive int, fr
 			ProgressStep:     p.ProgressStep,
 			ProgressOf:       p.ProgressOf,
 			ProgressLabel:    p.ProgressLabel,
+			AgentState:       p.AgentState,
 			CancelReason:     p.CancelReason,
 			Recoveries:       p.Recoveries,
 			DismissedAt:      p.DismissedAt,
@@ -236,6 +238,7 @@ func runUpdateParams(run chat.Run, from []chat.RunStatus) queries.RunUpdateParam
 		ProgressStep:     step,
 		ProgressOf:       of,
 		ProgressLabel:    label,
+		AgentState:       run.AgentState,
 		CancelReason:     nilIfEmpty(string(run.CancelReason)),
 		Recoveries:       int32(run.Recoveries),
 		DismissedAt:      timestampPtr(run.DismissedAt),
@@ -282,6 +285,7 @@ func runFromRow(r queries.Run) chat.Run {
 			ContextTokens: r.ContextTokens, ContextWindow: r.ContextWindow,
 		},
 		Progress:         progressOf(r.ProgressStep, r.ProgressOf, r.ProgressLabel),
+		AgentState:       r.AgentState,
 		Model:            r.Model,
 		CancelReason:     chat.CancelReason(deref(r.CancelReason)),
 		Recoveries:       int(r.Recoveries),
@@ -289,6 +293,19 @@ func runFromRow(r queries.Run) chat.Run {
 		ResumeRequestIDs: slices.Clip(nilIfNone(r.ResumeRequestIds)),
 		RetryOf:          r.RetryOf,
 	}
+}
+
+// SessionAgentState returns the state an agent last reported in the session (the
+// newest run's Run.AgentState that is set), nil when none did.
+func (s *Store) SessionAgentState(ctx context.Context, sessionID uuid.UUID) (json.RawMessage, error) {
+	state, err := s.q.SessionAgentState(ctx, s.db, sessionID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get the agent state of session %s: %w", sessionID, mapErr(err))
+	}
+	return state, nil
 }
 
 // RunStartRetry stores run, which regenerates the answer of run.RetryOf: it answers

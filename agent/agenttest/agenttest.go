@@ -330,6 +330,7 @@ func (r *Recorder) Notice(text string) error { return r.add("notice: %s", text) 
 func (r *Recorder) Progress(step, of int, label string) error {
 	return r.add("progress: %d/%d %s", step, of, label)
 }
+func (r *Recorder) State(state json.RawMessage) error { return r.add("state: %s", state) }
 func (r *Recorder) Usage(u conversation.Usage) error {
 	return r.add("usage: %d %d %d %d", u.InputTokens, u.OutputTokens, u.ContextTokens, u.ContextWindow)
 }

@@ -24,9 +24,11 @@
 // ACTIVITY_*, RAW, CUSTOM, SUBAGENT_* and REASONING_ENCRYPTED_VALUE are ignored, as are
 // event types this package does not know.
 //
-// The state is kept in memory, per session, for the life of the process: it is not
-// stored, so after a restart a session's next run starts from {} (the agent's own
-// persistence, if it has any, is unaffected).
+// The state is stored on the run (Emitter.State) as it changes, write-behind, and given
+// back from the session's newest run that has one (Request.AgentState): a session's
+// next run sends the state its last one left, on any node and after any restart, and a
+// run continued after a crash sends the state as it was last stored. A state larger
+// than chat.MaxAgentState ends the run with CodeBadResponse.
 package agui
 
 import (
@@ -41,7 +43,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
@@ -66,10 +67,6 @@ const (
 	maxBackoff = 30 * time.Second
 )
 
-// maxStates bounds how many sessions' states the Agent keeps; past it, one is forgotten
-// for each new one.
-const maxStates = 10_000
-
 // Config configures an Agent.
 type Config struct {
 	// URL is the agent's endpoint, which RunAgentInput is POSTed to.
@@ -78,9 +75,10 @@ type Config struct {
 	// for long, Timeout bounds the silence between events).
 	Client *http.Client
 	// Header gives the headers of a request of req's run (chatd's identity and run
-	// headers); attempt is 1 for a turn's first try and counts its retries. May be nil.
-	// Content-Type and Accept are set after it.
-	Header func(req conversation.Request, attempt int) http.Header
+	// headers); turn counts the run's turns in this process (1, then 2 after an
+	// approval...), attempt is 1 for a turn's first try and counts its retries. May be
+	// nil. Content-Type and Accept are set after it.
+	Header func(req conversation.Request, turn, attempt int) http.Header
 	// Timeout ends the run with CodeTimeout when no event comes for this long (also
 	// while waiting for the answer's headers). 0: DefaultTimeout.
 	Timeout time.Duration
@@ -101,9 +99,6 @@ type Agent struct {
 	cfg Config
 	// backoff is the first retry's wait (minBackoff; tests shorten it).
 	backoff time.Duration
-
-	mu     sync.Mutex
-	states map[uuid.UUID]json.RawMessage
 }
 
 var _ conversation.Agent = (*Agent)(nil)
@@ -129,32 +124,19 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	return &Agent{cfg: cfg, backoff: minBackoff, states: map[uuid.UUID]json.RawMessage{}}, nil
-}
-
-// State returns the latest state the agent reported for a session, nil for none.
-func (a *Agent) State(session uuid.UUID) json.RawMessage {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.states[session]
-}
-
-func (a *Agent) setState(session uuid.UUID, s json.RawMessage) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.states[session]; !ok && len(a.states) >= maxStates {
-		for k := range a.states {
-			delete(a.states, k)
-			break
-		}
-	}
-	a.states[session] = s
+	return &Agent{cfg: cfg, backoff: minBackoff}, nil
 }
 
 // Run runs one chatd run: as many AG-UI runs (turns) of the agent as its approvals take.
 func (a *Agent) Run(ctx context.Context, req conversation.Request, out conversation.Emitter) error {
-	r := &run{a: a, req: req, out: out, state: a.State(req.SessionID),
-		log: a.cfg.Logger.With().Str("run_id", req.RunID.String()).Logger()}
+	r := &run{a: a, req: req, out: out, log: a.cfg.Logger.With().Str("run_id", req.RunID.String()).Logger()}
+	if req.AgentState != nil {
+		state, err := req.AgentState()
+		if err != nil {
+			return err
+		}
+		r.state = state
+	}
 	err := r.run(ctx)
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -171,6 +153,7 @@ type run struct {
 	msgs  []message
 	// started and finished count the steps (STEP_STARTED, STEP_FINISHED) of the run.
 	started, finished int
+	turns             int // the turns asked so far
 }
 
 func (r *run) run(ctx context.Context) error {
@@ -303,6 +286,7 @@ func (r *run) turn(ctx context.Context, resume []resumeEntry) (*turnState, error
 	}
 	cfg := &r.a.cfg
 	backoff := r.a.backoff
+	r.turns++
 	for attempt := 1; ; attempt++ {
 		t, retry, after, err := r.attempt(ctx, body, attempt)
 		if err == nil || !retry || attempt > cfg.Retries || ctx.Err() != nil {
@@ -330,7 +314,7 @@ func (r *run) attempt(ctx context.Context, body []byte, attempt int) (t *turnSta
 		return nil, false, 0, fmt.Errorf("agui: %w", err)
 	}
 	if cfg.Header != nil {
-		for k, vs := range cfg.Header(r.req, attempt) {
+		for k, vs := range cfg.Header(r.req, r.turns, attempt) {
 			for _, v := range vs {
 				hr.Header.Add(k, v)
 			}

@@ -303,7 +303,7 @@ func TestCancelMidStream(t *testing.T) {
 func TestFailOnceIsRetried(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	a := newAgent(t, s.URL, Config{Header: func(_ conversation.Request, attempt int) http.Header {
+	a := newAgent(t, s.URL, Config{Header: func(_ conversation.Request, _, attempt int) http.Header {
 		return http.Header{"X-Attempt": {strconv.Itoa(attempt)}}
 	}})
 	rec := &agenttest.Recorder{}
@@ -390,7 +390,7 @@ func TestUnreachable(t *testing.T) {
 	url := "http://" + l.Addr().String()
 	require.NoError(t, l.Close()) // nothing listens there now
 	var attempts []int
-	a := newAgent(t, url, Config{Retries: 2, Header: func(_ conversation.Request, attempt int) http.Header {
+	a := newAgent(t, url, Config{Retries: 2, Header: func(_ conversation.Request, _, attempt int) http.Header {
 		attempts = append(attempts, attempt)
 		return nil
 	}})
@@ -424,27 +424,40 @@ func TestStateRoundTrip(t *testing.T) {
 	s := startServer(t)
 	a := newAgent(t, s.URL, Config{})
 	req := request("state")
-	require.NoError(t, a.Run(context.Background(), req, &agenttest.Recorder{}))
+	rec := &agenttest.Recorder{}
+	require.NoError(t, a.Run(context.Background(), req, rec))
 	const after = `{"counter":2,"items":["a","b"]}`
-	require.JSONEq(t, after, string(a.State(req.SessionID)))
+	var states []string
+	for _, l := range rec.Log() {
+		if s, ok := strings.CutPrefix(l, "state: "); ok {
+			states = append(states, s)
+		}
+	}
+	require.Len(t, states, 2, "the snapshot and the state after the delta are reported: %v", rec.Log())
+	require.JSONEq(t, after, states[1])
 
 	next := request("hello")
 	next.SessionID = req.SessionID
+	next.AgentState = func() (json.RawMessage, error) { return json.RawMessage(states[1]), nil }
 	require.NoError(t, a.Run(context.Background(), next, &agenttest.Recorder{}))
 	rs := s.requests(t)
 	require.JSONEq(t, `{}`, string(rs[0].Body.State))
-	require.JSONEq(t, after, string(rs[1].Body.State), "the session's next run starts from the state after the patch")
+	require.JSONEq(t, after, string(rs[1].Body.State), "the session's next run starts from the state it is given")
 
-	other := request("hello")
-	require.NoError(t, a.Run(context.Background(), other, &agenttest.Recorder{}))
-	require.JSONEq(t, `{}`, string(s.requests(t)[2].Body.State), "another session has its own")
+	failing := request("hello")
+	failing.AgentState = func() (json.RawMessage, error) {
+		return nil, &conversation.Error{Code: conversation.CodeStorage, Message: "down"}
+	}
+	err := a.Run(context.Background(), failing, &agenttest.Recorder{})
+	require.Equal(t, conversation.CodeStorage, codeOf(t, err), "a state that cannot be read is not replaced by {}")
+	require.Len(t, s.requests(t), 2, "the agent is not asked without its state")
 }
 
 func TestHeaders(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 	req := request("hello")
-	a := newAgent(t, s.URL, Config{Header: func(r conversation.Request, _ int) http.Header {
+	a := newAgent(t, s.URL, Config{Header: func(r conversation.Request, _, _ int) http.Header {
 		return http.Header{
 			"X-Chatd-Session": {r.SessionID.String()},
 			"Authorization":   {"Bearer secret"},
@@ -564,7 +577,6 @@ func TestEventVariants(t *testing.T) {
 		`tool.start: c1 search {"q":"go"}`, "tool.end: c1 ok found it",
 		"tool.approval: c2 confirm {}", `tool.end: c2 ok {"approved":true}`,
 	}, rec.Log())
-	require.Nil(t, a.State(req.SessionID), "a delta that does not apply is dropped")
 	var body struct{ Messages []message }
 	require.NoError(t, json.Unmarshal(srv.Requests()[1].Body, &body))
 	require.Equal(t, []message{

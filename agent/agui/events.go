@@ -2,6 +2,7 @@ package agui
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -152,7 +153,7 @@ func (t *turnState) handle(data []byte) (done bool, err error) {
 		return false, t.r.progress(ev.StepName)
 	case "STATE_SNAPSHOT":
 		if len(ev.Snapshot) > 0 {
-			t.r.setState(ev.Snapshot)
+			return false, t.r.setState(ev.Snapshot)
 		}
 	case "STATE_DELTA":
 		var ops []patchOp
@@ -169,7 +170,7 @@ func (t *turnState) handle(data []byte) (done bool, err error) {
 			t.r.log.Warn().Err(err).Msg("agui: the agent's STATE_DELTA does not apply to its state")
 			return false, nil
 		}
-		t.r.setState(next)
+		return false, t.r.setState(next)
 	case "RUN_ERROR":
 		msg := ev.Message
 		if msg == "" {
@@ -347,9 +348,15 @@ func (t *turnState) finish(ev event) error {
 	return nil
 }
 
-func (r *run) setState(s json.RawMessage) {
+// setState makes s the run's state: sent with its next turn, and stored.
+func (r *run) setState(s json.RawMessage) error {
 	r.state = append(json.RawMessage(nil), s...)
-	r.a.setState(r.req.SessionID, r.state)
+	err := r.out.State(r.state)
+	var e *conversation.Error
+	if errors.As(err, &e) && e.Code == conversation.CodeBadRequest {
+		return badResponse("the agent's state cannot be kept: %s", e.Message)
+	}
+	return err
 }
 
 // progress reports the run's steps: those finished of those seen so far, labelled with

@@ -91,3 +91,4 @@ func (r *recorder) EndReasoning(json.RawMessage) error {
 }
 func (r *recorder) Usage(conversation.Usage) error  { return nil }
 func (r *recorder) Progress(int, int, string) error { return nil }
+func (r *recorder) State(json.RawMessage) error     { return nil }
