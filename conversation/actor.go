@@ -277,6 +277,9 @@ func (a *Actor) handle(it intent) {
 	case *cancelIntent:
 		v, err := a.cancel(it.runID)
 		it.reply <- result[CancelResult]{v, err}
+	case *runInfoIntent:
+		v, err := a.runInfo(it.runID)
+		it.reply <- result[chat.Run]{v, err}
 	case *historyIntent:
 		v, err := a.history(it.before, it.limit)
 		it.reply <- result[HistoryPage]{v, err}

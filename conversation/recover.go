@@ -67,6 +67,10 @@ type (
 // resumableStatuses are the statuses of an ended run that chat.resume continues.
 var resumableStatuses = []chat.RunStatus{chat.RunInterrupted, chat.RunError, chat.RunCancelled}
 
+// WithResumable sets r.Resumable for r, the session's latest run: whether chat.resume
+// would continue it.
+func WithResumable(r chat.Run) chat.Run { return withResumable(r) }
+
 // withResumable sets r.Resumable for r, the session's latest run.
 func withResumable(r chat.Run) chat.Run {
 	r.Resumable = r.DismissedAt == nil && slices.Contains(resumableStatuses, r.Status)

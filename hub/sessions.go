@@ -51,6 +51,7 @@ type SessionSandboxes interface {
 type Sessions struct {
 	hub       *Hub
 	store     SessionStore
+	runs      RunStore
 	sandboxes SessionSandboxes
 	log       zerolog.Logger
 }
@@ -58,8 +59,8 @@ type Sessions struct {
 // NewSessions returns the conversation list of the sessions in st, whose actors h runs.
 // sandboxes kills a deleted session's sandbox and removes its workspaces; nil when
 // sessions have none.
-func NewSessions(h *Hub, st SessionStore, sandboxes SessionSandboxes) *Sessions {
-	return &Sessions{hub: h, store: st, sandboxes: sandboxes, log: h.log.With().Str("component", "sessions").Logger()}
+func NewSessions(h *Hub, st *store.Store, sandboxes SessionSandboxes) *Sessions {
+	return &Sessions{hub: h, store: st, runs: st, sandboxes: sandboxes, log: h.log.With().Str("component", "sessions").Logger()}
 }
 
 // List returns up to limit of owner's sessions that have a run, most recently active

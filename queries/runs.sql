@@ -154,3 +154,13 @@ SELECT id FROM runs WHERE session_id = @session_id FOR UPDATE;
 
 -- name: RunsDeleteBySession :exec
 DELETE FROM runs WHERE session_id = @session_id;
+
+-- name: RunsPage :many
+-- A page of the session's runs, newest first, of the given statuses (none: all), before
+-- the cursor (started_at, id) when one is given.
+SELECT * FROM runs
+WHERE session_id = @session_id
+    AND (cardinality(@statuses::text[]) = 0 OR status = ANY(@statuses::text[]))
+    AND (NOT @paged::boolean OR (started_at, id) < (@before_started::timestamptz, @before_id::uuid))
+ORDER BY started_at DESC, id DESC
+LIMIT @lim;

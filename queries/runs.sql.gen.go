@@ -476,6 +476,78 @@ func (q *Queries) RunsLockBySession(ctx context.Context, db DBTX, sessionID uuid
 	return err
 }
 
+const runsPage = `-- name: RunsPage :many
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs
+WHERE session_id = $1
+    AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))
+    AND (NOT $3::boolean OR (started_at, id) < ($4::timestamptz, $5::uuid))
+ORDER BY started_at DESC, id DESC
+LIMIT $6
+`
+
+type RunsPageParams struct {
+	SessionID     uuid.UUID
+	Statuses      []string
+	Paged         bool
+	BeforeStarted time.Time
+	BeforeID      uuid.UUID
+	Lim           int32
+}
+
+// A page of the session's runs, newest first, of the given statuses (none: all), before
+// the cursor (started_at, id) when one is given.
+func (q *Queries) RunsPage(ctx context.Context, db DBTX, arg RunsPageParams) ([]Run, error) {
+	rows, err := db.Query(ctx, runsPage,
+		arg.SessionID,
+		arg.Statuses,
+		arg.Paged,
+		arg.BeforeStarted,
+		arg.BeforeID,
+		arg.Lim,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Run{}
+	for rows.Next() {
+		var i Run
+		if err := rows.Scan(
+			&i.ID,
+			&i.SessionID,
+			&i.RequestID,
+			&i.Status,
+			&i.ErrorCode,
+			&i.ErrorMessage,
+			&i.StartedAt,
+			&i.EndedAt,
+			&i.LastActivityAt,
+			&i.InputTokens,
+			&i.OutputTokens,
+			&i.Model,
+			&i.CancelReason,
+			&i.ContextTokens,
+			&i.ContextWindow,
+			&i.Recoveries,
+			&i.DismissedAt,
+			&i.ResumeRequestIds,
+			&i.RetryOf,
+			&i.Owner,
+			&i.ProgressStep,
+			&i.ProgressOf,
+			&i.ProgressLabel,
+			&i.AgentState,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionAgentState = `-- name: SessionAgentState :one
 SELECT agent_state FROM runs
 WHERE session_id = $1 AND agent_state IS NOT NULL

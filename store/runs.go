@@ -385,3 +385,30 @@ func progressOf(step, of int32, label string) *chat.Progress {
 	}
 	return &chat.Progress{Step: int(step), Of: int(of), Label: label}
 }
+
+// RunCursor is where a page of a session's runs ends: the last run's start and id.
+type RunCursor struct {
+	StartedAt time.Time
+	ID        uuid.UUID
+}
+
+// RunsPage returns up to limit of the session's runs, newest first, of statuses (none:
+// every status), after the cursor (nil: from the newest).
+func (s *Store) RunsPage(ctx context.Context, sessionID uuid.UUID, statuses []chat.RunStatus, after *RunCursor, limit int) ([]chat.Run, error) {
+	p := queries.RunsPageParams{SessionID: sessionID, Statuses: []string{}, Lim: int32(limit)}
+	for _, st := range statuses {
+		p.Statuses = append(p.Statuses, string(st))
+	}
+	if after != nil {
+		p.Paged, p.BeforeStarted, p.BeforeID = true, after.StartedAt, after.ID
+	}
+	rows, err := s.q.RunsPage(ctx, s.db, p)
+	if err != nil {
+		return nil, fmt.Errorf("list the runs of session %s: %w", sessionID, mapErr(err))
+	}
+	runs := make([]chat.Run, len(rows))
+	for i, r := range rows {
+		runs[i] = runFromRow(r)
+	}
+	return runs, nil
+}

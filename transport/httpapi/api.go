@@ -12,6 +12,8 @@ import (
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
 )
 
@@ -35,6 +37,16 @@ type Sessions interface {
 	Messages(ctx context.Context, owner string, id uuid.UUID, through *uuid.UUID, before int64, limit int) (conversation.HistoryPage, error)
 	// SelectBranch makes the branch through message msg the session's active path.
 	SelectBranch(ctx context.Context, owner string, id, msg uuid.UUID) error
+	// Run returns run runID of owner's session id, live when it is active.
+	Run(ctx context.Context, owner string, id, runID uuid.UUID) (chat.Run, error)
+	// Runs returns up to limit of the session's runs of statuses (none: all), newest
+	// first, after the cursor (nil: from the newest).
+	Runs(ctx context.Context, owner string, id uuid.UUID, statuses []chat.RunStatus, after *store.RunCursor, limit int) ([]chat.Run, error)
+	// Send sends a message to owner's session id as chat.send does.
+	Send(ctx context.Context, owner string, id uuid.UUID, req conversation.SendRequest) (hub.SendResult, error)
+	// Create returns the session of a message sent without one: created at the first
+	// request with its requestId, found again at a repeated one.
+	Create(ctx context.Context, owner string, req conversation.SendRequest) (uuid.UUID, error)
 }
 
 // Config configures the API.
@@ -71,14 +83,20 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{cfg: cfg, log: cfg.Logger.With().Str("component", "httpapi").Logger(), mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /v1/sessions", a.authed(a.list))
+	a.mux.HandleFunc("POST /v1/sessions", a.authed(a.start))
+	a.mux.HandleFunc("POST /v1/sessions/{id}/messages", a.authed(a.relayedLimit(MaxSendBodyBytes, a.send)))
+	a.mux.HandleFunc("GET /v1/sessions/{id}/runs", a.authed(a.relayed(a.runs)))
+	a.mux.HandleFunc("GET /v1/sessions/{id}/runs/{runId}", a.authed(a.relayed(a.run)))
 	a.mux.HandleFunc("PATCH /v1/sessions/{id}", a.authed(a.relayed(a.rename)))
 	a.mux.HandleFunc("DELETE /v1/sessions/{id}", a.authed(a.relayed(a.delete)))
 	a.mux.HandleFunc("GET /v1/sessions/{id}/messages", a.authed(a.relayed(a.messages)))
 	a.mux.HandleFunc("POST /v1/sessions/{id}/branch", a.authed(a.relayed(a.selectBranch)))
 	// What the routes above do not match is answered in JSON too.
-	a.mux.HandleFunc("/v1/sessions", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions", methodNotAllowed("GET, POST"))
+	a.mux.HandleFunc("/v1/sessions/{id}/runs", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions/{id}/runs/{runId}", methodNotAllowed("GET"))
 	a.mux.HandleFunc("/v1/sessions/{id}", methodNotAllowed("PATCH, DELETE"))
-	a.mux.HandleFunc("/v1/sessions/{id}/messages", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions/{id}/messages", methodNotAllowed("GET, POST"))
 	a.mux.HandleFunc("/v1/sessions/{id}/branch", methodNotAllowed("POST"))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, &conversation.Error{Code: conversation.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
@@ -183,10 +201,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
 		ce = &conversation.Error{Code: conversation.CodeInternal, Message: "internal error"}
 	}
-	status, ok := statuses[ce.Code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
+	status := Status(ce.Code)
 	var body wireError
 	body.Error.Code, body.Error.Message = ce.Code, ce.Message
 	if status == http.StatusUnauthorized {

@@ -419,7 +419,7 @@ func TestRename(t *testing.T) {
 		require.Contains(t, e.errorOf(e.do(http.MethodDelete, "/v1/sessions/"+path, alice, nil), http.StatusBadRequest, "bad_request"), want)
 	}
 	e.errorOf(e.rename(alice, uuid.NewString(), "x"), http.StatusNotFound, "not_found")
-	e.errorOf(e.do(http.MethodPost, "/v1/sessions", alice, nil), http.StatusMethodNotAllowed, "bad_request")
+	e.errorOf(e.do(http.MethodPut, "/v1/sessions", alice, nil), http.StatusMethodNotAllowed, "bad_request")
 	e.errorOf(e.do(http.MethodGet, "/v1/sessions/"+id, alice, nil), http.StatusMethodNotAllowed, "bad_request")
 	e.errorOf(e.do(http.MethodGet, "/v1/sessions/"+id+"/more", alice, nil), http.StatusNotFound, "not_found")
 }

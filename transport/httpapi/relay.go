@@ -16,6 +16,11 @@ import (
 // holder authenticates the request again. Listing stays local: it reads the database
 // only.
 func (a *API) relayed(h func(w http.ResponseWriter, r *http.Request, owner string)) func(w http.ResponseWriter, r *http.Request, owner string) {
+	return a.relayedLimit(MaxBodyBytes, h)
+}
+
+// relayedLimit is relayed for a route whose bodies may be up to limit bytes.
+func (a *API) relayedLimit(limit int64, h func(w http.ResponseWriter, r *http.Request, owner string)) func(w http.ResponseWriter, r *http.Request, owner string) {
 	return func(w http.ResponseWriter, r *http.Request, owner string) {
 		id, err := uuid.Parse(r.PathValue("id"))
 		if a.cfg.Relay == nil || err != nil {
@@ -29,9 +34,9 @@ func (a *API) relayed(h func(w http.ResponseWriter, r *http.Request, owner strin
 		}
 		// Read the body first, so that it is still there when the holder cannot be
 		// reached and the request is served here.
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
-			a.writeError(w, r, badRequest(fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)))
+			a.writeError(w, r, badRequest(fmt.Sprintf("the body is larger than %d bytes", limit)))
 			return
 		}
 		if err != nil {

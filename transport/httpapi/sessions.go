@@ -246,9 +246,14 @@ func (a *API) sessionID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool
 
 // readJSON decodes the request body, at most MaxBodyBytes of one JSON object, into v.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	return readJSONLimit(w, r, MaxBodyBytes, v)
+}
+
+// readJSONLimit is readJSON for a route whose bodies may be up to limit bytes.
+func readJSONLimit(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
-		return badRequest(fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		return badRequest(fmt.Sprintf("the body is larger than %d bytes", limit))
 	}
 	if err != nil {
 		return badRequest("could not read the body")

@@ -344,6 +344,10 @@ func toWireMessages(ms []chat.Message) []wireMessage {
 	return out
 }
 
+// RunJSON is a run as the protocol shows it (protocol.schema.json's Run), for chatd's
+// HTTP endpoints.
+func RunJSON(r chat.Run) any { return toWireRun(&r) }
+
 func toWireRun(r *chat.Run) *wireRun {
 	if r == nil {
 		return nil
