@@ -263,6 +263,7 @@ func (r *aisdkRun) request(ctx context.Context, turn, attempt int) ([]pendingApp
 				return nil, perr
 			}
 			if s.finished {
+				drain(br, resp.Body)
 				break
 			}
 		}
@@ -293,6 +294,24 @@ func (r *aisdkRun) request(ctx context.Context, turn, attempt int) ([]pendingApp
 		delete(r.decided, id)
 	}
 	return s.pending, nil
+}
+
+// drainTime bounds how long the rest of a finished stream is read.
+const drainTime = 2 * time.Second
+
+// drain reads what follows a stream's finish chunk ([DONE]) to the response's end, for up to
+// drainTime and 64 KiB, so that the route sees its response end as it does with a
+// browser rather than an abort: a route's req.signal then fires only for a stop.
+func drain(br *bufio.Reader, body io.Closer) {
+	t := time.AfterFunc(drainTime, func() { _ = body.Close() })
+	defer t.Stop()
+	for n := 0; n < 64<<10; {
+		line, err := br.ReadString('\n')
+		n += len(line)
+		if err != nil {
+			return
+		}
+	}
 }
 
 // messages are the request's: the conversation as UIMessages, the run's answer so far

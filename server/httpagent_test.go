@@ -234,6 +234,11 @@ func TestHTTPAgentAISDK(t *testing.T) {
 	require.Equal(t, "chat.error", end.Type, "%s", end.Raw)
 	require.Equal(t, "agent_bad_response", end.Run.Error.Code)
 
+	// Every turn so far was read to its end: the route saw no abort, so its req.signal
+	// means a stop.
+	n, texts := a.aborts()
+	require.Zero(t, n, "aborted: %v", texts)
+
 	// Cancel mid-stream: the route sees its request end.
 	ack = c.Chat("s1", "slow")
 	c.Await(func(f wstest.Frame) bool { return f.Type == "chat.delta" })

@@ -377,9 +377,13 @@ async function handleChat(req, res) {
   }
   if (aborted) {
     reader.cancel().catch(() => {});
-  } else {
-    res.end();
+    return;
   }
+  // The response ends a moment after its last chunk, as a route's does when its
+  // onFinish saves the messages first: a client that stops reading at the finish chunk
+  // aborts it (recorded in /aborts).
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  if (!aborted) res.end();
 }
 
 const server = http.createServer((req, res) => {
