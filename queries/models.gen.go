@@ -111,6 +111,22 @@ type StreamLog struct {
 	LoggedAt    time.Time
 }
 
+type WebhookOutbox struct {
+	ID            uuid.UUID
+	Owner         string
+	SessionID     uuid.UUID
+	RunID         uuid.UUID
+	Type          string
+	Payload       json.RawMessage
+	CreatedAt     time.Time
+	Attempts      int32
+	NextAttemptAt time.Time
+	LockedUntil   *time.Time
+	LastError     string
+	DeliveredAt   *time.Time
+	FailedAt      *time.Time
+}
+
 type Workspace struct {
 	SandboxID  string
 	Node       string

@@ -71,6 +71,43 @@ SET status = @status,
 WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
     AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE));
 
+-- name: RunUpdateEvent :one
+-- RunUpdate that also queues a webhook event (webhook_outbox) in the same statement,
+-- when the write changes the run's status: a run's change and its event are stored
+-- together or not at all, and a status written again queues nothing.
+WITH old AS (
+    SELECT r.status FROM runs r WHERE r.id = @id
+), updated AS (
+    UPDATE runs
+    SET status = @status,
+        error_code = @error_code,
+        error_message = @error_message,
+        ended_at = @ended_at,
+        last_activity_at = @last_activity_at,
+        input_tokens = @input_tokens,
+        output_tokens = @output_tokens,
+        context_tokens = @context_tokens,
+        context_window = @context_window,
+        progress_step = @progress_step,
+        progress_of = @progress_of,
+        progress_label = @progress_label,
+        agent_state = sqlc.narg(agent_state)::jsonb,
+        cancel_reason = @cancel_reason,
+        recoveries = @recoveries,
+        dismissed_at = @dismissed_at,
+        resume_request_ids = @resume_request_ids::text[]
+    WHERE runs.id = @id AND runs.status = ANY(@from_statuses::text[])
+        AND (@fence::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = @fence FOR KEY SHARE))
+    RETURNING runs.id, runs.session_id, runs.owner, runs.status
+), event AS (
+    INSERT INTO webhook_outbox (id, owner, session_id, run_id, type, payload, created_at, next_attempt_at)
+    SELECT @event_id::uuid, u.owner, u.session_id, u.id, @event_type::text, @event_payload::jsonb, @event_at::timestamptz, @event_at::timestamptz
+    FROM updated u, old
+    WHERE old.status IS DISTINCT FROM u.status
+    RETURNING 1
+)
+SELECT count(*)::bigint AS n FROM updated;
+
 -- name: RunLatest :one
 -- The session's newest run.
 SELECT * FROM runs WHERE session_id = @session_id ORDER BY started_at DESC, id DESC LIMIT 1;

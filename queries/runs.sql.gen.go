@@ -455,6 +455,103 @@ func (q *Queries) RunUpdate(ctx context.Context, db DBTX, arg RunUpdateParams) (
 	return result.RowsAffected(), nil
 }
 
+const runUpdateEvent = `-- name: RunUpdateEvent :one
+WITH old AS (
+    SELECT r.status FROM runs r WHERE r.id = $1
+), updated AS (
+    UPDATE runs
+    SET status = $2,
+        error_code = $3,
+        error_message = $4,
+        ended_at = $5,
+        last_activity_at = $6,
+        input_tokens = $7,
+        output_tokens = $8,
+        context_tokens = $9,
+        context_window = $10,
+        progress_step = $11,
+        progress_of = $12,
+        progress_label = $13,
+        agent_state = $14::jsonb,
+        cancel_reason = $15,
+        recoveries = $16,
+        dismissed_at = $17,
+        resume_request_ids = $18::text[]
+    WHERE runs.id = $1 AND runs.status = ANY($19::text[])
+        AND ($20::bigint = 0 OR EXISTS (SELECT 1 FROM session_leases f WHERE f.session_id = runs.session_id AND f.token = $20 FOR KEY SHARE))
+    RETURNING runs.id, runs.session_id, runs.owner, runs.status
+), event AS (
+    INSERT INTO webhook_outbox (id, owner, session_id, run_id, type, payload, created_at, next_attempt_at)
+    SELECT $21::uuid, u.owner, u.session_id, u.id, $22::text, $23::jsonb, $24::timestamptz, $24::timestamptz
+    FROM updated u, old
+    WHERE old.status IS DISTINCT FROM u.status
+    RETURNING 1
+)
+SELECT count(*)::bigint AS n FROM updated
+`
+
+type RunUpdateEventParams struct {
+	ID               uuid.UUID
+	Status           string
+	ErrorCode        *string
+	ErrorMessage     *string
+	EndedAt          *time.Time
+	LastActivityAt   time.Time
+	InputTokens      int64
+	OutputTokens     int64
+	ContextTokens    int64
+	ContextWindow    int64
+	ProgressStep     int32
+	ProgressOf       int32
+	ProgressLabel    string
+	AgentState       json.RawMessage
+	CancelReason     *string
+	Recoveries       int32
+	DismissedAt      *time.Time
+	ResumeRequestIds []string
+	FromStatuses     []string
+	Fence            int64
+	EventID          uuid.UUID
+	EventType        string
+	EventPayload     json.RawMessage
+	EventAt          time.Time
+}
+
+// RunUpdate that also queues a webhook event (webhook_outbox) in the same statement,
+// when the write changes the run's status: a run's change and its event are stored
+// together or not at all, and a status written again queues nothing.
+func (q *Queries) RunUpdateEvent(ctx context.Context, db DBTX, arg RunUpdateEventParams) (int64, error) {
+	row := db.QueryRow(ctx, runUpdateEvent,
+		arg.ID,
+		arg.Status,
+		arg.ErrorCode,
+		arg.ErrorMessage,
+		arg.EndedAt,
+		arg.LastActivityAt,
+		arg.InputTokens,
+		arg.OutputTokens,
+		arg.ContextTokens,
+		arg.ContextWindow,
+		arg.ProgressStep,
+		arg.ProgressOf,
+		arg.ProgressLabel,
+		arg.AgentState,
+		arg.CancelReason,
+		arg.Recoveries,
+		arg.DismissedAt,
+		arg.ResumeRequestIds,
+		arg.FromStatuses,
+		arg.Fence,
+		arg.EventID,
+		arg.EventType,
+		arg.EventPayload,
+		arg.EventAt,
+	)
+	var n int64
+	err := row.Scan(&n)
+	return n, err
+}
+
 const runsDeleteBySession = `-- name: RunsDeleteBySession :exec
 DELETE FROM runs WHERE session_id = $1
 `

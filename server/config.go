@@ -28,6 +28,7 @@ import (
 	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/ws"
+	"github.com/chatd/chatd/webhook"
 )
 
 // Config is everything chatd can be told at start-up. Each field has a flag and an
@@ -186,6 +187,10 @@ type Config struct {
 	// AgentForwardToken sends the HTTP agent the bearer token of the run's message
 	// (CHATD_AGENT_FORWARD_TOKEN, on|off).
 	AgentForwardToken bool
+	// WebhookURL receives the webhook events (CHATD_WEBHOOK_URL; docs/webhooks.md),
+	// signed with WebhookSecret (CHATD_WEBHOOK_SECRET, whsec_…); empty: none.
+	WebhookURL    string
+	WebhookSecret string
 	// SandboxDir holds the sandboxes' workspaces (CHATD_SANDBOX_DIR).
 	SandboxDir string
 	// Sandbox is where tools run commands (CHATD_SANDBOX): SandboxBwrap, under bubblewrap,
@@ -448,6 +453,8 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	c.AgentForwardToken = env.onOff("CHATD_AGENT_FORWARD_TOKEN", false)
 	fs.Var(onOff{&c.AgentForwardToken}, "agent-forward-token", "on or off: send an HTTP agent the bearer token of the run's message as X-Chatd-User-Token (CHATD_AGENT_FORWARD_TOKEN)")
 	fs.StringVar(&c.AgentProtocol, "agent-protocol", env.str("CHATD_AGENT_PROTOCOL", ""), "with CHATD_AGENT=http: aisdk (an AI SDK route) or agui (an AG-UI agent) (CHATD_AGENT_PROTOCOL)")
+	fs.StringVar(&c.WebhookURL, "webhook-url", env.str("CHATD_WEBHOOK_URL", ""), "URL that receives the webhook events: runs that complete, fail, are cancelled or wait for approval (CHATD_WEBHOOK_URL; docs/webhooks.md)")
+	fs.StringVar(&c.WebhookSecret, "webhook-secret", env.str("CHATD_WEBHOOK_SECRET", ""), "the webhooks' signing secret, whsec_ and base64 (CHATD_WEBHOOK_SECRET)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", env.str("CHATD_MCP_CONFIG", ""), "JSON file of MCP servers whose tools the model is offered (CHATD_MCP_CONFIG; docs/tools.md)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", env.str("CHATD_SANDBOX_DIR", defaultSandboxDir(getenv, os.Geteuid())), "directory of the sandboxes' workspaces (CHATD_SANDBOX_DIR)")
 	fs.StringVar(&c.Sandbox, "sandbox", env.str("CHATD_SANDBOX", ""), "where tools run commands: bwrap (bubblewrap) or local (no isolation, for development); default bwrap when the shell tool is on (CHATD_SANDBOX)")
@@ -614,6 +621,9 @@ func (c Config) validate() error {
 	if err := c.validateAuth(); err != nil {
 		return err
 	}
+	if err := c.validateWebhooks(); err != nil {
+		return err
+	}
 	return c.validateAgent()
 }
 
@@ -697,6 +707,26 @@ func notLoopback(addr string) string {
 }
 
 // validateAgent checks the model provider's settings.
+// validateWebhooks checks the webhook settings: a URL goes with a secret of the
+// Standard Webhooks form, and a secret with a URL.
+func (c Config) validateWebhooks() error {
+	switch {
+	case c.WebhookURL == "" && c.WebhookSecret != "":
+		return errors.New("CHATD_WEBHOOK_SECRET is set but CHATD_WEBHOOK_URL (-webhook-url) is not: give the URL that receives the events")
+	case c.WebhookURL == "":
+		return nil
+	case c.WebhookSecret == "":
+		return errors.New("CHATD_WEBHOOK_URL is set but CHATD_WEBHOOK_SECRET (-webhook-secret) is not: every event is signed; make one with: echo whsec_$(head -c 32 /dev/urandom | base64)")
+	}
+	if err := checkURL("CHATD_WEBHOOK_URL (-webhook-url)", c.WebhookURL); err != nil {
+		return err
+	}
+	if _, err := webhook.ParseSecret(c.WebhookSecret); err != nil {
+		return fmt.Errorf("CHATD_WEBHOOK_SECRET (-webhook-secret): %w", err)
+	}
+	return nil
+}
+
 func (c Config) validateAgent() error {
 	var (
 		example, baseVar, key, base string

@@ -25,6 +25,8 @@ type database struct {
 	stats *poolCollector
 	// store is filled in by Start; Store hands out its address beforehand.
 	store store.Store
+	// webhooks: the store queues webhook events (store.EnableWebhooks).
+	webhooks bool
 }
 
 // newDatabase parses url (a configuration error shows before anything connects). The
@@ -64,6 +66,9 @@ func (d *database) Start(ctx context.Context) error {
 	}
 	d.pool, d.stats = pool, stats
 	d.store = *store.New(pool)
+	if d.webhooks {
+		d.store.EnableWebhooks()
+	}
 	return nil
 }
 

@@ -31,6 +31,7 @@ func (m *Server) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux.Handle("GET /readyz", public)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /mcp", m.mcpStatus)
+	mux.HandleFunc("GET /webhooks", m.webhookStatus)
 	if m.cfg.Pprof {
 		// Index also serves the named profiles (heap, goroutine, allocs, block, mutex).
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

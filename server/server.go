@@ -49,6 +49,7 @@ import (
 	"github.com/chatd/chatd/transport/httpapi"
 	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/web"
+	"github.com/chatd/chatd/webhook"
 )
 
 // Command is the chatd command: it reads the configuration from args (without the
@@ -151,6 +152,8 @@ type Server struct {
 	mcp   atomic.Pointer[mcp.Manager]
 	// mcpConfig is Config.MCPConfig's servers (New reads it).
 	mcpConfig mcp.Config
+	// webhooks delivers the webhook events (CHATD_WEBHOOK_URL); nil when none.
+	webhooks *webhook.Deliverer
 	// services holds every part above that has a lifecycle, in start order.
 	services *service.Group
 	// opts are New's options; built says build has run (New builds, so that a bad
@@ -215,6 +218,16 @@ func (m *Server) build() error {
 		return err
 	}
 	st := m.db.Store()
+	if m.cfg.WebhookURL != "" {
+		m.db.webhooks = true // the events are queued with the runs' changes
+		if m.webhooks, err = webhook.New(webhook.Config{
+			URL: m.cfg.WebhookURL, Secret: m.cfg.WebhookSecret, Store: st, Clock: m.clock,
+			Logger: m.log, Registry: m.registry,
+		}); err != nil {
+			return err
+		}
+		m.registry.MustRegister(webhookCollector{st})
+	}
 	if m.cfg.MCPConfig != "" {
 		// Checked by validation; read again here, for the servers to use.
 		if m.mcpConfig, err = mcp.Load(m.cfg.MCPConfig); err != nil {
@@ -411,6 +424,9 @@ func (m *Server) build() error {
 	// Its first pass, before the listener serves, takes up the runs of nodes that died,
 	// this one's last life among them.
 	m.services.Add("rescue", m.rescuer)
+	if m.webhooks != nil {
+		m.services.Add("webhooks", m.webhooks)
+	}
 	if authService != nil {
 		m.services.Add("auth", authService)
 	}
@@ -525,6 +541,13 @@ func (m *Server) logListening() {
 		m.log.Info().Msg("to use a real model: CHATD_AGENT=openai OPENAI_BASE_URL=http://localhost:11434/v1 CHATD_MODEL=llama3.2 (Ollama), or CHATD_AGENT=anthropic ANTHROPIC_API_KEY=… CHATD_MODEL=claude-sonnet-4-5; see README.md")
 	case AgentSynth:
 		ev.Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws with the synthetic benchmark model (send \"tokens=N rate=R tools=K\")", m.Addr(), m.Addr())
+	case AgentHTTP:
+		agentURL := m.cfg.AgentURL
+		if u, err := url.Parse(agentURL); err == nil {
+			agentURL = u.Redacted()
+		}
+		ev.Str("agent_url", agentURL).Str("agent_protocol", m.cfg.AgentProtocol).
+			Msgf("chatd listening: the app at http://%s/, ws://%s/v1/ws in front of the %s agent at %s", m.Addr(), m.Addr(), m.cfg.AgentProtocol, agentURL)
 	default:
 		base := m.cfg.OpenAIBaseURL
 		if m.cfg.Agent == AgentAnthropic {

@@ -170,6 +170,10 @@ func (s *Store) RunUpdate(ctx context.Context, run chat.Run, from ...chat.RunSta
 	}
 	p := runUpdateParams(run, from)
 	p.Fence = fenceOf(ctx)
+	if typ := WebhookType(run.Status); s.webhooks && typ != "" {
+		n, err := s.q.RunUpdateEvent(ctx, s.w, runUpdateEventParams(p, typ, run))
+		return s.checkRunUpdate(ctx, run.ID, from, n, err)
+	}
 	n, err := s.q.RunUpdate(ctx, s.w, p)
 	return s.checkRunUpdate(ctx, run.ID, from, n, err)
 }

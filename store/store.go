@@ -50,6 +50,8 @@ type Store struct {
 	// w makes the actors' writes: grouped into batches (group.go), or db in InTx.
 	w queries.DBTX
 	q *queries.Queries
+	// webhooks: a run's status change queues its webhook event (EnableWebhooks).
+	webhooks bool
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool and closes it.
@@ -72,7 +74,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // The Store passed to fn must not be used after fn returns.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q})
+		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q, webhooks: s.webhooks})
 	})
 }
 
