@@ -77,6 +77,7 @@ type Run struct {
 	ProgressOf       int32
 	ProgressLabel    string
 	AgentState       json.RawMessage
+	DetailsPrunedAt  *time.Time
 }
 
 type Session struct {

@@ -113,7 +113,7 @@ func (q *Queries) RunContinue(ctx context.Context, db DBTX, arg RunContinueParam
 }
 
 const runGet = `-- name: RunGet :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs WHERE id = $1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state, details_pruned_at FROM runs WHERE id = $1
 `
 
 func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error) {
@@ -144,12 +144,13 @@ func (q *Queries) RunGet(ctx context.Context, db DBTX, id uuid.UUID) (Run, error
 		&i.ProgressOf,
 		&i.ProgressLabel,
 		&i.AgentState,
+		&i.DetailsPrunedAt,
 	)
 	return i, err
 }
 
 const runGetByRequest = `-- name: RunGetByRequest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs WHERE session_id = $1 AND request_id = $2
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state, details_pruned_at FROM runs WHERE session_id = $1 AND request_id = $2
 `
 
 type RunGetByRequestParams struct {
@@ -185,6 +186,7 @@ func (q *Queries) RunGetByRequest(ctx context.Context, db DBTX, arg RunGetByRequ
 		&i.ProgressOf,
 		&i.ProgressLabel,
 		&i.AgentState,
+		&i.DetailsPrunedAt,
 	)
 	return i, err
 }
@@ -250,7 +252,7 @@ func (q *Queries) RunInsertRetry(ctx context.Context, db DBTX, arg RunInsertRetr
 }
 
 const runLatest = `-- name: RunLatest :one
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state, details_pruned_at FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id DESC LIMIT 1
 `
 
 // The session's newest run.
@@ -282,6 +284,7 @@ func (q *Queries) RunLatest(ctx context.Context, db DBTX, sessionID uuid.UUID) (
 		&i.ProgressOf,
 		&i.ProgressLabel,
 		&i.AgentState,
+		&i.DetailsPrunedAt,
 	)
 	return i, err
 }
@@ -574,7 +577,7 @@ func (q *Queries) RunsLockBySession(ctx context.Context, db DBTX, sessionID uuid
 }
 
 const runsPage = `-- name: RunsPage :many
-SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state FROM runs
+SELECT id, session_id, request_id, status, error_code, error_message, started_at, ended_at, last_activity_at, input_tokens, output_tokens, model, cancel_reason, context_tokens, context_window, recoveries, dismissed_at, resume_request_ids, retry_of, owner, progress_step, progress_of, progress_label, agent_state, details_pruned_at FROM runs
 WHERE session_id = $1
     AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))
     AND (NOT $3::boolean OR (started_at, id) < ($4::timestamptz, $5::uuid))
@@ -634,6 +637,7 @@ func (q *Queries) RunsPage(ctx context.Context, db DBTX, arg RunsPageParams) ([]
 			&i.ProgressOf,
 			&i.ProgressLabel,
 			&i.AgentState,
+			&i.DetailsPrunedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/journal"
+	"github.com/chatd/chatd/retention"
 	"github.com/chatd/chatd/transport"
 	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/webhook"
@@ -187,6 +188,16 @@ type Config struct {
 	// AgentForwardToken sends the HTTP agent the bearer token of the run's message
 	// (CHATD_AGENT_FORWARD_TOKEN, on|off).
 	AgentForwardToken bool
+	// Retention (docs/retention.md): how long ended runs keep their details (RetainDone,
+	// RetainFailed; CHATD_RETAIN_DONE, CHATD_RETAIN_FAILED), how much of a tool's output
+	// outlives them (RetainToolOutput, characters; CHATD_RETAIN_TOOL_OUTPUT), how long an
+	// idle session lives (RetainSessions, CHATD_RETAIN_SESSIONS), and how often the
+	// janitor looks (RetentionInterval, CHATD_RETENTION_INTERVAL). 0 keeps for good.
+	RetainDone        time.Duration
+	RetainFailed      time.Duration
+	RetainToolOutput  int
+	RetainSessions    time.Duration
+	RetentionInterval time.Duration
 	// WebhookURL receives the webhook events (CHATD_WEBHOOK_URL; docs/webhooks.md),
 	// signed with WebhookSecret (CHATD_WEBHOOK_SECRET, whsec_…); empty: none.
 	WebhookURL    string
@@ -398,6 +409,10 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	c.WorkspaceRetention = env.offDuration("CHATD_WORKSPACE_RETENTION", agent.DefaultWorkspaceRetention)
+	c.RetainDone = env.offDuration("CHATD_RETAIN_DONE", retention.DefaultDone)
+	c.RetainFailed = env.offDuration("CHATD_RETAIN_FAILED", retention.DefaultFailed)
+	c.RetainSessions = env.offDuration("CHATD_RETAIN_SESSIONS", 0)
+	c.RetentionInterval = env.offDuration("CHATD_RETENTION_INTERVAL", retention.DefaultInterval)
 	fs.StringVar(&c.Addr, "addr", env.str("CHATD_ADDR", "127.0.0.1:8080"), "listen address of the API, the WebSocket and the app (CHATD_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env.str("CHATD_ADMIN_ADDR", defaultAdminAddr), "listen address of /metrics and /debug/pprof/, or off (CHATD_ADMIN_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env.str("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
@@ -439,6 +454,11 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.Var(offDuration{&c.RetainDone}, "retain-done", "remove the details of runs that ended done (error messages, tool output past -retain-tool-output, stream-log remnants) this long after, e.g. 7d; off keeps them (CHATD_RETAIN_DONE)")
+	fs.Var(offDuration{&c.RetainFailed}, "retain-failed", "the same for runs that ended error, interrupted or cancelled, e.g. 30d; off keeps them (CHATD_RETAIN_FAILED)")
+	fs.IntVar(&c.RetainToolOutput, "retain-tool-output", env.int("CHATD_RETAIN_TOOL_OUTPUT", retention.DefaultToolOutput), "characters of a tool call's output kept once its run's details are removed (CHATD_RETAIN_TOOL_OUTPUT)")
+	fs.Var(offDuration{&c.RetainSessions}, "retain-sessions", "delete sessions with no activity for this long (and no active run), e.g. 365d; off (the default) keeps them until deleted (CHATD_RETAIN_SESSIONS)")
+	fs.Var(offDuration{&c.RetentionInterval}, "retention-interval", "how often the retention janitor looks for what is due; off stops it (CHATD_RETENTION_INTERVAL)")
 	fs.Var(offDuration{&c.WorkspaceRetention}, "workspace-retention", "remove a killed or replaced sandbox's workspace this long after, e.g. 7d or 12h; 0 or off keeps them (CHATD_WORKSPACE_RETENTION)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", env.duration("CHATD_LEASE_TTL", defaultLeaseTTL), "how long a node holds a session without renewing; a dead node's runs continue elsewhere after this (CHATD_LEASE_TTL)")
 	fs.StringVar(&c.NodeAddr, "node-addr", env.str("CHATD_NODE_ADDR", ""), "host:port where the other chatd nodes reach this one; default: the listener's address, or this host's name with its port (CHATD_NODE_ADDR)")
@@ -583,6 +603,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_IDLE_PAUSE (-sandbox-idle-pause) is %s; it must be positive", c.SandboxIdlePause)
 	case c.SandboxKillAfter <= 0:
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
+	case c.RetainDone < 0 || c.RetainFailed < 0 || c.RetainSessions < 0 || c.RetentionInterval < 0:
+		return errors.New("CHATD_RETAIN_DONE, CHATD_RETAIN_FAILED, CHATD_RETAIN_SESSIONS and CHATD_RETENTION_INTERVAL take a duration such as 7d or 12h, or off")
+	case c.RetainToolOutput < 1:
+		return fmt.Errorf("CHATD_RETAIN_TOOL_OUTPUT (-retain-tool-output) is %d; it must be at least 1 (characters kept)", c.RetainToolOutput)
+	case c.RetainSessions > 0 && c.RetainSessions < time.Hour:
+		return fmt.Errorf("CHATD_RETAIN_SESSIONS (-retain-sessions) is %s; sessions idle for less than an hour are not idle: use 1h or more, or off", c.RetainSessions)
 	case c.WorkspaceRetention < 0:
 		return fmt.Errorf("CHATD_WORKSPACE_RETENTION (-workspace-retention) is %s; use a duration such as 7d or 12h, or off to keep workspaces", c.WorkspaceRetention)
 	case !chat.DoubleText(c.DoubleText).Valid():

@@ -42,6 +42,7 @@ import (
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/journal"
 	"github.com/chatd/chatd/lease"
+	"github.com/chatd/chatd/retention"
 	"github.com/chatd/chatd/service"
 	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/transport"
@@ -332,8 +333,9 @@ func (m *Server) build() error {
 	if err != nil {
 		return err
 	}
+	sessions := hub.NewSessions(m.hub, st, m.sessionSandboxes)
 	api, err := httpapi.New(httpapi.Config{
-		Sessions:       hub.NewSessions(m.hub, st, m.sessionSandboxes),
+		Sessions:       sessions,
 		Auth:           auth,
 		AllowedOrigins: m.cfg.AllowedOrigins,
 		Logger:         m.log,
@@ -426,6 +428,13 @@ func (m *Server) build() error {
 	m.services.Add("rescue", m.rescuer)
 	if m.webhooks != nil {
 		m.services.Add("webhooks", m.webhooks)
+	}
+	if m.cfg.RetentionInterval > 0 {
+		m.services.Add("retention", retention.New(retention.Config{
+			Store: st, DeleteSession: sessions.Delete,
+			Done: m.cfg.RetainDone, Failed: m.cfg.RetainFailed, ToolOutput: m.cfg.RetainToolOutput, Sessions: m.cfg.RetainSessions,
+			Interval: m.cfg.RetentionInterval, Clock: clock, Logger: m.log, Registry: m.registry,
+		}))
 	}
 	if authService != nil {
 		m.services.Add("auth", authService)
