@@ -17,6 +17,8 @@ type RunStore interface {
 	RunsPage(ctx context.Context, sessionID uuid.UUID, statuses []chat.RunStatus, after *store.RunCursor, limit int) ([]chat.Run, error)
 	RunLatest(ctx context.Context, sessionID uuid.UUID) (chat.Run, error)
 	SessionForClientID(ctx context.Context, owner, clientID string, now time.Time, max int) (uuid.UUID, bool, error)
+	OwnerLiveSessions(ctx context.Context, owner string) ([]uuid.UUID, error)
+	EraseOwner(ctx context.Context, owner string) (store.Erased, error)
 }
 
 // SendResult is what a message sent over HTTP did: the run it started (or, for a
@@ -138,4 +140,37 @@ func (s *Sessions) maxContent() int {
 		return n
 	}
 	return conversation.DefaultMaxContentBytes
+}
+
+// Erasure is what erasing a user removed: their live sessions, deleted as Delete does,
+// then every row left of them.
+type Erasure struct {
+	LiveSessions int `json:"liveSessions"`
+	store.Erased
+}
+
+// Erase removes everything of owner (DELETE /v1/users/me, and the admin listener's
+// DELETE /users/{id}): each live session is deleted as Delete deletes it (its run
+// cancelled, its connections closed with 4004, its sandbox killed, its workspaces
+// removed), then every row left of the user goes in one transaction (the deleted
+// sessions' tombstones, runs, the stream log's chunks, webhook events). A second call
+// finds nothing and removes nothing.
+func (s *Sessions) Erase(ctx context.Context, owner string) (Erasure, error) {
+	var e Erasure
+	ids, err := s.runs.OwnerLiveSessions(ctx, owner)
+	if err != nil {
+		return e, s.fail(ctx, "list the user's sessions", err)
+	}
+	for _, id := range ids {
+		if err := s.Delete(ctx, owner, id); err != nil && !errors.Is(err, ErrNotFound) {
+			return e, err
+		}
+		e.LiveSessions++
+	}
+	if e.Erased, err = s.runs.EraseOwner(ctx, owner); err != nil {
+		return e, s.fail(ctx, "erase the user", err)
+	}
+	s.log.Info().Int("live_sessions", e.LiveSessions).Int64("sessions", e.Sessions).Int64("runs", e.Runs).
+		Int64("webhook_events", e.WebhookEvents).Msg("erased a user")
+	return e, nil
 }

@@ -22,7 +22,8 @@ func newRegistry() *prometheus.Registry {
 }
 
 // adminHandler serves the admin listener: GET /metrics, /debug/pprof/ when configured,
-// /mcp (the MCP servers' state, docs/tools.md), and /healthz and /readyz (the public listener's, so a probe may use either). Nothing
+// /mcp (the MCP servers' state, docs/tools.md), /webhooks (docs/webhooks.md), DELETE
+// /users/{id} (erasure, docs/http.md), and /healthz and /readyz (the public listener's, so a probe may use either). Nothing
 // else: the API, the WebSocket and the app are only on the public listener.
 func (m *Server) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
@@ -32,6 +33,8 @@ func (m *Server) adminHandler(reg *prometheus.Registry) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /mcp", m.mcpStatus)
 	mux.HandleFunc("GET /webhooks", m.webhookStatus)
+	mux.HandleFunc("DELETE /users/{id}", m.eraseUser)
+	mux.HandleFunc("DELETE /users/{$}", m.eraseUser) // the anonymous user
 	if m.cfg.Pprof {
 		// Index also serves the named profiles (heap, goroutine, allocs, block, mutex).
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

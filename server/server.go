@@ -153,6 +153,8 @@ type Server struct {
 	mcp   atomic.Pointer[mcp.Manager]
 	// mcpConfig is Config.MCPConfig's servers (New reads it).
 	mcpConfig mcp.Config
+	// sessions is the conversation list, and what deletes and erases.
+	sessions *hub.Sessions
 	// webhooks delivers the webhook events (CHATD_WEBHOOK_URL); nil when none.
 	webhooks *webhook.Deliverer
 	// services holds every part above that has a lifecycle, in start order.
@@ -334,6 +336,7 @@ func (m *Server) build() error {
 		return err
 	}
 	sessions := hub.NewSessions(m.hub, st, m.sessionSandboxes)
+	m.sessions = sessions
 	api, err := httpapi.New(httpapi.Config{
 		Sessions:       sessions,
 		Auth:           auth,

@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/transport/httpapi"
 )
 
 // webhookCollector reports the webhook outbox's events by state, read when scraped:
@@ -56,4 +59,21 @@ func (m *Server) webhookStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "storage", "message": err.Error()}})
+}
+
+// eraseUser is the admin listener's DELETE /users/{id}: everything of user id goes, as
+// their own DELETE /v1/users/me does (DELETE /users/ for the anonymous user).
+func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	e, err := m.sessions.Erase(r.Context(), r.PathValue("id"))
+	if err != nil {
+		code, msg := "internal", err.Error()
+		if ce := (*conversation.Error)(nil); errors.As(err, &ce) {
+			code, msg = ce.Code, ce.Message
+		}
+		w.WriteHeader(httpapi.Status(code))
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"erased": e})
 }

@@ -69,6 +69,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.API != nil {
 		mux.Handle("/v1/sessions", s.cfg.API)
 		mux.Handle("/v1/sessions/", s.cfg.API)
+		mux.Handle("/v1/users/", s.cfg.API)
 	}
 	if s.cfg.AISDK != nil {
 		mux.Handle("/v1/aisdk/", s.cfg.AISDK)

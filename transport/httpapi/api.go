@@ -47,6 +47,9 @@ type Sessions interface {
 	// Create returns the session of a message sent without one: created at the first
 	// request with its requestId, found again at a repeated one.
 	Create(ctx context.Context, owner string, req conversation.SendRequest) (uuid.UUID, error)
+	// Erase removes everything of owner: sessions (live ones closed), runs, messages,
+	// webhook events, sandboxes and workspaces.
+	Erase(ctx context.Context, owner string) (hub.Erasure, error)
 }
 
 // Config configures the API.
@@ -83,6 +86,8 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{cfg: cfg, log: cfg.Logger.With().Str("component", "httpapi").Logger(), mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /v1/sessions", a.authed(a.list))
+	a.mux.HandleFunc("DELETE /v1/users/me", a.authed(a.eraseMe))
+	a.mux.HandleFunc("/v1/users/me", methodNotAllowed("DELETE"))
 	a.mux.HandleFunc("POST /v1/sessions", a.authed(a.start))
 	a.mux.HandleFunc("POST /v1/sessions/{id}/messages", a.authed(a.relayedLimit(MaxSendBodyBytes, a.send)))
 	a.mux.HandleFunc("GET /v1/sessions/{id}/runs", a.authed(a.relayed(a.runs)))

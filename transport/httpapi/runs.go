@@ -246,3 +246,18 @@ func decodeRunCursor(s string) (store.RunCursor, error) {
 	}
 	return store.RunCursor{StartedAt: time.UnixMicro(micros).UTC(), ID: u}, nil
 }
+
+// eraseMe is DELETE /v1/users/me: the caller erases everything of theirs. The anonymous
+// user (no authentication) is every client's: erasing it is the admin listener's to do.
+func (a *API) eraseMe(w http.ResponseWriter, r *http.Request, owner string) {
+	if owner == "" {
+		a.writeError(w, r, badRequest("this chatd has no authentication: its one anonymous user is everyone's; erase it from the admin listener (DELETE /users/) if you mean it"))
+		return
+	}
+	e, err := a.cfg.Sessions.Erase(r.Context(), owner)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"erased": e})
+}
