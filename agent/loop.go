@@ -29,6 +29,8 @@ const (
 	DefaultRetryBackoff     = time.Second
 	DefaultContextTokens    = 64000
 	DefaultModelIdleTimeout = 5 * time.Minute
+	// DefaultToolStale is Config.ToolStale's default.
+	DefaultToolStale = time.Minute
 
 	// maxRetryWait is the longest wait for a retry: a provider that asks for more (a
 	// 429 with retry-after: 3600) gets its error shown instead of a silent stall.
@@ -85,6 +87,11 @@ type Config struct {
 	// long is hung up on and the call fails as a transient error, so no run waits on a
 	// dead connection for ever. Negative turns it off.
 	ModelIdleTimeout time.Duration
+	// ToolStale stops a running tool call that sent no output and reported no progress
+	// for this long (CHATD_TOOL_STALE): it ends as an error whose message says it was
+	// stale, which the model is told. A tool's own ToolSpec.StaleAfter overrides it.
+	// Negative turns it off; 0 is DefaultToolStale.
+	ToolStale time.Duration
 	// Clock drives approval timeouts, retry backoff and the model idle timeout. Defaults
 	// to the real clock.
 	Clock  clockwork.Clock
@@ -121,6 +128,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.ApprovalTimeout, DefaultApprovalTimeout)
 	defDur(&c.RetryBackoff, DefaultRetryBackoff)
 	defDur(&c.ModelIdleTimeout, DefaultModelIdleTimeout)
+	defDur(&c.ToolStale, DefaultToolStale)
 	return c
 }
 
@@ -701,11 +709,16 @@ func (r *run) execute(ctx context.Context, c *call) Message {
 			}
 		}()
 	}
+	stale := newStaleWatch(r.l.cfg.Clock, r.staleAfter(c))
+	defer stale.stop()
 	streamed := &outputWriter{
-		emit:  func(s string) error { return r.out.ToolOutput(c.ID, s) },
+		emit: func(s string) error {
+			stale.alive()
+			return r.out.ToolOutput(c.ID, s)
+		},
 		limit: r.l.cfg.MaxToolOutput,
 	}
-	env := &toolEnv{r: r, ctx: ctx, out: streamed}
+	env := &toolEnv{r: r, ctx: ctx, out: streamed, alive: stale.alive}
 	var (
 		output string
 		err    error
@@ -716,7 +729,11 @@ func (r *run) execute(ctx context.Context, c *call) Message {
 	case c.badInput:
 		err = errors.New("the tool input is not valid JSON")
 	default:
-		output, err = r.safeRun(ctx, c, env)
+		toolCtx := stale.watch(ctx)
+		output, err = r.safeRun(toolCtx, c, env)
+		if stale.fired() && ctx.Err() == nil {
+			err = fmt.Errorf("stale: the tool sent no output and reported no progress for %s, so it was stopped", stale.after)
+		}
 	}
 	if ctx.Err() != nil {
 		return msg // the run is over; the actor closed the call
@@ -758,15 +775,17 @@ func (r *run) safeRun(ctx context.Context, c *call, env Env) (out string, err er
 }
 
 type toolEnv struct {
-	r   *run
-	ctx context.Context
-	out io.Writer
+	r     *run
+	ctx   context.Context
+	out   io.Writer
+	alive func() // the call shows it is working: its stale watch starts again
 }
 
 func (e *toolEnv) Output() io.Writer { return e.out }
 
 // Progress reports the run's progress for the tool (conversation.Emitter's Progress).
 func (e *toolEnv) Progress(step, of int, label string) error {
+	e.alive()
 	return e.r.out.Progress(step, of, label)
 }
 

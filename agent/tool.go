@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -30,6 +31,10 @@ type ToolSpec struct {
 	// then run again, on the same call id, when its run is continued; any other such
 	// call is ended as interrupted, its effects unknown, and the model is told so.
 	Idempotent bool
+	// StaleAfter overrides the loop's Config.ToolStale for this tool: a call that sends
+	// no output and reports no progress for this long is stopped as stale. Negative:
+	// never; 0: the loop's.
+	StaleAfter time.Duration
 }
 
 // Tool is something the model can call.

@@ -198,6 +198,9 @@ type Config struct {
 	RetainToolOutput  int
 	RetainSessions    time.Duration
 	RetentionInterval time.Duration
+	// ToolStale stops a running tool call that sent no output and reported no progress
+	// for this long (CHATD_TOOL_STALE); 0 (off): never.
+	ToolStale time.Duration
 	// WebhookURL receives the webhook events (CHATD_WEBHOOK_URL; docs/webhooks.md),
 	// signed with WebhookSecret (CHATD_WEBHOOK_SECRET, whsec_…); empty: none.
 	WebhookURL    string
@@ -409,6 +412,7 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	c.SandboxTmpSize = env.bytesUpTo("CHATD_SANDBOX_TMP_SIZE", int(bwrap.DefaultLimits.TmpSize), maxLargeBytes)
 	c.MaxContentBytes = env.bytes("CHATD_MAX_CONTENT_BYTES", conversation.DefaultMaxContentBytes)
 	c.WorkspaceRetention = env.offDuration("CHATD_WORKSPACE_RETENTION", agent.DefaultWorkspaceRetention)
+	c.ToolStale = env.offDuration("CHATD_TOOL_STALE", agent.DefaultToolStale)
 	c.RetainDone = env.offDuration("CHATD_RETAIN_DONE", retention.DefaultDone)
 	c.RetainFailed = env.offDuration("CHATD_RETAIN_FAILED", retention.DefaultFailed)
 	c.RetainSessions = env.offDuration("CHATD_RETAIN_SESSIONS", 0)
@@ -454,6 +458,7 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", env.duration("CHATD_APPROVAL_TIMEOUT", agent.DefaultApprovalTimeout), "pause the sandbox of a run waiting this long for an approval (CHATD_APPROVAL_TIMEOUT)")
 	fs.DurationVar(&c.SandboxIdlePause, "sandbox-idle-pause", env.duration("CHATD_SANDBOX_IDLE_PAUSE", agent.DefaultSandboxIdlePause), "pause a sandbox that ran no tool call for this long (CHATD_SANDBOX_IDLE_PAUSE)")
 	fs.DurationVar(&c.SandboxKillAfter, "sandbox-kill-after", env.duration("CHATD_SANDBOX_KILL_AFTER", agent.DefaultSandboxKillAfter), "kill a sandbox paused this long (CHATD_SANDBOX_KILL_AFTER)")
+	fs.Var(offDuration{&c.ToolStale}, "tool-stale", "stop a running tool call that sent no output and reported no progress for this long, e.g. 1m; off never does (CHATD_TOOL_STALE)")
 	fs.Var(offDuration{&c.RetainDone}, "retain-done", "remove the details of runs that ended done (error messages, tool output past -retain-tool-output, stream-log remnants) this long after, e.g. 7d; off keeps them (CHATD_RETAIN_DONE)")
 	fs.Var(offDuration{&c.RetainFailed}, "retain-failed", "the same for runs that ended error, interrupted or cancelled, e.g. 30d; off keeps them (CHATD_RETAIN_FAILED)")
 	fs.IntVar(&c.RetainToolOutput, "retain-tool-output", env.int("CHATD_RETAIN_TOOL_OUTPUT", retention.DefaultToolOutput), "characters of a tool call's output kept once its run's details are removed (CHATD_RETAIN_TOOL_OUTPUT)")
@@ -603,6 +608,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SANDBOX_IDLE_PAUSE (-sandbox-idle-pause) is %s; it must be positive", c.SandboxIdlePause)
 	case c.SandboxKillAfter <= 0:
 		return fmt.Errorf("CHATD_SANDBOX_KILL_AFTER (-sandbox-kill-after) is %s; it must be positive", c.SandboxKillAfter)
+	case c.ToolStale < 0:
+		return errors.New("CHATD_TOOL_STALE (-tool-stale) takes a duration such as 1m, or off")
 	case c.RetainDone < 0 || c.RetainFailed < 0 || c.RetainSessions < 0 || c.RetentionInterval < 0:
 		return errors.New("CHATD_RETAIN_DONE, CHATD_RETAIN_FAILED, CHATD_RETAIN_SESSIONS and CHATD_RETENTION_INTERVAL take a duration such as 7d or 12h, or off")
 	case c.RetainToolOutput < 1:

@@ -758,6 +758,7 @@ func (m *Server) newAgent(st *store.Store, clock clockwork.Clock) (*agent.Loop, 
 		ApprovalTimeout:  m.cfg.ApprovalTimeout,
 		ApprovalExpire:   m.cfg.ApprovalExpire,
 		ModelIdleTimeout: m.cfg.ModelTimeout,
+		ToolStale:        toolStale(m.cfg.ToolStale),
 		Clock:            clock,
 		Logger:           m.log,
 		Metrics:          metrics,
@@ -933,4 +934,12 @@ func noLimit(n int) int {
 		return -1
 	}
 	return n
+}
+
+// toolStale is the agent loop's ToolStale for CHATD_TOOL_STALE: off (0) is never.
+func toolStale(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -66,6 +66,9 @@ type ServerConfig struct {
 	Idempotent *bool `json:"idempotent"`
 	// Timeout bounds each call ("30s", "5m"; default 2m).
 	Timeout Duration `json:"timeout"`
+	// Stale stops a call that sends no progress for this long ("90s"), or never
+	// ("off"); default: chatd's CHATD_TOOL_STALE.
+	Stale Stale `json:"stale"`
 	// ForwardUser sends the caller's id to the server: "id" (or true), or "token": the id
 	// and the bearer token their message was sent with. Default: nothing.
 	ForwardUser ForwardUser `json:"forwardUser"`
@@ -80,6 +83,7 @@ type ToolConfig struct {
 	Approval   string   `json:"approval"`
 	Idempotent *bool    `json:"idempotent"`
 	Timeout    Duration `json:"timeout"`
+	Stale      Stale    `json:"stale"`
 	// Disabled leaves the tool out.
 	Disabled bool `json:"disabled"`
 }
@@ -97,6 +101,23 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("%q is not a positive duration (such as \"30s\" or \"5m\")", s)
 	}
 	*d = Duration(v)
+	return nil
+}
+
+// Stale is a duration ("90s") or "off", written as a string; off is negative.
+type Stale time.Duration
+
+func (d *Stale) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil && s == "off" {
+		*d = -1
+		return nil
+	}
+	var v Duration
+	if err := v.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf(`%w, or "off"`, err)
+	}
+	*d = Stale(v)
 	return nil
 }
 
@@ -254,6 +275,15 @@ func strictDecode(b []byte, v any) error {
 		return errors.New("more than one JSON value")
 	}
 	return nil
+}
+
+// stale is how long a call of tool of s may go without progress (agent.ToolSpec's
+// StaleAfter): the tool's own, else the server's, else 0 (chatd's CHATD_TOOL_STALE).
+func (s ServerConfig) stale(tool string) time.Duration {
+	if t := s.Tools[tool].Stale; t != 0 {
+		return time.Duration(t)
+	}
+	return time.Duration(s.Stale)
 }
 
 // timeout is the call timeout for tool of s.

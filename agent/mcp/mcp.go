@@ -533,6 +533,7 @@ func (s *server) adapt(t *sdk.Tool) (*tool, error) {
 		InputSchema:   schema,
 		NeedsApproval: approval == ApprovalAlways || (approval == ApprovalAuto && !readOnly),
 		Idempotent:    idem,
+		StaleAfter:    s.cfg.stale(t.Name),
 	}}, nil
 }
 

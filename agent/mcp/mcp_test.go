@@ -140,6 +140,7 @@ func TestParseRefusesBadConfigurationNamingServerAndKey(t *testing.T) {
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "tools": {"search": {"approval": "maybe"}}}}}`, `mcp server "docs": "tools" "search" "approval"`},
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "tools": {"search": {"retries": 3}}}}}`, `mcp server "docs": unknown key "retries"`},
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "timeout": "soon"}}}`, `mcp server "docs": "soon" is not a positive duration`},
+		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "stale": "never"}}}`, `"never" is not a positive duration (such as "30s" or "5m"), or "off"`},
 		{`{"mcpServers": {"docs": {"url": "http://x/mcp", "forwardUser": "bearer"}}}`, `mcp server "docs"`},
 		{`{"mcpServers": {"a__b": {"url": "http://x/mcp"}}}`, `mcp server "a__b": the name`},
 		{`{"mcpServers": {"files": {"command": "x", "headers": {"a": "b"}}}}`, `mcp server "files": "headers" are for "url" servers`},
@@ -165,7 +166,7 @@ func TestParseRefusesBadConfigurationNamingServerAndKey(t *testing.T) {
 // forwarded to that user's calls only, progress streamed, isError a failed call.
 func TestHTTPServerTools(t *testing.T) {
 	srv := mcptest.Start(t)
-	_, reg := start(t, `{"mcpServers": {"t": {"url": "`+srv.URL+`", "forwardUser": true, "tools": {"fail": {"approval": "always"}}}}}`, mcp.Options{})
+	_, reg := start(t, `{"mcpServers": {"t": {"url": "`+srv.URL+`", "forwardUser": true, "stale": "90s", "tools": {"fail": {"approval": "always"}, "slow": {"stale": "off"}}}}}`, mcp.Options{})
 	var names []string
 	for _, s := range reg.Specs() {
 		names = append(names, s.Name)
@@ -173,6 +174,8 @@ func TestHTTPServerTools(t *testing.T) {
 	require.ElementsMatch(t, []string{"t__echo", "t__lookup", "t__charge", "t__whoami", "t__slow", "t__progress", "t__fail"}, names)
 	require.False(t, specOf(t, reg, "t__echo").NeedsApproval, "readOnlyHint: no approval")
 	require.True(t, specOf(t, reg, "t__echo").Idempotent, "readOnlyHint: idempotent")
+	require.Equal(t, 90*time.Second, specOf(t, reg, "t__echo").StaleAfter, "the server's stale")
+	require.Negative(t, specOf(t, reg, "t__slow").StaleAfter, "the tool's own: never stale")
 	require.True(t, specOf(t, reg, "t__charge").NeedsApproval, "not read-only: approval")
 	require.False(t, specOf(t, reg, "t__charge").Idempotent)
 	require.True(t, specOf(t, reg, "t__lookup").Idempotent, "idempotentHint")
