@@ -790,18 +790,18 @@ func (e *toolEnv) Progress(step, of int, label string) error {
 }
 
 // Sandbox returns the session's sandbox. When it is a new one replacing one the session
-// had, the transcript says so first: the model and the user must not expect the old
-// files.
+// had, the transcript says so first, naming the files the old one had: the model and the
+// user must not expect them.
 func (e *toolEnv) Sandbox(ctx context.Context) (sandbox.Sandbox, error) {
 	if e.r.l.cfg.Sandboxes == nil {
 		return nil, errors.New("no sandbox is configured")
 	}
-	sb, replaced, err := e.r.l.cfg.Sandboxes.Get(ctx, e.r.req.SessionID)
+	sb, notice, err := e.r.l.cfg.Sandboxes.Acquire(ctx, e.r.req.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	if replaced != NotReplaced {
-		if err := e.r.out.Notice(replaced.Notice()); err != nil {
+	if notice != "" {
+		if err := e.r.out.Notice(notice); err != nil {
 			return nil, err
 		}
 	}

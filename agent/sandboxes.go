@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,10 @@ type SandboxStore interface {
 	// since no later than pausedBefore; it reports whether it did. Its workspace is kept
 	// until the retention has passed (see WorkspaceStore).
 	SessionSandboxKilled(ctx context.Context, sessionID uuid.UUID, sandboxID string, pausedBefore, now time.Time) (bool, error)
+	// SessionWorkspace returns the sandbox whose workspace is the session's newest (its
+	// sandbox's now, or the last one it had, not removed yet; "" for none) and whether
+	// this node made it.
+	SessionWorkspace(ctx context.Context, sessionID uuid.UUID) (string, bool, error)
 	WorkspaceStore
 }
 
@@ -138,7 +143,29 @@ const (
 )
 
 // Notice is what the transcript says of the replacement, "" for NotReplaced.
-func (r Replacement) Notice() string {
+func (r Replacement) Notice() string { return r.NoticeWith(nil, false) }
+
+// NoticeWith is Notice naming the files the old sandbox had (lost: the new one has none
+// of them), more when the list was cut.
+func (r Replacement) NoticeWith(lost []File, more bool) string {
+	n := r.notice()
+	if n == "" || len(lost) == 0 {
+		return n
+	}
+	var b strings.Builder
+	b.WriteString(strings.TrimSuffix(n, "."))
+	b.WriteString(". They were:")
+	for _, f := range lost {
+		fmt.Fprintf(&b, " %s (%s),", f.Path, humanSize(f.Size))
+	}
+	out := strings.TrimSuffix(b.String(), ",")
+	if more {
+		out += ", and more"
+	}
+	return out + "."
+}
+
+func (r Replacement) notice() string {
 	switch r {
 	case ReplacedIdle:
 		return "The previous sandbox was stopped after it sat idle; this is a new one: files from before are gone."
@@ -152,6 +179,33 @@ func (r Replacement) Notice() string {
 // Replacement says whether the new one replaces one the session had. Using it counts
 // as using the sandbox: its idle time starts again.
 func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandbox, Replacement, error) {
+	sb, r, _, err := s.get(ctx, sessionID)
+	return sb, r, err
+}
+
+// Acquire is Get for a tool call: with the notice the transcript gets when the sandbox
+// replaces one the session had ("" otherwise), which names the files the old one had
+// when its workspace is still on this node (the seed's files summary: the model must
+// not expect them, and knows what to ask for or make again).
+func (s *Sandboxes) Acquire(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandbox, string, error) {
+	sb, r, prev, err := s.get(ctx, sessionID)
+	if err != nil || r == NotReplaced {
+		return sb, "", err
+	}
+	var lost []File
+	more := false
+	if prev != "" {
+		lost, more, _ = s.listWorkspace(prev, maxLostFiles)
+	}
+	return sb, r.NoticeWith(lost, more), nil
+}
+
+// maxLostFiles bounds the files a replacement's notice names.
+const maxLostFiles = 50
+
+// get is Get, with the sandbox whose workspace the session had last when that is on
+// this node ("" otherwise): what a replacement lost.
+func (s *Sandboxes) get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandbox, Replacement, string, error) {
 	defer s.lock(sessionID)()
 	s.mu.Lock()
 	if s.running[sessionID] > 0 {
@@ -160,25 +214,30 @@ func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandb
 	s.mu.Unlock()
 	id, err := s.store.SessionSandbox(ctx, sessionID)
 	if err != nil {
-		return nil, NotReplaced, fmt.Errorf("look up the session's sandbox: %w", err)
+		return nil, NotReplaced, "", fmt.Errorf("look up the session's sandbox: %w", err)
+	}
+	// What the session's last sandbox had, in case this one replaces it.
+	prev, prevHere, err := s.store.SessionWorkspace(ctx, sessionID)
+	if err != nil {
+		return nil, NotReplaced, "", fmt.Errorf("look up the session's workspace: %w", err)
 	}
 	replaced := NotReplaced
 	if id != "" {
 		sb, err := s.provider.Connect(ctx, id)
 		if err == nil {
 			if err := s.store.SessionSandboxUsed(ctx, sessionID, s.clock.Now()); err != nil {
-				return nil, NotReplaced, fmt.Errorf("mark the session's sandbox used: %w", err)
+				return nil, NotReplaced, "", fmt.Errorf("mark the session's sandbox used: %w", err)
 			}
-			return sb, NotReplaced, nil
+			return sb, NotReplaced, "", nil
 		}
 		if !errors.Is(err, sandbox.ErrGone) {
-			return nil, NotReplaced, fmt.Errorf("connect to sandbox %s: %w", id, err)
+			return nil, NotReplaced, "", fmt.Errorf("connect to sandbox %s: %w", id, err)
 		}
 		replaced = ReplacedLost
 	} else {
 		killed, err := s.store.SessionSandboxKilledAt(ctx, sessionID)
 		if err != nil {
-			return nil, NotReplaced, fmt.Errorf("look up the session's sandbox: %w", err)
+			return nil, NotReplaced, "", fmt.Errorf("look up the session's sandbox: %w", err)
 		}
 		if killed != nil {
 			replaced = ReplacedIdle
@@ -186,15 +245,18 @@ func (s *Sandboxes) Get(ctx context.Context, sessionID uuid.UUID) (sandbox.Sandb
 	}
 	sb, err := s.provider.Create(ctx)
 	if err != nil {
-		return nil, NotReplaced, fmt.Errorf("create a sandbox: %w", err)
+		return nil, NotReplaced, "", fmt.Errorf("create a sandbox: %w", err)
 	}
 	if err := s.store.SessionSetSandbox(ctx, sessionID, sb.ID(), s.clock.Now()); err != nil {
 		// Not recorded (the session was deleted meanwhile, say): nothing else knows the
 		// sandbox, so it goes whole, workspace and all.
 		_ = s.provider.Remove(context.WithoutCancel(ctx), sb.ID())
-		return nil, NotReplaced, fmt.Errorf("store the session's sandbox: %w", err)
+		return nil, NotReplaced, "", fmt.Errorf("store the session's sandbox: %w", err)
 	}
-	return sb, replaced, nil
+	if !prevHere {
+		prev = ""
+	}
+	return sb, replaced, prev, nil
 }
 
 // Begin counts a tool call running for the session until the returned end is called:

@@ -3,10 +3,14 @@ package hub
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
@@ -173,4 +177,53 @@ func (s *Sessions) Erase(ctx context.Context, owner string) (Erasure, error) {
 	s.log.Info().Int("live_sessions", e.LiveSessions).Int64("sessions", e.Sessions).Int64("runs", e.Runs).
 		Int64("webhook_events", e.WebhookEvents).Msg("erased a user")
 	return e, nil
+}
+
+// Files lists the workspace of owner's session id (sandbox.File, more when cut): its
+// sandbox's, or the last one it had until the retention removes it; none when it has
+// none. A workspace on another node's machine is CodeNotFound, saying so.
+func (s *Sessions) Files(ctx context.Context, owner string, id uuid.UUID) ([]sandbox.File, bool, error) {
+	if err := s.owned(ctx, owner, id); err != nil {
+		return nil, false, err
+	}
+	if s.sandboxes == nil {
+		return []sandbox.File{}, false, nil
+	}
+	files, more, err := s.sandboxes.Files(ctx, id)
+	if errors.Is(err, sandbox.ErrNoWorkspace) {
+		return []sandbox.File{}, false, nil
+	}
+	return files, more, s.fileError(ctx, err)
+}
+
+// OpenFile opens a file of the workspace of owner's session id: CodeBadRequest for a path
+// outside it, CodeNotFound for none.
+func (s *Sessions) OpenFile(ctx context.Context, owner string, id uuid.UUID, name string) (*os.File, fs.FileInfo, error) {
+	if err := s.owned(ctx, owner, id); err != nil {
+		return nil, nil, err
+	}
+	if s.sandboxes == nil {
+		return nil, nil, &conversation.Error{Code: conversation.CodeNotFound, Message: "no such file: the session has no workspace"}
+	}
+	f, info, err := s.sandboxes.OpenFile(ctx, id, name)
+	return f, info, s.fileError(ctx, err)
+}
+
+func (s *Sessions) fileError(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sandbox.ErrBadPath):
+		return &conversation.Error{Code: conversation.CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrNoWorkspace):
+		return &conversation.Error{Code: conversation.CodeNotFound, Message: "no such file: the session has no workspace"}
+	case errors.Is(err, sandbox.ErrWorkspaceElsewhere):
+		return &conversation.Error{Code: conversation.CodeNotFound, Message: "the session's workspace is on the chatd node that made its sandbox, not this one"}
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), strings.Contains(err.Error(), "path escapes from parent"):
+		return &conversation.Error{Code: conversation.CodeNotFound, Message: "no such file in the workspace"}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	s.log.Error().Err(err).Msg("read a session's workspace")
+	return &conversation.Error{Code: conversation.CodeInternal, Message: "could not read the workspace"}
 }

@@ -3,11 +3,14 @@ package hub
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/store"
@@ -39,6 +42,10 @@ type SessionSandboxes interface {
 	// RemoveDeleted removes the workspaces the deleted session had on this node, and
 	// returns how many it removed.
 	RemoveDeleted(ctx context.Context, sessionID uuid.UUID) (int, error)
+	// Files lists the session's workspace; OpenFile opens one of its files. Their errors
+	// include sandbox.ErrNoWorkspace, ErrWorkspaceElsewhere and ErrBadPath.
+	Files(ctx context.Context, sessionID uuid.UUID) ([]sandbox.File, bool, error)
+	OpenFile(ctx context.Context, sessionID uuid.UUID, name string) (*os.File, fs.FileInfo, error)
 }
 
 // Sessions is a user's conversation list: listing and renaming read and write the

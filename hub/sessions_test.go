@@ -3,6 +3,7 @@ package hub_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -38,6 +39,12 @@ func (k *killer) Kill(ctx context.Context, _ uuid.UUID) error {
 }
 
 func (k *killer) RemoveDeleted(context.Context, uuid.UUID) (int, error) { return 0, nil }
+func (k *killer) Files(context.Context, uuid.UUID) ([]sandbox.File, bool, error) {
+	return nil, false, sandbox.ErrNoWorkspace
+}
+func (k *killer) OpenFile(context.Context, uuid.UUID, string) (*os.File, fs.FileInfo, error) {
+	return nil, nil, sandbox.ErrNoWorkspace
+}
 
 func newKiller() *killer {
 	return &killer{entered: make(chan struct{}), release: make(chan struct{})}

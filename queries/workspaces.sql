@@ -46,3 +46,10 @@ ORDER BY created_at;
 -- name: WorkspaceDelete :execrows
 -- The workspace is removed: its record goes. Only a released one's.
 DELETE FROM workspaces WHERE sandbox_id = @sandbox_id AND released_at IS NOT NULL;
+
+-- name: SessionWorkspaceNewest :one
+-- The session's newest workspace that is not removed and not its deleted session's: its
+-- sandbox's now, or the last one it had.
+SELECT sandbox_id, node FROM workspaces
+WHERE session_id = @session_id AND NOT deleted
+ORDER BY created_at DESC, sandbox_id DESC LIMIT 1;

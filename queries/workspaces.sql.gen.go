@@ -12,6 +12,26 @@ import (
 	"github.com/google/uuid"
 )
 
+const sessionWorkspaceNewest = `-- name: SessionWorkspaceNewest :one
+SELECT sandbox_id, node FROM workspaces
+WHERE session_id = $1 AND NOT deleted
+ORDER BY created_at DESC, sandbox_id DESC LIMIT 1
+`
+
+type SessionWorkspaceNewestRow struct {
+	SandboxID string
+	Node      string
+}
+
+// The session's newest workspace that is not removed and not its deleted session's: its
+// sandbox's now, or the last one it had.
+func (q *Queries) SessionWorkspaceNewest(ctx context.Context, db DBTX, sessionID uuid.UUID) (SessionWorkspaceNewestRow, error) {
+	row := db.QueryRow(ctx, sessionWorkspaceNewest, sessionID)
+	var i SessionWorkspaceNewestRow
+	err := row.Scan(&i.SandboxID, &i.Node)
+	return i, err
+}
+
 const workspaceDelete = `-- name: WorkspaceDelete :execrows
 DELETE FROM workspaces WHERE sandbox_id = $1 AND released_at IS NOT NULL
 `

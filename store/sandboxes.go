@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/queries"
@@ -256,4 +258,27 @@ func (n NodeSandboxes) WorkspacesDue(ctx context.Context, releasedBefore *time.T
 // of those made by no node known).
 func (n NodeSandboxes) SessionDeletedWorkspaces(ctx context.Context, id uuid.UUID) ([]string, error) {
 	return n.deletedWorkspaces(ctx, id, n.node())
+}
+
+// SessionWorkspace returns the sandbox whose workspace is the session's newest (its
+// sandbox's now, or the last it had, not removed yet), "" for none, and whether it is on
+// this process's machine: made by node, or by no node known ("" takes any).
+func (s *Store) SessionWorkspace(ctx context.Context, id uuid.UUID) (string, bool, error) {
+	return s.sessionWorkspace(ctx, id, "")
+}
+
+func (s *Store) sessionWorkspace(ctx context.Context, id uuid.UUID, node string) (string, bool, error) {
+	r, err := s.q.SessionWorkspaceNewest(ctx, s.db, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("look up the workspace of session %s: %w", id, mapErr(err))
+	}
+	return r.SandboxID, node == "" || r.Node == "" || r.Node == node, nil
+}
+
+// SessionWorkspace is Store's, here when this node made the sandbox.
+func (n NodeSandboxes) SessionWorkspace(ctx context.Context, id uuid.UUID) (string, bool, error) {
+	return n.sessionWorkspace(ctx, id, n.node())
 }

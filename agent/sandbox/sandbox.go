@@ -39,6 +39,32 @@ type Provider interface {
 	Remove(ctx context.Context, id string) error
 }
 
+// File is a file of a session's workspace.
+type File struct {
+	// Path is relative to the workspace, with / between its parts.
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modifiedAt"`
+}
+
+// Errors of listing and serving a session's workspace.
+var (
+	// ErrNoWorkspace: the session has no workspace (it never ran a tool that needed a
+	// sandbox, or its workspaces were removed), or the provider keeps none on disk.
+	ErrNoWorkspace = errors.New("the session has no workspace")
+	// ErrWorkspaceElsewhere: the session's workspace is on another chatd node's machine.
+	ErrWorkspaceElsewhere = errors.New("the session's workspace is on another chatd node")
+	// ErrBadPath: a path that is not a relative path inside the workspace.
+	ErrBadPath = errors.New("the path must be relative to the workspace, without . or .. parts, a leading / or control characters")
+)
+
+// Workspaces is a Provider whose sandboxes' workspaces are directories on this machine,
+// which chatd lists and serves (GET /v1/sessions/{id}/files).
+type Workspaces interface {
+	// Workspace returns the directory of sandbox id's workspace (which may not exist).
+	Workspace(id string) string
+}
+
 // Sandbox runs commands.
 type Sandbox interface {
 	ID() string

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/agent/sandbox"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/hub"
@@ -50,6 +53,9 @@ type Sessions interface {
 	// Erase removes everything of owner: sessions (live ones closed), runs, messages,
 	// webhook events, sandboxes and workspaces.
 	Erase(ctx context.Context, owner string) (hub.Erasure, error)
+	// Files lists the session's workspace; OpenFile opens one of its files.
+	Files(ctx context.Context, owner string, id uuid.UUID) ([]sandbox.File, bool, error)
+	OpenFile(ctx context.Context, owner string, id uuid.UUID, name string) (*os.File, fs.FileInfo, error)
 }
 
 // Config configures the API.
@@ -92,6 +98,8 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("POST /v1/sessions/{id}/messages", a.authed(a.relayedLimit(MaxSendBodyBytes, a.send)))
 	a.mux.HandleFunc("GET /v1/sessions/{id}/runs", a.authed(a.relayed(a.runs)))
 	a.mux.HandleFunc("GET /v1/sessions/{id}/runs/{runId}", a.authed(a.relayed(a.run)))
+	a.mux.HandleFunc("GET /v1/sessions/{id}/files", a.authed(a.relayed(a.files)))
+	a.mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", a.authed(a.relayed(a.file)))
 	a.mux.HandleFunc("PATCH /v1/sessions/{id}", a.authed(a.relayed(a.rename)))
 	a.mux.HandleFunc("DELETE /v1/sessions/{id}", a.authed(a.relayed(a.delete)))
 	a.mux.HandleFunc("GET /v1/sessions/{id}/messages", a.authed(a.relayed(a.messages)))
@@ -99,6 +107,8 @@ func New(cfg Config) (*API, error) {
 	// What the routes above do not match is answered in JSON too.
 	a.mux.HandleFunc("/v1/sessions", methodNotAllowed("GET, POST"))
 	a.mux.HandleFunc("/v1/sessions/{id}/runs", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions/{id}/files", methodNotAllowed("GET"))
+	a.mux.HandleFunc("/v1/sessions/{id}/files/{path...}", methodNotAllowed("GET"))
 	a.mux.HandleFunc("/v1/sessions/{id}/runs/{runId}", methodNotAllowed("GET"))
 	a.mux.HandleFunc("/v1/sessions/{id}", methodNotAllowed("PATCH, DELETE"))
 	a.mux.HandleFunc("/v1/sessions/{id}/messages", methodNotAllowed("GET, POST"))
