@@ -106,14 +106,14 @@ func TestCrashedRunContinuesAfterRestart(t *testing.T) {
 // when), the next one continuing it. Every run ends done as the same run; its text is
 // exactly an uninterrupted run's; each tool call ran once (current_time is idempotent, so
 // one cut off while running is run again, never left interrupted); the tab that followed
-// it, reconnecting across every restart, ends equal to the database. CHATD_CRASH_SEEDS
-// runs more seeds.
+// it, reconnecting across every restart, ends equal to the database. 100 seeds (about
+// 80 s); CHATD_CRASH_SEEDS runs more.
 func TestCrashAnywhereProperty(t *testing.T) {
-	seeds := 6
+	seeds := 100
 	if v := os.Getenv("CHATD_CRASH_SEEDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		require.NoError(t, err)
-		seeds = n
+		seeds = max(n, seeds)
 	}
 	dbURL := storetest.NewURL(t)
 	st := openStore(t, dbURL)
@@ -189,11 +189,11 @@ func TestCrashAnywhereProperty(t *testing.T) {
 // is stored interrupted with what its log held (or removed, when it held nothing): a
 // prefix of what the client saw, with everything the client had an interval (plus
 // logSlack) before the crash. The continued run's text is an uninterrupted run's, word
-// for word, and the tab that followed it ends equal to the database. 20 seeds;
-// CHATD_CRASH_SEEDS runs more. (The log is judged by what the next process stored, not
+// for word, and the tab that followed it ends equal to the database. 100 seeds (about
+// 75 s); CHATD_CRASH_SEEDS runs more. (The log is judged by what the next process stored, not
 // read at the crash: the dead process's last statement may still commit after it died.)
 func TestKillMidSegmentKeepsTheStreamedText(t *testing.T) {
-	seeds := 20
+	seeds := 100
 	if v := os.Getenv("CHATD_CRASH_SEEDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		require.NoError(t, err)

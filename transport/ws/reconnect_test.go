@@ -178,11 +178,11 @@ func (c *coverage) add(f func(*coverage)) {
 
 func TestReconnectProperty(t *testing.T) {
 	t.Parallel()
-	seeds := 40
+	seeds := 100
 	if s := os.Getenv("CHATD_PROPERTY_SEEDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		require.NoError(t, err)
-		seeds = n
+		seeds = max(n, seeds)
 	}
 	cov := &coverage{moments: map[string]int{}}
 	t.Run("seeds", func(t *testing.T) {
