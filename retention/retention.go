@@ -103,15 +103,7 @@ func (j *Janitor) Start(context.Context) error { return j.loop.Start(j.run) }
 func (j *Janitor) Stop(ctx context.Context) error { return j.loop.Stop(ctx) }
 
 func (j *Janitor) run(stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-stop
-		cancel()
-	}()
-	ticker := j.cfg.Clock.NewTicker(j.cfg.Interval)
-	defer ticker.Stop()
-	for {
+	service.Every(stop, j.cfg.Clock, j.cfg.Interval, func(ctx context.Context) {
 		c, err := j.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			j.log.Warn().Err(err).Msg("a retention pass failed; the next one tries again")
@@ -120,12 +112,7 @@ func (j *Janitor) run(stop <-chan struct{}) {
 			j.log.Info().Int64("run_details", c.RunDetails).Int64("tool_outputs", c.ToolOutputs).Int64("stream_chunks", c.StreamChunks).
 				Int64("sessions", c.Sessions).Int64("webhook_events", c.WebhookEvents).Msg("retention removed what was due")
 		}
-		select {
-		case <-ticker.Chan():
-		case <-ctx.Done():
-			return
-		}
-	}
+	})
 }
 
 // cutoff is now less d, or the zero time (nothing is older) when d is 0: kept for good.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Loop is the goroutine of a service that runs until it is stopped: Start runs it, Stop
@@ -49,5 +52,30 @@ func (l *Loop) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// Every runs f at once, then every interval on clock, until stop is closed: for a Loop's
+// run. The context f gets ends when stop is closed, so a pass under way stops at its
+// next statement.
+func Every(stop <-chan struct{}, clock clockwork.Clock, interval time.Duration, f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ticker := clock.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		f(ctx)
+		select {
+		case <-ticker.Chan():
+		case <-ctx.Done():
+			return
+		}
 	}
 }

@@ -148,24 +148,11 @@ func (d *Deliverer) Start(context.Context) error { return d.loop.Start(d.run) }
 func (d *Deliverer) Stop(ctx context.Context) error { return d.loop.Stop(ctx) }
 
 func (d *Deliverer) run(stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-stop
-		cancel()
-	}()
-	ticker := d.cfg.Clock.NewTicker(d.cfg.PollInterval)
-	defer ticker.Stop()
-	for {
+	service.Every(stop, d.cfg.Clock, d.cfg.PollInterval, func(ctx context.Context) {
 		for d.Poll(ctx) == d.cfg.Batch && ctx.Err() == nil {
 			// A full batch: there may be more due now.
 		}
-		select {
-		case <-ticker.Chan():
-		case <-ctx.Done():
-			return
-		}
-	}
+	})
 }
 
 // Poll claims the events due now and sends them, at once, and returns how many it

@@ -34,21 +34,11 @@ func (a *API) relayedLimit(limit int64, h func(w http.ResponseWriter, r *http.Re
 		}
 		// Read the body first, so that it is still there when the holder cannot be
 		// reached and the request is served here.
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
-			a.writeError(w, r, badRequest(fmt.Sprintf("the body is larger than %d bytes", limit)))
-			return
-		}
+		reset, err := bufferBody(w, r, limit)
 		if err != nil {
-			a.writeError(w, r, badRequest("could not read the body"))
+			a.writeError(w, r, err)
 			return
 		}
-		reset := func(r *http.Request) {
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.ContentLength = int64(len(body))
-			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		}
-		reset(r)
 		a.cfg.Relay.Proxy(w, r, addr, func(*http.Response) {
 			a.cfg.Relay.Metrics.RequestRelayed()
 		}, func(w http.ResponseWriter, r *http.Request) {
@@ -56,4 +46,24 @@ func (a *API) relayedLimit(limit int64, h func(w http.ResponseWriter, r *http.Re
 			h(w, r, owner)
 		})
 	}
+}
+
+// bufferBody reads r's body (at most limit bytes: bad_request past it) and makes it
+// readable again from the start, now and whenever reset is called: for a request that
+// may be sent on to another node and served here after all.
+func bufferBody(w http.ResponseWriter, r *http.Request, limit int64) (reset func(*http.Request), err error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
+		return nil, badRequest(fmt.Sprintf("the body is larger than %d bytes", limit))
+	}
+	if err != nil {
+		return nil, badRequest("could not read the body")
+	}
+	reset = func(r *http.Request) {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	reset(r)
+	return reset, nil
 }

@@ -1,15 +1,9 @@
 package httpapi
 
 import (
-	"bytes"
-	"encoding/base64"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -75,21 +69,11 @@ func answerSend(w http.ResponseWriter, session uuid.UUID, req conversation.SendR
 // message's run, started without a stream. With several nodes, a repeated request for
 // a session another live node holds by now is sent on to that node.
 func (a *API) start(w http.ResponseWriter, r *http.Request, owner string) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxSendBodyBytes))
-	if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
-		a.writeError(w, r, badRequest(fmt.Sprintf("the body is larger than %d bytes", MaxSendBodyBytes)))
-		return
-	}
+	reset, err := bufferBody(w, r, MaxSendBodyBytes)
 	if err != nil {
-		a.writeError(w, r, badRequest("could not read the body"))
+		a.writeError(w, r, err)
 		return
 	}
-	reset := func(r *http.Request) {
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
-	reset(r)
 	req, err := readSend(w, r)
 	if err != nil {
 		a.writeError(w, r, err)
@@ -221,30 +205,12 @@ func knownStatus(s chat.RunStatus) bool {
 	return false
 }
 
-// A runs cursor names the last run of a page: its start in microseconds (what
-// PostgreSQL keeps) and its id, base64url: opaque to clients.
-func encodeRunCursor(c store.RunCursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.StartedAt.UnixMicro(), 10) + "." + c.ID.String()))
-}
+// A runs cursor names the last run of a page (encodeKeyset): its start and its id.
+func encodeRunCursor(c store.RunCursor) string { return encodeKeyset(c.StartedAt, c.ID) }
 
 func decodeRunCursor(s string) (store.RunCursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return store.RunCursor{}, err
-	}
-	at, id, ok := strings.Cut(string(b), ".")
-	if !ok {
-		return store.RunCursor{}, strconv.ErrSyntax
-	}
-	micros, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return store.RunCursor{}, err
-	}
-	u, err := uuid.Parse(id)
-	if err != nil {
-		return store.RunCursor{}, err
-	}
-	return store.RunCursor{StartedAt: time.UnixMicro(micros).UTC(), ID: u}, nil
+	at, id, err := decodeKeyset(s)
+	return store.RunCursor{StartedAt: at, ID: id}, err
 }
 
 // eraseMe is DELETE /v1/users/me: the caller erases everything of theirs. The anonymous

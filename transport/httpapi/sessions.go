@@ -268,32 +268,40 @@ func readJSONLimit(w http.ResponseWriter, r *http.Request, limit int64, v any) e
 	return nil
 }
 
-// The cursor names the last session of a page: its activity time in microseconds (what
-// PostgreSQL keeps) and its id. It is opaque to clients: base64url, so it can change.
-func encodeCursor(c chat.SessionCursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.ActiveAt.UnixMicro(), 10) + "." + c.ID.String()))
-}
+// A cursor names the last row of a keyset page: its time in microseconds (what
+// PostgreSQL keeps) and its id (the last session's activity, the last run's start). It
+// is opaque to clients: base64url, so it can change.
+func encodeCursor(c chat.SessionCursor) string { return encodeKeyset(c.ActiveAt, c.ID) }
 
 func decodeCursor(s string) (chat.SessionCursor, error) {
+	at, id, err := decodeKeyset(s)
+	return chat.SessionCursor{ActiveAt: at, ID: id}, err
+}
+
+func encodeKeyset(at time.Time, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "." + id.String()))
+}
+
+func decodeKeyset(s string) (time.Time, uuid.UUID, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return chat.SessionCursor{}, err
+		return time.Time{}, uuid.Nil, err
 	}
 	at, id, ok := strings.Cut(string(b), ".")
 	if !ok {
-		return chat.SessionCursor{}, errors.New("no separator")
+		return time.Time{}, uuid.Nil, errors.New("no separator")
 	}
 	us, err := strconv.ParseInt(at, 10, 64)
 	if err != nil {
-		return chat.SessionCursor{}, err
+		return time.Time{}, uuid.Nil, err
 	}
 	t := time.UnixMicro(us).UTC()
 	if t.Year() < 1 || t.Year() > 9999 {
-		return chat.SessionCursor{}, errors.New("time out of range") // PostgreSQL's would fail
+		return time.Time{}, uuid.Nil, errors.New("time out of range") // PostgreSQL's would fail
 	}
 	u, err := uuid.Parse(id)
 	if err != nil {
-		return chat.SessionCursor{}, err
+		return time.Time{}, uuid.Nil, err
 	}
-	return chat.SessionCursor{ActiveAt: t, ID: u}, nil
+	return t, u, nil
 }
