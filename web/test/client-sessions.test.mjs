@@ -21,6 +21,7 @@ function session(i) {
 async function fakeAPI() {
   const sessions = Array.from({ length: 5 }, (_, i) => session(i));
   const requests = [];
+  const workspace = { 'visits.txt': 'visit 1\n', 'report/a b?#%.md': '# ünïcode\n' };
   const send = (res, status, body) => {
     res.writeHead(status, body === undefined ? {} : { 'Content-Type': 'application/json' });
     res.end(body === undefined ? undefined : JSON.stringify(body));
@@ -30,7 +31,7 @@ async function fakeAPI() {
     let body = '';
     for await (const chunk of req) body += chunk;
     const url = new URL(req.url, 'http://x');
-    requests.push({ method: req.method, path: url.pathname, query: Object.fromEntries(url.searchParams), auth: req.headers.authorization ?? null, type: req.headers['content-type'] ?? null, body });
+    requests.push({ method: req.method, path: url.pathname, raw: req.url, query: Object.fromEntries(url.searchParams), auth: req.headers.authorization ?? null, type: req.headers['content-type'] ?? null, body });
     if (req.headers.authorization !== 'Bearer good') return error(res, 401, 'unauthorized', 'unauthorized');
     if (url.pathname === '/v1/sessions' && req.method === 'GET') {
       const limit = Number(url.searchParams.get('limit') ?? 20);
@@ -38,6 +39,16 @@ async function fakeAPI() {
       const start = Number(url.searchParams.get('cursor') ?? 0);
       const page = sessions.slice(start, start + limit);
       return send(res, 200, { sessions: page, nextCursor: start + limit < sessions.length ? String(start + limit) : null });
+    }
+    const f = /^\/v1\/sessions\/([^/]+)\/files(?:\/(.*))?$/.exec(url.pathname);
+    if (f && req.method === 'GET') {
+      if (!sessions.some((s) => s.id === f[1])) return error(res, 404, 'not_found', 'session not found');
+      if (f[2] === undefined) return send(res, 200, { files: Object.entries(workspace).map(([path, data]) => ({ path, size: Buffer.byteLength(data), modifiedAt: '2026-11-27T12:03:11Z' })), truncated: false });
+      // The raw path, as it came: every part decoded on its own.
+      const name = f[2].split('/').map(decodeURIComponent).join('/');
+      if (!(name in workspace)) return error(res, 404, 'not_found', 'no such file');
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Disposition': 'attachment' });
+      return res.end(workspace[name]);
     }
     const m = /^\/v1\/sessions\/([^/]+)$/.exec(url.pathname);
     const i = m ? sessions.findIndex((s) => s.id === decodeURIComponent(m[1])) : -1;
@@ -145,4 +156,42 @@ test('SessionsClient calls fetch as a plain function, as a browser requires ("Il
     globalThis.fetch = saved;
   }
   assert.equal(calls, 2);
+});
+
+test('files lists the workspace; download fetches one with the token, each part of its path encoded', async () => {
+  const api = await fakeAPI();
+  try {
+    const sc = new SessionsClient({ baseURL: api.url, token: () => 'good' });
+    const id = session(1).id;
+    assert.deepEqual(await sc.files(id), {
+      files: [
+        { path: 'visits.txt', size: 8, modifiedAt: '2026-11-27T12:03:11Z' },
+        { path: 'report/a b?#%.md', size: 12, modifiedAt: '2026-11-27T12:03:11Z' },
+      ],
+      truncated: false,
+    });
+    const blob = await sc.download(id, 'report/a b?#%.md');
+    assert.ok(blob instanceof Blob);
+    assert.equal(await blob.text(), '# ünïcode\n');
+    const r = api.requests.at(-1);
+    assert.equal(r.raw, `/v1/sessions/${id}/files/report/a%20b%3F%23%25.md`);
+    assert.equal(r.auth, 'Bearer good');
+    assert.equal(await (await sc.download(id, 'visits.txt')).text(), 'visit 1\n');
+    await assert.rejects(sc.download(id, 'nothing.txt'), (e) => e instanceof ChatError && e.code === 'not_found' && e.status === 404 && e.message === 'no such file');
+    await assert.rejects(sc.files('0193a000-0000-7000-8000-999999999999'), (e) => e.code === 'not_found' && e.status === 404);
+    await assert.rejects(new SessionsClient({ baseURL: api.url, token: 'bad' }).download(id, 'visits.txt'), (e) => e.code === 'unauthorized' && e.status === 401);
+  } finally {
+    await api.close();
+  }
+});
+
+test('download: a response that is not the API\'s is http; an unreachable server is network', async () => {
+  const broken = new SessionsClient({ baseURL: 'http://x', fetch: async () => new Response('<html>bad gateway</html>', { status: 502 }) });
+  await assert.rejects(broken.download('s', 'a.txt'), (e) => e instanceof ChatError && e.code === 'http' && e.status === 502);
+  const down = new SessionsClient({ baseURL: 'http://x', fetch: async () => { throw new TypeError('fetch failed'); } });
+  await assert.rejects(down.download('s', 'a.txt'), (e) => e.code === 'network');
+  await assert.rejects(down.files('s'), (e) => e.code === 'network');
+  // An empty answer's fields default.
+  const bare = new SessionsClient({ baseURL: 'http://x', fetch: async () => new Response('{}', { status: 200 }) });
+  assert.deepEqual(await bare.files('s'), { files: [], truncated: false });
 });

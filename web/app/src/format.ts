@@ -1,4 +1,4 @@
-// Formatting for people: context usage and times.
+// Formatting for people: context usage, times and sizes.
 import { h, setAttr, setText } from './dom.ts';
 
 /** The part of a run's usage (or a listed session's) the meter shows. */
@@ -93,6 +93,22 @@ export function ago(time: string, now = Date.now()): string {
     v /= size;
   }
   return '';
+}
+
+const sizeUnits = ['KB', 'MB', 'GB', 'TB'];
+const oneDecimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+
+/** bytes says a file's size for people: "512 B", "2.3 KB", "14 MB" (1 KB = 1024 B). */
+export function bytes(n: number): string {
+  if (!(n >= 1024)) return `${numbers.format(Math.max(0, n || 0))} B`;
+  let v = n;
+  let unit = '';
+  for (const u of sizeUnits) {
+    v /= 1024;
+    unit = u;
+    if (v < 1024) break;
+  }
+  return `${v < 10 ? oneDecimal.format(v) : numbers.format(Math.round(v))} ${unit}`;
 }
 
 const clockTime = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });

@@ -11,6 +11,8 @@ const paths = {
   stop: 'M7 7h10v10H7z',
   prev: 'M15 6l-6 6 6 6',
   next: 'M9 6l6 6-6 6',
+  folder: 'M3 7a2 2 0 0 1 2-2h4l2 2h8a2 2 0 0 1 2 2v8a2 2 0 0 1-2 2H5a2 2 0 0 1-2-2z',
+  download: 'M12 4v11M7 10l5 5 5-5M5 20h14',
   regenerate: 'M21 12a9 9 0 1 1-2.64-6.36L21 8M21 3v5h-5',
 } as const;
 

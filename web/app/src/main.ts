@@ -5,6 +5,7 @@ import { ChatClient, ChatError, SessionsClient, isUuid, splitToolName, uuid4 } f
 import type { ChatState, Message, QueuedMessage, Run } from '../../client/src/index.ts';
 import { byId, frameScheduler, h, setAttr, setText } from './dom.ts';
 import { renderMeter, renderProgress, type ContextUsage } from './format.ts';
+import { FilesPanel } from './files.ts';
 import { fillIcons } from './icons.ts';
 import { SessionList } from './sessions.ts';
 import { Transcript } from './transcript.ts';
@@ -87,6 +88,10 @@ class App {
     error: (text) => this.toast(text),
   });
   private sessions: SessionList;
+  private api = new SessionsClient();
+  private files: FilesPanel;
+  /** The tool calls of the open conversation that have ended, as last seen (null: none seen yet). */
+  private toolsEnded: string | null = null;
   private schedule = frameScheduler(() => this.render());
 
   private client: ChatClient | null = null;
@@ -112,7 +117,7 @@ class App {
 
   constructor() {
     this.sessions = new SessionList({
-      client: new SessionsClient(),
+      client: this.api,
       list: byId<HTMLUListElement>('session-list'),
       status: byId('session-list-status'),
       more: byId<HTMLButtonElement>('load-more'),
@@ -125,6 +130,18 @@ class App {
       },
       error: (msg) => this.toast(msg),
       changed: () => this.schedule(),
+    });
+    this.files = new FilesPanel({
+      client: this.api,
+      panel: byId('files-panel'),
+      list: byId<HTMLUListElement>('files-list'),
+      empty: byId('files-empty'),
+      error: byId('files-error'),
+      status: byId('files-status'),
+      toggle: byId<HTMLButtonElement>('files-button'),
+      close: byId<HTMLButtonElement>('files-close'),
+      refresh: byId<HTMLButtonElement>('files-refresh'),
+      opened: () => this.setDrawer(false),
     });
     this.wire();
   }
@@ -183,11 +200,17 @@ class App {
         els.newConversation.click();
       }),
     );
-    els.menu.addEventListener('click', () => this.setDrawer(els.app.dataset.drawer !== 'open'));
+    els.menu.addEventListener('click', () => {
+      const open = els.app.dataset.drawer !== 'open';
+      if (open) this.files.setOpen(false);
+      this.setDrawer(open);
+    });
     els.closeDrawer.addEventListener('click', () => this.setDrawer(false));
     els.scrim.addEventListener('click', () => this.setDrawer(false));
     document.addEventListener('keydown', (e) => {
-      if (e.key === 'Escape' && els.app.dataset.drawer === 'open') this.setDrawer(false);
+      if (e.key !== 'Escape') return;
+      if (this.files.isOpen) this.files.setOpen(false);
+      else if (els.app.dataset.drawer === 'open') this.setDrawer(false);
     });
 
     window.addEventListener('popstate', () => {
@@ -236,6 +259,8 @@ class App {
     this.panelKey = '';
     this.pending.clear();
     this.loadingOlder = false;
+    this.toolsEnded = null;
+    this.files.show(id);
 
     // A new conversation's client has no id: its first hello asks chatd for a new
     // session, and the snapshot names it.
@@ -267,6 +292,7 @@ class App {
     this.els.app.dataset.sessionId = id;
     history.replaceState(null, '', `/c/${id}`);
     this.sessions.render();
+    this.files.show(id);
   }
 
   private render(): void {
@@ -339,6 +365,14 @@ class App {
     const unlisted = this.runKey === null && s.epoch !== null && !!active && !listed;
     if ((this.runKey !== null && runKey !== this.runKey) || unlisted) void this.sessions.refresh();
     if (s.epoch !== null) this.runKey = runKey;
+
+    // A tool call that ended may have written files: an open files panel lists them again.
+    const ended = s.messages
+      .filter((m: Message) => m.role === 'tool' && m.tool && m.tool.status !== 'running' && m.tool.status !== 'awaiting_approval')
+      .map((m: Message) => m.id)
+      .join(' ');
+    if (this.toolsEnded !== null && ended !== this.toolsEnded && this.files.isOpen) void this.files.refresh();
+    if (s.epoch !== null) this.toolsEnded = ended;
 
     if (s.closed) this.onClosed(s.closed);
   }

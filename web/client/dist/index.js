@@ -1330,35 +1330,67 @@ var SessionsClient = class {
   async delete(id) {
     await this.request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
   }
-  async request(method, path, body) {
-    const headers = { Accept: "application/json" };
+  /**
+   * The files of a session's workspace (GET /v1/sessions/{id}/files): what its tools
+   * wrote in its sandbox; none for a session that never had one.
+   */
+  async files(id) {
+    const body = await this.request("GET", `/v1/sessions/${encodeURIComponent(id)}/files`);
+    return { files: body.files ?? [], truncated: body.truncated === true };
+  }
+  /**
+   * One file of a session's workspace (GET /v1/sessions/{id}/files/{path}), its bytes as
+   * a Blob. path is as files() lists it: each part is encoded, the / between them kept.
+   */
+  async download(id, path) {
+    const parts = path.split("/").map(encodeURIComponent).join("/");
+    const url = `/v1/sessions/${encodeURIComponent(id)}/files/${parts}`;
+    const res = await this.fetchRaw("GET", url, { Accept: "application/octet-stream" });
+    if (!res.ok) await this.fail("GET", url, res);
+    try {
+      return await res.blob();
+    } catch (err) {
+      throw new ChatError("network", `GET ${url}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+  async fetchRaw(method, path, headers, body) {
     const token = typeof this.token === "function" ? await this.token() : this.token;
     if (token) headers["Authorization"] = `Bearer ${token}`;
     const init = { method, headers };
-    if (body !== void 0) {
-      headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    let res;
+    if (body !== void 0) init.body = body;
     try {
-      res = await this.fetchFn(this.baseURL + path, init);
+      return await this.fetchFn(this.baseURL + path, init);
     } catch (err) {
       throw new ChatError("network", `${method} ${path}: ${err instanceof Error ? err.message : String(err)}`);
     }
-    if (res.status === 204) return null;
-    const text = await res.text();
+  }
+  /** fail throws the ChatError of a response that is not ok: the API's error, else http. */
+  async fail(method, path, res, text) {
+    if (text === void 0) text = await res.text().catch(() => "");
     let json = null;
     try {
       json = text ? JSON.parse(text) : null;
     } catch {
       json = null;
     }
-    if (!res.ok) {
-      const e = json?.error;
-      if (e && typeof e.code === "string") {
-        throw new ChatError(e.code, typeof e.message === "string" ? e.message : e.code, { status: res.status });
-      }
-      throw new ChatError("http", `${method} ${path}: HTTP ${res.status}`, { status: res.status });
+    const e = json?.error;
+    if (e && typeof e.code === "string") {
+      throw new ChatError(e.code, typeof e.message === "string" ? e.message : e.code, { status: res.status });
+    }
+    throw new ChatError("http", `${method} ${path}: HTTP ${res.status}`, { status: res.status });
+  }
+  async request(method, path, body) {
+    const headers = { Accept: "application/json" };
+    if (body !== void 0) headers["Content-Type"] = "application/json";
+    const res = await this.fetchRaw(method, path, headers, body === void 0 ? void 0 : JSON.stringify(body));
+    if (res.status === 204) return null;
+    const text = await res.text();
+    if (!res.ok) await this.fail(method, path, res, text);
+    let json = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = null;
     }
     if (json === null || typeof json !== "object") {
       throw new ChatError("http", `${method} ${path}: not a JSON object (HTTP ${res.status})`, { status: res.status });

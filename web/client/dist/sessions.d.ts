@@ -28,6 +28,19 @@ export interface SessionPage {
     /** Pass to list() for the next page; null on the last. */
     nextCursor: string | null;
 }
+/** A file of a session's workspace, as GET /v1/sessions/{id}/files lists it. */
+export interface WorkspaceFile {
+    /** Relative to the workspace, with / between its parts. */
+    path: string;
+    /** In bytes. */
+    size: number;
+    modifiedAt: string;
+}
+export interface WorkspaceFileList {
+    files: WorkspaceFile[];
+    /** There were more than the server lists (10000). */
+    truncated: boolean;
+}
 export interface SessionsClientOptions {
     /** Where the API is: default this page's origin (relative URLs). */
     baseURL?: string;
@@ -55,5 +68,18 @@ export declare class SessionsClient {
     rename(id: string, title: string): Promise<SessionSummary>;
     /** Deletes a session (DELETE /v1/sessions/{id}): its run is cancelled, its tabs closed with 4004. */
     delete(id: string): Promise<void>;
+    /**
+     * The files of a session's workspace (GET /v1/sessions/{id}/files): what its tools
+     * wrote in its sandbox; none for a session that never had one.
+     */
+    files(id: string): Promise<WorkspaceFileList>;
+    /**
+     * One file of a session's workspace (GET /v1/sessions/{id}/files/{path}), its bytes as
+     * a Blob. path is as files() lists it: each part is encoded, the / between them kept.
+     */
+    download(id: string, path: string): Promise<Blob>;
+    private fetchRaw;
+    /** fail throws the ChatError of a response that is not ok: the API's error, else http. */
+    private fail;
     private request;
 }

@@ -24,6 +24,13 @@ export {
   type ClientEnvironment,
   type TraceEvent,
 } from './client.js';
-export { SessionsClient, type SessionsClientOptions, type SessionSummary, type SessionPage } from './sessions.js';
+export {
+  SessionsClient,
+  type SessionsClientOptions,
+  type SessionSummary,
+  type SessionPage,
+  type WorkspaceFile,
+  type WorkspaceFileList,
+} from './sessions.js';
 export { uuid4, isUuid, splitToolName } from './ids.js';
 export { MemoryStorage, type StorageLike, type StoredSession, sessionKey } from './storage.js';

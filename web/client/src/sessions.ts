@@ -1,4 +1,5 @@
-// SessionsClient: the HTTP sessions API (docs/http.md): list, rename, delete.
+// SessionsClient: the HTTP sessions API (docs/http.md): list, rename, delete, and a
+// session's workspace files.
 import { ChatError } from './errors.js';
 import type { TokenSource } from './client.js';
 import type { Progress, RunStatus } from './protocol.js';
@@ -25,6 +26,21 @@ export interface SessionPage {
   sessions: SessionSummary[];
   /** Pass to list() for the next page; null on the last. */
   nextCursor: string | null;
+}
+
+/** A file of a session's workspace, as GET /v1/sessions/{id}/files lists it. */
+export interface WorkspaceFile {
+  /** Relative to the workspace, with / between its parts. */
+  path: string;
+  /** In bytes. */
+  size: number;
+  modifiedAt: string;
+}
+
+export interface WorkspaceFileList {
+  files: WorkspaceFile[];
+  /** There were more than the server lists (10000). */
+  truncated: boolean;
 }
 
 export interface SessionsClientOptions {
@@ -76,35 +92,71 @@ export class SessionsClient {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
   }
 
-  private async request(method: string, path: string, body?: unknown): Promise<unknown> {
-    const headers: Record<string, string> = { Accept: 'application/json' };
+  /**
+   * The files of a session's workspace (GET /v1/sessions/{id}/files): what its tools
+   * wrote in its sandbox; none for a session that never had one.
+   */
+  async files(id: string): Promise<WorkspaceFileList> {
+    const body = (await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/files`)) as Partial<WorkspaceFileList>;
+    return { files: body.files ?? [], truncated: body.truncated === true };
+  }
+
+  /**
+   * One file of a session's workspace (GET /v1/sessions/{id}/files/{path}), its bytes as
+   * a Blob. path is as files() lists it: each part is encoded, the / between them kept.
+   */
+  async download(id: string, path: string): Promise<Blob> {
+    const parts = path.split('/').map(encodeURIComponent).join('/');
+    const url = `/v1/sessions/${encodeURIComponent(id)}/files/${parts}`;
+    const res = await this.fetchRaw('GET', url, { Accept: 'application/octet-stream' });
+    if (!res.ok) await this.fail('GET', url, res);
+    try {
+      return await res.blob();
+    } catch (err) {
+      throw new ChatError('network', `GET ${url}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  private async fetchRaw(method: string, path: string, headers: Record<string, string>, body?: string): Promise<Response> {
     const token = typeof this.token === 'function' ? await this.token() : this.token;
     if (token) headers['Authorization'] = `Bearer ${token}`;
     const init: RequestInit = { method, headers };
-    if (body !== undefined) {
-      headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
-    let res: Response;
+    if (body !== undefined) init.body = body;
     try {
-      res = await this.fetchFn(this.baseURL + path, init);
+      return await this.fetchFn(this.baseURL + path, init);
     } catch (err) {
       throw new ChatError('network', `${method} ${path}: ${err instanceof Error ? err.message : String(err)}`);
     }
-    if (res.status === 204) return null;
-    const text = await res.text();
+  }
+
+  /** fail throws the ChatError of a response that is not ok: the API's error, else http. */
+  private async fail(method: string, path: string, res: Response, text?: string): Promise<never> {
+    if (text === undefined) text = await res.text().catch(() => '');
     let json: unknown = null;
     try {
       json = text ? JSON.parse(text) : null;
     } catch {
       json = null;
     }
-    if (!res.ok) {
-      const e = (json as { error?: { code?: unknown; message?: unknown } } | null)?.error;
-      if (e && typeof e.code === 'string') {
-        throw new ChatError(e.code, typeof e.message === 'string' ? e.message : e.code, { status: res.status });
-      }
-      throw new ChatError('http', `${method} ${path}: HTTP ${res.status}`, { status: res.status });
+    const e = (json as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+    if (e && typeof e.code === 'string') {
+      throw new ChatError(e.code, typeof e.message === 'string' ? e.message : e.code, { status: res.status });
+    }
+    throw new ChatError('http', `${method} ${path}: HTTP ${res.status}`, { status: res.status });
+  }
+
+  private async request(method: string, path: string, body?: unknown): Promise<unknown> {
+    const headers: Record<string, string> = { Accept: 'application/json' };
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    const res = await this.fetchRaw(method, path, headers, body === undefined ? undefined : JSON.stringify(body));
+    if (res.status === 204) return null;
+    const text = await res.text();
+    if (!res.ok) await this.fail(method, path, res, text);
+    let json: unknown = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = null;
     }
     if (json === null || typeof json !== 'object') {
       throw new ChatError('http', `${method} ${path}: not a JSON object (HTTP ${res.status})`, { status: res.status });
