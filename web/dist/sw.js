@@ -6,7 +6,7 @@
 // The build fills in VERSION (a hash of the shell's content) and SHELL, so every build
 // that changes the shell is a new sw.js: the browser installs it, it caches the new shell
 // under a new name and deletes the old one.
-const VERSION = "8ba4f45ea01324d0";
+const VERSION = "2f8d1d93cc1c9b26";
 const SHELL = ["/","/app.js","/app.css","/manifest.webmanifest","/icons/apple-touch-icon.png","/icons/icon-192.png","/icons/icon-512.png","/icons/icon.svg","/icons/maskable-512.png"];
 const CACHE = 'chatd-shell-' + VERSION;
 const PREFIX = 'chatd-shell-';

@@ -85,3 +85,39 @@ test('SessionsClient against chatd: list pages by activity, rename sticks, delet
     await srv.stop();
   }
 });
+
+test('SessionsClient runs without a socket: start, poll, list, a tab follows, erase', { timeout: 60000 }, async () => {
+  const srv = await startChatd({ env: { CHATD_DEMO_DELAY: '20ms', CHATD_DEMO_WORDS: '30' } });
+  const api = new SessionsClient({ baseURL: srv.httpURL });
+  try {
+    const started = await api.start({ requestId: 'nightly-1', content: 'write the report' });
+    assert.equal(started.queued, false);
+    assert.equal(started.run.requestId, 'nightly-1');
+    assert.equal(started.run.status, 'running');
+    // A tab opened on the session follows the run live, to its end.
+    const tab = client(srv, new MemoryStorage(), started.sessionId);
+    tab.connect();
+    await waitFor(tab, ended(started.run.runId), 15000, 'the tab to see the run end');
+    // Read over HTTP it is done too (the session's actor answers, as its tabs know it);
+    // the same requestId again starts nothing.
+    const run = await api.run(started.sessionId, started.run.runId);
+    assert.equal(run.status, 'done');
+    assert.ok(run.endedAt);
+    const again = await api.start({ requestId: 'nightly-1', content: 'write the report' });
+    assert.equal(again.sessionId, started.sessionId);
+    assert.equal(again.run.runId, started.run.runId);
+    const second = await api.send(started.sessionId, { requestId: 'nightly-2', content: 'and a summary' });
+    await waitFor(tab, ended(second.run.runId), 15000, 'the second run to end');
+    const page = await api.runs(started.sessionId, { status: ['done'], limit: 1 });
+    assert.deepEqual(page.runs.map((r) => r.requestId), ['nightly-2']);
+    const rest = await api.runs(started.sessionId, { status: ['done'], cursor: page.nextCursor });
+    assert.deepEqual(rest.runs.map((r) => r.requestId), ['nightly-1']);
+    await assert.rejects(api.run(started.sessionId, '0193a000-0000-7000-8000-000000000000'), (e) => e instanceof ChatError && e.code === 'not_found' && e.status === 404);
+    await assert.rejects(api.send(started.sessionId, { requestId: 'x', content: '' }), (e) => e instanceof ChatError && e.code === 'bad_request');
+    tab.close();
+    // Erasure needs an authenticated user: this chatd has none.
+    await assert.rejects(api.eraseMe(), (e) => e instanceof ChatError && e.code === 'bad_request');
+  } finally {
+    await srv.stop();
+  }
+});

@@ -1331,6 +1331,37 @@ var SessionsClient = class {
     await this.request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
   }
   /**
+   * Starts a new session with a message (POST /v1/sessions), without a socket: its run
+   * starts at once. A repeated requestId finds the session and run the first one made.
+   */
+  async start(msg) {
+    return await this.request("POST", "/v1/sessions", msg);
+  }
+  /** Sends a message to a session (POST /v1/sessions/{id}/messages), as chat.send does. */
+  async send(id, msg) {
+    return await this.request("POST", `/v1/sessions/${encodeURIComponent(id)}/messages`, msg);
+  }
+  /** A run as the session's tabs know it now (GET /v1/sessions/{id}/runs/{runId}): poll it. */
+  async run(id, runId) {
+    const body = await this.request("GET", `/v1/sessions/${encodeURIComponent(id)}/runs/${encodeURIComponent(runId)}`);
+    return body.run;
+  }
+  /** A session's runs, newest first, of the given statuses (GET /v1/sessions/{id}/runs). */
+  async runs(id, opts = {}) {
+    const q = new URLSearchParams();
+    if (opts.status?.length) q.set("status", opts.status.join(","));
+    if (opts.limit !== void 0) q.set("limit", String(opts.limit));
+    if (opts.cursor) q.set("cursor", opts.cursor);
+    const qs = q.toString();
+    const body = await this.request("GET", `/v1/sessions/${encodeURIComponent(id)}/runs${qs ? "?" + qs : ""}`);
+    return { runs: body.runs ?? [], nextCursor: body.nextCursor ?? null };
+  }
+  /** Erases everything of the caller (DELETE /v1/users/me); a second call removes nothing. */
+  async eraseMe() {
+    const body = await this.request("DELETE", "/v1/users/me");
+    return body.erased;
+  }
+  /**
    * The files of a session's workspace (GET /v1/sessions/{id}/files): what its tools
    * wrote in its sandbox; none for a session that never had one.
    */

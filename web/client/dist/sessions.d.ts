@@ -1,5 +1,5 @@
 import type { TokenSource } from './client.js';
-import type { Progress, RunStatus } from './protocol.js';
+import type { Progress, Run, RunStatus } from './protocol.js';
 /** A session as the sessions API lists it. */
 export interface SessionSummary {
     id: string;
@@ -41,6 +41,37 @@ export interface WorkspaceFileList {
     /** There were more than the server lists (10000). */
     truncated: boolean;
 }
+/** A message sent over HTTP (POST /v1/sessions, POST /v1/sessions/{id}/messages). */
+export interface HttpSend {
+    /** The idempotency key, as chat.send's; for start() also the new session's. */
+    requestId: string;
+    content: string;
+    /** What the message does while a run is active, as chat.send's; absent: the server's default. */
+    whileRunning?: 'queue' | 'steer' | 'interrupt' | 'reject';
+}
+/** What a message sent over HTTP did (202). */
+export interface SendAnswer {
+    sessionId: string;
+    requestId: string;
+    /** The run it started (for a requestId seen before, the run it started then); null while queued. */
+    run: Run | null;
+    queued: boolean;
+    /** Set when the message steers the active run, run. */
+    steering?: true;
+}
+export interface RunPage {
+    runs: Run[];
+    /** Pass to runs() for the next page; null on the last. */
+    nextCursor: string | null;
+}
+/** What erasing a user removed (DELETE /v1/users/me). */
+export interface Erasure {
+    liveSessions: number;
+    sessions: number;
+    runs: number;
+    streamChunks: number;
+    webhookEvents: number;
+}
 export interface SessionsClientOptions {
     /** Where the API is: default this page's origin (relative URLs). */
     baseURL?: string;
@@ -68,6 +99,23 @@ export declare class SessionsClient {
     rename(id: string, title: string): Promise<SessionSummary>;
     /** Deletes a session (DELETE /v1/sessions/{id}): its run is cancelled, its tabs closed with 4004. */
     delete(id: string): Promise<void>;
+    /**
+     * Starts a new session with a message (POST /v1/sessions), without a socket: its run
+     * starts at once. A repeated requestId finds the session and run the first one made.
+     */
+    start(msg: HttpSend): Promise<SendAnswer>;
+    /** Sends a message to a session (POST /v1/sessions/{id}/messages), as chat.send does. */
+    send(id: string, msg: HttpSend): Promise<SendAnswer>;
+    /** A run as the session's tabs know it now (GET /v1/sessions/{id}/runs/{runId}): poll it. */
+    run(id: string, runId: string): Promise<Run>;
+    /** A session's runs, newest first, of the given statuses (GET /v1/sessions/{id}/runs). */
+    runs(id: string, opts?: {
+        status?: RunStatus[];
+        cursor?: string | null;
+        limit?: number;
+    }): Promise<RunPage>;
+    /** Erases everything of the caller (DELETE /v1/users/me); a second call removes nothing. */
+    eraseMe(): Promise<Erasure>;
     /**
      * The files of a session's workspace (GET /v1/sessions/{id}/files): what its tools
      * wrote in its sandbox; none for a session that never had one.

@@ -31,6 +31,10 @@ export {
   type SessionPage,
   type WorkspaceFile,
   type WorkspaceFileList,
+  type HttpSend,
+  type SendAnswer,
+  type RunPage,
+  type Erasure,
 } from './sessions.js';
 export { uuid4, isUuid, splitToolName } from './ids.js';
 export { MemoryStorage, type StorageLike, type StoredSession, sessionKey } from './storage.js';

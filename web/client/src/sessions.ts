@@ -2,7 +2,7 @@
 // session's workspace files.
 import { ChatError } from './errors.js';
 import type { TokenSource } from './client.js';
-import type { Progress, RunStatus } from './protocol.js';
+import type { Progress, Run, RunStatus } from './protocol.js';
 
 /** A session as the sessions API lists it. */
 export interface SessionSummary {
@@ -41,6 +41,41 @@ export interface WorkspaceFileList {
   files: WorkspaceFile[];
   /** There were more than the server lists (10000). */
   truncated: boolean;
+}
+
+/** A message sent over HTTP (POST /v1/sessions, POST /v1/sessions/{id}/messages). */
+export interface HttpSend {
+  /** The idempotency key, as chat.send's; for start() also the new session's. */
+  requestId: string;
+  content: string;
+  /** What the message does while a run is active, as chat.send's; absent: the server's default. */
+  whileRunning?: 'queue' | 'steer' | 'interrupt' | 'reject';
+}
+
+/** What a message sent over HTTP did (202). */
+export interface SendAnswer {
+  sessionId: string;
+  requestId: string;
+  /** The run it started (for a requestId seen before, the run it started then); null while queued. */
+  run: Run | null;
+  queued: boolean;
+  /** Set when the message steers the active run, run. */
+  steering?: true;
+}
+
+export interface RunPage {
+  runs: Run[];
+  /** Pass to runs() for the next page; null on the last. */
+  nextCursor: string | null;
+}
+
+/** What erasing a user removed (DELETE /v1/users/me). */
+export interface Erasure {
+  liveSessions: number;
+  sessions: number;
+  runs: number;
+  streamChunks: number;
+  webhookEvents: number;
 }
 
 export interface SessionsClientOptions {
@@ -90,6 +125,42 @@ export class SessionsClient {
   /** Deletes a session (DELETE /v1/sessions/{id}): its run is cancelled, its tabs closed with 4004. */
   async delete(id: string): Promise<void> {
     await this.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * Starts a new session with a message (POST /v1/sessions), without a socket: its run
+   * starts at once. A repeated requestId finds the session and run the first one made.
+   */
+  async start(msg: HttpSend): Promise<SendAnswer> {
+    return (await this.request('POST', '/v1/sessions', msg)) as SendAnswer;
+  }
+
+  /** Sends a message to a session (POST /v1/sessions/{id}/messages), as chat.send does. */
+  async send(id: string, msg: HttpSend): Promise<SendAnswer> {
+    return (await this.request('POST', `/v1/sessions/${encodeURIComponent(id)}/messages`, msg)) as SendAnswer;
+  }
+
+  /** A run as the session's tabs know it now (GET /v1/sessions/{id}/runs/{runId}): poll it. */
+  async run(id: string, runId: string): Promise<Run> {
+    const body = (await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/runs/${encodeURIComponent(runId)}`)) as { run: Run };
+    return body.run;
+  }
+
+  /** A session's runs, newest first, of the given statuses (GET /v1/sessions/{id}/runs). */
+  async runs(id: string, opts: { status?: RunStatus[]; cursor?: string | null; limit?: number } = {}): Promise<RunPage> {
+    const q = new URLSearchParams();
+    if (opts.status?.length) q.set('status', opts.status.join(','));
+    if (opts.limit !== undefined) q.set('limit', String(opts.limit));
+    if (opts.cursor) q.set('cursor', opts.cursor);
+    const qs = q.toString();
+    const body = (await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/runs${qs ? '?' + qs : ''}`)) as RunPage;
+    return { runs: body.runs ?? [], nextCursor: body.nextCursor ?? null };
+  }
+
+  /** Erases everything of the caller (DELETE /v1/users/me); a second call removes nothing. */
+  async eraseMe(): Promise<Erasure> {
+    const body = (await this.request('DELETE', '/v1/users/me')) as { erased: Erasure };
+    return body.erased;
   }
 
   /**
