@@ -286,13 +286,17 @@ type httpAgentProtocol struct {
 	start    func(*testing.T) *aisdkAgent
 	env      func(*aisdkAgent) map[string]string
 	approved string
+	// approve is the message whose run asks for an approval: for AG-UI, one the agent
+	// interrupts for (as Pydantic AI's requires_approval tools do), resumed after the
+	// restart from the interrupt stored with the state.
+	approve string
 }
 
 var httpAgentProtocols = []httpAgentProtocol{
-	{"aisdk", startAISDKAgent, httpAgentEnv, "Transferred: transferred 5."},
+	{"aisdk", startAISDKAgent, httpAgentEnv, "Transferred: transferred 5.", "approve"},
 	{"agui", startAGUIAgent, func(a *aisdkAgent) map[string]string {
 		return map[string]string{"CHATD_AGENT": "http", "CHATD_AGENT_URL": a.base + "/", "CHATD_AGENT_PROTOCOL": "agui"}
-	}, "Deleted, as you approved."},
+	}, "Deleted, as you approved. [int-1:resolved]", "interrupt"},
 }
 
 func httpAgentAcrossRestarts(t *testing.T, p httpAgentProtocol) {
@@ -311,7 +315,7 @@ func httpAgentAcrossRestarts(t *testing.T, p httpAgentProtocol) {
 		require.Equal(t, "chat.done", c.ReadTerminal().Type)
 	}
 
-	ack := c.Chat("a1", "approve")
+	ack := c.Chat("a1", p.approve)
 	waiting := c.Await(func(f wstest.Frame) bool { return f.Type == "run.status" && f.Run.Status == "awaiting_approval" })
 	pa := waiting.Run.PendingApproval
 	proc.signal(syscall.SIGTERM)
@@ -327,7 +331,7 @@ func httpAgentAcrossRestarts(t *testing.T, p httpAgentProtocol) {
 	require.Equal(t, "chat.done", end.Type, "%s", end.Raw)
 	require.Contains(t, replyText(sessionMessages(t, st, session), ack.RunID), p.approved)
 	if p.name == "agui" {
-		reqs := a.requests("approve")
+		reqs := a.requests(p.approve)
 		require.Len(t, reqs, 2, "asked, then answered after the restart")
 		for _, r := range reqs {
 			require.JSONEq(t, state, string(r.Body.State), "the state the agent left, before the restart and after it")

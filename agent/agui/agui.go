@@ -135,7 +135,7 @@ func (a *Agent) Run(ctx context.Context, req conversation.Request, out conversat
 		if err != nil {
 			return err
 		}
-		r.state = state
+		r.state, r.restored = unwrapState(state)
 	}
 	err := r.run(ctx)
 	if ctx.Err() != nil {
@@ -154,27 +154,51 @@ type run struct {
 	// started and finished count the steps (STEP_STARTED, STEP_FINISHED) of the run.
 	started, finished int
 	turns             int // the turns asked so far
+	// interrupts are the interrupt ids of the calls the last turn left to chatd (call id
+	// → interrupt id): stored with the state while they wait, so that a run continued
+	// after a restart resumes them; restored is what the stored state held.
+	interrupts, restored map[string]string
+	// carried are the calls of the last turn's interrupts that the next turn resumes: the
+	// agent runs (or declines) them and streams their TOOL_CALL_RESULT, which ends them.
+	carried map[string]*carried
+}
+
+// carried is a call the next turn resumes, with its decision.
+type carried struct {
+	decision conversation.Decision
+	// ended: chatd ended the call (a denial ends it at once); resulted: the turn has its
+	// tool message.
+	ended, resulted bool
 }
 
 func (r *run) run(ctx context.Context) error {
-	cp, err := r.settleCheckpoint(ctx)
+	r.carried = map[string]*carried{}
+	cp, resume, err := r.settleCheckpoint(ctx)
 	if err != nil {
 		return err
 	}
 	r.msgs = toMessages(r.req.History)
 	r.msgs = append(r.msgs, message{ID: "user-" + r.req.RunID.String(), Role: "user", Content: ptr(r.req.Content)})
 	r.msgs = append(r.msgs, toMessages(cp)...)
-	var resume []resumeEntry
 	for {
 		t, err := r.turn(ctx, resume)
 		if err != nil {
 			return err
 		}
 		r.msgs = append(r.msgs, t.msgs...)
+		r.carried = map[string]*carried{}
 		if len(t.pending) == 0 {
 			return nil
 		}
 		resume = nil
+		// The calls' interrupts are stored before they are asked for: a run continued
+		// after a restart resumes them as this process would.
+		if len(t.interrupts) > 0 {
+			r.interrupts = t.interrupts
+			if err := r.storeState(); err != nil {
+				return err
+			}
+		}
 		// Every call is asked for at once, as a step's approvals are; the decisions are
 		// taken in order.
 		chans := make([]<-chan conversation.Decision, len(t.pending))
@@ -190,16 +214,21 @@ func (r *run) run(ctx context.Context) error {
 				return err
 			}
 			content := approvalContent(d)
+			if id, ok := t.interrupts[call.ID]; ok {
+				// An interrupt is answered by resuming it, not by a tool message: the agent
+				// then runs the call (or declines it) and streams its result.
+				resume = append(resume, resumeEntry{InterruptID: id, Status: "resolved", Payload: json.RawMessage(content)})
+				r.carried[call.ID] = &carried{decision: d, ended: !d.Approved}
+				continue
+			}
 			if d.Approved {
 				if err := r.out.ToolEnd(call.ID, conversation.ToolResult{Output: content}); err != nil {
 					return err
 				}
 			}
 			r.msgs = append(r.msgs, message{ID: "result-" + call.ID, Role: "tool", ToolCallID: call.ID, Content: ptr(content)})
-			if id, ok := t.interrupts[call.ID]; ok {
-				resume = append(resume, resumeEntry{InterruptID: id, Status: "resolved", Payload: json.RawMessage(content)})
-			}
 		}
+		r.interrupts = nil
 	}
 }
 
@@ -215,12 +244,14 @@ func (a *Agent) expiry(asked time.Time) time.Time {
 }
 
 // settleCheckpoint settles the calls a continued run's checkpoint left open, and returns
-// the checkpoint as the agent should see it: a call awaiting approval waits for its
-// decision (AwaitDecision: it is not asked for again); a call stored running was either
-// approved and not yet ended (it ends with {"approved":true}) or run by the agent when
-// chatd's process died, and is ended interrupted: chatd cannot ask the agent for its
-// result.
-func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, error) {
+// the checkpoint as the agent should see it, with the resume entries of the first turn:
+// a call awaiting approval waits for its decision (AwaitDecision: it is not asked for
+// again); a call stored running was either approved and not yet ended (it ends with
+// {"approved":true}) or run by the agent when chatd's process died, and is ended
+// interrupted: chatd cannot ask the agent for its result. A decided call whose interrupt
+// the stored state names is resumed instead, as the process that asked would have.
+func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, []resumeEntry, error) {
+	var resume []resumeEntry
 	cp := append([]chat.Message(nil), r.req.Checkpoint...)
 	// First every call that waits is taken up again (AwaitDecision), then the
 	// decisions are taken in order.
@@ -229,7 +260,7 @@ func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, error) {
 		if m.Tool != nil && m.Tool.Status == chat.ToolAwaitingApproval {
 			ch, err := r.out.AwaitDecision(m.Tool.CallID)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			waits[i] = ch
 		}
@@ -240,34 +271,43 @@ func (r *run) settleCheckpoint(ctx context.Context) ([]chat.Message, error) {
 		}
 		t := *m.Tool
 		approved := t.Status == chat.ToolRunning && t.Decision != nil && t.Decision.Approved
+		interrupt, resumable := r.restored[t.CallID]
+		d := conversation.Decision{Approved: approved}
 		switch {
 		case t.Status == chat.ToolAwaitingApproval:
-			d, err := conversation.WaitDecision(ctx, r.out, r.a.cfg.Clock, t.CallID, waits[i], r.a.expiry(m.CreatedAt))
-			if err != nil {
-				return nil, err
+			var err error
+			if d, err = conversation.WaitDecision(ctx, r.out, r.a.cfg.Clock, t.CallID, waits[i], r.a.expiry(m.CreatedAt)); err != nil {
+				return nil, nil, err
 			}
-			if !d.Approved {
+			if !d.Approved && !resumable {
 				t.Status, t.Output = chat.ToolDenied, ptr(d.Output)
 				break
 			}
-			approved = true
+			approved = d.Approved
 		case !approved:
 			if err := r.out.ToolEnd(t.CallID, conversation.ToolResult{Interrupted: true, Output: interrupted}); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			t.Status, t.Output = chat.ToolInterrupted, ptr(interrupted)
 		}
-		if approved {
+		switch {
+		case resumable && (approved || t.Status == chat.ToolAwaitingApproval):
+			// Resumed: the agent runs or declines it and gives its result; until then
+			// the agent sees the call without one.
+			resume = append(resume, resumeEntry{InterruptID: interrupt, Status: "resolved", Payload: json.RawMessage(approvalContent(d))})
+			r.carried[t.CallID] = &carried{decision: d, ended: !d.Approved}
+			t.Status = chat.ToolAwaitingApproval
+		case approved:
 			content := approvalContent(conversation.Decision{Approved: true})
 			if err := r.out.ToolEnd(t.CallID, conversation.ToolResult{Output: content}); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			t.Status, t.Output = chat.ToolOK, ptr(content)
 		}
 		m.Tool = &t
 		cp[i] = m
 	}
-	return cp, nil
+	return cp, resume, nil
 }
 
 // turn is one AG-UI run of the agent: one request, retried while it fails before

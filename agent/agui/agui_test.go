@@ -201,7 +201,6 @@ func TestApproval(t *testing.T) {
 	}{
 		{"approved", "approve", conversation.Decision{Approved: true}, "Deleted, as you approved.", true},
 		{"denied", "approve", conversation.Decision{Output: conversation.DeclinedOutput}, "Not deleted: " + conversation.DeclinedOutput, false},
-		{"interrupt outcome", "interrupt", conversation.Decision{Approved: true}, "Deleted, as you approved. [int-1:resolved]", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -236,6 +235,94 @@ func TestApproval(t *testing.T) {
 			require.Equal(t, rs[0].Body.RunID, rs[1].Body.RunID)
 		})
 	}
+}
+
+// A call the agent interrupts for (an AG-UI 1.0 RUN_FINISHED with an interrupt outcome,
+// as Pydantic AI's requires_approval tools end) is resumed as Pydantic AI expects: the
+// next request carries the call without a tool message and the decision in resume; the
+// agent runs or declines it and streams its result, which ends the call. The interrupt
+// is stored with the state while the call waits.
+func TestInterruptResumed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		decision conversation.Decision
+		end      string // the call's end as the recorder logs it ("" when the denial ended it)
+		reply    string
+	}{
+		{"approved", conversation.Decision{Approved: true}, "tool.end: call-delete ok deleted /tmp/x", "Deleted, as you approved. [int-1:resolved]"},
+		{"denied", conversation.Decision{Output: conversation.DeclinedOutput}, "", "Not deleted: " + conversation.DeclinedOutput + " [int-1:resolved]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t)
+			a := newAgent(t, s.URL, Config{})
+			rec := &agenttest.Recorder{Decide: func(conversation.ToolCall) conversation.Decision { return tc.decision }}
+			req := request("interrupt")
+			require.NoError(t, a.Run(context.Background(), req, rec))
+			want := []string{
+				"text: I need your approval.",
+				`state: {"chatd.agui":1,"interrupts":{"call-delete":"int-1"}}`,
+				`tool.approval: call-delete delete_file {"path":"/tmp/x"}`,
+			}
+			if tc.end != "" {
+				want = append(want, tc.end)
+			}
+			want = append(want, "text: "+tc.reply)
+			log := rec.Log()
+			require.Equal(t, want, log[:len(log)-1], "%q", log)
+
+			rs := s.requests(t)
+			require.Len(t, rs, 2)
+			require.Equal(t, []message{
+				{ID: "user-" + req.RunID.String(), Role: "user", Content: ptr("interrupt")},
+				{ID: "m1", Role: "assistant", Content: ptr("I need your approval."), ToolCalls: []toolCall{
+					{ID: "call-delete", Type: "function", Function: functionCall{Name: "delete_file", Arguments: `{"path":"/tmp/x"}`}},
+				}},
+			}, rs[1].Body.Messages, "no tool message: the resume answers the call")
+			requireResume(t, rs[1].Body.Resume, approvalContent(tc.decision))
+		})
+	}
+}
+
+// requireResume checks that a request resumed int-1 with payload.
+func requireResume(t *testing.T, got []resumeEntry, payload string) {
+	t.Helper()
+	require.Len(t, got, 1)
+	require.Equal(t, "int-1", got[0].InterruptID)
+	require.Equal(t, "resolved", got[0].Status)
+	b, err := json.Marshal(got[0].Payload)
+	require.NoError(t, err)
+	require.JSONEq(t, payload, string(b))
+}
+
+// A run continued after a restart while its interrupted call waited resumes it: the
+// stored state names the interrupt, so the decision goes back in resume, not as a tool
+// message the agent would refuse.
+func TestInterruptResumedAfterARestart(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	a := newAgent(t, s.URL, Config{})
+	req := request("interrupt")
+	call := uuid.New()
+	req.Checkpoint = []chat.Message{
+		{ID: uuid.New(), Role: chat.RoleAssistant, Kind: chat.KindText, Content: "I need your approval.", Status: chat.MessageComplete},
+		{ID: call, Role: chat.RoleTool, Tool: &chat.ToolCall{CallID: "call-delete", Name: "delete_file", Input: json.RawMessage(`{"path":"/tmp/x"}`), Status: chat.ToolAwaitingApproval}},
+	}
+	req.AgentState = func() (json.RawMessage, error) {
+		return json.RawMessage(`{"chatd.agui":1,"state":{"n":1},"interrupts":{"call-delete":"int-1"}}`), nil
+	}
+	rec := &agenttest.Recorder{Decide: func(conversation.ToolCall) conversation.Decision { return conversation.Decision{Approved: true} }}
+	require.NoError(t, a.Run(context.Background(), req, rec))
+	rs := s.requests(t)
+	require.Len(t, rs, 1, "the decision is the first request's")
+	require.JSONEq(t, `{"n":1}`, string(rs[0].Body.State), "the agent's own state, unwrapped")
+	requireResume(t, rs[0].Body.Resume, `{"approved":true}`)
+	for _, m := range rs[0].Body.Messages {
+		require.NotEqual(t, "tool", m.Role, "no tool message for the resumed call")
+	}
+	require.Contains(t, rec.Log(), "tool.end: call-delete ok deleted /tmp/x")
+	require.Equal(t, "I need your approval.Deleted, as you approved. [int-1:resolved]", "I need your approval."+rec.Reply())
 }
 
 func TestCheckpointPartialText(t *testing.T) {

@@ -3,6 +3,7 @@ package agui
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -251,7 +252,31 @@ func (c *call) toolCall() conversation.ToolCall {
 }
 
 // result records a call the agent ran itself: it starts now, and ends with its result.
+// A call the turn resumed (carried) ends with it, unless a denial ended it already.
 func (t *turnState) result(ev event) error {
+	if cr := t.r.carried[ev.ToolCallID]; cr != nil && t.calls[ev.ToolCallID] == nil {
+		if cr.resulted {
+			t.r.log.Warn().Str("tool_call_id", ev.ToolCallID).Msg("agui: a second TOOL_CALL_RESULT for a resumed call, ignored")
+			return nil
+		}
+		if err := t.endReasoning(); err != nil {
+			return err
+		}
+		content := resultText(ev.Content)
+		if !cr.ended {
+			if err := t.r.out.ToolEnd(ev.ToolCallID, conversation.ToolResult{Output: content}); err != nil {
+				return err
+			}
+			cr.ended = true
+		}
+		cr.resulted = true
+		id := ev.MessageID
+		if id == "" {
+			id = "result-" + ev.ToolCallID
+		}
+		t.msgs = append(t.msgs, message{ID: id, Role: "tool", ToolCallID: ev.ToolCallID, Content: ptr(content)})
+		return nil
+	}
 	c := t.calls[ev.ToolCallID]
 	if c == nil || c.resulted {
 		t.r.log.Warn().Str("tool_call_id", ev.ToolCallID).Msg("agui: a TOOL_CALL_RESULT for no call of the turn, ignored")
@@ -308,6 +333,34 @@ func (t *turnState) finish(ev event) error {
 	if err := t.endReasoning(); err != nil {
 		return err
 	}
+	// A resumed call the agent gave no result for ends with its decision, whose tool
+	// message answers it in the requests after this one (first: it answers an earlier
+	// message).
+	var answers []message
+	for id, cr := range t.r.carried {
+		if cr.resulted {
+			continue
+		}
+		content := approvalContent(cr.decision)
+		if !cr.ended {
+			if err := t.r.out.ToolEnd(id, conversation.ToolResult{Output: content}); err != nil {
+				return err
+			}
+			cr.ended = true
+		}
+		cr.resulted = true
+		answers = append(answers, message{ID: "result-" + id, Role: "tool", ToolCallID: id, Content: ptr(content)})
+	}
+	if len(answers) > 0 {
+		slices.SortFunc(answers, func(a, b message) int { return strings.Compare(a.ID, b.ID) })
+		t.msgs = append(answers, t.msgs...)
+		for id, i := range t.byID {
+			t.byID[id] = i + len(answers)
+		}
+		for _, c := range t.order {
+			c.msg += len(answers)
+		}
+	}
 	for _, c := range t.order {
 		tc := c.toolCall()
 		args := c.args.String() // as the agent wrote them, even when they are not JSON
@@ -351,7 +404,12 @@ func (t *turnState) finish(ev event) error {
 // setState makes s the run's state: sent with its next turn, and stored.
 func (r *run) setState(s json.RawMessage) error {
 	r.state = append(json.RawMessage(nil), s...)
-	err := r.out.State(r.state)
+	return r.storeState()
+}
+
+// storeState stores the run's state, with the interrupts of the calls that wait.
+func (r *run) storeState() error {
+	err := r.out.State(wrapState(r.state, r.interrupts))
 	var e *conversation.Error
 	if errors.As(err, &e) && e.Code == conversation.CodeBadRequest {
 		return badResponse("the agent's state cannot be kept: %s", e.Message)

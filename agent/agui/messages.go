@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/chatd/chatd/chat"
@@ -92,6 +93,9 @@ func toMessages(msgs []chat.Message) []message {
 				args = "{}"
 			}
 			out[cur].ToolCalls = append(out[cur].ToolCalls, toolCall{ID: m.Tool.CallID, Type: "function", Function: functionCall{Name: m.Tool.Name, Arguments: args}})
+			if m.Tool.Status == chat.ToolAwaitingApproval {
+				continue // resumed: the agent gives its result
+			}
 			content, errText := toolContent(m)
 			out = append(out, message{ID: m.ID.String(), Role: "tool", ToolCallID: m.Tool.CallID, Content: ptr(content), Error: errText})
 		}
@@ -142,4 +146,39 @@ func approvalContent(d conversation.Decision) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// stateKey marks a stored state that is chatd's wrapper, not the agent's own state: the
+// agent's state with the interrupts of the calls that wait for a decision.
+const stateKey = "chatd.agui"
+
+type wrappedState struct {
+	Version    int               `json:"chatd.agui"`
+	State      json.RawMessage   `json:"state,omitempty"`
+	Interrupts map[string]string `json:"interrupts"`
+}
+
+// wrapState is what is stored of the run's state: the agent's own, or, while calls with
+// interrupts wait for a decision, a wrapper that keeps them too.
+func wrapState(state json.RawMessage, interrupts map[string]string) json.RawMessage {
+	if len(interrupts) == 0 {
+		return state
+	}
+	b, _ := json.Marshal(wrappedState{Version: 1, State: state, Interrupts: interrupts})
+	return b
+}
+
+// unwrapState reads what wrapState stored: the agent's state and the interrupts.
+func unwrapState(stored json.RawMessage) (json.RawMessage, map[string]string) {
+	if !bytes.Contains(stored, []byte(stateKey)) {
+		return stored, nil
+	}
+	var w wrappedState
+	if json.Unmarshal(stored, &w) != nil || w.Version != 1 {
+		return stored, nil
+	}
+	if string(w.State) == "null" {
+		w.State = nil
+	}
+	return w.State, w.Interrupts
 }

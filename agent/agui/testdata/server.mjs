@@ -148,7 +148,24 @@ async function run(input, req, res) {
       break;
     case "approve":
     case "interrupt": {
+      // An interrupt is resumed as Pydantic AI resumes one (AG-UI 1.0 interrupts): the
+      // call comes back without a tool message, the resume entry carries the decision,
+      // and the agent runs (or declines) the call, streaming its TOOL_CALL_RESULT. A
+      // tool message for an interrupted call is refused, as Pydantic AI refuses it
+      // ("already executed and its result cannot be overridden").
+      const resumed = (input.resume ?? []).find((r) => r.interruptId === "int-1");
       const answer = input.messages.find((m) => m.role === "tool" && m.toolCallId === "call-delete");
+      if (script === "interrupt" && resumed && answer) {
+        send(EventType.RUN_ERROR, { message: "Tool call 'call-delete' was already executed and its result cannot be overridden." });
+        return res.end();
+      }
+      if (script === "interrupt" && resumed) {
+        const decision = resumed.payload ?? {};
+        send(EventType.TOOL_CALL_RESULT, { messageId: "r-delete", toolCallId: "call-delete", role: "tool",
+          content: decision.approved ? "deleted /tmp/x" : `declined: ${decision.reason}` });
+        text("m2", (decision.approved ? "Deleted, as you approved." : `Not deleted: ${decision.reason}`) + ` [int-1:${resumed.status}]`);
+        break;
+      }
       if (answer) {
         const decision = JSON.parse(answer.content);
         const resume = (input.resume ?? []).map((r) => `${r.interruptId}:${r.status}`).join(",");
