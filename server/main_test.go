@@ -114,6 +114,11 @@ func TestParseConfigDefaults(t *testing.T) {
 		SandboxDisk:        2 << 30,
 
 		WorkspaceRetention: 7 * 24 * time.Hour,
+		RetainDone:         7 * 24 * time.Hour,
+		RetainFailed:       30 * 24 * time.Hour,
+		RetainToolOutput:   4096,
+		RetentionInterval:  10 * time.Minute,
+		ToolStale:          time.Minute,
 
 		Agent:         "demo",
 		ContextTokens: 64000,
@@ -187,6 +192,14 @@ func TestParseConfigValues(t *testing.T) {
 		"CHATD_SANDBOX_DISK":         "100GiB",
 
 		"CHATD_WORKSPACE_RETENTION": "30d",
+		"CHATD_RETAIN_DONE":         "3d",
+		"CHATD_RETAIN_FAILED":       "60d",
+		"CHATD_RETAIN_TOOL_OUTPUT":  "100",
+		"CHATD_RETAIN_SESSIONS":     "365d",
+		"CHATD_RETENTION_INTERVAL":  "1h",
+		"CHATD_TOOL_STALE":          "2m",
+		"CHATD_WEBHOOK_URL":         "https://hooks.example/chatd",
+		"CHATD_WEBHOOK_SECRET":      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 
 		"CHATD_AGENT":           "anthropic",
 		"CHATD_MODEL":           "claude-test",
@@ -270,6 +283,14 @@ func TestParseConfigValues(t *testing.T) {
 		SandboxDisk:        100 << 30,
 
 		WorkspaceRetention: 30 * 24 * time.Hour,
+		RetainDone:         3 * 24 * time.Hour,
+		RetainFailed:       60 * 24 * time.Hour,
+		RetainToolOutput:   100,
+		RetainSessions:     365 * 24 * time.Hour,
+		RetentionInterval:  time.Hour,
+		ToolStale:          2 * time.Minute,
+		WebhookURL:         "https://hooks.example/chatd",
+		WebhookSecret:      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 
 		Agent:            "anthropic",
 		Model:            "claude-test",
@@ -333,6 +354,9 @@ func TestParseConfigValues(t *testing.T) {
 				"-sandbox-kill-after", "2h",
 				"-sandbox-idle-pause", "30m",
 				"-workspace-retention", "off",
+				"-retain-done", "1d", "-retain-failed", "off", "-retain-tool-output", "10",
+				"-retain-sessions", "off", "-retention-interval", "5m", "-tool-stale", "off",
+				"-webhook-url", "http://127.0.0.1:9/hook",
 				"-abandon-after", "3m",
 				"-lease-ttl", "1s",
 				"-node-addr", "node-b:8080",
@@ -422,6 +446,11 @@ func TestParseConfigValues(t *testing.T) {
 					SandboxTmpSize:   16 << 20,
 
 					WorkspaceRetention: 0, // off
+					RetainDone:         24 * time.Hour,
+					RetainToolOutput:   10,
+					RetentionInterval:  5 * time.Minute,
+					WebhookURL:         "http://127.0.0.1:9/hook",
+					WebhookSecret:      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", // the secret has no flag in the test
 
 					Agent:            "openai",
 					Model:            "gpt-test",
@@ -464,6 +493,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxSteps: 20, SandboxDir: defaultSandboxDir(envMap(nil), os.Geteuid()),
 					SandboxCPUTime: 10 * time.Minute, SandboxMemory: 4 << 30, SandboxProcesses: 256,
 					SandboxFileSize: 1 << 30, SandboxTmpSize: 256 << 20, WorkspaceRetention: 7 * 24 * time.Hour,
+					RetainDone: 7 * 24 * time.Hour, RetainFailed: 30 * 24 * time.Hour, RetainToolOutput: 4096, RetentionInterval: 10 * time.Minute, ToolStale: time.Minute,
 					SandboxTotalMemory: 2 << 30, SandboxOpenFiles: 1024, SandboxDisk: 2 << 30,
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 					Auth: "none",
@@ -1343,8 +1373,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Shutdown(ctx), "a second Shutdown has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "lease-renewal started", "sandboxes started", "sandbox-janitor started",
-		"transport started", "journal started", "hub started", "eviction started", "abandonment started", "rescue started", "admin-http started", "http started",
-		"http stopped", "admin-http stopped", "rescue stopped", "abandonment stopped", "eviction stopped", "hub stopped", "journal stopped", "transport stopped", "sandbox-janitor stopped",
+		"transport started", "journal started", "hub started", "eviction started", "abandonment started", "rescue started", "retention started", "admin-http started", "http started",
+		"http stopped", "admin-http stopped", "retention stopped", "rescue stopped", "abandonment stopped", "eviction stopped", "hub stopped", "journal stopped", "transport stopped", "sandbox-janitor stopped",
 		"sandboxes stopped", "lease-renewal stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }
