@@ -174,6 +174,7 @@ func (a *Actor) loop() {
 		}
 		if !a.stopped {
 			a.startQueued()
+			a.flushIdle()
 		}
 		a.checkTimers()
 	}

@@ -1,11 +1,18 @@
 package conversation
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // MaxCoalescedDelta bounds the text one coalesced chat.delta carries: text held back for
 // Config.CoalesceDeltas is published early rather than grow past it, so a fast model
 // cannot build a huge frame. A single piece larger than this is published as it came.
 const MaxCoalescedDelta = 16 << 10
+
+// CoalesceAdaptive is Config.CoalesceDeltas's adaptive mode: text is held only while
+// more of the actor's work is queued behind it, and published once it has none.
+const CoalesceAdaptive time.Duration = -1
 
 // heldDelta is text of the open segment that arrived within the coalescing window and is
 // not published yet. It is not part of the segment's text (liveMessage.buf) until it is
@@ -20,7 +27,7 @@ type heldDelta struct {
 // appendDelta adds text to run's open segment: published at once as a chat.delta, or,
 // when CoalesceDeltas is on, held back and merged with what follows it within the window.
 func (a *Actor) appendDelta(run *runState, text string) {
-	if a.cfg.CoalesceDeltas <= 0 {
+	if a.cfg.CoalesceDeltas == 0 {
 		a.publishDelta(run, run.seg, text)
 		return
 	}
@@ -34,7 +41,18 @@ func (a *Actor) appendDelta(run *runState, text string) {
 		a.flushDelta()
 		return
 	}
+	if a.cfg.CoalesceDeltas == CoalesceAdaptive {
+		return // published when the actor has nothing more queued (flushIdle)
+	}
 	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
+}
+
+// flushIdle publishes the held text in adaptive mode once nothing is queued behind it:
+// the actor has caught up, and the piece would gain nothing from waiting.
+func (a *Actor) flushIdle() {
+	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive && len(a.inbox) == 0 {
+		a.flushDelta()
+	}
 }
 
 // flushDelta publishes the held text, if any, as one chat.delta and stops the window.

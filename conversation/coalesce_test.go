@@ -508,3 +508,87 @@ func contentsOf(ms []chat.Message) []string {
 	}
 	return out
 }
+
+// stallingSubscriber wraps a recorder and blocks the actor in the delivery of the first
+// delta until released: the actor is busy, as a loaded process's is.
+type stallingSubscriber struct {
+	*convtest.Recorder
+	stalled chan struct{} // closed when the first delta is being delivered
+	release chan struct{}
+	once    bool
+}
+
+func (s *stallingSubscriber) Deliver(ev *conversation.Event) bool {
+	if ev.Type == conversation.EventDelta && !s.once {
+		s.once = true
+		close(s.stalled)
+		<-s.release
+	}
+	return s.Recorder.Deliver(ev)
+}
+
+// Adaptive coalescing adds no latency when the actor keeps up (each piece is published
+// as it comes) and merges the pieces that queued up while it was busy into one delta.
+func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	burst := make(chan struct{})
+	sent := make(chan struct{})
+	agent := conversation.AgentFunc(func(ctx context.Context, _ conversation.Request, out conversation.Emitter) error {
+		if err := out.Text("a"); err != nil {
+			return err
+		}
+		<-burst // the actor is stalled delivering "a"
+		for _, p := range []string{"b", "c", "d"} {
+			if err := out.Text(p); err != nil {
+				return err
+			}
+		}
+		close(sent)
+		<-burst // released after the actor caught up
+		for _, p := range []string{"e", "f"} {
+			if err := out.Text(p); err != nil {
+				return err
+			}
+			<-burst
+		}
+		return nil
+	})
+	a := conversation.Start(conversation.Config{
+		Store: st, Agent: agent, Clock: clockwork.NewFakeClock(),
+		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		CoalesceDeltas: conversation.CoalesceAdaptive,
+	}, uuid.New(), nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	s := &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}
+	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+
+	<-s.stalled // "a" went out at once, and the actor is stuck delivering it
+	burst <- struct{}{}
+	<-sent // b, c and d are queued behind it
+	close(s.release)
+	deltas := func(n int) []string {
+		var out []string
+		for range n {
+			ev := s.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta })
+			out = append(out, ev.Text)
+		}
+		return out
+	}
+	require.Equal(t, []string{"a", "bcd"}, deltas(2), "what queued while the actor was busy is one delta")
+	burst <- struct{}{}
+	require.Equal(t, []string{"e"}, deltas(1), "an actor that keeps up publishes each piece at once")
+	burst <- struct{}{}
+	require.Equal(t, []string{"f"}, deltas(1))
+	burst <- struct{}{}
+	end := s.Await(t, convtest.Terminal)
+	require.EqualValues(t, "chat.done", end.Type)
+}

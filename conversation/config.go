@@ -158,7 +158,9 @@ type Config struct {
 	// of its first piece into one chat.delta (at most MaxCoalescedDelta bytes), timed on
 	// Clock: fewer, larger frames for a little latency. Any other event of the run, the
 	// segment's end and a hello publish the held text first. 0 publishes every piece as
-	// it comes.
+	// it comes. CoalesceAdaptive merges only what arrives while the actor is behind:
+	// a piece is published as soon as the actor has nothing more queued, so an idle
+	// process adds no latency and a busy one sends fewer, larger frames.
 	CoalesceDeltas time.Duration
 	// ProgressStoreInterval bounds how often a run's progress (Emitter.Progress) is
 	// written to the database: a report is stored at once when none was within this long
@@ -230,7 +232,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conversation config: DoubleText %q is not a policy", c.DoubleText)
 	case c.ProgressStoreInterval < 0:
 		return fmt.Errorf("conversation config: ProgressStoreInterval %s is negative", c.ProgressStoreInterval)
-	case c.CoalesceDeltas < 0:
+	case c.CoalesceDeltas < 0 && c.CoalesceDeltas != CoalesceAdaptive:
 		return fmt.Errorf("conversation config: CoalesceDeltas %s is negative", c.CoalesceDeltas)
 	case c.Lease != nil && (c.Lease.Node == nil || c.Lease.Addr == nil || c.Lease.TTL <= 0):
 		return errors.New("conversation config: Lease needs a Node, an Addr and a positive TTL")

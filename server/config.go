@@ -129,7 +129,9 @@ type Config struct {
 	// reach the admin listener, and a CPU profile or trace costs while it runs.
 	Pprof bool
 	// CoalesceDeltas merges the text a segment streams within this long into one
-	// chat.delta; 0 sends every piece as it comes (CHATD_COALESCE_DELTAS).
+	// chat.delta; 0 sends every piece as it comes; conversation.CoalesceAdaptive (the
+	// default, "adaptive") merges only what queued while a session's actor was busy
+	// (CHATD_COALESCE_DELTAS).
 	CoalesceDeltas time.Duration
 
 	// DemoWords and DemoDelay set the demo agent's reply length and pace
@@ -281,10 +283,11 @@ const (
 	AuthJWT  = "jwt"
 )
 
-// defaultCoalesceDeltas is chatd's coalescing window. docs/benchmarks.md has the figures:
-// at 50 tokens/s per run it halves the frames sent and cuts the server's CPU per token by
-// a fifth, for a median delay of about half the window, which no reader can see.
-const defaultCoalesceDeltas = 25 * time.Millisecond
+// defaultCoalesceDeltas is chatd's coalescing: adaptive, which holds a token back only
+// while its session's actor has more work queued behind it, so a process that keeps up
+// adds no latency and one that falls behind sends fewer, larger frames.
+// docs/benchmarks.md has the figures against the fixed windows.
+const defaultCoalesceDeltas = conversation.CoalesceAdaptive
 
 // defaultAdminAddr is where /metrics and /debug/pprof/ are served unless told otherwise:
 // loopback, so only the machine itself (or what it forwards) can read them.
@@ -451,7 +454,8 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF)")
 	c.StreamSync = env.offDuration("CHATD_STREAM_SYNC", journal.DefaultStreamSync)
 	fs.Var(offDuration{&c.StreamSync}, "stream-sync", "store the text runs are streaming this often, e.g. 50ms, or off: a crash loses at most this much of it (CHATD_STREAM_SYNC)")
-	fs.DurationVar(&c.CoalesceDeltas, "coalesce-deltas", env.duration("CHATD_COALESCE_DELTAS", defaultCoalesceDeltas), "merge the text streamed within this long into one chat.delta; 0 for off (CHATD_COALESCE_DELTAS)")
+	c.CoalesceDeltas = env.coalesce("CHATD_COALESCE_DELTAS", defaultCoalesceDeltas)
+	fs.Var(coalesceFlag{&c.CoalesceDeltas}, "coalesce-deltas", "adaptive: merge the text that queued while a session was busy into one chat.delta; a duration such as 25ms: merge what streams within it; 0 or off: none (CHATD_COALESCE_DELTAS)")
 	fs.IntVar(&c.DemoWords, "demo-words", env.int("CHATD_DEMO_WORDS", demo.DefaultWords), "demo agent reply length in words, then to the end of that sentence (CHATD_DEMO_WORDS)")
 	fs.DurationVar(&c.DemoDelay, "demo-delay", env.duration("CHATD_DEMO_DELAY", demo.DefaultDelay), "demo agent pause per word (CHATD_DEMO_DELAY)")
 	fs.DurationVar(&c.ApprovalExpire, "approval-expire", env.duration("CHATD_APPROVAL_EXPIRE", 0), "deny a tool call nobody decided within this long; 0 waits for ever (CHATD_APPROVAL_EXPIRE)")
@@ -594,8 +598,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_SHUTDOWN_TIMEOUT (-shutdown-timeout) is %s; it must be positive", c.ShutdownTimeout)
 	case c.StreamSync < 0 || c.StreamSync > maxStreamSync:
 		return fmt.Errorf("CHATD_STREAM_SYNC (-stream-sync) is %s; use off, or a duration up to %s", c.StreamSync, maxStreamSync)
-	case c.CoalesceDeltas < 0 || c.CoalesceDeltas > maxCoalesceDeltas:
-		return fmt.Errorf("CHATD_COALESCE_DELTAS (-coalesce-deltas) is %s; use 0 (off) up to %s", c.CoalesceDeltas, maxCoalesceDeltas)
+	case (c.CoalesceDeltas < 0 && c.CoalesceDeltas != conversation.CoalesceAdaptive) || c.CoalesceDeltas > maxCoalesceDeltas:
+		return fmt.Errorf("CHATD_COALESCE_DELTAS (-coalesce-deltas) is %s; use adaptive, 0 (off) or a window up to %s", c.CoalesceDeltas, maxCoalesceDeltas)
 	case c.DemoWords < 1:
 		return fmt.Errorf("CHATD_DEMO_WORDS (-demo-words) is %d; it must be at least 1", c.DemoWords)
 	case c.DemoDelay < 0:
@@ -1012,6 +1016,58 @@ func parseRate(s string) (rate.Limit, error) {
 // offDuration is a flag.Value for a duration that may be off (0): a Go duration (50ms,
 // 12h), whole days (7d), or off. -workspace-retention (off: for good) and -stream-sync
 // (off: no stream log).
+// coalesceFlag is -coalesce-deltas: adaptive, off (0), or a duration.
+type coalesceFlag struct{ p *time.Duration }
+
+func (f coalesceFlag) String() string {
+	switch {
+	case f.p == nil:
+		return ""
+	case *f.p == conversation.CoalesceAdaptive:
+		return "adaptive"
+	case *f.p == 0:
+		return "off"
+	}
+	return f.p.String()
+}
+
+func (f coalesceFlag) Set(s string) error {
+	d, err := parseCoalesce(s)
+	if err != nil {
+		return err
+	}
+	*f.p = d
+	return nil
+}
+
+// parseCoalesce reads CHATD_COALESCE_DELTAS: adaptive, off, or a duration.
+func parseCoalesce(s string) (time.Duration, error) {
+	switch strings.TrimSpace(s) {
+	case "adaptive":
+		return conversation.CoalesceAdaptive, nil
+	case "off":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not adaptive, off or a duration such as 25ms", s)
+	}
+	return d, nil
+}
+
+func (e *envDefaults) coalesce(key string, def time.Duration) time.Duration {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := parseCoalesce(v)
+	if err != nil {
+		e.fail(fmt.Errorf("%s=%q: %w", key, v, err))
+		return def
+	}
+	return d
+}
+
 type offDuration struct{ p *time.Duration }
 
 // String prints whole days as days, as -help shows the default.

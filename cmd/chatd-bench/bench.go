@@ -441,11 +441,8 @@ func (b *bench) fanout(ctx context.Context) error {
 		if !o.scenarios["fanout"] && !storm {
 			continue
 		}
-		name := "chatd"
-		if c > 0 {
-			name = fmt.Sprintf("chatd, coalesce %v", c)
-		}
-		srv, err := b.startChatd(ctx, name, "", fmt.Sprintf("CHATD_COALESCE_DELTAS=%v", c))
+		name := coalesceName(c)
+		srv, err := b.startChatd(ctx, name, "", coalesceEnv(c))
 		if err != nil {
 			return err
 		}

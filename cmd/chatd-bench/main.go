@@ -98,11 +98,11 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
 	fs.DurationVar(&o.warmup, "warmup", 0, "fan-out: time after the runs start before measuring (default 3s, full 5s)")
 	fs.DurationVar(&o.window, "window", 0, "fan-out: measurement window (default 8s, full 30s)")
-	coalesce := fs.String("coalesce", "", "fan-out: CHATD_COALESCE_DELTAS values to measure chatd with (default 0,25ms; full 0,10ms,25ms,50ms)")
+	coalesce := fs.String("coalesce", "", "fan-out: CHATD_COALESCE_DELTAS values to measure chatd with: adaptive, 0 (off) or a window (default 0,adaptive,25ms; full 0,adaptive,10ms,25ms,50ms)")
 	fs.IntVar(&o.idle, "idle", 10000, "idle density: idle subscribed connections (N)")
 	fs.IntVar(&o.idleTabs, "idle-tabs", 1, "idle density: connections per session")
 	fs.DurationVar(&o.stormDown, "storm-down", time.Second, "reconnect storm: how long every client stays disconnected")
-	fs.DurationVar(&o.stormCoalesce, "storm-coalesce", 25*time.Millisecond, "reconnect storm: runs on the fan-out of chatd with this coalescing window (the first measured if it is not)")
+	stormCoalesce := fs.String("storm-coalesce", "adaptive", "reconnect storm: runs on the fan-out of chatd with this CHATD_COALESCE_DELTAS (the first measured if it is not)")
 	fs.DurationVar(&o.stormSpread, "storm-spread", 2*time.Second, "reconnect storm: the reconnects are spread over this long")
 	fs.IntVar(&o.storageRuns, "storage-runs", 20, "storage cost: runs per case")
 	tokens := fs.String("storage-tokens", "", "storage cost: tokens per run to compare (default 10,100,1000; full adds 10000)")
@@ -144,17 +144,21 @@ func parseFlags(args []string) (options, error) {
 	def(&o.warmup, 3*time.Second, 5*time.Second)
 	def(&o.window, 8*time.Second, 30*time.Second)
 	if *coalesce == "" {
-		*coalesce = "0,25ms"
+		*coalesce = "0,adaptive,25ms"
 		if o.full {
-			*coalesce = "0,10ms,25ms,50ms"
+			*coalesce = "0,adaptive,10ms,25ms,50ms"
 		}
 	}
 	for _, s := range strings.Split(*coalesce, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(s))
-		if err != nil || d < 0 {
-			return o, fmt.Errorf("-coalesce: %q is not a duration", s)
+		d, err := parseCoalesce(s)
+		if err != nil {
+			return o, fmt.Errorf("-coalesce: %w", err)
 		}
 		o.coalesce = append(o.coalesce, d)
+	}
+	var err error
+	if o.stormCoalesce, err = parseCoalesce(*stormCoalesce); err != nil {
+		return o, fmt.Errorf("-storm-coalesce: %w", err)
 	}
 	if err := finishScale(&o); err != nil {
 		return o, err
@@ -262,4 +266,42 @@ func commandLine() string {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// adaptive is chatd's adaptive coalescing (conversation.CoalesceAdaptive) among the
+// -coalesce values.
+const adaptive time.Duration = -1
+
+// parseCoalesce reads a CHATD_COALESCE_DELTAS value: adaptive, 0 or off, or a window.
+func parseCoalesce(s string) (time.Duration, error) {
+	switch s = strings.TrimSpace(s); s {
+	case "adaptive":
+		return adaptive, nil
+	case "off":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not adaptive, off or a duration", s)
+	}
+	return d, nil
+}
+
+// coalesceEnv is CHATD_COALESCE_DELTAS for d.
+func coalesceEnv(d time.Duration) string {
+	if d == adaptive {
+		return "CHATD_COALESCE_DELTAS=adaptive"
+	}
+	return fmt.Sprintf("CHATD_COALESCE_DELTAS=%v", d)
+}
+
+// coalesceName is how the report names chatd measured with d.
+func coalesceName(d time.Duration) string {
+	switch {
+	case d == adaptive:
+		return "chatd, adaptive"
+	case d > 0:
+		return fmt.Sprintf("chatd, coalesce %v", d)
+	}
+	return "chatd"
 }

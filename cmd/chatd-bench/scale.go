@@ -63,17 +63,19 @@ type scaleServer struct {
 	stop func(srv *server) error
 }
 
-// scaleServers are the curve's lines: the baseline, chatd with coalescing off, chatd with
-// its default 25 ms window, and the Centrifuge peer (peer.go) unless -peer is empty.
+// scaleServers are the curve's lines: the baseline, chatd with coalescing off, adaptive
+// (its default) and a fixed 25 ms window, and the Centrifuge peer (peer.go) unless -peer
+// is empty.
 func (b *bench) scaleServers() []scaleServer {
 	chatd := func(name string, coalesce time.Duration) scaleServer {
 		return scaleServer{name: name, start: func(ctx context.Context) (*server, error) {
-			return b.startChatd(ctx, name, "", fmt.Sprintf("CHATD_COALESCE_DELTAS=%v", coalesce))
+			return b.startChatd(ctx, name, "", coalesceEnv(coalesce))
 		}}
 	}
 	servers := []scaleServer{
 		{name: "baseline", start: b.startBaseline, stop: killServer},
 		chatd("chatd, coalesce off", 0),
+		chatd("chatd, adaptive", adaptive),
 		chatd("chatd, coalesce 25ms", 25*time.Millisecond),
 	}
 	if b.opts.peer != "" {

@@ -107,9 +107,9 @@ func TestScaleServersPeer(t *testing.T) {
 		return n
 	}
 	without := (&bench{opts: options{}}).scaleServers()
-	assert.Equal(t, []string{"baseline", "chatd, coalesce off", "chatd, coalesce 25ms"}, names(without))
+	assert.Equal(t, []string{"baseline", "chatd, coalesce off", "chatd, adaptive", "chatd, coalesce 25ms"}, names(without))
 	with := (&bench{opts: options{peer: "bin/chatd-peer"}}).scaleServers()
-	require.Equal(t, []string{"baseline", "chatd, coalesce off", "chatd, coalesce 25ms", peerName}, names(with))
-	assert.NotNil(t, with[3].open)
-	assert.Nil(t, with[3].stop, "stopped with SIGTERM, like chatd")
+	require.Equal(t, []string{"baseline", "chatd, coalesce off", "chatd, adaptive", "chatd, coalesce 25ms", peerName}, names(with))
+	assert.NotNil(t, with[4].open)
+	assert.Nil(t, with[4].stop, "stopped with SIGTERM, like chatd")
 }
