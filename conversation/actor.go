@@ -81,6 +81,7 @@ type Actor struct {
 	abandonT  actorTimer
 	coalesceT actorTimer // ends the window of held text, armed while there is some
 	progressT actorTimer // ends the window in which progress is not stored again
+	quietT    actorTimer // ends the quiet time after which the recent messages go
 	held      heldDelta
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
@@ -117,6 +118,7 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		abandonT:  actorTimer{kind: timerAbandon, timers: cfg.Abandonments},
 		coalesceT: actorTimer{kind: timerCoalesce},
 		progressT: actorTimer{kind: timerProgress},
+		quietT:    actorTimer{kind: timerQuiet},
 	}
 	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease)
 	a.journal.token = &a.leaseToken
@@ -159,6 +161,7 @@ func (a *Actor) loop() {
 		select {
 		case it := <-a.inbox:
 			a.handle(it)
+			a.quietT.disarm() // activity: the quiet time starts again
 		case f := <-a.timerC:
 			a.onTimer(f)
 		case <-a.journal.q.Signal():
@@ -200,6 +203,7 @@ func (a *Actor) loop() {
 	a.abandonT.disarm()
 	a.coalesceT.disarm()
 	a.progressT.disarm()
+	a.quietT.disarm()
 	if a.evicted && a.onStop != nil {
 		a.onStop(a, a.closeDone)
 	}
@@ -229,6 +233,11 @@ func (a *Actor) onTimer(f timerFire) {
 		if a.progressT.fired(f) {
 			a.storeProgress()
 		}
+	case timerQuiet:
+		if a.quietT.fired(f) && a.quiet() {
+			a.journal.recent.forget()
+			a.cfg.Metrics.released.Inc()
+		}
 	case timerAbandon:
 		if a.abandonT.fired(f) && a.abandonable() {
 			a.logger().Info().Str("run_id", a.run.info.ID.String()).Dur("after", a.cfg.AbandonAfter).Msg("cancelling a run nobody watches")
@@ -237,8 +246,19 @@ func (a *Actor) onTimer(f timerFire) {
 	}
 }
 
+// quiet reports whether the actor holds messages in memory it could drop: no run is
+// active and no write waits (the recent messages are what was stored).
+func (a *Actor) quiet() bool {
+	return a.cfg.QuietRelease > 0 && a.run == nil && a.journal.recent.known && !a.journal.q.Pending() && !a.stopped
+}
+
 // checkTimers arms the timers whose condition holds and disarms the others.
 func (a *Actor) checkTimers() {
+	if a.quiet() {
+		a.arm(&a.quietT, a.cfg.QuietRelease)
+	} else {
+		a.quietT.disarm()
+	}
 	if a.idle() && !a.stopped {
 		a.arm(&a.idleT, a.cfg.IdleTimeout)
 	} else {

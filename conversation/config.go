@@ -23,6 +23,7 @@ const (
 	DefaultMaxReplayBytes   = 512 << 10
 	DefaultSnapshotMessages = 200
 	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultQuietRelease     = time.Minute
 	DefaultAbandonAfter     = 30 * time.Minute
 	DefaultMaxContentBytes  = 128 << 10
 	DefaultInboxSize        = 16
@@ -102,6 +103,12 @@ type Config struct {
 	SnapshotMessages int
 	// IdleTimeout is how long an actor with no subscribers and no active run lives.
 	IdleTimeout time.Duration
+	// QuietRelease is how long an actor with no active run keeps the newest messages it
+	// holds in memory (up to 256 KiB of content, for snapshots and history) after its
+	// last activity: an idle tab on a long conversation then costs its connection, not
+	// the conversation. The next snapshot, history read or run reads them again, in one
+	// statement. Negative: kept for the actor's life.
+	QuietRelease time.Duration
 	// AbandonAfter is how long a streaming run may go with no subscriber before it is
 	// cancelled as abandoned. A run waiting for an approval is never abandoned.
 	AbandonAfter time.Duration
@@ -192,6 +199,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
 	setDefault(&c.MaxRecoveries, DefaultMaxRecoveries)
 	setDefault(&c.ProgressStoreInterval, DefaultProgressStoreInterval)
+	setDefault(&c.QuietRelease, DefaultQuietRelease)
 	setDefault(&c.DoubleText, chat.DoubleTextReject)
 	setDefault(&c.MaxQueued, DefaultMaxQueued)
 	return c

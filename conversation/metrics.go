@@ -24,6 +24,9 @@ type Metrics struct {
 	leaseAcquired prometheus.Counter
 	leaseTakeover prometheus.Counter
 	movedAway     prometheus.Counter
+	// released counts the actors that dropped the messages they kept in memory once
+	// quiet (Config.QuietRelease).
+	released prometheus.Counter
 	// journal counts the writes (refused, fenced, failed) and the write queues.
 	journal *journal.Metrics
 }
@@ -75,7 +78,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "chatd_sessions_moved_total",
 		Help: "Conversation actors stopped because another node holds their session (their clients are closed with 4010 and reconnect).",
 	})
+	released := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatd_conversation_memory_released_total",
+		Help: "Times a quiet conversation dropped the newest messages it kept in memory (CHATD_QUIET_RELEASE); the next snapshot or run reads them again.",
+	})
 	m := &Metrics{
+		released:        released,
 		leaseAcquired:   leases.WithLabelValues("free"),
 		leaseTakeover:   leases.WithLabelValues("takeover"),
 		movedAway:       moved,
@@ -94,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved)
+		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved, released)
 	}
 	return m
 }

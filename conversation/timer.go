@@ -11,6 +11,7 @@ const (
 	timerAbandon                       // cancel a run nobody watches
 	timerCoalesce                      // publish the held text delta
 	timerProgress                      // store the run's latest progress
+	timerQuiet                         // drop what a quiet actor keeps in memory
 )
 
 // timerFire is a timer's expiry, delivered to the actor's loop.

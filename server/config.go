@@ -115,6 +115,9 @@ type Config struct {
 	// IdleEvict is how long a session with no subscriber and no run stays in memory
 	// (CHATD_IDLE_EVICT).
 	IdleEvict time.Duration
+	// QuietRelease is how long a session with no active run keeps its newest messages in
+	// memory after its last activity (CHATD_QUIET_RELEASE); 0 (off): for its life.
+	QuietRelease time.Duration
 	// ShutdownTimeout bounds each step of a graceful shutdown: the listener's and the
 	// transport's, and on a budget of its own the conversations' storing of what they
 	// queued (CHATD_SHUTDOWN_TIMEOUT).
@@ -448,6 +451,8 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	c.HandshakeRate = env.rate("CHATD_HANDSHAKE_RATE", ws.DefaultHandshakeRate)
 	fs.Var(rateValue{&c.HandshakeRate}, "handshake-rate", "WebSocket upgrades per remote address, e.g. 20/s or off; more are answered 429 (CHATD_HANDSHAKE_RATE)")
 	fs.IntVar(&c.HandshakeBurst, "handshake-burst", env.int("CHATD_HANDSHAKE_BURST", ws.DefaultHandshakeBurst), "upgrades an address may make at once within its rate (CHATD_HANDSHAKE_BURST)")
+	c.QuietRelease = env.offDuration("CHATD_QUIET_RELEASE", conversation.DefaultQuietRelease)
+	fs.Var(offDuration{&c.QuietRelease}, "quiet-release", "drop the messages a session with no active run keeps in memory this long after its last activity (its tabs stay; the next snapshot reads them again); off keeps them (CHATD_QUIET_RELEASE)")
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
@@ -592,6 +597,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("CHATD_HTTP_WRITE_TIMEOUT (-http-write-timeout) is %s; it must be positive", c.HTTPWriteTimeout)
 	case c.HTTPIdleTimeout <= 0:
 		return fmt.Errorf("CHATD_HTTP_IDLE_TIMEOUT (-http-idle-timeout) is %s; it must be positive", c.HTTPIdleTimeout)
+	case c.QuietRelease < 0:
+		return errors.New("CHATD_QUIET_RELEASE (-quiet-release) takes a duration such as 1m, or off")
 	case c.IdleEvict <= 0:
 		return fmt.Errorf("CHATD_IDLE_EVICT (-idle-evict) is %s; it must be positive", c.IdleEvict)
 	case c.ShutdownTimeout <= 0:

@@ -119,6 +119,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		RetainToolOutput:   4096,
 		RetentionInterval:  10 * time.Minute,
 		ToolStale:          time.Minute,
+		QuietRelease:       time.Minute,
 
 		Agent:         "demo",
 		ContextTokens: 64000,
@@ -291,6 +292,7 @@ func TestParseConfigValues(t *testing.T) {
 		ToolStale:          2 * time.Minute,
 		WebhookURL:         "https://hooks.example/chatd",
 		WebhookSecret:      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		QuietRelease:       time.Minute,
 
 		Agent:            "anthropic",
 		Model:            "claude-test",
@@ -451,6 +453,7 @@ func TestParseConfigValues(t *testing.T) {
 					RetentionInterval:  5 * time.Minute,
 					WebhookURL:         "http://127.0.0.1:9/hook",
 					WebhookSecret:      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", // the secret has no flag in the test
+					QuietRelease:       time.Minute,
 
 					Agent:            "openai",
 					Model:            "gpt-test",
@@ -493,7 +496,7 @@ func TestParseConfigValues(t *testing.T) {
 					MaxSteps: 20, SandboxDir: defaultSandboxDir(envMap(nil), os.Geteuid()),
 					SandboxCPUTime: 10 * time.Minute, SandboxMemory: 4 << 30, SandboxProcesses: 256,
 					SandboxFileSize: 1 << 30, SandboxTmpSize: 256 << 20, WorkspaceRetention: 7 * 24 * time.Hour,
-					RetainDone: 7 * 24 * time.Hour, RetainFailed: 30 * 24 * time.Hour, RetainToolOutput: 4096, RetentionInterval: 10 * time.Minute, ToolStale: time.Minute,
+					RetainDone: 7 * 24 * time.Hour, RetainFailed: 30 * 24 * time.Hour, RetainToolOutput: 4096, RetentionInterval: 10 * time.Minute, ToolStale: time.Minute, QuietRelease: time.Minute,
 					SandboxTotalMemory: 2 << 30, SandboxOpenFiles: 1024, SandboxDisk: 2 << 30,
 					Agent: "demo", ContextTokens: 64000, ModelTimeout: 5 * time.Minute,
 					Auth: "none",

@@ -27,18 +27,60 @@ func (b *bench) idleDensity(ctx context.Context) error {
 		return err
 	}
 	defer srv.kill()
-	res, err := b.measureIdle(ctx, srv, "chatd_connections_open")
+	res, err := b.measureIdle(ctx, srv, "chatd_connections_open", nil)
 	if err != nil {
 		return err
 	}
 	b.report.idle = res
-	return srv.stop()
+	if err := srv.stop(); err != nil {
+		return err
+	}
+	return b.idleHistories(ctx)
+}
+
+// idleHistories measures idle connections to sessions with a long finished conversation
+// each (seedHistory), once with what a quiet session keeps in memory kept
+// (CHATD_QUIET_RELEASE=off) and once released a second after the last activity.
+func (b *bench) idleHistories(ctx context.Context) error {
+	o := b.opts
+	if o.idleHistory <= 0 {
+		return nil
+	}
+	for _, release := range []string{"off", "1s"} {
+		dbURL, err := b.newDatabase(ctx)
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("chatd, %d-turn histories, quiet release %s", o.idleHistory, release)
+		srv, err := b.startChatd(ctx, name, dbURL, "CHATD_QUIET_RELEASE="+release)
+		if err != nil {
+			return err
+		}
+		logf("%s: seeding %d sessions", name, o.idleHistorySessions)
+		ids, err := seedHistory(ctx, dbURL, o.idleHistorySessions, o.idleHistory)
+		if err != nil {
+			srv.kill()
+			return err
+		}
+		res, err := b.measureIdle(ctx, srv, "chatd_connections_open", ids)
+		if err != nil {
+			srv.kill()
+			return fmt.Errorf("%s: %w\nchatd's log ends:\n%s", name, err, tail(srv.logs.String(), 3000))
+		}
+		res.target = name
+		b.report.idleHistory = append(b.report.idleHistory, res)
+		if err := srv.stop(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // measureIdle opens b.opts.idle connections to srv (in sessions of b.opts.idleTabs),
 // subscribed and then doing nothing, and returns what srv's memory and goroutines grew
-// by per connection; connsGauge is the server's own gauge of its open connections.
-func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string) (*idleResult, error) {
+// by per connection; connsGauge is the server's own gauge of its open connections. With
+// ids, it opens one connection to each of those sessions instead.
+func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string, ids []string) (*idleResult, error) {
 	o := b.opts
 	time.Sleep(time.Second)
 	if err := forceGC(srv); err != nil {
@@ -54,8 +96,20 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string)
 	}
 	g := &gen{}
 	sessions := (o.idle + o.idleTabs - 1) / o.idleTabs
-	logf("%s idle: opening %d connections (%d sessions)", srv.name, o.idle, sessions)
-	ss, err := openFor(srv)(ctx, g, srv.addr, sessions, o.idleTabs)
+	var ss []*session
+	if ids != nil {
+		sessions = len(ids)
+		logf("%s idle: opening %d connections to existing sessions", srv.name, sessions)
+		ss = make([]*session, len(ids))
+		for i, id := range ids {
+			ss[i] = &session{id: id}
+			ss[i].tabs = []*tab{{g: g, sess: ss[i], addr: srv.addr}}
+		}
+		ss, err = connectAll(ctx, ss)
+	} else {
+		logf("%s idle: opening %d connections (%d sessions)", srv.name, o.idle, sessions)
+		ss, err = openFor(srv)(ctx, g, srv.addr, sessions, o.idleTabs)
+	}
 	if err != nil {
 		return nil, err
 	}

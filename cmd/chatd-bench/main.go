@@ -40,6 +40,9 @@ type options struct {
 
 	idle     int
 	idleTabs int
+	// idleHistory is the turns of each session's conversation in the idle scenario with
+	// histories (0: skipped), over idleHistorySessions sessions.
+	idleHistory, idleHistorySessions int
 
 	stormDown     time.Duration
 	stormCoalesce time.Duration
@@ -101,6 +104,8 @@ func parseFlags(args []string) (options, error) {
 	coalesce := fs.String("coalesce", "", "fan-out: CHATD_COALESCE_DELTAS values to measure chatd with: adaptive, 0 (off) or a window (default 0,adaptive,25ms; full 0,adaptive,10ms,25ms,50ms)")
 	fs.IntVar(&o.idle, "idle", 10000, "idle density: idle subscribed connections (N)")
 	fs.IntVar(&o.idleTabs, "idle-tabs", 1, "idle density: connections per session")
+	fs.IntVar(&o.idleHistory, "idle-history", 30, "idle density with histories: turns of each session's conversation (about 2 KiB of text each), measured with CHATD_QUIET_RELEASE off and 1s; 0 skips it")
+	fs.IntVar(&o.idleHistorySessions, "idle-history-sessions", 2000, "idle density with histories: sessions (one tab each)")
 	fs.DurationVar(&o.stormDown, "storm-down", time.Second, "reconnect storm: how long every client stays disconnected")
 	stormCoalesce := fs.String("storm-coalesce", "adaptive", "reconnect storm: runs on the fan-out of chatd with this CHATD_COALESCE_DELTAS (the first measured if it is not)")
 	fs.DurationVar(&o.stormSpread, "storm-spread", 2*time.Second, "reconnect storm: the reconnects are spread over this long")

@@ -29,7 +29,7 @@ func (r *report) blocks() []resultBlock {
 		mode = "full"
 	}
 	var out []resultBlock
-	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || r.peerStorm != nil || r.peerIdle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
+	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.idleHistory) > 0 || r.peerStorm != nil || r.peerIdle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
 		out = append(out, resultBlock{mode, r.markdown()})
 	}
 	if r.cluster != nil {
@@ -70,6 +70,8 @@ type report struct {
 	// The Centrifuge peer's storm and idle density (peer.go), beside chatd's.
 	peerStorm *stormResult
 	peerIdle  *idleResult
+	// idleHistory: idle connections to sessions with long conversations (idleHistories).
+	idleHistory []*idleResult
 }
 
 func (r *report) markdown() string {
@@ -155,6 +157,17 @@ func (r *report) markdown() string {
 				name = "chatd"
 			}
 			w("| %s | %.1f KiB | %.1f KiB | %.1f KiB | %.2f | %.0f |", name, i.rssPerConn/1024, i.heapPerConn/1024, i.stackPerConn/1024, i.goroutinesPerCon, i.connsOpen)
+		}
+		w("")
+	}
+	if len(r.idleHistory) > 0 {
+		i := r.idleHistory[0]
+		w("**Idle density with histories**: %d subscribed connections, one to each of %d sessions with a finished conversation of %d turns (about %d KiB of text each), nothing streaming; with what a quiet session keeps in memory kept, then released a second after the last activity (CHATD_QUIET_RELEASE).", i.conns, i.sessions, r.opts.idleHistory, r.opts.idleHistory*2000/1024)
+		w("")
+		w("| server | RSS/connection | heap in use/connection | stacks/connection | goroutines/connection | connections open (server's gauge) |")
+		w("|---|---:|---:|---:|---:|---:|")
+		for _, i := range r.idleHistory {
+			w("| %s | %.1f KiB | %.1f KiB | %.1f KiB | %.2f | %.0f |", i.target, i.rssPerConn/1024, i.heapPerConn/1024, i.stackPerConn/1024, i.goroutinesPerCon, i.connsOpen)
 		}
 		w("")
 	}

@@ -1,0 +1,74 @@
+package conversation_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/conversation/convtest"
+	"github.com/chatd/chatd/store"
+	"github.com/chatd/chatd/store/storetest"
+)
+
+// countingReads counts the reads of a session's messages.
+type countingReads struct {
+	*store.Store
+	paths atomic.Int64
+}
+
+func (c *countingReads) MessagesPath(ctx context.Context, id uuid.UUID, leaf *uuid.UUID, before int64, limit int) ([]chat.Message, bool, error) {
+	c.paths.Add(1)
+	return c.Store.MessagesPath(ctx, id, leaf, before, limit)
+}
+
+// A quiet conversation drops the messages it keeps in memory (an idle tab on a long
+// conversation then costs its connection only) and reads them again, in one statement,
+// for the next snapshot; activity starts the quiet time again.
+func TestQuietConversationReleasesItsMessages(t *testing.T) {
+	t.Parallel()
+	st := &countingReads{Store: storetest.New(t)}
+	m := startMetered(t, st, script.PerRun(func(req conversation.Request) []script.Step {
+		return []script.Step{script.Text("answer to " + req.Content)}
+	}), func(c *conversation.Config) { c.QuietRelease = time.Minute })
+	tab := convtest.New()
+	_, err := m.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: tab})
+	require.NoError(t, err)
+	tab.AwaitCatchUp(t, 1)
+	_, err = m.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "hello"})
+	require.NoError(t, err)
+	tab.Await(t, convtest.Terminal)
+	require.NoError(t, m.Flush(testCtx(t)))
+
+	snapshot := func() []chat.Message {
+		t.Helper()
+		s := convtest.New()
+		_, err := m.Hello(testCtx(t), conversation.HelloRequest{Subscriber: s})
+		require.NoError(t, err)
+		return s.AwaitCatchUp(t, 1).Snapshot.Messages
+	}
+	reads := st.paths.Load()
+	want := snapshot()
+	require.Len(t, want, 2)
+	require.Equal(t, reads, st.paths.Load(), "served from memory")
+
+	// Activity (the hello) started the quiet time again: nothing goes before a minute.
+	require.NoError(t, m.clock.BlockUntilContext(testCtx(t), 1))
+	m.clock.Advance(time.Minute - time.Second)
+	require.Zero(t, m.value(t, "chatd_conversation_memory_released_total"))
+	m.clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return m.value(t, "chatd_conversation_memory_released_total") == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	got := snapshot()
+	require.Equal(t, reads+1, st.paths.Load(), "read again, in one statement")
+	require.Equal(t, want, got, "the same snapshot")
+	require.Equal(t, reads+1, st.paths.Load())
+	snapshot()
+	require.Equal(t, reads+1, st.paths.Load(), "and kept again")
+}
