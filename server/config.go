@@ -115,6 +115,9 @@ type Config struct {
 	// IdleEvict is how long a session with no subscriber and no run stays in memory
 	// (CHATD_IDLE_EVICT).
 	IdleEvict time.Duration
+	// Compression negotiates permessage-deflate on the WebSocket with clients that offer
+	// it (CHATD_COMPRESSION, on|off).
+	Compression bool
 	// QuietRelease is how long a session with no active run keeps its newest messages in
 	// memory after its last activity (CHATD_QUIET_RELEASE); 0 (off): for its life.
 	QuietRelease time.Duration
@@ -452,6 +455,8 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Var(rateValue{&c.HandshakeRate}, "handshake-rate", "WebSocket upgrades per remote address, e.g. 20/s or off; more are answered 429 (CHATD_HANDSHAKE_RATE)")
 	fs.IntVar(&c.HandshakeBurst, "handshake-burst", env.int("CHATD_HANDSHAKE_BURST", ws.DefaultHandshakeBurst), "upgrades an address may make at once within its rate (CHATD_HANDSHAKE_BURST)")
 	c.QuietRelease = env.offDuration("CHATD_QUIET_RELEASE", conversation.DefaultQuietRelease)
+	c.Compression = env.onOff("CHATD_COMPRESSION", false)
+	fs.Var(onOff{&c.Compression}, "compression", "on or off: negotiate permessage-deflate with WebSocket clients that offer it, for messages of 512 bytes and more (CHATD_COMPRESSION)")
 	fs.Var(offDuration{&c.QuietRelease}, "quiet-release", "drop the messages a session with no active run keeps in memory this long after its last activity (its tabs stay; the next snapshot reads them again); off keeps them (CHATD_QUIET_RELEASE)")
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")

@@ -320,6 +320,7 @@ func (m *Server) build() error {
 		Logger:            m.log,
 		AllowedOrigins:    m.cfg.AllowedOrigins,
 		ReadLimit:         int64(m.cfg.ReadLimit),
+		Compression:       m.cfg.Compression,
 		SendQueueBytes:    m.cfg.SendQueueBytes,
 		PingInterval:      m.cfg.PingInterval,
 		PingTimeout:       m.cfg.PingTimeout,

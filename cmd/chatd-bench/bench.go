@@ -305,6 +305,10 @@ type fanRow struct {
 	// writesPerFrame is the write system calls the servers made during the window per
 	// frame delivered (/proc/<pid>/io's syscw); -1 when not known.
 	writesPerFrame float64
+	// bytesPerToken is what the servers wrote during the window (wchar: the frames on
+	// the wire, WebSocket headers included, and their few database and log writes) per
+	// token delivered; -1 when not known.
+	bytesPerToken float64
 }
 
 // measure waits out the warm-up, then measures the window. The server CPU is srv's and
@@ -341,6 +345,7 @@ func measureAround(ctx context.Context, g *gen, srv *server, sessions []*session
 		}
 	}
 	c0, cpus0, self0, w0, t0 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
+	b0 := writtenBytes(srvs)
 	g.measuring.Store(true)
 	select {
 	case <-time.After(window):
@@ -349,6 +354,7 @@ func measureAround(ctx context.Context, g *gen, srv *server, sessions []*session
 	}
 	g.measuring.Store(false)
 	c1, cpus1, self1, w1, t1 := sumCounts(tabs), cpus(), selfCPU(), writeSyscalls(srvs), time.Now()
+	b1 := writtenBytes(srvs)
 	if after != nil {
 		if err := after(); err != nil {
 			return fanRow{}, err
@@ -383,6 +389,7 @@ func measureAround(ctx context.Context, g *gen, srv *server, sessions []*session
 		errors:         c1.errors,
 		latencySamples: h.n,
 		writesPerFrame: -1,
+		bytesPerToken:  -1,
 	}
 	if len(srvs) > 1 {
 		row.nodeCores = nodeCores
@@ -392,6 +399,9 @@ func measureAround(ctx context.Context, g *gen, srv *server, sessions []*session
 		row.tokensPerFrame = float64(h.n) / float64(frames)
 		if w0 >= 0 && w1 >= 0 {
 			row.writesPerFrame = float64(w1-w0) / float64(frames)
+		}
+		if b0 >= 0 && b1 >= 0 && h.n > 0 {
+			row.bytesPerToken = float64(b1-b0) / float64(h.n)
 		}
 	}
 	row.serverRSS, _ = srv.rss()
@@ -465,12 +475,30 @@ func (b *bench) fanout(ctx context.Context) error {
 			b.report.fanout = append(b.report.fanout, row)
 		}
 	}
+	if o.compression && o.scenarios["fanout"] {
+		// chatd as configured by default, with CHATD_COMPRESSION=on and clients that offer
+		// permessage-deflate: what it costs per token and per connection.
+		srv, err := b.startChatd(ctx, "chatd, compressed", "", "CHATD_COMPRESSION=on")
+		if err != nil {
+			return err
+		}
+		srv.compress = true
+		row, err := b.fanoutOne(ctx, srv, content(0), false)
+		if err != nil {
+			srv.kill()
+			return err
+		}
+		if err := srv.stop(); err != nil {
+			return err
+		}
+		b.report.fanout = append(b.report.fanout, row)
+	}
 	return nil
 }
 
 func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, storm bool) (fanRow, error) {
 	o := b.opts
-	g := &gen{}
+	g := &gen{compress: srv.compress}
 	logf("%s: connecting %d sessions × %d tabs", srv.name, o.sessions, o.tabs)
 	sessions, err := openFor(srv)(ctx, g, srv.addr, o.sessions, o.tabs)
 	if err != nil {

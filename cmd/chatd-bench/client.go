@@ -76,6 +76,7 @@ type tab struct {
 
 // gen is the load generator's shared state.
 type gen struct {
+	compress  bool        // dial offering permessage-deflate
 	measuring atomic.Bool // record token latencies
 	firstErr  atomic.Pointer[string]
 }
@@ -99,7 +100,11 @@ func (t *tab) connect(ctx context.Context, resume bool) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws"+t.query, nil)
+	var opts *websocket.DialOptions
+	if t.g.compress {
+		opts = &websocket.DialOptions{CompressionMode: websocket.CompressionNoContextTakeover}
+	}
+	ws, _, err := websocket.Dial(dctx, "ws://"+t.addr+"/v1/ws"+t.query, opts)
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}

@@ -35,6 +35,23 @@ func (b *bench) idleDensity(ctx context.Context) error {
 	if err := srv.stop(); err != nil {
 		return err
 	}
+	if b.opts.compression {
+		srv, err := b.startChatd(ctx, "chatd, compressed (idle)", "", "CHATD_COMPRESSION=on")
+		if err != nil {
+			return err
+		}
+		srv.compress = true
+		res, err := b.measureIdle(ctx, srv, "chatd_connections_open", nil)
+		if err != nil {
+			srv.kill()
+			return err
+		}
+		res.target = "chatd, compressed"
+		b.report.idleCompressed = res
+		if err := srv.stop(); err != nil {
+			return err
+		}
+	}
 	return b.idleHistories(ctx)
 }
 
@@ -94,7 +111,7 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string,
 	if err != nil {
 		return nil, err
 	}
-	g := &gen{}
+	g := &gen{compress: srv.compress}
 	sessions := (o.idle + o.idleTabs - 1) / o.idleTabs
 	var ss []*session
 	if ids != nil {

@@ -38,8 +38,9 @@ type options struct {
 	window   time.Duration
 	coalesce []time.Duration
 
-	idle     int
-	idleTabs int
+	idle        int
+	idleTabs    int
+	compression bool
 	// idleHistory is the turns of each session's conversation in the idle scenario with
 	// histories (0: skipped), over idleHistorySessions sessions.
 	idleHistory, idleHistorySessions int
@@ -104,6 +105,7 @@ func parseFlags(args []string) (options, error) {
 	coalesce := fs.String("coalesce", "", "fan-out: CHATD_COALESCE_DELTAS values to measure chatd with: adaptive, 0 (off) or a window (default 0,adaptive,25ms; full 0,adaptive,10ms,25ms,50ms)")
 	fs.IntVar(&o.idle, "idle", 10000, "idle density: idle subscribed connections (N)")
 	fs.IntVar(&o.idleTabs, "idle-tabs", 1, "idle density: connections per session")
+	fs.BoolVar(&o.compression, "compression", false, "fan-out: also measure chatd with CHATD_COMPRESSION=on and clients that offer permessage-deflate")
 	fs.IntVar(&o.idleHistory, "idle-history", 30, "idle density with histories: turns of each session's conversation (about 2 KiB of text each), measured with CHATD_QUIET_RELEASE off and 1s; 0 skips it")
 	fs.IntVar(&o.idleHistorySessions, "idle-history-sessions", 2000, "idle density with histories: sessions (one tab each)")
 	fs.DurationVar(&o.stormDown, "storm-down", time.Second, "reconnect storm: how long every client stays disconnected")

@@ -26,6 +26,7 @@ type server struct {
 	// adminAddr serves chatd's /metrics and /debug/pprof/ (empty for the baseline).
 	adminAddr string
 	peer      bool          // the Centrifuge peer, whose clients speak its protocol
+	compress  bool          // its clients offer permessage-deflate (CHATD_COMPRESSION)
 	logs      *bytes.Buffer // its stderr, shown when it fails
 	exited    chan struct{} // closed once the process has been waited for
 	err       error         // Wait's result, once exited is closed

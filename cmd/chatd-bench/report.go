@@ -70,6 +70,8 @@ type report struct {
 	// The Centrifuge peer's storm and idle density (peer.go), beside chatd's.
 	peerStorm *stormResult
 	peerIdle  *idleResult
+	// idleCompressed: idle connections that negotiated permessage-deflate.
+	idleCompressed *idleResult
 	// idleHistory: idle connections to sessions with long conversations (idleHistories).
 	idleHistory []*idleResult
 }
@@ -92,17 +94,17 @@ func (r *report) markdown() string {
 		w("**Fan-out**: S=%d sessions × T=%d tabs (%d connections), R=%d tokens/s per run, %v window after %v warm-up.",
 			o.sessions, o.tabs, o.sessions*o.tabs, o.rate, o.window, o.warmup)
 		w("")
-		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | ×%s CPU | ×%s p99 | write syscalls/frame | server cores | client cores | gaps | dups | dropped |", peerName, peerName)
-		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		w("| server | frames/s | tokens/frame | p50 | p99 | p999 | server CPU/frame | ×baseline CPU | ×baseline p99 | ×%s CPU | ×%s p99 | write syscalls/frame | bytes written/token | server cores | client cores | gaps | dups | dropped |", peerName, peerName)
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, f := range r.fanout {
 			cpuRatio, p99Ratio := ratios(&f, base)
 			peerCPU, peerP99 := "", ""
 			if f.target != peerName {
 				peerCPU, peerP99 = ratios(&f, peer)
 			}
-			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
+			w("| %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
 				f.target, f.framesPerSec, f.tokensPerFrame, ms(f.p50), ms(f.p99), ms(f.p999), us(f.cpuPerFrame),
-				cpuRatio, p99Ratio, peerCPU, peerP99, writes(f.writesPerFrame), f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
+				cpuRatio, p99Ratio, peerCPU, peerP99, writes(f.writesPerFrame), perToken(f.bytesPerToken), f.serverCPU, f.clientCPU, f.gaps, f.dups, f.closed)
 		}
 		w("")
 		for _, f := range r.fanout {
@@ -145,7 +147,7 @@ func (r *report) markdown() string {
 	if r.snapStorm != nil {
 		r.snapStormMarkdown(w)
 	}
-	if idles := nonNil(r.idle, r.peerIdle); len(idles) > 0 {
+	if idles := nonNil(r.idle, r.idleCompressed, r.peerIdle); len(idles) > 0 {
 		i := idles[0]
 		w("**Idle density**: %d subscribed connections (%d sessions), nothing streaming.", i.conns, i.sessions)
 		w("")
@@ -369,6 +371,14 @@ func ms(d time.Duration) string {
 }
 
 // writes formats write system calls per frame ("n/a" when not known).
+// perToken writes bytes per token, "n/a" when not known.
+func perToken(b float64) string {
+	if b < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
 func writes(perFrame float64) string {
 	if perFrame < 0 {
 		return "n/a"

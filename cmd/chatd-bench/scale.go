@@ -310,20 +310,20 @@ func (r *scaleResult) markdown(w func(format string, args ...any), out string) {
 	w("**Scale curve**: the fan-out at S = %s sessions × T=%d tabs, R=%d tokens/s per run, each point on a fresh process of each server, %v window after %v warm-up. CPU per token is the server's CPU per delivered frame divided by the tokens a frame carries.",
 		strings.Join(pts, ", "), r.tabs, r.rate, r.window, r.warmup)
 	w("")
-	w("| S | server | frames/s | tokens/frame | p50 | p99 | server CPU/token | ×baseline CPU/token | ×baseline p99 | ×%s CPU/token | ×%s p99 | write syscalls/frame | server cores | client cores | gaps | dups | dropped |", peerName, peerName)
-	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	w("| S | server | frames/s | tokens/frame | p50 | p99 | server CPU/token | ×baseline CPU/token | ×baseline p99 | ×%s CPU/token | ×%s p99 | write syscalls/frame | bytes written/token | server cores | client cores | gaps | dups | dropped |", peerName, peerName)
+	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, row := range r.rows {
 		if row.failed != "" {
-			w("| %d | %s | not measured | | | | | | | | | | | | | | |", row.sessions, row.target)
+			w("| %d | %s | not measured | | | | | | | | | | | | | | | |", row.sessions, row.target)
 			notes = append(notes, fmt.Sprintf("- S=%d, %s: not measured: `%s`", row.sessions, row.target, oneLine(row.failed)))
 			continue
 		}
 		cpuRatio, p99Ratio := r.ratios(row, "baseline")
 		peerCPU, peerP99 := r.ratios(row, peerName)
-		w("| %d | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
+		w("| %d | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %d | %d | %d |",
 			row.sessions, row.target, row.framesPerSec, row.tokensPerFrame, ms(row.p50), ms(row.p99), us(row.cpuPerToken()),
-			cpuRatio, p99Ratio, peerCPU, peerP99, writes(row.writesPerFrame), row.serverCPU, row.clientCPU, row.gaps, row.dups, row.closed)
+			cpuRatio, p99Ratio, peerCPU, peerP99, writes(row.writesPerFrame), perToken(row.bytesPerToken), row.serverCPU, row.clientCPU, row.gaps, row.dups, row.closed)
 		if row.firstClientFail != "" {
 			notes = append(notes, fmt.Sprintf("- S=%d, %s: first client problem: `%s`", row.sessions, row.target, oneLine(row.firstClientFail)))
 		}

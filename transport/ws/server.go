@@ -21,7 +21,10 @@ import (
 
 // Defaults for Config's zero fields.
 const (
-	DefaultReadLimit         = 256 << 10
+	DefaultReadLimit = 256 << 10
+	// CompressionThreshold is the smallest message compressed (Config.Compression): a
+	// token's delta, a few hundred bytes, would gain little without context takeover.
+	CompressionThreshold     = 512
 	DefaultSendQueueBytes    = transport.DefaultSendQueueBytes
 	DefaultHelloTimeout      = 15 * time.Second
 	DefaultPingInterval      = 25 * time.Second
@@ -60,6 +63,11 @@ type Config struct {
 	AllowedOrigins []string
 	// ReadLimit is the largest client frame; a larger one closes the connection with 1009.
 	ReadLimit int64
+	// Compression negotiates permessage-deflate with a client that offers it
+	// (CHATD_COMPRESSION), without context takeover: each message of at least
+	// CompressionThreshold bytes (snapshots, history pages, long tool output) is
+	// compressed on its own, and a connection keeps no compressor between messages.
+	Compression bool
 	// SendQueueBytes bounds each connection's outbound queue (the transport.Outbox
 	// budget); a connection whose queue overflows is closed with 4008.
 	SendQueueBytes int
@@ -277,11 +285,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) {
 	pongs := new(atomic.Int64)
 	bw := &batchingWriter{ResponseWriter: w}
-	ws, err := websocket.Accept(bw, r, &websocket.AcceptOptions{
+	opts := &websocket.AcceptOptions{
 		Subprotocols:       []string{Subprotocol},
 		InsecureSkipVerify: true,
 		OnPongReceived:     func(context.Context, []byte) { pongs.Add(1) },
-	})
+	}
+	if s.cfg.Compression {
+		opts.CompressionMode = websocket.CompressionNoContextTakeover
+		opts.CompressionThreshold = CompressionThreshold
+	}
+	ws, err := websocket.Accept(bw, r, opts)
 	if err != nil {
 		return // Accept has answered the request
 	}
