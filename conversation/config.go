@@ -107,7 +107,8 @@ type Config struct {
 	// holds in memory (up to 256 KiB of content, for snapshots and history) after its
 	// last activity: an idle tab on a long conversation then costs its connection, not
 	// the conversation. The next snapshot, history read or run reads them again, in one
-	// statement. Negative: kept for the actor's life.
+	// statement. 0 (or negative): kept for the actor's life; chatd's default is
+	// DefaultQuietRelease (CHATD_QUIET_RELEASE).
 	QuietRelease time.Duration
 	// AbandonAfter is how long a streaming run may go with no subscriber before it is
 	// cancelled as abandoned. A run waiting for an approval is never abandoned.
@@ -199,7 +200,6 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.HistoryMessages, DefaultHistoryMessages)
 	setDefault(&c.MaxRecoveries, DefaultMaxRecoveries)
 	setDefault(&c.ProgressStoreInterval, DefaultProgressStoreInterval)
-	setDefault(&c.QuietRelease, DefaultQuietRelease)
 	setDefault(&c.DoubleText, chat.DoubleTextReject)
 	setDefault(&c.MaxQueued, DefaultMaxQueued)
 	return c

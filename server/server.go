@@ -274,7 +274,7 @@ func (m *Server) build() error {
 		RingBytes:          m.cfg.RingBytes,
 		MaxReplayBytes:     max(m.cfg.SendQueueBytes/2, 1),
 		IdleTimeout:        m.cfg.IdleEvict,
-		QuietRelease:       quietRelease(m.cfg.QuietRelease),
+		QuietRelease:       m.cfg.QuietRelease, // 0 (off): never
 		MaxContentBytes:    m.cfg.MaxContentBytes,
 		MaxSessionsPerUser: m.cfg.MaxSessionsPerUser,
 		MaxRecoveries:      conversation.DefaultMaxRecoveries,
@@ -940,15 +940,6 @@ func noLimit(n int) int {
 
 // toolStale is the agent loop's ToolStale for CHATD_TOOL_STALE: off (0) is never.
 func toolStale(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
-	}
-	return d
-}
-
-// quietRelease is the conversations' QuietRelease for CHATD_QUIET_RELEASE: off (0) is
-// never.
-func quietRelease(d time.Duration) time.Duration {
 	if d <= 0 {
 		return -1
 	}
