@@ -161,7 +161,6 @@ func (a *Actor) loop() {
 		select {
 		case it := <-a.inbox:
 			a.handle(it)
-			a.quietT.disarm() // activity: the quiet time starts again
 		case f := <-a.timerC:
 			a.onTimer(f)
 		case <-a.journal.q.Signal():

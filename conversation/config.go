@@ -104,8 +104,9 @@ type Config struct {
 	// IdleTimeout is how long an actor with no subscribers and no active run lives.
 	IdleTimeout time.Duration
 	// QuietRelease is how long an actor with no active run keeps the newest messages it
-	// holds in memory (up to 256 KiB of content, for snapshots and history) after its
-	// last activity: an idle tab on a long conversation then costs its connection, not
+	// holds in memory (up to 256 KiB of content, for snapshots and history) once it is
+	// quiet (its last run ended, or it loaded them): an idle tab on a long conversation
+	// then costs its connection, not
 	// the conversation. The next snapshot, history read or run reads them again, in one
 	// statement. 0 (or negative): kept for the actor's life; chatd's default is
 	// DefaultQuietRelease (CHATD_QUIET_RELEASE).

@@ -28,9 +28,9 @@ func (c *countingReads) MessagesPath(ctx context.Context, id uuid.UUID, leaf *uu
 	return c.Store.MessagesPath(ctx, id, leaf, before, limit)
 }
 
-// A quiet conversation drops the messages it keeps in memory (an idle tab on a long
-// conversation then costs its connection only) and reads them again, in one statement,
-// for the next snapshot; activity starts the quiet time again.
+// A quiet conversation drops the messages it keeps in memory a while after its run ended
+// (an idle tab on a long conversation then costs its connection only) and reads them
+// again, in one statement, for the next snapshot.
 func TestQuietConversationReleasesItsMessages(t *testing.T) {
 	t.Parallel()
 	st := &countingReads{Store: storetest.New(t)}
@@ -58,7 +58,7 @@ func TestQuietConversationReleasesItsMessages(t *testing.T) {
 	require.Len(t, want, 2)
 	require.Equal(t, reads, st.paths.Load(), "served from memory")
 
-	// Activity (the hello) started the quiet time again: nothing goes before a minute.
+	// Nothing goes before a minute from the run's end.
 	require.NoError(t, m.clock.BlockUntilContext(testCtx(t), 1))
 	m.clock.Advance(time.Minute - time.Second)
 	require.Zero(t, m.value(t, "chatd_conversation_memory_released_total"))

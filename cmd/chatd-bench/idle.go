@@ -57,7 +57,7 @@ func (b *bench) idleDensity(ctx context.Context) error {
 
 // idleHistories measures idle connections to sessions with a long finished conversation
 // each (seedHistory), once with what a quiet session keeps in memory kept
-// (CHATD_QUIET_RELEASE=off) and once released a second after the last activity.
+// (CHATD_QUIET_RELEASE=off) and once released a second after the session is quiet (loaded, no run).
 func (b *bench) idleHistories(ctx context.Context) error {
 	o := b.opts
 	if o.idleHistory <= 0 {

@@ -164,7 +164,7 @@ func (r *report) markdown() string {
 	}
 	if len(r.idleHistory) > 0 {
 		i := r.idleHistory[0]
-		w("**Idle density with histories**: %d subscribed connections, one to each of %d sessions with a finished conversation of %d turns (about %d KiB of text each), nothing streaming; with what a quiet session keeps in memory kept, then released a second after the last activity (CHATD_QUIET_RELEASE).", i.conns, i.sessions, r.opts.idleHistory, r.opts.idleHistory*2000/1024)
+		w("**Idle density with histories**: %d subscribed connections, one to each of %d sessions with a finished conversation of %d turns (about %d KiB of text each), nothing streaming; with what a quiet session keeps in memory kept, then released a second after each session went quiet (CHATD_QUIET_RELEASE).", i.conns, i.sessions, r.opts.idleHistory, r.opts.idleHistory*2000/1024)
 		w("")
 		w("| server | RSS/connection | heap in use/connection | stacks/connection | goroutines/connection | connections open (server's gauge) |")
 		w("|---|---:|---:|---:|---:|---:|")
