@@ -112,6 +112,11 @@ func (b *bench) startChatd(ctx context.Context, name, dbURL string, env ...strin
 }
 
 func (b *bench) startBaseline(ctx context.Context) (*server, error) {
+	return b.startBaselineEnv(ctx, nil)
+}
+
+// startBaselineEnv is startBaseline with env added to its environment.
+func (b *bench) startBaselineEnv(ctx context.Context, env []string) (*server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -121,7 +126,7 @@ func (b *bench) startBaseline(ctx context.Context) (*server, error) {
 		return nil, err
 	}
 	logf("starting the baseline server")
-	return startServer(ctx, "baseline", addr, "/healthz", nil, self, "-serve-baseline", addr)
+	return startServer(ctx, "baseline", addr, "/healthz", env, self, "-serve-baseline", addr)
 }
 
 // openSessions connects S sessions of T tabs each, every tab said hello.

@@ -41,6 +41,7 @@ type options struct {
 	idle        int
 	idleTabs    int
 	compression bool
+	cores       []int // the cores sweep's core counts
 	// idleHistory is the turns of each session's conversation in the idle scenario with
 	// histories (0: skipped), over idleHistorySessions sessions.
 	idleHistory, idleHistorySessions int
@@ -96,7 +97,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server URL; a fresh database is created on it for each chatd process (DATABASE_URL)")
 	fs.StringVar(&o.out, "out", "docs/benchmarks.md", "file whose generated section gets the results; empty to only print them")
 	fs.BoolVar(&o.full, "full", false, "full mode: longer windows, larger storage runs, more coalescing windows")
-	scen := fs.String("scenarios", "fanout,storm,snapstorm,idle,storage,scale", "scenarios to run, comma-separated: fanout, storm, snapstorm, idle, storage, scale, cluster, streamlog (storm and snapstorm run on the fan-out's sessions; cluster, three chatd nodes on one database, and streamlog, the stream log's cost, are not in the default set)")
+	scen := fs.String("scenarios", "fanout,storm,snapstorm,idle,storage,scale", "scenarios to run, comma-separated: fanout, storm, snapstorm, idle, storage, scale, cluster, streamlog, cores (storm and snapstorm run on the fan-out's sessions; cluster, three chatd nodes on one database, streamlog, the stream log's cost, and cores, the fan-out at each -cores, are not in the default set)")
 	fs.IntVar(&o.sessions, "sessions", 1000, "fan-out: sessions (S)")
 	fs.IntVar(&o.tabs, "tabs", 3, "fan-out: tabs per session (T)")
 	fs.IntVar(&o.rate, "rate", 50, "fan-out: tokens per second per run (R)")
@@ -105,6 +106,7 @@ func parseFlags(args []string) (options, error) {
 	coalesce := fs.String("coalesce", "", "fan-out: CHATD_COALESCE_DELTAS values to measure chatd with: adaptive, 0 (off) or a window (default 0,adaptive,25ms; full 0,adaptive,10ms,25ms,50ms)")
 	fs.IntVar(&o.idle, "idle", 10000, "idle density: idle subscribed connections (N)")
 	fs.IntVar(&o.idleTabs, "idle-tabs", 1, "idle density: connections per session")
+	cores := fs.String("cores", "2,4,8,16", "cores sweep (scenario cores): server core counts (GOMAXPROCS) to measure the fan-out at")
 	fs.BoolVar(&o.compression, "compression", false, "fan-out: also measure chatd with CHATD_COMPRESSION=on and clients that offer permessage-deflate")
 	fs.IntVar(&o.idleHistory, "idle-history", 30, "idle density with histories: turns of each session's conversation (about 2 KiB of text each), measured with CHATD_QUIET_RELEASE off and 1s; 0 skips it")
 	fs.IntVar(&o.idleHistorySessions, "idle-history-sessions", 2000, "idle density with histories: sessions (one tab each)")
@@ -133,7 +135,7 @@ func parseFlags(args []string) (options, error) {
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "fanout", "storm", "snapstorm", "idle", "storage", "scale", "cluster", "streamlog":
+		case "fanout", "storm", "snapstorm", "idle", "storage", "scale", "cluster", "streamlog", "cores":
 			o.scenarios[s] = true
 		case "":
 		default:
@@ -168,6 +170,9 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("-storm-coalesce: %w", err)
 	}
 	if err := finishScale(&o); err != nil {
+		return o, err
+	}
+	if o.cores, err = parseCores(*cores); err != nil {
 		return o, err
 	}
 	if *tokens == "" {
@@ -223,6 +228,11 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.scenarios["scale"] {
 		if err := b.scale(ctx); err != nil {
+			return err
+		}
+	}
+	if o.scenarios["cores"] {
+		if err := b.coresSweep(ctx); err != nil {
 			return err
 		}
 	}

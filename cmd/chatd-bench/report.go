@@ -29,7 +29,7 @@ func (r *report) blocks() []resultBlock {
 		mode = "full"
 	}
 	var out []resultBlock
-	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.idleHistory) > 0 || r.peerStorm != nil || r.peerIdle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
+	if len(r.fanout) > 0 || r.storm != nil || r.snapStorm != nil || r.idle != nil || len(r.idleHistory) > 0 || len(r.cores) > 0 || r.peerStorm != nil || r.peerIdle != nil || len(r.storage) > 0 || r.delay != nil || r.scale != nil {
 		out = append(out, resultBlock{mode, r.markdown()})
 	}
 	if r.cluster != nil {
@@ -70,6 +70,8 @@ type report struct {
 	// The Centrifuge peer's storm and idle density (peer.go), beside chatd's.
 	peerStorm *stormResult
 	peerIdle  *idleResult
+	// cores: the cores sweep (coresSweep).
+	cores []coresRow
 	// idleCompressed: idle connections that negotiated permessage-deflate.
 	idleCompressed *idleResult
 	// idleHistory: idle connections to sessions with long conversations (idleHistories).
@@ -201,6 +203,9 @@ func (r *report) markdown() string {
 			}
 		}
 		w("")
+	}
+	if len(r.cores) > 0 {
+		r.coresMarkdown(w)
 	}
 	if r.scale != nil {
 		r.scale.markdown(w, r.opts.out)
