@@ -270,11 +270,7 @@ func (t *turnState) result(ev event) error {
 			cr.ended = true
 		}
 		cr.resulted = true
-		id := ev.MessageID
-		if id == "" {
-			id = "result-" + ev.ToolCallID
-		}
-		t.msgs = append(t.msgs, message{ID: id, Role: "tool", ToolCallID: ev.ToolCallID, Content: ptr(content)})
+		t.addResult(ev.MessageID, ev.ToolCallID, content)
 		return nil
 	}
 	c := t.calls[ev.ToolCallID]
@@ -296,12 +292,17 @@ func (t *turnState) result(ev event) error {
 	if err := t.r.out.ToolEnd(c.id, conversation.ToolResult{Output: content}); err != nil {
 		return err
 	}
-	id := ev.MessageID
-	if id == "" {
-		id = "result-" + c.id
-	}
-	t.msgs = append(t.msgs, message{ID: id, Role: "tool", ToolCallID: c.id, Content: ptr(content)})
+	t.addResult(ev.MessageID, c.id, content)
 	return nil
+}
+
+// addResult adds call's tool message to the turn's messages: id is the agent's message
+// id for it, "" for one of chatd's making.
+func (t *turnState) addResult(id, call, content string) {
+	if id == "" {
+		id = "result-" + call
+	}
+	t.msgs = append(t.msgs, message{ID: id, Role: "tool", ToolCallID: call, Content: ptr(content)})
 }
 
 // resultText is a TOOL_CALL_RESULT's content as text: the string, or the text parts of
