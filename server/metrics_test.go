@@ -172,6 +172,10 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.GreaterOrEqual(t, frames, float64(read-3), "the settling replies may not be counted yet")
 	require.LessOrEqual(t, frames, float64(read), "nothing was sent that the clients did not read")
 	require.Zero(t, s.value(t, "chatd_slow_consumer_drops_total"))
+	// Frames the sockets took at once were written by the actor and the workers
+	// themselves (through the listener's connection limit): a writer goroutine was
+	// started for each catch-up, not for each event.
+	require.LessOrEqual(t, s.value(t, "chatd_writers_started_total"), 6.0, "of %v frames", frames)
 	require.EqualValues(t, 1, s.value(t, "chatd_catchups_total", "kind", "replay"))
 	require.EqualValues(t, 2, s.value(t, "chatd_catchups_total", "kind", "snapshot"))
 	require.Zero(t, s.value(t, "chatd_ring_evictions_total"))

@@ -2,11 +2,13 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -194,6 +196,15 @@ func (c *limitedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// SyscallConn is the socket's, so that a WebSocket can write to it without waiting
+// (transport/ws's batchConn); an error if the connection is not a socket.
+func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }
 
 // ReadFrom keeps the TCP connection's (sendfile for the app's files).

@@ -10,6 +10,7 @@ import (
 type Metrics struct {
 	connectionsOpen prometheus.Gauge
 	framesSent      prometheus.Counter
+	writersStarted  prometheus.Counter
 	slowDrops       prometheus.Counter
 	rateLimited     *prometheus.CounterVec
 	relayedConns    *prometheus.CounterVec
@@ -48,7 +49,8 @@ const (
 )
 
 // NewMetrics returns the transport's metrics, registered with reg unless it is nil:
-// chatd_connections_open, chatd_frames_sent_total, chatd_slow_consumer_drops_total and
+// chatd_connections_open, chatd_frames_sent_total, chatd_writers_started_total,
+// chatd_slow_consumer_drops_total and
 // chatd_rate_limited_total{limit}, chatd_relayed_connections_total{via},
 // chatd_relayed_connections_open and chatd_relayed_requests_total.
 // Pass it to the transports (ws.Config.Metrics).
@@ -61,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		framesSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chatd_frames_sent_total",
 			Help: "Frames written to WebSockets: events, catch-up frames (snapshot, resumed, replayed events) and replies.",
+		}),
+		writersStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_writers_started_total",
+			Help: "Writer goroutines started for a connection: for a catch-up, a close, or frames its socket did not take at once (frames it takes at once are written directly, without one).",
 		}),
 		slowDrops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chatd_slow_consumer_drops_total",
@@ -90,7 +96,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.rateLimited.WithLabelValues(l) // shown at 0 from the start
 	}
 	if reg != nil {
-		reg.MustRegister(m.connectionsOpen, m.framesSent, m.slowDrops, m.rateLimited, m.relayedConns, m.relayedOpen, m.relayedRequests)
+		reg.MustRegister(m.connectionsOpen, m.framesSent, m.writersStarted, m.slowDrops, m.rateLimited, m.relayedConns, m.relayedOpen, m.relayedRequests)
 	}
 	return m
 }
@@ -142,6 +148,12 @@ func (m *Metrics) ConnectionClosed() {
 func (m *Metrics) sent(n int) {
 	if m != nil && n > 0 {
 		m.framesSent.Add(float64(n))
+	}
+}
+
+func (m *Metrics) writerStarted() {
+	if m != nil {
+		m.writersStarted.Inc()
 	}
 }
 

@@ -28,10 +28,14 @@ const DefaultSendQueueBytes = 1 << 20
 //
 // A writer runs only while there is something to write: Take returns ok false when the
 // queue is empty, and the next frame or close request calls Writer.Wake again. So an idle
-// connection costs no writer goroutine.
+// connection costs no writer goroutine. A transport whose Writer is also a DirectWriter
+// goes further: a frame queued while no writer runs and nothing waits is written at once
+// from the goroutine that queues it (the actor), without a hand-off, as long as the
+// socket takes it without waiting; a writer is woken only for what it does not take.
 type Outbox struct {
 	opts   *OutboxOptions
 	w      Writer
+	direct DirectWriter // w, if it can write without waiting; else nil
 	remote string
 
 	mu         sync.Mutex
@@ -41,8 +45,13 @@ type Outbox struct {
 	closeReq   *CloseRequest // set once; no frame is queued after it
 	closeTimer clockwork.Timer
 	// writing is set while a writer is taking frames (from Wake until Take returns ok
-	// false): no other is woken.
+	// false), or a frame is being written directly: no other is woken.
 	writing bool
+	// kicked: the writer has bytes of its own to send (Kick); Take returns ok until it
+	// took them.
+	kicked bool
+	// detached: the connection has ended; no writer is woken again.
+	detached bool
 }
 
 // OutboxOptions are shared by every Outbox of a transport's server.
@@ -78,6 +87,29 @@ type Writer interface {
 	Cut()
 }
 
+// DirectWriter is a Writer that can also write a frame from the caller's goroutine
+// without ever waiting for the client (a non-blocking socket).
+type DirectWriter interface {
+	Writer
+	// WriteNow writes frame at once. It is called only while no writer runs and nothing
+	// is queued, so frames stay in order; it must not call the outbox.
+	WriteNow(frame []byte) WriteResult
+}
+
+// WriteResult is what WriteNow did.
+type WriteResult int
+
+const (
+	// NotWritten: nothing was written (the transport cannot now); the frame is queued
+	// for a writer.
+	NotWritten WriteResult = iota
+	// Written: the frame left whole.
+	Written
+	// Held: the client did not take all of it at once, or the write failed; the writer
+	// that is woken sends the rest (or ends the connection).
+	Held
+)
+
 // CloseRequest asks the writer to end the connection.
 type CloseRequest struct {
 	Disconnect
@@ -94,7 +126,9 @@ func NewOutbox(opts *OutboxOptions, w Writer, remote string) *Outbox {
 	if opts.Format == nil || opts.EncodeCatchUp == nil || opts.Clock == nil || opts.Budget <= 0 {
 		panic("transport: OutboxOptions need Format, EncodeCatchUp, Clock and a positive Budget")
 	}
-	return &Outbox{opts: opts, w: w, remote: remote}
+	q := &Outbox{opts: opts, w: w, remote: remote}
+	q.direct, _ = w.(DirectWriter)
+	return q
 }
 
 // Deliver queues a live event. One that would take the events waiting for the writer
@@ -162,10 +196,46 @@ func (q *Outbox) enqueue(frame []byte, budget *int) bool {
 	if *budget > 0 && *budget+len(frame) > q.opts.Budget {
 		return false
 	}
+	if q.direct != nil && !q.writing && len(q.frames) == 0 {
+		q.writing = true // this goroutine is the writer while it writes
+		q.mu.Unlock()
+		res := q.direct.WriteNow(frame)
+		q.mu.Lock()
+		return q.wroteNow(frame, budget, res)
+	}
 	q.frames = append(q.frames, frame)
 	*budget += len(frame)
 	q.wake()
 	return true
+}
+
+// wroteNow settles a frame written by WriteNow: the writer is woken if anything came
+// meanwhile, the frame was not all taken, or nothing was written. q.mu must be held
+// (and q.writing is set).
+func (q *Outbox) wroteNow(frame []byte, budget *int, res WriteResult) bool {
+	queued := true
+	switch res {
+	case NotWritten:
+		if q.closeReq != nil && !q.closeReq.Flush {
+			queued = false // closed meanwhile, throwing away what was queued
+			break
+		}
+		q.frames = append(q.frames, frame)
+		*budget += len(frame)
+	case Held:
+		q.opts.Metrics.sent(1)
+		q.kicked = true
+	default:
+		q.opts.Metrics.sent(1)
+		if len(q.frames) == 0 && q.closeReq == nil && !q.kicked {
+			q.writing = false
+			return true
+		}
+	}
+	if !q.detached {
+		q.startWriter() // q.writing stays set: the writer takes over
+	}
+	return queued
 }
 
 // Close asks the writer to close the connection with d, after the queued frames when
@@ -204,6 +274,12 @@ func (q *Outbox) wake() {
 		return
 	}
 	q.writing = true
+	q.startWriter()
+}
+
+// startWriter has the transport start a writer. q.mu must be held.
+func (q *Outbox) startWriter() {
+	q.opts.Metrics.writerStarted()
 	q.w.Wake()
 }
 
@@ -223,7 +299,7 @@ func (q *Outbox) Take(spare [][]byte) (frames [][]byte, req *CloseRequest, ok bo
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	frames, req = q.frames, q.closeReq
-	if len(frames) == 0 && req == nil {
+	if len(frames) == 0 && req == nil && !q.kicked {
 		q.writing = false
 		if cap(frames) > idleQueueCap {
 			q.frames = nil // a catch-up's large batch is not kept by an idle connection
@@ -232,7 +308,21 @@ func (q *Outbox) Take(spare [][]byte) (frames [][]byte, req *CloseRequest, ok bo
 	}
 	q.frames = spare[:0]
 	q.eventBytes, q.replyBytes = 0, 0
+	q.kicked = false
 	return frames, req, true
+}
+
+// Kick says the writer has bytes of its own waiting (what a write that did not wait
+// left over): a writer is woken if none runs, and Take returns ok, with no frames if none
+// are queued, until one took them.
+func (q *Outbox) Kick() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.detached {
+		return
+	}
+	q.kicked = true
+	q.wake()
 }
 
 // Pending reports whether frames wait to be taken.
@@ -269,5 +359,6 @@ func (q *Outbox) Detach() {
 		q.closeReq = &CloseRequest{Disconnect: DisconnectNormal}
 	}
 	q.writing = true
+	q.detached = true
 	q.frames = nil
 }

@@ -229,3 +229,155 @@ func TestOutboxDetached(t *testing.T) {
 	require.Zero(t, e.w.wakeCount())
 	require.EqualValues(t, 0, e.metric(t, "chatd_slow_consumer_drops_total"), "a gone connection is not a slow one")
 }
+
+// direct is a transport's writer side that can write without waiting: WriteNow records
+// the frame and answers what the test set; during runs inside the write, as something
+// another goroutine does meanwhile.
+type direct struct {
+	recorder
+	written []string
+	answer  transport.WriteResult
+	during  func()
+}
+
+func (d *direct) WriteNow(frame []byte) transport.WriteResult {
+	d.written = append(d.written, string(frame))
+	if d.during != nil {
+		d.during()
+		d.during = nil
+	}
+	return d.answer
+}
+
+func newDirectOutbox(t *testing.T) (*transport.Outbox, *direct, *prometheus.Registry) {
+	t.Helper()
+	d := &direct{recorder: recorder{cuts: make(chan struct{}, 1)}, answer: transport.Written}
+	reg := prometheus.NewRegistry()
+	opts := &transport.OutboxOptions{
+		Format:        testFormat,
+		EncodeCatchUp: func(conversation.CatchUp) ([][]byte, error) { return [][]byte{[]byte("snap")}, nil },
+		Budget:        testBudget,
+		CloseGrace:    testGrace,
+		Clock:         clockwork.NewFakeClock(),
+		Metrics:       transport.NewMetrics(reg),
+	}
+	return transport.NewOutbox(opts, d, "test"), d, reg
+}
+
+// With no writer running and nothing queued, a frame is written at once by the
+// goroutine that queues it, and no writer is woken; a frame the socket did not take
+// whole wakes the writer, whose Take returns ok (to send the rest) with no frames, and
+// frames queued while it runs go to it, in order, not directly.
+func TestOutboxWritesDirectlyWhileNoWriterRuns(t *testing.T) {
+	q, d, reg := newDirectOutbox(t)
+	require.True(t, q.Deliver(event(1)))
+	require.True(t, q.Reply([]byte("r")))
+	require.Equal(t, []string{"x", "r"}, d.written)
+	require.Zero(t, d.wakeCount(), "no writer for frames that left whole")
+	_, _, ok := q.Take(nil)
+	require.False(t, ok)
+	require.EqualValues(t, 2, metricOf(t, reg, "chatd_frames_sent_total"))
+
+	d.answer = transport.Held
+	require.True(t, q.Deliver(event(2)))
+	require.Equal(t, 1, d.wakeCount(), "a writer for what the socket did not take")
+	require.True(t, q.Deliver(event(3)), "queued behind it")
+	require.True(t, q.Reply([]byte("r")))
+	require.Equal(t, []string{"x", "r", "xx"}, d.written, "not written directly while a writer runs")
+	frames, req, ok := q.Take(nil)
+	require.True(t, ok)
+	require.Nil(t, req)
+	require.Equal(t, [][]byte{[]byte("xxx"), []byte("r")}, frames)
+	_, _, ok = q.Take(nil)
+	require.False(t, ok, "the writer stops once it sent what was held and queued")
+
+	require.True(t, q.Deliver(event(1)))
+	frames, _, ok = q.Take(nil)
+	require.True(t, ok, "held: the writer must run even with nothing queued")
+	require.Empty(t, frames)
+	_, _, ok = q.Take(nil)
+	require.False(t, ok)
+
+	// A catch-up always goes through the writer, and what follows it queues behind it.
+	d.answer = transport.Written
+	require.True(t, q.CatchUp(conversation.CatchUp{}))
+	require.True(t, q.Deliver(event(1)))
+	require.Len(t, d.written, 4, "nothing written directly past a queued catch-up")
+	frames, _, _ = q.Take(nil)
+	require.Equal(t, [][]byte{[]byte("snap"), []byte("x")}, frames)
+	_, _, ok = q.Take(nil)
+	require.False(t, ok)
+	require.Equal(t, 3, d.wakeCount())
+}
+
+// A Kick (the writer's own bytes held) wakes a writer if none runs, once.
+func TestOutboxKick(t *testing.T) {
+	q, d, _ := newDirectOutbox(t)
+	q.Kick()
+	q.Kick()
+	require.Equal(t, 1, d.wakeCount())
+	frames, _, ok := q.Take(nil)
+	require.True(t, ok)
+	require.Empty(t, frames)
+	_, _, ok = q.Take(nil)
+	require.False(t, ok)
+	q.Detach()
+	q.Kick()
+	require.Equal(t, 1, d.wakeCount(), "no writer for a connection that ended")
+}
+
+// What happens while a frame is written directly is not lost: a frame queued meanwhile,
+// a close request or a kick wakes the writer afterwards; a transport that could not write
+// gets the frame queued; a connection that ended meanwhile wakes nobody.
+func TestOutboxDirectWriteRaces(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer transport.WriteResult
+		during func(*transport.Outbox)
+		wakes  int
+		take   []string
+		close  bool
+	}{
+		{name: "reply meanwhile", answer: transport.Written, during: func(q *transport.Outbox) { q.Reply([]byte("r")) }, wakes: 1, take: []string{"r"}},
+		{name: "close meanwhile", answer: transport.Written, during: func(q *transport.Outbox) { q.Close(transport.DisconnectNormal, true) }, wakes: 1, take: []string{}, close: true},
+		{name: "kick meanwhile", answer: transport.Written, during: func(q *transport.Outbox) { q.Kick() }, wakes: 1, take: []string{}},
+		{name: "not written", answer: transport.NotWritten, wakes: 1, take: []string{"x"}},
+		{name: "detached meanwhile", answer: transport.Written, during: func(q *transport.Outbox) { q.Detach() }, wakes: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, d, _ := newDirectOutbox(t)
+			d.answer = tc.answer
+			if tc.during != nil {
+				d.during = func() { tc.during(q) }
+			}
+			require.True(t, q.Deliver(event(1)))
+			require.Equal(t, tc.wakes, d.wakeCount())
+			if tc.wakes == 0 {
+				require.False(t, q.Deliver(event(1)), "refused once detached")
+				return
+			}
+			frames, req, ok := q.Take(nil)
+			require.True(t, ok)
+			got := []string{}
+			for _, f := range frames {
+				got = append(got, string(f))
+			}
+			require.Equal(t, tc.take, got)
+			require.Equal(t, tc.close, req != nil)
+		})
+	}
+}
+
+// metricOf reads a counter of reg.
+func metricOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s is not registered", name)
+	return 0
+}

@@ -2,9 +2,11 @@ package ws
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 )
 
 // The upgraded connection's buffers. net/http hands a hijacked connection over with its
@@ -48,10 +50,24 @@ var batchBuffers = sync.Pool{New: func() any {
 
 // batchConn is the hijacked connection. Reads first return what net/http had read past
 // the upgrade request (a client may send frames right behind it); writes are gathered
-// while a batch is open. Writes from other goroutines (coder/websocket's pings and close
-// frames) during a batch join it.
+// while a batch is open. Writes from other goroutines (coder/websocket's pings, pongs and
+// close frames) during a batch join it.
+//
+// Writes wait for the socket only while a writer goroutine owns the connection (own).
+// Otherwise (a frame written from the session's actor, see conn.WriteNow, or a control
+// frame from the ping timer or the reader) a write never waits: the socket takes what it
+// can at once and the rest is held, and kick is called for a writer to send it. So
+// neither coder/websocket's write lock nor this one is ever held across a wait on the
+// socket while no writer runs, and a goroutine that writes without one is never stuck
+// behind a client that does not read.
 type batchConn struct {
 	net.Conn
+	// raw writes to the socket without waiting; nil where the connection is not one
+	// (then every write may wait, as a net.Conn's does, and conn.WriteNow is not used).
+	raw syscall.RawConn
+	// kick asks for a writer to send what is held. Called without mu. Until it is set
+	// (writeBehind), every write waits.
+	kick func()
 
 	// early is what net/http read past the upgrade request, not yet read. Read only by
 	// the connection's reader (coder/websocket reads one frame at a time).
@@ -60,6 +76,22 @@ type batchConn struct {
 	mu       sync.Mutex
 	batching bool
 	buf      *[]byte // from batchBuffers while a batch holds something
+	// owned: a writer goroutine runs, and writes wait for the socket.
+	owned bool
+	// held is what a write that did not wait left over: it is sent before anything
+	// else, by the writer that kick wakes.
+	held []byte
+}
+
+// heldMax bounds what writes that do not wait may hold for the writer (one frame, and
+// control frames written before the writer owns the connection). A connection past it
+// has failed.
+const heldMax = 4 << 20
+
+var errHeldFull = errors.New("ws: the socket takes nothing and too much is held for it")
+
+func newBatchConn(nc net.Conn) *batchConn {
+	return &batchConn{Conn: nc, raw: rawConn(nc)}
 }
 
 func (b *batchConn) Read(p []byte) (int, error) {
@@ -76,67 +108,155 @@ func (b *batchConn) Read(p []byte) (int, error) {
 
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.batching {
-		return b.Conn.Write(p)
+	kick, err := b.writeLocked(p)
+	b.mu.Unlock()
+	if kick {
+		b.kick()
 	}
-	if len(p) >= batchDirectBytes {
-		// A large payload is not copied: it leaves now, behind what the batch holds.
-		if err := b.flushLocked(p); err != nil {
-			return 0, err
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (b *batchConn) writeLocked(p []byte) (kick bool, err error) {
+	if !b.batching {
+		if b.waits() && len(b.held) == 0 {
+			_, err = b.Conn.Write(p)
+			return false, err
 		}
-		return len(p), nil
+		return b.flushLocked(p)
+	}
+	if len(p) >= batchDirectBytes && b.waits() {
+		// A large payload is not copied: it leaves now, behind what the batch holds.
+		return b.flushLocked(p)
 	}
 	if b.buf == nil {
 		b.buf = batchBuffers.Get().(*[]byte)
 	}
 	*b.buf = append(*b.buf, p...)
 	if len(*b.buf) >= batchFlushBytes {
-		if err := b.flushLocked(nil); err != nil {
-			return 0, err
-		}
+		return b.flushLocked(nil)
 	}
-	return len(p), nil
+	return false, nil
 }
 
-// begin opens a batch: writes are gathered until end.
+// waits reports whether writes wait for the socket. b.mu must be held.
+func (b *batchConn) waits() bool { return b.owned || b.raw == nil || b.kick == nil }
+
+// writeBehind sets kick (the connection's outbox's Kick): from then on, writes made
+// while no writer owns the connection do not wait.
+func (b *batchConn) writeBehind(kick func()) {
+	b.mu.Lock()
+	b.kick = kick
+	b.mu.Unlock()
+}
+
+// own is called by the writer goroutine: true as it starts, false before it looks for
+// more work. Giving the connection up waits for a write in progress, so once it returns
+// no write waits for the socket.
+func (b *batchConn) own(owned bool) {
+	b.mu.Lock()
+	b.owned = owned
+	b.mu.Unlock()
+}
+
+// begin opens a batch: writes are gathered until end or endNow.
 func (b *batchConn) begin() {
 	b.mu.Lock()
 	b.batching = true
 	b.mu.Unlock()
 }
 
-// end sends what the batch gathered, in one write(2), and closes it.
+// end sends what is held and what the batch gathered, and closes it: in one write(2),
+// waiting for the socket when a writer owns the connection.
 func (b *batchConn) end() error {
+	b.mu.Lock()
+	b.batching = false
+	kick, err := b.flushLocked(nil)
+	b.mu.Unlock()
+	if kick {
+		b.kick()
+	}
+	return err
+}
+
+// endNow closes a batch opened without a writer (conn.WriteNow): the socket takes what
+// it can at once, and held reports that the rest is held for a writer to send.
+func (b *batchConn) endNow() (held bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.batching = false
 	return b.flushLocked(nil)
 }
 
-// flushLocked sends what the batch holds, then more (nil for nothing more), in one
-// write(2) (writev(2) for both), and gives the buffer back.
-func (b *batchConn) flushLocked(more []byte) error {
-	var err error
-	switch {
-	case b.buf == nil || len(*b.buf) == 0:
-		if len(more) > 0 {
-			_, err = b.Conn.Write(more)
-		}
-	case len(more) == 0:
-		_, err = b.Conn.Write(*b.buf)
-	default:
-		bufs := net.Buffers{*b.buf, more}
-		_, err = bufs.WriteTo(b.Conn)
-	}
+// flushLocked sends what is held, what the batch gathered, then more (nil for nothing
+// more), in that order. When writes wait it sends all of it, in one write(2) (writev(2)
+// for several parts); otherwise the socket takes what it can now and the rest is held:
+// kick reports that a writer must be woken to send it. The batch's buffer goes back.
+func (b *batchConn) flushLocked(more []byte) (kick bool, err error) {
+	defer b.releaseBuf()
+	var gathered []byte
 	if b.buf != nil {
-		if cap(*b.buf) <= batchKeepBytes {
-			*b.buf = (*b.buf)[:0]
-			batchBuffers.Put(b.buf)
-		}
-		b.buf = nil
+		gathered = *b.buf
 	}
-	return err
+	if b.waits() {
+		bufs := make(net.Buffers, 0, 3)
+		for _, p := range [][]byte{b.held, gathered, more} {
+			if len(p) > 0 {
+				bufs = append(bufs, p)
+			}
+		}
+		switch len(bufs) {
+		case 0:
+		case 1:
+			_, err = b.Conn.Write(bufs[0])
+		default:
+			_, err = bufs.WriteTo(b.Conn)
+		}
+		b.held = nil
+		return false, err
+	}
+	if len(b.held) > 0 {
+		// Behind what is held already: a writer was kicked for it.
+		if len(b.held)+len(gathered)+len(more) > heldMax {
+			return false, errHeldFull
+		}
+		b.held = append(append(b.held, gathered...), more...)
+		return true, nil
+	}
+	p := more
+	switch {
+	case len(gathered) > 0 && len(more) > 0:
+		p = append(gathered, more...)
+		*b.buf = p
+	case len(gathered) > 0:
+		p = gathered
+	}
+	if len(p) == 0 {
+		return false, nil
+	}
+	n, err := b.writeNow(p)
+	if err != nil {
+		return false, err
+	}
+	if n == len(p) {
+		return false, nil
+	}
+	b.held = append([]byte(nil), p[n:]...)
+	return true, nil
+}
+
+// releaseBuf gives the batch's buffer back. b.mu must be held.
+func (b *batchConn) releaseBuf() {
+	if b.buf == nil {
+		return
+	}
+	if cap(*b.buf) <= batchKeepBytes {
+		*b.buf = (*b.buf)[:0]
+		batchBuffers.Put(b.buf)
+	}
+	b.buf = nil
 }
 
 // batchingWriter is the upgrade's ResponseWriter: its Hijack hands coder/websocket the
@@ -158,7 +278,7 @@ func (w *batchingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// net/http flushed the handshake's answer in Hijack: its writer holds nothing. Its
 	// reader may hold what the client sent right behind the request; the batchConn
 	// returns that first. Neither is kept.
-	w.conn = &batchConn{Conn: nc}
+	w.conn = newBatchConn(nc)
 	if n := brw.Reader.Buffered(); n > 0 {
 		early, err := brw.Reader.Peek(n)
 		if err != nil {

@@ -2,6 +2,7 @@ package ws
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -94,4 +95,79 @@ func TestBatchConnReadsEarlyBytesFirst(t *testing.T) {
 	}
 	require.Equal(t, "abcdef", string(got))
 	require.Nil(t, b.early)
+}
+
+// tcpPair is a real loopback connection: server side with a small send buffer, client
+// side with a small receive buffer, so a client that does not read fills them quickly.
+func tcpPair(t *testing.T) (server, client *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	server, err = ln.AcceptTCP()
+	require.NoError(t, err)
+	require.NoError(t, server.SetWriteBuffer(16<<10))
+	require.NoError(t, client.SetReadBuffer(16<<10))
+	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
+	return server, client
+}
+
+// Without a writer owning the connection, writes never wait: what a client that does not
+// read leaves over is held, the writer is kicked, and later writes (a direct batch, a
+// control frame) go behind it. A writer that owns the connection sends it all, in order,
+// once the client reads; then a write goes straight out again, kicking nobody.
+func TestBatchConnWritesWithoutWaiting(t *testing.T) {
+	server, client := tcpPair(t)
+	b := newBatchConn(server)
+	require.NotNil(t, b.raw)
+	var kicks int
+	b.writeBehind(func() { kicks++ })
+
+	big := bytes.Repeat([]byte("a"), 256<<10) // far more than the buffers hold
+	n, err := b.Write(big)                    // returns at once: the test would hang otherwise
+	require.NoError(t, err)
+	require.Equal(t, len(big), n)
+	require.Equal(t, 1, kicks)
+	require.NotEmpty(t, b.held)
+	require.Less(t, len(b.held), len(big), "the socket took some at once")
+
+	_, err = b.Write([]byte("ping")) // a control frame, written outside a batch
+	require.NoError(t, err)
+	require.Equal(t, 2, kicks)
+	b.begin()
+	_, err = b.Write([]byte("frame"))
+	require.NoError(t, err)
+	held, err := b.endNow()
+	require.NoError(t, err)
+	require.True(t, held, "a direct batch goes behind what is held")
+
+	_, err = b.Write(bytes.Repeat([]byte("z"), heldMax))
+	require.ErrorIs(t, err, errHeldFull, "a socket that takes nothing does not get memory without end")
+
+	want := append(append(bytes.Clone(big), "ping"...), "frame"...)
+	got := make(chan []byte)
+	go func() {
+		buf := make([]byte, len(want))
+		_, err := io.ReadFull(client, buf)
+		if err != nil {
+			buf = nil
+		}
+		got <- buf
+	}()
+	b.own(true)
+	b.begin()
+	require.NoError(t, b.end(), "the writer sends what is held, waiting for the client")
+	b.own(false)
+	require.Equal(t, want, <-got)
+	require.Nil(t, b.held)
+
+	_, err = b.Write([]byte("alone"))
+	require.NoError(t, err)
+	require.Equal(t, 2, kicks, "no kick for a write the socket took")
+	p := make([]byte, 5)
+	_, err = io.ReadFull(client, p)
+	require.NoError(t, err)
+	require.Equal(t, "alone", string(p))
 }

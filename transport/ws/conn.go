@@ -19,8 +19,10 @@ import (
 // conn is one WebSocket connection: its lifecycle. Its goroutine (started by serveHere
 // once the upgrade is done: the HTTP handler has returned) reads (reader.go) and never
 // waits: a worker goroutine answers the commands while any are queued (worker.go), a
-// writer goroutine drains the outbox while it has frames (writer.go). The outbox is the conversation.Subscriber of the session: the actor
-// queues frames on it without ever blocking.
+// writer goroutine drains the outbox while it has frames the socket did not take at once
+// (writer.go). The outbox is the conversation.Subscriber of the session: the actor queues
+// frames on it, or writes them directly while no writer runs (conn.WriteNow), without
+// ever blocking.
 type conn struct {
 	s  *Server
 	ws *websocket.Conn
@@ -34,10 +36,12 @@ type conn struct {
 	stop context.CancelFunc
 	out  *transport.Outbox
 
-	// A writer goroutine runs only while the outbox has something to write, a worker
-	// only while commands are queued: an idle connection costs one goroutine, the
-	// reader.
+	// A writer goroutine runs only while the outbox has something to write that could
+	// not be written directly (WriteNow), a worker only while commands are queued: an
+	// idle connection costs one goroutine, the reader.
 	writers sync.WaitGroup
+	// writeFailed: a direct write failed; the writer woken for it ends the connection.
+	writeFailed atomic.Bool
 
 	// Commands (worker.go): queued by the reader, handled by the worker in order. The
 	// head is the command being handled.

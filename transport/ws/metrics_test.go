@@ -85,3 +85,39 @@ func TestMetricsCountConnectionsAndFrames(t *testing.T) {
 	require.Zero(t, metricValue(t, reg, "chatd_connections_open"))
 	require.Zero(t, metricValue(t, reg, "chatd_slow_consumer_drops_total"))
 }
+
+// A frame the socket takes at once is written by the goroutine that queues it (the
+// actor, the worker replying): while clients keep up, a connection starts a writer
+// goroutine for its catch-up and its close, not for each event. The tokens come one at a
+// time, each once both tabs read the one before, so each would need a writer of its own.
+func TestFramesTheSocketTakesAreWrittenDirectly(t *testing.T) {
+	t.Parallel()
+	const tokens = 50
+	gate := script.NewGate()
+	var steps []script.Step
+	for range tokens {
+		steps = append(steps, gate.Wait(), script.Text("token "))
+	}
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, envOptions{
+		agent:    script.New(steps...),
+		wsConfig: metricsOption(transport.NewMetrics(reg), nil),
+	})
+	a := e.session()
+	b := e.join(a.State.SessionID)
+	require.Equal(t, "ack", a.Chat("r1", "hi").Type)
+	ctx := testCtx(t)
+	for i := range tokens {
+		require.NoError(t, gate.Pass(ctx))
+		// chat.started and assistant.segment.started, then a delta per token.
+		a.ReadToSeq(int64(2 + i + 1))
+		b.ReadToSeq(int64(2 + i + 1))
+	}
+	require.Equal(t, "chat.done", a.ReadTerminal().Type)
+	require.Equal(t, "chat.done", b.ReadTerminal().Type)
+
+	frames := metricValue(t, reg, "chatd_frames_sent_total")
+	require.GreaterOrEqual(t, frames, float64(2*tokens))
+	// Two catch-ups; a few more if a socket did not take a frame at once.
+	require.LessOrEqual(t, metricValue(t, reg, "chatd_writers_started_total"), 6.0, "of %v frames", frames)
+}

@@ -320,6 +320,8 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 		_ = ws.CloseNow()
 		return
 	}
+	// From here writes made without a writer goroutine do not wait (WriteNow).
+	c.batch.writeBehind(c.out.Kick)
 	// Counted in s.handlers by track: Shutdown waits for this goroutine.
 	go func() {
 		defer ws.CloseNow()
