@@ -234,6 +234,7 @@ func (a *Actor) onTimer(f timerFire) {
 		}
 	case timerQuiet:
 		if a.quietT.fired(f) && a.quiet() {
+			a.cfg.Memory.dropped(a.journal.recent.bytes)
 			a.journal.recent.forget()
 			a.cfg.Metrics.released.Inc()
 		}

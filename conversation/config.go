@@ -111,6 +111,9 @@ type Config struct {
 	// statement. 0 (or negative): kept for the actor's life; chatd's default is
 	// DefaultQuietRelease (CHATD_QUIET_RELEASE).
 	QuietRelease time.Duration
+	// Memory is told what quiet actors drop, to hand it back to the system; nil: no one
+	// is told.
+	Memory *MemoryReturner
 	// AbandonAfter is how long a streaming run may go with no subscriber before it is
 	// cancelled as abandoned. A run waiting for an approval is never abandoned.
 	AbandonAfter time.Duration

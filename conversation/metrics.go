@@ -27,6 +27,8 @@ type Metrics struct {
 	// released counts the actors that dropped the messages they kept in memory once
 	// quiet (Config.QuietRelease).
 	released prometheus.Counter
+	// memoryReturned counts the MemoryReturner's returns of memory to the system.
+	memoryReturned prometheus.Counter
 	// journal counts the writes (refused, fenced, failed) and the write queues.
 	journal *journal.Metrics
 }
@@ -82,8 +84,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "chatd_conversation_memory_released_total",
 		Help: "Times a quiet conversation dropped the newest messages it kept in memory (CHATD_QUIET_RELEASE); the next snapshot or run reads them again.",
 	})
+	memoryReturned := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatd_memory_returned_total",
+		Help: "Times the process collected and returned its free memory to the system after quiet conversations dropped at least 32 MiB of messages.",
+	})
 	m := &Metrics{
 		released:        released,
+		memoryReturned:  memoryReturned,
 		leaseAcquired:   leases.WithLabelValues("free"),
 		leaseTakeover:   leases.WithLabelValues("takeover"),
 		movedAway:       moved,
@@ -102,7 +109,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved, released)
+		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved, released, memoryReturned)
 	}
 	return m
 }

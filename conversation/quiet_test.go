@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
@@ -34,9 +35,15 @@ func (c *countingReads) MessagesPath(ctx context.Context, id uuid.UUID, leaf *uu
 func TestQuietConversationReleasesItsMessages(t *testing.T) {
 	t.Parallel()
 	st := &countingReads{Store: storetest.New(t)}
+	var memory *conversation.MemoryReturner
 	m := startMetered(t, st, script.PerRun(func(req conversation.Request) []script.Step {
 		return []script.Step{script.Text("answer to " + req.Content)}
-	}), func(c *conversation.Config) { c.QuietRelease = time.Minute })
+	}), func(c *conversation.Config) {
+		c.QuietRelease = time.Minute
+		// Not started: it only counts what the actor drops.
+		c.Memory = conversation.NewMemoryReturner(clockwork.NewFakeClock(), 0, 0, nil, nil)
+		memory = c.Memory
+	})
 	tab := convtest.New()
 	_, err := m.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: tab})
 	require.NoError(t, err)
@@ -64,6 +71,8 @@ func TestQuietConversationReleasesItsMessages(t *testing.T) {
 	require.Zero(t, m.value(t, "chatd_conversation_memory_released_total"))
 	m.clock.Advance(time.Second)
 	require.Eventually(t, func() bool { return m.value(t, "chatd_conversation_memory_released_total") == 1 }, 10*time.Second, 5*time.Millisecond)
+	// The two messages' content and their overhead, told to the memory returner.
+	require.GreaterOrEqual(t, memory.Dropped(), int64(len("hello")+len("answer to hello")))
 
 	got := snapshot()
 	require.Equal(t, reads+1, st.paths.Load(), "read again, in one statement")

@@ -254,6 +254,10 @@ func (m *Server) build() error {
 	evictions := conversation.NewDeadlines("eviction", clock)
 	abandonments := conversation.NewDeadlines("abandonment", clock)
 	convMetrics := conversation.NewMetrics(m.registry)
+	var memory *conversation.MemoryReturner
+	if m.cfg.QuietRelease > 0 {
+		memory = conversation.NewMemoryReturner(clock, 0, 0, nil, convMetrics)
+	}
 	m.journal = journal.NewWriter(journal.Config{
 		Clock:      clock,
 		Logger:     m.log.With().Str("component", "journal").Logger(),
@@ -275,6 +279,7 @@ func (m *Server) build() error {
 		MaxReplayBytes:     max(m.cfg.SendQueueBytes/2, 1),
 		IdleTimeout:        m.cfg.IdleEvict,
 		QuietRelease:       m.cfg.QuietRelease, // 0 (off): never
+		Memory:             memory,
 		MaxContentBytes:    m.cfg.MaxContentBytes,
 		MaxSessionsPerUser: m.cfg.MaxSessionsPerUser,
 		MaxRecoveries:      conversation.DefaultMaxRecoveries,
@@ -428,6 +433,9 @@ func (m *Server) build() error {
 	m.services.Add("hub", service.Func(nil, m.ownBudget(m.hub.Shutdown)))
 	m.services.Add("eviction", evictions)
 	m.services.Add("abandonment", abandonments)
+	if memory != nil {
+		m.services.Add("memory", memory)
+	}
 	// Its first pass, before the listener serves, takes up the runs of nodes that died,
 	// this one's last life among them.
 	m.services.Add("rescue", m.rescuer)

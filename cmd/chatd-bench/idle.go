@@ -27,7 +27,7 @@ func (b *bench) idleDensity(ctx context.Context) error {
 		return err
 	}
 	defer srv.kill()
-	res, err := b.measureIdle(ctx, srv, "chatd_connections_open", nil)
+	res, err := b.measureIdle(ctx, srv, "chatd_connections_open", nil, false)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (b *bench) idleDensity(ctx context.Context) error {
 			return err
 		}
 		srv.compress = true
-		res, err := b.measureIdle(ctx, srv, "chatd_connections_open", nil)
+		res, err := b.measureIdle(ctx, srv, "chatd_connections_open", nil, false)
 		if err != nil {
 			srv.kill()
 			return err
@@ -79,7 +79,7 @@ func (b *bench) idleHistories(ctx context.Context) error {
 			srv.kill()
 			return err
 		}
-		res, err := b.measureIdle(ctx, srv, "chatd_connections_open", ids)
+		res, err := b.measureIdle(ctx, srv, "chatd_connections_open", ids, release != "off")
 		if err != nil {
 			srv.kill()
 			return fmt.Errorf("%s: %w\nchatd's log ends:\n%s", name, err, tail(srv.logs.String(), 3000))
@@ -96,8 +96,10 @@ func (b *bench) idleHistories(ctx context.Context) error {
 // measureIdle opens b.opts.idle connections to srv (in sessions of b.opts.idleTabs),
 // subscribed and then doing nothing, and returns what srv's memory and goroutines grew
 // by per connection; connsGauge is the server's own gauge of its open connections. With
-// ids, it opens one connection to each of those sessions instead.
-func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string, ids []string) (*idleResult, error) {
+// ids, it opens one connection to each of those sessions instead; with released, it
+// measures once every one of them dropped its messages and chatd then returned its free
+// memory (chatd_memory_returned_total), as a server left alone for a while would.
+func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string, ids []string, released bool) (*idleResult, error) {
 	o := b.opts
 	time.Sleep(time.Second)
 	if err := forceGC(srv); err != nil {
@@ -131,6 +133,11 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string,
 		return nil, err
 	}
 	defer closeAll(ss)
+	if released {
+		if err := awaitReturn(ctx, srv, len(ids)); err != nil {
+			return nil, err
+		}
+	}
 	// Collect what answering 10,000 hellos left behind, as any later activity would, so
 	// what is measured is what the connections hold. (Stacks shrink during collections.)
 	time.Sleep(time.Second)
@@ -170,6 +177,35 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string,
 }
 
 // forceGC runs a garbage collection in the server (through pprof's heap endpoint).
+// awaitReturn waits until n sessions of srv dropped their messages, then for srv to
+// return its free memory to the system after the last of them: for its next return, or
+// 25 s (two and a half of chatd's intervals) if none comes, for then it came between the
+// last drop and the scrape that saw it.
+func awaitReturn(ctx context.Context, srv *server, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var returns float64
+	var since time.Time
+	for {
+		m, err := scrape(srv.adminAddr)
+		if err != nil {
+			return err
+		}
+		switch {
+		case m.sum("chatd_conversation_memory_released_total") < float64(n):
+		case since.IsZero():
+			returns, since = m.sum("chatd_memory_returned_total"), time.Now()
+		case m.sum("chatd_memory_returned_total") > returns || time.Since(since) > 25*time.Second:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: its sessions did not all drop their messages: %w", srv.name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 func forceGC(srv *server) error {
 	resp, err := http.Get("http://" + srv.adminAddr + "/debug/pprof/heap?gc=1")
 	if err != nil {

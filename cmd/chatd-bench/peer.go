@@ -98,7 +98,7 @@ func (b *bench) peerIdle(ctx context.Context) error {
 		return err
 	}
 	defer srv.kill()
-	res, err := b.measureIdle(ctx, srv, "centrifuge_client_connections_inflight", nil)
+	res, err := b.measureIdle(ctx, srv, "centrifuge_client_connections_inflight", nil, false)
 	if err != nil {
 		return err
 	}
