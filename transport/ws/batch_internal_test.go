@@ -171,3 +171,43 @@ func TestBatchConnWritesWithoutWaiting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "alone", string(p))
 }
+
+// A close frame coder/websocket writes (an echo of the client's, say) ends the frames
+// writeText writes itself: no data frame may follow a close. A data frame's piece that
+// only starts like one is not taken for one unless it is one whole.
+func TestBatchConnNoTextAfterAClose(t *testing.T) {
+	server, _ := tcpPair(t)
+	b := newBatchConn(server)
+	b.writeBehind(func() {})
+	ok, held, err := b.writeText([]byte("before"))
+	require.True(t, ok)
+	require.False(t, held)
+	require.NoError(t, err)
+
+	_, err = b.Write([]byte{0x88, 0x05, 'x', 'y'}) // too short for its length: not a close
+	require.NoError(t, err)
+	ok, _, _ = b.writeText([]byte("still"))
+	require.True(t, ok)
+
+	_, err = b.Write([]byte{0x88, 0x02, 0x03, 0xe8}) // close 1000
+	require.NoError(t, err)
+	ok, _, err = b.writeText([]byte("after"))
+	require.False(t, ok, "left to coder/websocket, which refuses it")
+	require.NoError(t, err)
+}
+
+// The header of a final, unmasked text frame, at each length's edges (RFC 6455, 5.2).
+func TestAppendTextHeader(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want []byte
+	}{
+		{0, []byte{0x81, 0}},
+		{125, []byte{0x81, 125}},
+		{126, []byte{0x81, 126, 0, 126}},
+		{0xffff, []byte{0x81, 126, 0xff, 0xff}},
+		{0x10000, []byte{0x81, 127, 0, 0, 0, 0, 0, 1, 0, 0}},
+	} {
+		require.Equal(t, tc.want, appendTextHeader(nil, tc.n), "%d", tc.n)
+	}
+}

@@ -42,6 +42,9 @@ type conn struct {
 	writers sync.WaitGroup
 	// writeFailed: a direct write failed; the writer woken for it ends the connection.
 	writeFailed atomic.Bool
+	// plain: no extension was negotiated, so WriteNow frames text itself
+	// (batchConn.writeText).
+	plain bool
 
 	// Commands (worker.go): queued by the reader, handled by the worker in order. The
 	// head is the command being handled.

@@ -2,6 +2,7 @@ package ws_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,34 @@ func TestFramesTheSocketTakesAreWrittenDirectly(t *testing.T) {
 	require.GreaterOrEqual(t, frames, float64(2*tokens))
 	// Two catch-ups; a few more if a socket did not take a frame at once.
 	require.LessOrEqual(t, metricValue(t, reg, "chatd_writers_started_total"), 6.0, "of %v frames", frames)
+}
+
+// The frames written directly carry their own header (batchConn.writeText): a text
+// frame of every header size (7-bit, 16-bit and 64-bit lengths, at their edges) reaches
+// coder/websocket's client whole and in order.
+func TestDirectFramesOfEverySize(t *testing.T) {
+	t.Parallel()
+	// The delta frame's JSON wraps each token in about 150 bytes of fields: sizes
+	// around each header's edges are covered by these and the frames around them.
+	sizes := []int{1, 5, 60, 120, 65000, 65400, 70000, 300000}
+	var tokens []string
+	for i, n := range sizes {
+		tokens = append(tokens, strings.Repeat(string(rune('a'+i)), n))
+	}
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, envOptions{
+		agent:    script.New(script.Text(tokens...)),
+		wsConfig: metricsOption(transport.NewMetrics(reg), nil),
+	})
+	a := e.session()
+	require.Equal(t, "ack", a.Chat("r1", "hi").Type)
+	require.Equal(t, "chat.done", a.ReadTerminal().Type)
+	var got strings.Builder
+	for _, f := range a.Seen {
+		if f.Type == "chat.delta" {
+			got.WriteString(*f.Text)
+		}
+	}
+	require.Equal(t, strings.Join(tokens, ""), got.String())
+	require.LessOrEqual(t, metricValue(t, reg, "chatd_writers_started_total"), 3.0, "written directly")
 }

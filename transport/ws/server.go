@@ -309,6 +309,7 @@ func (s *Server) serveHere(w http.ResponseWriter, r *http.Request, host string) 
 
 	c := newConn(s, ws, r)
 	c.batch = bw.conn
+	c.plain = w.Header().Get("Sec-WebSocket-Extensions") == ""
 	c.pongs = pongs
 	c.host = host
 	if d, ok := s.track(c); !ok {

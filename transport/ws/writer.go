@@ -30,13 +30,21 @@ func (c *conn) WriteNow(frame []byte) transport.WriteResult {
 	if b == nil || b.raw == nil || b.kick == nil || c.ctx.Err() != nil {
 		return transport.NotWritten
 	}
-	b.begin()
-	// coder/websocket's write lock is free: no writer runs, and a control frame written
-	// meanwhile does not wait for the socket (batchConn) while it holds it.
-	err := c.ws.Write(context.Background(), websocket.MessageText, frame)
-	held, ferr := b.endNow()
-	if err == nil {
-		err = ferr
+	var ok, held bool
+	var err error
+	if c.plain {
+		ok, held, err = b.writeText(frame)
+	}
+	if !ok && err == nil {
+		b.begin()
+		// coder/websocket's write lock is free: no writer runs, and a control frame
+		// written meanwhile does not wait for the socket (batchConn) while it holds it.
+		err = c.ws.Write(context.Background(), websocket.MessageText, frame)
+		var ferr error
+		held, ferr = b.endNow()
+		if err == nil {
+			err = ferr
+		}
 	}
 	if err != nil {
 		c.writeFailed.Store(true) // the writer woken for it ends the connection
