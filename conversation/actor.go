@@ -51,11 +51,14 @@ type Actor struct {
 	onStop    func(a *Actor, stop func())
 
 	// Owned by the loop goroutine.
-	journal   *sessionJournal
-	session   *chat.Session // nil until loaded, or while the session does not exist
-	seq       int64
-	ring      *ring
-	subs      map[Subscriber]struct{}
+	journal *sessionJournal
+	session *chat.Session // nil until loaded, or while the session does not exist
+	seq     int64
+	ring    *ring
+	subs    map[Subscriber]struct{}
+	// holding: a subscriber may hold events published while the inbox was not empty
+	// (HoldingSubscriber); flushIdle has them sent.
+	holding   bool
 	run       *runState       // the active run, nil when none
 	lastCalls map[string]bool // tool call ids of the run that ended last
 	// rules are the session's approval rules, read on first use (rulesLoaded).

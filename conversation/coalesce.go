@@ -47,11 +47,23 @@ func (a *Actor) appendDelta(run *runState, text string) {
 	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
 }
 
-// flushIdle publishes the held text in adaptive mode once nothing is queued behind it:
-// the actor has caught up, and the piece would gain nothing from waiting.
+// flushIdle runs once nothing is queued behind the actor's last intent: it has caught
+// up. It publishes the held text in adaptive mode (the piece would gain nothing from
+// waiting), and has the subscribers send the events they held while it was behind.
 func (a *Actor) flushIdle() {
-	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive && len(a.inbox) == 0 {
+	if len(a.inbox) != 0 {
+		return
+	}
+	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive {
 		a.flushDelta()
+	}
+	if a.holding {
+		a.holding = false
+		for sub := range a.subs {
+			if h, ok := sub.(HoldingSubscriber); ok {
+				h.Release()
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package conversation_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -591,4 +592,118 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 	burst <- struct{}{}
 	end := s.Await(t, convtest.Terminal)
 	require.EqualValues(t, "chat.done", end.Type)
+}
+
+// holdingSubscriber is a stallingSubscriber that can hold events (a
+// HoldingSubscriber): held ones are applied, in order, on Release or ahead of the next
+// delivered one, as the transport's outbox sends them.
+type holdingSubscriber struct {
+	*stallingSubscriber
+	mu       sync.Mutex
+	pending  []*conversation.Event
+	held     []string
+	releases int
+}
+
+func (s *holdingSubscriber) Hold(ev *conversation.Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = append(s.pending, ev)
+	if ev.Type == conversation.EventDelta {
+		s.held = append(s.held, ev.Text)
+	}
+	return true
+}
+
+func (s *holdingSubscriber) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releases++
+	s.sendPending()
+}
+
+func (s *holdingSubscriber) sendPending() {
+	for _, ev := range s.pending {
+		s.Recorder.Deliver(ev)
+	}
+	s.pending = nil
+}
+
+func (s *holdingSubscriber) Deliver(ev *conversation.Event) bool {
+	s.mu.Lock()
+	s.sendPending()
+	s.mu.Unlock()
+	return s.stallingSubscriber.Deliver(ev)
+}
+
+// With coalescing off, what the actor publishes while more work is queued behind it is
+// held by a subscriber that can hold (one write for several events), and sent once the
+// actor has caught up; an actor that keeps up delivers each event at once.
+func TestEventsHeldWhileTheActorIsBehind(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	burst := make(chan struct{})
+	sent := make(chan struct{})
+	agent := conversation.AgentFunc(func(ctx context.Context, _ conversation.Request, out conversation.Emitter) error {
+		if err := out.Text("a"); err != nil {
+			return err
+		}
+		<-burst // the actor is stalled delivering "a"
+		for _, p := range []string{"b", "c", "d"} {
+			if err := out.Text(p); err != nil {
+				return err
+			}
+		}
+		close(sent)
+		<-burst // released after the actor caught up
+		for _, p := range []string{"e", "f"} {
+			if err := out.Text(p); err != nil {
+				return err
+			}
+			<-burst
+		}
+		return nil
+	})
+	a := conversation.Start(conversation.Config{
+		Store: st, Agent: agent, Clock: clockwork.NewFakeClock(),
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+	}, uuid.New(), nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	s := &holdingSubscriber{stallingSubscriber: &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}}
+	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+
+	<-s.stalled
+	burst <- struct{}{}
+	<-sent // b, c and d are queued behind "a"
+	close(s.release)
+	deltas := func(n int) []string {
+		var out []string
+		for range n {
+			ev := s.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta })
+			out = append(out, ev.Text)
+		}
+		return out
+	}
+	require.Equal(t, []string{"a", "b", "c", "d"}, deltas(4), "one delta per piece, in order")
+	s.mu.Lock()
+	require.Equal(t, []string{"b", "c"}, s.held, "held while more was queued behind them; d went with them")
+	s.mu.Unlock()
+	burst <- struct{}{}
+	require.Equal(t, []string{"e"}, deltas(1))
+	burst <- struct{}{}
+	require.Equal(t, []string{"f"}, deltas(1))
+	burst <- struct{}{}
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Equal(t, []string{"b", "c"}, s.held, "nothing held while the actor kept up")
+	require.GreaterOrEqual(t, s.releases, 1)
 }

@@ -238,3 +238,14 @@ type Subscriber interface {
 	// Dropped tells the subscriber it will get no more frames from this actor.
 	Dropped(reason DropReason)
 }
+
+// A HoldingSubscriber can hold the live events the actor publishes while more of its
+// work is queued behind them, and send them together once the actor has caught up: one
+// write for several events, when the process is behind, instead of one each.
+type HoldingSubscriber interface {
+	Subscriber
+	// Hold queues a live event as Deliver does, but need not send it before Release.
+	Hold(ev *Event) bool
+	// Release sends what Hold queued. The actor calls it once its inbox is empty.
+	Release()
+}

@@ -140,8 +140,18 @@ func (a *Actor) publish(e Event) {
 	e.enc = new(encodings)
 	ev := &e
 	a.cfg.Metrics.eventsPublished.Inc()
+	// With more work queued, subscribers that can hold the event send it with what
+	// follows, once the inbox is empty (flushIdle).
+	behind := len(a.inbox) > 0
 	for sub := range a.subs {
-		if !sub.Deliver(ev) {
+		var ok bool
+		if h, can := sub.(HoldingSubscriber); can && behind {
+			ok = h.Hold(ev)
+			a.holding = true
+		} else {
+			ok = sub.Deliver(ev)
+		}
+		if !ok {
 			delete(a.subs, sub)
 			sub.Dropped(DropSlow)
 			a.logger().Debug().Msg("dropped a subscriber that could not take an event")

@@ -38,8 +38,10 @@ type Outbox struct {
 	direct DirectWriter // w, if it can write without waiting; else nil
 	remote string
 
-	mu         sync.Mutex
-	frames     [][]byte
+	mu     sync.Mutex
+	frames [][]byte
+	// spare is the storage of the last batch written directly, for the next queue.
+	spare      [][]byte
 	eventBytes int
 	replyBytes int
 	closeReq   *CloseRequest // set once; no frame is queued after it
@@ -91,22 +93,23 @@ type Writer interface {
 // without ever waiting for the client (a non-blocking socket).
 type DirectWriter interface {
 	Writer
-	// WriteNow writes frame at once. It is called only while no writer runs and nothing
-	// is queued, so frames stay in order; it must not call the outbox.
-	WriteNow(frame []byte) WriteResult
+	// WriteNow writes frames at once, in order, in as few writes as it can. It is called
+	// only while no writer runs, with everything queued, so frames stay in order; it
+	// must not call the outbox, nor keep frames.
+	WriteNow(frames [][]byte) WriteResult
 }
 
 // WriteResult is what WriteNow did.
 type WriteResult int
 
 const (
-	// NotWritten: nothing was written (the transport cannot now); the frame is queued
+	// NotWritten: nothing was written (the transport cannot now); the frames are queued
 	// for a writer.
 	NotWritten WriteResult = iota
-	// Written: the frame left whole.
+	// Written: the frames left whole.
 	Written
-	// Held: the client did not take all of it at once, or the write failed; the writer
-	// that is woken sends the rest (or ends the connection).
+	// Held: the client did not take all of them at once, or the write failed; the
+	// writer that is woken sends the rest (or ends the connection).
 	Held
 )
 
@@ -196,46 +199,86 @@ func (q *Outbox) enqueue(frame []byte, budget *int) bool {
 	if *budget > 0 && *budget+len(frame) > q.opts.Budget {
 		return false
 	}
-	if q.direct != nil && !q.writing && len(q.frames) == 0 {
-		q.writing = true // this goroutine is the writer while it writes
-		q.mu.Unlock()
-		res := q.direct.WriteNow(frame)
-		q.mu.Lock()
-		return q.wroteNow(frame, budget, res)
-	}
 	q.frames = append(q.frames, frame)
 	*budget += len(frame)
+	if q.direct != nil && !q.writing {
+		q.writeNow() // with what Hold queued before it
+		return true
+	}
 	q.wake()
 	return true
 }
 
-// wroteNow settles a frame written by WriteNow: the writer is woken if anything came
-// meanwhile, the frame was not all taken, or nothing was written. q.mu must be held
-// (and q.writing is set).
-func (q *Outbox) wroteNow(frame []byte, budget *int, res WriteResult) bool {
-	queued := true
+// Hold queues a live event like Deliver but does not send it yet: the actor has more
+// work queued behind it, and Release (or the next frame written directly) sends what
+// was held, in one write instead of one each. A writer that runs takes it as usual.
+func (q *Outbox) Hold(ev *conversation.Event) bool {
+	frame := ev.Encode(q.opts.Format)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closeReq != nil {
+		return false
+	}
+	if q.eventBytes > 0 && q.eventBytes+len(frame) > q.opts.Budget {
+		return false
+	}
+	q.frames = append(q.frames, frame)
+	q.eventBytes += len(frame)
+	if q.direct == nil {
+		q.wake() // nothing to gain from holding
+	}
+	return true
+}
+
+// Release sends what Hold queued: written directly when no writer runs.
+func (q *Outbox) Release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.writing || len(q.frames) == 0 || q.closeReq != nil {
+		return // a writer runs (or is being woken) and takes them
+	}
+	q.writeNow()
+}
+
+// writeNow writes the queued frames from this goroutine (WriteNow) and wakes a writer
+// for anything left: the frames not all taken, frames queued meanwhile, a close request
+// or a kick. q.mu must be held, with no writer running and frames queued; it is released
+// during the write, while q.writing keeps others from writing.
+func (q *Outbox) writeNow() {
+	batch := q.frames
+	q.frames, q.spare = q.spare[:0], nil
+	events, replies := q.eventBytes, q.replyBytes
+	q.eventBytes, q.replyBytes = 0, 0
+	q.writing = true
+	q.mu.Unlock()
+	res := q.direct.WriteNow(batch)
+	q.mu.Lock()
 	switch res {
 	case NotWritten:
 		if q.closeReq != nil && !q.closeReq.Flush {
-			queued = false // closed meanwhile, throwing away what was queued
-			break
+			break // closed meanwhile, throwing away what was queued
 		}
-		q.frames = append(q.frames, frame)
-		*budget += len(frame)
+		q.frames = append(batch, q.frames...)
+		q.eventBytes += events
+		q.replyBytes += replies
+		batch = nil
 	case Held:
-		q.opts.Metrics.sent(1)
+		q.opts.Metrics.sent(len(batch))
 		q.kicked = true
 	default:
-		q.opts.Metrics.sent(1)
-		if len(q.frames) == 0 && q.closeReq == nil && !q.kicked {
-			q.writing = false
-			return true
-		}
+		q.opts.Metrics.sent(len(batch))
+	}
+	if batch != nil && q.spare == nil && cap(batch) <= idleQueueCap {
+		clear(batch)
+		q.spare = batch[:0]
+	}
+	if res == Written && len(q.frames) == 0 && q.closeReq == nil && !q.kicked {
+		q.writing = false
+		return
 	}
 	if !q.detached {
 		q.startWriter() // q.writing stays set: the writer takes over
 	}
-	return queued
 }
 
 // Close asks the writer to close the connection with d, after the queued frames when

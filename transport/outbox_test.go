@@ -236,12 +236,16 @@ func TestOutboxDetached(t *testing.T) {
 type direct struct {
 	recorder
 	written []string
+	batches int
 	answer  transport.WriteResult
 	during  func()
 }
 
-func (d *direct) WriteNow(frame []byte) transport.WriteResult {
-	d.written = append(d.written, string(frame))
+func (d *direct) WriteNow(frames [][]byte) transport.WriteResult {
+	d.batches++
+	for _, f := range frames {
+		d.written = append(d.written, string(f))
+	}
 	if d.during != nil {
 		d.during()
 		d.during = nil
@@ -380,4 +384,40 @@ func metricOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s is not registered", name)
 	return 0
+}
+
+// Events held while the actor is behind leave together, in one direct write, when it
+// catches up (Release) or with the next frame written directly; held events count
+// against the budget; a writer that runs takes them as usual.
+func TestOutboxHoldsUntilReleased(t *testing.T) {
+	q, d, reg := newDirectOutbox(t)
+	require.True(t, q.Hold(event(1)))
+	require.True(t, q.Hold(event(2)))
+	require.Zero(t, d.batches, "nothing written while held")
+	require.Zero(t, d.wakeCount())
+	q.Release()
+	require.Equal(t, 1, d.batches, "one write for both")
+	require.Equal(t, []string{"x", "xx"}, d.written)
+	q.Release()
+	require.Equal(t, 1, d.batches, "nothing left to release")
+
+	require.True(t, q.Hold(event(3)))
+	require.True(t, q.Reply([]byte("r")))
+	require.Equal(t, 2, d.batches, "a frame written directly takes what is held with it")
+	require.Equal(t, []string{"x", "xx", "xxx", "r"}, d.written)
+	require.EqualValues(t, 4, metricOf(t, reg, "chatd_frames_sent_total"))
+
+	require.True(t, q.Hold(event(testBudget-1)))
+	require.False(t, q.Hold(event(2)), "held events count against the budget")
+	q.Release()
+
+	d.answer = transport.Held
+	require.True(t, q.Deliver(event(1)))
+	require.Equal(t, 1, d.wakeCount())
+	require.True(t, q.Hold(event(2)))
+	q.Release()
+	frames, _, ok := q.Take(nil)
+	require.True(t, ok)
+	require.Equal(t, [][]byte{[]byte("xx")}, frames, "the running writer takes what was held")
+	require.Zero(t, d.wakeCount()-1, "no second writer")
 }

@@ -261,15 +261,15 @@ func isCloseFrame(p []byte) bool {
 	return len(p) >= 2 && p[0] == 0x88 && p[1]&0x80 == 0 && int(p[1]) <= 125 && len(p) == 2+int(p[1])
 }
 
-// writeText writes one unfragmented, uncompressed text frame holding payload without
-// waiting, for a connection with no extension and no writer (conn.WriteNow): the frame's
-// header is two to ten bytes, and writing it here rather than through coder/websocket's
-// Write saves that Write's locks and state (a tenth of chatd's CPU when fanning out).
-// Nothing else writes a data frame meanwhile: coder/websocket writes only control frames
-// while no writer runs, each in one Write, so frames never interleave. ok false: the
-// frame was not written (a close was sent, or a writer owns the connection); held: the
-// socket did not take all of it, and a writer must send the rest.
-func (b *batchConn) writeText(payload []byte) (ok, held bool, err error) {
+// writeText writes unfragmented, uncompressed text frames holding payloads without
+// waiting, in one write(2), for a connection with no extension and no writer
+// (conn.WriteNow): a frame's header is two to ten bytes, and writing it here rather than
+// through coder/websocket's Write saves that Write's locks and state (a tenth of chatd's
+// CPU when fanning out). Nothing else writes a data frame meanwhile: coder/websocket
+// writes only control frames while no writer runs, each in one Write, so frames never
+// interleave. ok false: nothing was written (a close was sent, or a writer owns the
+// connection); held: the socket did not take all of it, and a writer must send the rest.
+func (b *batchConn) writeText(payloads [][]byte) (ok, held bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closeSent || b.waits() || b.batching {
@@ -278,8 +278,10 @@ func (b *batchConn) writeText(payload []byte) (ok, held bool, err error) {
 	if b.buf == nil {
 		b.buf = batchBuffers.Get().(*[]byte)
 	}
-	*b.buf = appendTextHeader(*b.buf, len(payload))
-	*b.buf = append(*b.buf, payload...)
+	for _, p := range payloads {
+		*b.buf = appendTextHeader(*b.buf, len(p))
+		*b.buf = append(*b.buf, p...)
+	}
 	held, err = b.flushLocked(nil)
 	return true, held, err
 }

@@ -179,19 +179,19 @@ func TestBatchConnNoTextAfterAClose(t *testing.T) {
 	server, _ := tcpPair(t)
 	b := newBatchConn(server)
 	b.writeBehind(func() {})
-	ok, held, err := b.writeText([]byte("before"))
+	ok, held, err := b.writeText([][]byte{[]byte("before")})
 	require.True(t, ok)
 	require.False(t, held)
 	require.NoError(t, err)
 
 	_, err = b.Write([]byte{0x88, 0x05, 'x', 'y'}) // too short for its length: not a close
 	require.NoError(t, err)
-	ok, _, _ = b.writeText([]byte("still"))
+	ok, _, _ = b.writeText([][]byte{[]byte("still")})
 	require.True(t, ok)
 
 	_, err = b.Write([]byte{0x88, 0x02, 0x03, 0xe8}) // close 1000
 	require.NoError(t, err)
-	ok, _, err = b.writeText([]byte("after"))
+	ok, _, err = b.writeText([][]byte{[]byte("after")})
 	require.False(t, ok, "left to coder/websocket, which refuses it")
 	require.NoError(t, err)
 }

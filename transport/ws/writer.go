@@ -18,14 +18,15 @@ func (c *conn) Wake() {
 	go c.writeLoop()
 }
 
-// WriteNow is the outbox's: with no writer running and nothing queued, it writes frame
-// from the caller's goroutine (the session's actor, or the worker's reply) without a
-// hand-off to a writer goroutine, and without ever waiting for the client: the socket
+// WriteNow is the outbox's: with no writer running, it writes frames (what is queued:
+// usually one, several when the actor held them while it was behind) from the caller's
+// goroutine (the session's actor, or the worker's reply) in one write(2), without a
+// hand-off to a writer goroutine and without ever waiting for the client: the socket
 // takes what it can at once and batchConn holds the rest for the writer the outbox then
 // wakes. Below saturation nearly every frame leaves this way, which saves a goroutine
 // start, a trip through the scheduler and, on a machine with many cores, a move to
 // another core per frame.
-func (c *conn) WriteNow(frame []byte) transport.WriteResult {
+func (c *conn) WriteNow(frames [][]byte) transport.WriteResult {
 	b := c.batch
 	if b == nil || b.raw == nil || b.kick == nil || c.ctx.Err() != nil {
 		return transport.NotWritten
@@ -33,13 +34,17 @@ func (c *conn) WriteNow(frame []byte) transport.WriteResult {
 	var ok, held bool
 	var err error
 	if c.plain {
-		ok, held, err = b.writeText(frame)
+		ok, held, err = b.writeText(frames)
 	}
 	if !ok && err == nil {
 		b.begin()
 		// coder/websocket's write lock is free: no writer runs, and a control frame
 		// written meanwhile does not wait for the socket (batchConn) while it holds it.
-		err = c.ws.Write(context.Background(), websocket.MessageText, frame)
+		for _, f := range frames {
+			if err = c.ws.Write(context.Background(), websocket.MessageText, f); err != nil {
+				break
+			}
+		}
 		var ferr error
 		held, ferr = b.endNow()
 		if err == nil {
