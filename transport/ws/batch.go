@@ -84,6 +84,8 @@ type batchConn struct {
 	// closeSent: coder/websocket wrote what looks like a close frame; no data frame may
 	// follow it, so writeText leaves data frames to coder/websocket from then on.
 	closeSent bool
+	// rw is writeNow's write(2).
+	rw rawWrite
 }
 
 // heldMax bounds what writes that do not wait may hold for the writer (one frame, and

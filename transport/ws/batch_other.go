@@ -12,6 +12,8 @@ import (
 // frame goes through a writer goroutine.
 func rawConn(net.Conn) syscall.RawConn { return nil }
 
+type rawWrite struct{}
+
 func (b *batchConn) writeNow([]byte) (int, error) {
 	return 0, errors.New("ws: writes that do not wait are not supported here")
 }

@@ -20,19 +20,36 @@ func rawConn(nc net.Conn) syscall.RawConn {
 	return raw
 }
 
-// writeNow makes one write(2) on the non-blocking socket and returns what it took: 0
-// when its buffer is full, never waiting for room.
-func (b *batchConn) writeNow(p []byte) (int, error) {
-	var n int
-	var werr error
-	err := b.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), p)
-			if werr != syscall.EINTR {
-				return true // done either way: the runtime is not asked to wait
-			}
+// rawWrite is one write(2) for RawConn.Write: its function is made once per connection
+// (a closure made per write would be half of what chatd allocates per token). Used
+// under batchConn.mu.
+type rawWrite struct {
+	p   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool
+}
+
+func (w *rawWrite) write(fd uintptr) bool {
+	for {
+		w.n, w.err = syscall.Write(int(fd), w.p)
+		if w.err != syscall.EINTR {
+			return true // done either way: the runtime is not asked to wait
 		}
-	})
+	}
+}
+
+// writeNow makes one write(2) on the non-blocking socket and returns what it took: 0
+// when its buffer is full, never waiting for room. b.mu must be held.
+func (b *batchConn) writeNow(p []byte) (int, error) {
+	w := &b.rw
+	if w.fn == nil {
+		w.fn = w.write
+	}
+	w.p = p
+	err := b.raw.Write(w.fn)
+	n, werr := w.n, w.err
+	w.p, w.err = nil, nil
 	if err != nil {
 		return 0, err
 	}
