@@ -93,8 +93,17 @@ func NewFormat(name string, encode func(*Event) []byte) *Format {
 func (f *Format) Name() string { return f.name }
 
 type encodings struct {
-	mu  sync.Mutex
-	enc []encoded
+	mu sync.Mutex
+	// first is the first format's encoding (most events are encoded in one format
+	// only: no slice to allocate), more the others'.
+	first encoded
+	more  []encoded
+}
+
+// publishedEvent is a published event with its encodings, allocated together.
+type publishedEvent struct {
+	Event
+	enc encodings
 }
 
 type encoded struct {
@@ -112,13 +121,20 @@ func (e *Event) Encode(f *Format) []byte {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, x := range c.enc {
+	if c.first.f == f {
+		return c.first.b
+	}
+	for _, x := range c.more {
 		if x.f == f {
 			return x.b
 		}
 	}
 	b := f.encode(e)
-	c.enc = append(c.enc, encoded{f, b})
+	if c.first.f == nil {
+		c.first = encoded{f, b}
+	} else {
+		c.more = append(c.more, encoded{f, b})
+	}
 	return b
 }
 
@@ -130,8 +146,8 @@ func (e *Event) encodedBytes() int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, x := range c.enc {
+	n := len(c.first.b)
+	for _, x := range c.more {
 		n += len(x.b)
 	}
 	return n

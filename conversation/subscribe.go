@@ -137,8 +137,9 @@ func (a *Actor) publish(e Event) {
 	}
 	a.seq++
 	e.Seq = a.seq
-	e.enc = new(encodings)
-	ev := &e
+	p := &publishedEvent{Event: e} // one allocation for the event and its encodings
+	p.Event.enc = &p.enc
+	ev := &p.Event
 	a.cfg.Metrics.eventsPublished.Inc()
 	// With more work queued, subscribers that can hold the event send it with what
 	// follows, once the inbox is empty (flushIdle).

@@ -519,6 +519,9 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 			time.Sleep(o.warmup)
 			seconds := max(int(o.window/time.Second)-1, 1)
 			saveProfile(srv, o.profileDir, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), "cpu")
+			// What was allocated since the start, most of it by the window's tokens:
+			// go tool pprof -sample_index=alloc_objects.
+			saveProfile(srv, o.profileDir, "/debug/pprof/allocs", "allocs")
 		}()
 	}
 	row, err := measure(ctx, g, srv, sessions, o.warmup, o.window)
