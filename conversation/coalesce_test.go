@@ -528,13 +528,13 @@ func (s *stallingSubscriber) Deliver(ev *conversation.Event) bool {
 	return s.Recorder.Deliver(ev)
 }
 
-// Adaptive coalescing adds no latency when the actor keeps up (each piece is published
-// as it comes) and merges the pieces that queued up while it was busy into one delta.
-func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
-	t.Parallel()
+// startBurst starts a session whose agent says "a", waits for burst, says "b", "c" and
+// "d" at once (then closes sent), and says "e" and "f" one burst at a time; sub is the
+// session's subscriber, coalesce its actor's CoalesceDeltas.
+func startBurst(t *testing.T, coalesce time.Duration, sub conversation.Subscriber) (burst, sent chan struct{}) {
+	t.Helper()
 	st := storetest.New(t)
-	burst := make(chan struct{})
-	sent := make(chan struct{})
+	burst, sent = make(chan struct{}), make(chan struct{})
 	agent := conversation.AgentFunc(func(ctx context.Context, _ conversation.Request, out conversation.Emitter) error {
 		if err := out.Text("a"); err != nil {
 			return err
@@ -558,7 +558,7 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 	a := conversation.Start(conversation.Config{
 		Store: st, Agent: agent, Clock: clockwork.NewFakeClock(),
 		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-		CoalesceDeltas: conversation.CoalesceAdaptive,
+		CoalesceDeltas: coalesce,
 	}, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -566,11 +566,19 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 		require.NoError(t, a.Stop(ctx))
 		require.NoError(t, a.Wait(ctx))
 	})
-	s := &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}
-	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
+	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: sub})
 	require.NoError(t, err)
 	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
+	return burst, sent
+}
+
+// Adaptive coalescing adds no latency when the actor keeps up (each piece is published
+// as it comes) and merges the pieces that queued up while it was busy into one delta.
+func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
+	t.Parallel()
+	s := &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}
+	burst, sent := startBurst(t, conversation.CoalesceAdaptive, s)
 
 	<-s.stalled // "a" went out at once, and the actor is stuck delivering it
 	burst <- struct{}{}
@@ -641,44 +649,8 @@ func (s *holdingSubscriber) Deliver(ev *conversation.Event) bool {
 // actor has caught up; an actor that keeps up delivers each event at once.
 func TestEventsHeldWhileTheActorIsBehind(t *testing.T) {
 	t.Parallel()
-	st := storetest.New(t)
-	burst := make(chan struct{})
-	sent := make(chan struct{})
-	agent := conversation.AgentFunc(func(ctx context.Context, _ conversation.Request, out conversation.Emitter) error {
-		if err := out.Text("a"); err != nil {
-			return err
-		}
-		<-burst // the actor is stalled delivering "a"
-		for _, p := range []string{"b", "c", "d"} {
-			if err := out.Text(p); err != nil {
-				return err
-			}
-		}
-		close(sent)
-		<-burst // released after the actor caught up
-		for _, p := range []string{"e", "f"} {
-			if err := out.Text(p); err != nil {
-				return err
-			}
-			<-burst
-		}
-		return nil
-	})
-	a := conversation.Start(conversation.Config{
-		Store: st, Agent: agent, Clock: clockwork.NewFakeClock(),
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-	}, uuid.New(), nil)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, a.Stop(ctx))
-		require.NoError(t, a.Wait(ctx))
-	})
 	s := &holdingSubscriber{stallingSubscriber: &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}}
-	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
-	require.NoError(t, err)
-	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
-	require.NoError(t, err)
+	burst, sent := startBurst(t, 0, s)
 
 	<-s.stalled
 	burst <- struct{}{}

@@ -95,15 +95,7 @@ func (e *outboxEnv) take(t *testing.T) ([]string, *transport.CloseRequest) {
 
 func (e *outboxEnv) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	families, err := e.reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("%s is not registered", name)
-	return 0
+	return metricOf(t, e.reg, name)
 }
 
 // A writer is woken once for a burst of frames and takes them in one batch, in order;
