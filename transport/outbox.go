@@ -237,6 +237,10 @@ func (q *Outbox) Release() {
 	if q.writing || len(q.frames) == 0 || q.closeReq != nil {
 		return // a writer runs (or is being woken) and takes them
 	}
+	if q.direct == nil {
+		q.wake()
+		return
+	}
 	q.writeNow()
 }
 

@@ -413,3 +413,18 @@ func TestOutboxHoldsUntilReleased(t *testing.T) {
 	require.Equal(t, [][]byte{[]byte("xx")}, frames, "the running writer takes what was held")
 	require.Zero(t, d.wakeCount()-1, "no second writer")
 }
+
+// A transport that cannot write directly (an HTTP stream) gains nothing from holding: a
+// held event wakes its writer at once, and Release has nothing left to do.
+func TestOutboxHoldWithoutDirectWrites(t *testing.T) {
+	e := newOutbox(t)
+	require.True(t, e.q.Hold(event(1)))
+	require.Equal(t, 1, e.w.wakeCount())
+	e.q.Release()
+	frames, _ := e.take(t)
+	require.Equal(t, []string{"x"}, frames)
+	_, _, ok := e.q.Take(nil)
+	require.False(t, ok)
+	e.q.Release()
+	require.Equal(t, 1, e.w.wakeCount())
+}
