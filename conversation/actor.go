@@ -58,9 +58,11 @@ type Actor struct {
 	subs    map[Subscriber]struct{}
 	// holding: a subscriber may hold events published while the inbox was not empty
 	// (HoldingSubscriber); flushIdle has them sent.
-	holding   bool
-	run       *runState       // the active run, nil when none
-	lastCalls map[string]bool // tool call ids of the run that ended last
+	holding bool
+	// behindPasses counts the loop's passes in a row that ended with more queued.
+	behindPasses int
+	run          *runState       // the active run, nil when none
+	lastCalls    map[string]bool // tool call ids of the run that ended last
 	// rules are the session's approval rules, read on first use (rulesLoaded).
 	rules       []chat.ApprovalRule
 	rulesLoaded bool

@@ -47,13 +47,22 @@ func (a *Actor) appendDelta(run *runState, text string) {
 	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
 }
 
-// flushIdle runs once nothing is queued behind the actor's last intent: it has caught
-// up. It publishes the held text in adaptive mode (the piece would gain nothing from
-// waiting), and has the subscribers send the events they held while it was behind.
+// maxBehindPasses bounds how many intents in a row the actor handles with more queued
+// behind them before it sends what it holds anyway: an actor that stays behind merges,
+// but its clients still hear from it.
+const maxBehindPasses = 16
+
+// flushIdle runs after each of the loop's passes. Once nothing is queued behind the
+// last intent (the actor has caught up), or after maxBehindPasses passes without that,
+// it publishes the held text in adaptive mode and has the subscribers send the events
+// they held while it was behind.
 func (a *Actor) flushIdle() {
 	if len(a.inbox) != 0 {
-		return
+		if a.behindPasses++; a.behindPasses < maxBehindPasses {
+			return
+		}
 	}
+	a.behindPasses = 0
 	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive {
 		a.flushDelta()
 	}

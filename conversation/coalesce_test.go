@@ -607,10 +607,11 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 // delivered one, as the transport's outbox sends them.
 type holdingSubscriber struct {
 	*stallingSubscriber
-	mu       sync.Mutex
-	pending  []*conversation.Event
-	held     []string
-	releases int
+	mu         sync.Mutex
+	pending    []*conversation.Event
+	held       []string
+	releases   int
+	maxPending int
 }
 
 func (s *holdingSubscriber) Hold(ev *conversation.Event) bool {
@@ -631,6 +632,7 @@ func (s *holdingSubscriber) Release() {
 }
 
 func (s *holdingSubscriber) sendPending() {
+	s.maxPending = max(s.maxPending, len(s.pending))
 	for _, ev := range s.pending {
 		s.Recorder.Deliver(ev)
 	}
@@ -678,4 +680,50 @@ func TestEventsHeldWhileTheActorIsBehind(t *testing.T) {
 	defer s.mu.Unlock()
 	require.Equal(t, []string{"b", "c"}, s.held, "nothing held while the actor kept up")
 	require.GreaterOrEqual(t, s.releases, 1)
+}
+
+// An actor that stays behind (40 pieces queued at once) still has what it holds sent
+// every maxBehindPasses intents, not once the whole backlog is handled.
+func TestHoldingIsBoundedWhileTheActorStaysBehind(t *testing.T) {
+	t.Parallel()
+	const pieces = 40
+	burst, sent := make(chan struct{}), make(chan struct{})
+	agent := conversation.AgentFunc(func(ctx context.Context, _ conversation.Request, out conversation.Emitter) error {
+		if err := out.Text("a"); err != nil {
+			return err
+		}
+		<-burst
+		for range pieces { // all queued while the actor is stalled delivering "a"
+			if err := out.Text("b"); err != nil {
+				return err
+			}
+		}
+		close(sent)
+		return nil
+	})
+	a := conversation.Start(conversation.Config{
+		Store: storetest.New(t), Agent: agent, Clock: clockwork.NewFakeClock(),
+		Logger:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		InboxSize: 2 * pieces,
+	}, uuid.New(), nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Wait(ctx))
+	})
+	s := &holdingSubscriber{stallingSubscriber: &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}}
+	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
+	require.NoError(t, err)
+	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	<-s.stalled
+	close(burst)
+	<-sent
+	close(s.release)
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Greater(t, len(s.held), pieces/2, "the backlog was held")
+	require.LessOrEqual(t, s.maxPending, 16, "but sent at least every 16 intents")
 }

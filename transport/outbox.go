@@ -196,28 +196,48 @@ func (q *Outbox) enqueue(frame []byte, budget *int) bool {
 	if q.closeReq != nil {
 		return false
 	}
+	if q.direct != nil && !q.writing {
+		// Written now, with what Hold queued before it: the budget bounds what waits for
+		// a writer, and nothing does.
+		q.frames = append(q.frames, frame)
+		*budget += len(frame)
+		q.writeNow()
+		return true
+	}
 	if *budget > 0 && *budget+len(frame) > q.opts.Budget {
 		return false
 	}
 	q.frames = append(q.frames, frame)
 	*budget += len(frame)
-	if q.direct != nil && !q.writing {
-		q.writeNow() // with what Hold queued before it
-		return true
-	}
 	q.wake()
 	return true
 }
 
+// What Hold may hold before it writes it anyway: an actor that stays behind must not
+// starve its clients, nor have them dropped as slow for what was never tried.
+const (
+	holdMaxFrames = 16
+	holdMaxBytes  = 32 << 10
+)
+
 // Hold queues a live event like Deliver but does not send it yet: the actor has more
 // work queued behind it, and Release (or the next frame written directly) sends what
-// was held, in one write instead of one each. A writer that runs takes it as usual.
+// was held, in one write instead of one each. Once holdMaxFrames or holdMaxBytes are
+// held, what is held is written before the event is queued. A writer that runs takes it
+// as usual.
 func (q *Outbox) Hold(ev *conversation.Event) bool {
 	frame := ev.Encode(q.opts.Format)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closeReq != nil {
 		return false
+	}
+	if q.direct != nil && !q.writing && len(q.frames) > 0 &&
+		(len(q.frames) >= holdMaxFrames || q.eventBytes+len(frame) > holdMaxBytes) {
+		q.writeNow() // enough is held: it leaves now, in one write
+		if q.closeReq != nil {
+			return false
+		}
 	}
 	if q.eventBytes > 0 && q.eventBytes+len(frame) > q.opts.Budget {
 		return false

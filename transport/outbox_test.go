@@ -428,3 +428,19 @@ func TestOutboxHoldWithoutDirectWrites(t *testing.T) {
 	e.q.Release()
 	require.Equal(t, 1, e.w.wakeCount())
 }
+
+// An actor that stays behind does not starve its clients: once 16 events are held, they
+// are written before the next is held.
+func TestOutboxHoldsABoundedBatch(t *testing.T) {
+	q, d, _ := newDirectOutbox(t)
+	for range 16 {
+		require.True(t, q.Hold(event(1)))
+	}
+	require.Zero(t, d.batches)
+	require.True(t, q.Hold(event(2)))
+	require.Equal(t, 1, d.batches, "the 16 held events, in one write")
+	require.Len(t, d.written, 16)
+	q.Release()
+	require.Equal(t, 2, d.batches)
+	require.Equal(t, "xx", d.written[16], "then the one held after them")
+}
