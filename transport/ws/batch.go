@@ -81,6 +81,8 @@ type batchConn struct {
 	// held is what a write that did not wait left over: it is sent before anything
 	// else, by the writer that kick wakes.
 	held []byte
+	// heldBehind is what was added to held after its first leftover (heldMax).
+	heldBehind int
 	// closeSent: coder/websocket wrote what looks like a close frame; no data frame may
 	// follow it, so writeText leaves data frames to coder/websocket from then on.
 	closeSent bool
@@ -88,9 +90,9 @@ type batchConn struct {
 	rw rawWrite
 }
 
-// heldMax bounds what writes that do not wait may hold for the writer (one frame, and
-// control frames written before the writer owns the connection). A connection past it
-// has failed.
+// heldMax bounds what writes that do not wait may add behind what is held already for
+// the writer (control frames written before the writer owns the connection, a direct
+// batch that came meanwhile). A connection past it has failed.
 const heldMax = 4 << 20
 
 var errHeldFull = errors.New("ws: the socket takes nothing and too much is held for it")
@@ -222,14 +224,17 @@ func (b *batchConn) flushLocked(more []byte) (kick bool, err error) {
 		default:
 			_, err = bufs.WriteTo(b.Conn)
 		}
-		b.held = nil
+		b.held, b.heldBehind = nil, 0
 		return false, err
 	}
 	if len(b.held) > 0 {
-		// Behind what is held already: a writer was kicked for it.
-		if len(b.held)+len(gathered)+len(more) > heldMax {
+		// Behind what is held already: a writer was kicked for it. What piles up behind
+		// it (control frames, until the writer owns the connection) is bounded; the
+		// first leftover is one batch of the outbox's, whatever its size.
+		if b.heldBehind+len(gathered)+len(more) > heldMax {
 			return false, errHeldFull
 		}
+		b.heldBehind += len(gathered) + len(more)
 		b.held = append(append(b.held, gathered...), more...)
 		return true, nil
 	}
@@ -252,6 +257,7 @@ func (b *batchConn) flushLocked(more []byte) (kick bool, err error) {
 		return false, nil
 	}
 	b.held = append([]byte(nil), p[n:]...)
+	b.heldBehind = 0
 	return true, nil
 }
 

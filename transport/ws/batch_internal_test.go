@@ -211,3 +211,20 @@ func TestAppendTextHeader(t *testing.T) {
 		require.Equal(t, tc.want, appendTextHeader(nil, tc.n), "%d", tc.n)
 	}
 }
+
+// heldMax bounds what piles up behind a leftover, not the leftover: a frame larger than
+// heldMax that the socket did not take does not fail the next ping.
+func TestBatchConnHoldsALargeFrameAndAPingBehindIt(t *testing.T) {
+	server, _ := tcpPair(t)
+	b := newBatchConn(server)
+	b.writeBehind(func() {})
+	ok, held, err := b.writeText([][]byte{bytes.Repeat([]byte("f"), heldMax+1)})
+	require.True(t, ok)
+	require.True(t, held)
+	require.NoError(t, err)
+	require.Greater(t, len(b.held), heldMax-(1<<20), "most of it is held")
+	_, err = b.Write([]byte{0x89, 0x00}) // a ping
+	require.NoError(t, err)
+	_, err = b.Write(bytes.Repeat([]byte("z"), heldMax))
+	require.ErrorIs(t, err, errHeldFull, "what piles up behind it is bounded")
+}
