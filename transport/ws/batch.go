@@ -211,17 +211,20 @@ func (b *batchConn) flushLocked(more []byte) (kick bool, err error) {
 		gathered = *b.buf
 	}
 	if b.waits() {
-		bufs := make(net.Buffers, 0, 3)
-		for _, p := range [][]byte{b.held, gathered, more} {
+		var parts [3][]byte
+		n := 0
+		for _, p := range [...][]byte{b.held, gathered, more} {
 			if len(p) > 0 {
-				bufs = append(bufs, p)
+				parts[n] = p
+				n++
 			}
 		}
-		switch len(bufs) {
+		switch n {
 		case 0:
 		case 1:
-			_, err = b.Conn.Write(bufs[0])
+			_, err = b.Conn.Write(parts[0])
 		default:
+			bufs := append(net.Buffers(nil), parts[:n]...) // the only allocation, and rare
 			_, err = bufs.WriteTo(b.Conn)
 		}
 		b.held, b.heldBehind = nil, 0
