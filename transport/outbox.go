@@ -226,13 +226,16 @@ const (
 // held, what is held is written before the event is queued. A writer that runs takes it
 // as usual.
 func (q *Outbox) Hold(ev *conversation.Event) bool {
+	if q.direct == nil {
+		return q.Deliver(ev) // nothing to gain from holding
+	}
 	frame := ev.Encode(q.opts.Format)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closeReq != nil {
 		return false
 	}
-	if q.direct != nil && !q.writing && len(q.frames) > 0 &&
+	if !q.writing && len(q.frames) > 0 &&
 		(len(q.frames) >= holdMaxFrames || q.eventBytes+len(frame) > holdMaxBytes) {
 		q.writeNow() // enough is held: it leaves now, in one write
 		if q.closeReq != nil {
@@ -244,9 +247,6 @@ func (q *Outbox) Hold(ev *conversation.Event) bool {
 	}
 	q.frames = append(q.frames, frame)
 	q.eventBytes += len(frame)
-	if q.direct == nil {
-		q.wake() // nothing to gain from holding
-	}
 	return true
 }
 
