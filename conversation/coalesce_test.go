@@ -555,11 +555,17 @@ func startBurst(t *testing.T, coalesce time.Duration, sub conversation.Subscribe
 		}
 		return nil
 	})
-	a := conversation.Start(conversation.Config{
-		Store: st, Agent: agent, Clock: clockwork.NewFakeClock(),
-		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-		CoalesceDeltas: coalesce,
-	}, uuid.New(), nil)
+	startRun(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: coalesce}, sub)
+	return burst, sent
+}
+
+// startRun starts an actor with cfg (a fake clock and a quiet logger added), stopped
+// when the test ends, subscribes sub to a new session and sends it a message.
+func startRun(t *testing.T, cfg conversation.Config, sub conversation.Subscriber) {
+	t.Helper()
+	cfg.Clock = clockwork.NewFakeClock()
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	a := conversation.Start(cfg, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -570,7 +576,6 @@ func startBurst(t *testing.T, coalesce time.Duration, sub conversation.Subscribe
 	require.NoError(t, err)
 	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
-	return burst, sent
 }
 
 // Adaptive coalescing adds no latency when the actor keeps up (each piece is published
@@ -701,22 +706,8 @@ func TestHoldingIsBoundedWhileTheActorStaysBehind(t *testing.T) {
 		close(sent)
 		return nil
 	})
-	a := conversation.Start(conversation.Config{
-		Store: storetest.New(t), Agent: agent, Clock: clockwork.NewFakeClock(),
-		Logger:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-		InboxSize: 2 * pieces,
-	}, uuid.New(), nil)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, a.Stop(ctx))
-		require.NoError(t, a.Wait(ctx))
-	})
 	s := &holdingSubscriber{stallingSubscriber: &stallingSubscriber{Recorder: convtest.New(), stalled: make(chan struct{}), release: make(chan struct{})}}
-	_, err := a.Hello(testCtx(t), conversation.HelloRequest{Create: true, Subscriber: s})
-	require.NoError(t, err)
-	_, err = a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
-	require.NoError(t, err)
+	startRun(t, conversation.Config{Store: storetest.New(t), Agent: agent, InboxSize: 2 * pieces}, s)
 	<-s.stalled
 	close(burst)
 	<-sent
