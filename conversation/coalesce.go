@@ -11,7 +11,8 @@ import (
 const MaxCoalescedDelta = 16 << 10
 
 // CoalesceAdaptive is Config.CoalesceDeltas's adaptive mode: text is held only while
-// more of the actor's work is queued behind it, and published once it has none.
+// more of the actor's work is queued behind it, and published once it has none; and,
+// while the process is behind, for the window its Pacer has open (Config.Pacer).
 const CoalesceAdaptive time.Duration = -1
 
 // heldDelta is text of the open segment that arrived within the coalescing window and is
@@ -41,10 +42,15 @@ func (a *Actor) appendDelta(run *runState, text string) {
 		a.flushDelta()
 		return
 	}
-	if a.cfg.CoalesceDeltas == CoalesceAdaptive {
-		return // published when the actor has nothing more queued (flushIdle)
+	window := a.cfg.CoalesceDeltas
+	if window == CoalesceAdaptive {
+		// Published when the actor has nothing more queued (flushIdle), or, while the
+		// process is behind, at the end of the Pacer's window.
+		if window = a.cfg.Pacer.Window(); window == 0 {
+			return
+		}
 	}
-	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
+	a.arm(&a.coalesceT, window) // the window starts with its first piece
 }
 
 // maxBehindPasses bounds how many intents in a row the actor handles with more queued
@@ -54,8 +60,9 @@ const maxBehindPasses = 16
 
 // flushIdle runs after each of the loop's passes. Once nothing is queued behind the
 // last intent (the actor has caught up), or after maxBehindPasses passes without that,
-// it publishes the held text in adaptive mode and has the subscribers send the events
-// they held while it was behind.
+// it publishes the held text in adaptive mode (unless the Pacer's window is open: then
+// the window's end does) and has the subscribers send the events they held while it
+// was behind.
 func (a *Actor) flushIdle() {
 	if len(a.inbox) != 0 {
 		if a.behindPasses++; a.behindPasses < maxBehindPasses {
@@ -63,7 +70,7 @@ func (a *Actor) flushIdle() {
 		}
 	}
 	a.behindPasses = 0
-	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive {
+	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive && a.cfg.Pacer.Window() == 0 {
 		a.flushDelta()
 	}
 	if a.holding {

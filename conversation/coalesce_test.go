@@ -26,14 +26,16 @@ const window = 25 * time.Millisecond
 // one subscriber.
 func startCoalescing(t *testing.T, st conversation.Store, agent conversation.Agent) (*clockwork.FakeClock, *conversation.Actor, *convtest.Recorder) {
 	t.Helper()
+	return startCoalescingWith(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: window})
+}
+
+// startCoalescingWith is startCoalescing with cfg's coalescing, on a fake clock.
+func startCoalescingWith(t *testing.T, cfg conversation.Config) (*clockwork.FakeClock, *conversation.Actor, *convtest.Recorder) {
+	t.Helper()
 	clock := clockwork.NewFakeClock()
-	a := conversation.Start(conversation.Config{
-		Store:          st,
-		Agent:          agent,
-		Clock:          clock,
-		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-		CoalesceDeltas: window,
-	}, uuid.New(), nil)
+	cfg.Clock = clock
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	a := conversation.Start(cfg, uuid.New(), nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -605,6 +607,53 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 	burst <- struct{}{}
 	end := s.Await(t, convtest.Terminal)
 	require.EqualValues(t, "chat.done", end.Type)
+}
+
+// While the process is behind (its Pacer has a window open), adaptive coalescing holds
+// a session's text for the window even when the actor itself keeps up; once the window
+// closes, text goes out as the actor catches up, as before.
+func TestAdaptiveCoalescingHoldsForThePacersWindow(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	agent := newStepper()
+	pacer := conversation.NewPacer(clockwork.NewFakeClock(), 0, nil, nil) // not started: the test moves it
+	clock, a, s := startCoalescingWith(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: conversation.CoalesceAdaptive, Pacer: pacer})
+	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+
+	// Published after the pass that handled it: awaited, since the round trip's reply
+	// comes before the end of its own pass.
+	published := func(text string) {
+		t.Helper()
+		s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == text })
+	}
+	require.NoError(t, agent.play(t, a, script.Text("one")))
+	published("one") // the process keeps up: at once
+
+	const w = 40 * time.Millisecond
+	pacer.SetWindow(w)
+	require.NoError(t, agent.play(t, a, script.Text(" two")))
+	require.NoError(t, agent.play(t, a, script.Text(" three")))
+	require.Equal(t, []string{"one"}, deltas(s), "held for the window though the actor has nothing queued")
+	waitTimers(t, clock, 1)
+	clock.Advance(w - time.Nanosecond)
+	roundTrip(t, a)
+	require.Equal(t, []string{"one"}, deltas(s), "the window has not passed")
+	clock.Advance(time.Nanosecond)
+	published(" two three")
+
+	// Text held when the window closes goes out with the actor's next pass.
+	require.NoError(t, agent.play(t, a, script.Text(" four")))
+	pacer.SetWindow(0)
+	require.NoError(t, agent.play(t, a, script.Text(" five")))
+	published(" four five")
+	require.NoError(t, agent.play(t, a, script.Text(" six")))
+	published(" six") // closed: at once again, the clock untouched
+	require.Equal(t, []string{"one", " two three", " four five", " six"}, deltas(s))
+
+	close(agent.steps)
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
+	requireDeltasAreStored(t, st, a, s)
 }
 
 // holdingSubscriber is a stallingSubscriber that can hold events (a

@@ -172,8 +172,12 @@ type Config struct {
 	// segment's end and a hello publish the held text first. 0 publishes every piece as
 	// it comes. CoalesceAdaptive merges only what arrives while the actor is behind:
 	// a piece is published as soon as the actor has nothing more queued, so an idle
-	// process adds no latency and a busy one sends fewer, larger frames.
+	// process adds no latency and a busy one sends fewer, larger frames; while Pacer
+	// has a window open (the process is behind), text is held for that window.
 	CoalesceDeltas time.Duration
+	// Pacer, in adaptive mode, opens a window of coalescing while the process is behind;
+	// share one among all the actors of a process. nil: the window stays closed.
+	Pacer *Pacer
 	// ProgressStoreInterval bounds how often a run's progress (Emitter.Progress) is
 	// written to the database: a report is stored at once when none was within this long
 	// (timed on Clock), and the reports within the window only by the last of them, at

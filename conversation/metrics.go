@@ -29,6 +29,8 @@ type Metrics struct {
 	released prometheus.Counter
 	// memoryReturned counts the MemoryReturner's returns of memory to the system.
 	memoryReturned prometheus.Counter
+	// paceWindow is the Pacer's window of adaptive coalescing.
+	paceWindow prometheus.Gauge
 	// journal counts the writes (refused, fenced, failed) and the write queues.
 	journal *journal.Metrics
 }
@@ -88,7 +90,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "chatd_memory_returned_total",
 		Help: "Times the process collected and returned its free memory to the system after quiet conversations dropped at least 32 MiB of messages.",
 	})
+	paceWindow := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "chatd_coalesce_window_seconds",
+		Help: "How long adaptive coalescing holds a session's text now: 0 while the process keeps up, up to 0.1 while its goroutines wait to run.",
+	})
 	m := &Metrics{
+		paceWindow:      paceWindow,
 		released:        released,
 		memoryReturned:  memoryReturned,
 		leaseAcquired:   leases.WithLabelValues("free"),
@@ -109,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved, released, memoryReturned)
+		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved, released, memoryReturned, paceWindow)
 	}
 	return m
 }

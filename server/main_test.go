@@ -1376,8 +1376,8 @@ func TestServicesStartAndStopInOrder(t *testing.T) {
 	require.NoError(t, m.Shutdown(ctx), "a second Shutdown has nothing left to do")
 	require.Equal(t, []string{
 		"database started", "lease-renewal started", "sandboxes started", "sandbox-janitor started",
-		"transport started", "journal started", "hub started", "eviction started", "abandonment started", "memory started", "rescue started", "retention started", "admin-http started", "http started",
-		"http stopped", "admin-http stopped", "retention stopped", "rescue stopped", "memory stopped", "abandonment stopped", "eviction stopped", "hub stopped", "journal stopped", "transport stopped", "sandbox-janitor stopped",
+		"transport started", "journal started", "hub started", "eviction started", "abandonment started", "memory started", "pacer started", "rescue started", "retention started", "admin-http started", "http started",
+		"http stopped", "admin-http stopped", "retention stopped", "rescue stopped", "pacer stopped", "memory stopped", "abandonment stopped", "eviction stopped", "hub stopped", "journal stopped", "transport stopped", "sandbox-janitor stopped",
 		"sandboxes stopped", "lease-renewal stopped", "database stopped",
 	}, serviceLog(t, logBuf.String()))
 }

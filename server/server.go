@@ -258,6 +258,13 @@ func (m *Server) build() error {
 	if m.cfg.QuietRelease > 0 {
 		memory = conversation.NewMemoryReturner(clock, 0, 0, nil, convMetrics)
 	}
+	// Adaptive coalescing widens to a window while the process is behind. The pacer
+	// reads the real scheduler, so it runs only with the real clock: on a test's fake
+	// clock a window would hold text until the test moved the clock.
+	var pacer *conversation.Pacer
+	if m.cfg.CoalesceDeltas == conversation.CoalesceAdaptive && m.clock == nil {
+		pacer = conversation.NewPacer(clock, 0, nil, convMetrics)
+	}
 	m.journal = journal.NewWriter(journal.Config{
 		Clock:      clock,
 		Logger:     m.log.With().Str("component", "journal").Logger(),
@@ -292,6 +299,7 @@ func (m *Server) build() error {
 		ModelName:      m.modelName(),
 		Metrics:        convMetrics,
 		CoalesceDeltas: m.cfg.CoalesceDeltas,
+		Pacer:          pacer,
 	}, m.log, hub.WithMetrics(hub.NewMetrics(m.registry)))
 	if err != nil {
 		return err
@@ -435,6 +443,9 @@ func (m *Server) build() error {
 	m.services.Add("abandonment", abandonments)
 	if memory != nil {
 		m.services.Add("memory", memory)
+	}
+	if pacer != nil {
+		m.services.Add("pacer", pacer)
 	}
 	// Its first pass, before the listener serves, takes up the runs of nodes that died,
 	// this one's last life among them.
