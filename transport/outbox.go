@@ -108,9 +108,12 @@ const (
 	NotWritten WriteResult = iota
 	// Written: the frames left whole.
 	Written
-	// Held: the client did not take all of them at once, or the write failed; the
-	// writer that is woken sends the rest (or ends the connection).
+	// Held: the client did not take all of them at once; the writer that is woken
+	// sends the rest.
 	Held
+	// Failed: the write failed; the writer that is woken ends the connection. The
+	// frames are not counted as sent.
+	Failed
 )
 
 // CloseRequest asks the writer to end the connection.
@@ -288,6 +291,8 @@ func (q *Outbox) writeNow() {
 		batch = nil
 	case Held:
 		q.opts.Metrics.sent(len(batch))
+		q.kicked = true
+	case Failed:
 		q.kicked = true
 	default:
 		q.opts.Metrics.sent(len(batch))

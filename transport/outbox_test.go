@@ -304,6 +304,16 @@ func TestOutboxWritesDirectlyWhileNoWriterRuns(t *testing.T) {
 	_, _, ok = q.Take(nil)
 	require.False(t, ok)
 	require.Equal(t, 3, d.wakeCount())
+
+	// A write that failed wakes the writer (to end the connection) and sends nothing.
+	sent := metricOf(t, reg, "chatd_frames_sent_total")
+	d.answer = transport.Failed
+	require.True(t, q.Deliver(event(1)))
+	require.Equal(t, 4, d.wakeCount())
+	frames, _, ok = q.Take(nil)
+	require.True(t, ok, "the writer runs and finds the connection failed")
+	require.Empty(t, frames)
+	require.Equal(t, sent, metricOf(t, reg, "chatd_frames_sent_total"), "not counted as sent")
 }
 
 // A Kick (the writer's own bytes held) wakes a writer if none runs, once.

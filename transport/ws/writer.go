@@ -53,7 +53,7 @@ func (c *conn) WriteNow(frames [][]byte) transport.WriteResult {
 	}
 	if err != nil {
 		c.writeFailed.Store(true) // the writer woken for it ends the connection
-		return transport.Held
+		return transport.Failed
 	}
 	if held {
 		return transport.Held
