@@ -42,15 +42,12 @@ func (a *Actor) appendDelta(run *runState, text string) {
 		a.flushDelta()
 		return
 	}
-	window := a.cfg.CoalesceDeltas
-	if window == CoalesceAdaptive {
-		// Published when the actor has nothing more queued (flushIdle), or, while the
-		// process is behind, at the end of the Pacer's window.
-		if window = a.cfg.Pacer.Window(); window == 0 {
-			return
-		}
+	if a.cfg.CoalesceDeltas == CoalesceAdaptive {
+		// Published when the actor has nothing more queued, or, while the process is
+		// behind, at the end of the Pacer's window (flushIdle decides which).
+		return
 	}
-	a.arm(&a.coalesceT, window) // the window starts with its first piece
+	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
 }
 
 // maxBehindPasses bounds how many intents in a row the actor handles with more queued
@@ -61,8 +58,8 @@ const maxBehindPasses = 16
 // flushIdle runs after each of the loop's passes. Once nothing is queued behind the
 // last intent (the actor has caught up), or after maxBehindPasses passes without that,
 // it publishes the held text in adaptive mode (unless the Pacer's window is open: then
-// the window's end does) and has the subscribers send the events they held while it
-// was behind.
+// the end of a window does, started now if none runs) and has the subscribers send the
+// events they held while it was behind.
 func (a *Actor) flushIdle() {
 	if len(a.inbox) != 0 {
 		if a.behindPasses++; a.behindPasses < maxBehindPasses {
@@ -70,8 +67,15 @@ func (a *Actor) flushIdle() {
 		}
 	}
 	a.behindPasses = 0
-	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive && a.cfg.Pacer.Window() == 0 {
-		a.flushDelta()
+	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive {
+		// The window is read here only, once the actor has caught up: the text waits for
+		// the window's end (a window that is running, or one that starts now), or goes
+		// at once when none is open.
+		if w := a.cfg.Pacer.Window(); w == 0 {
+			a.flushDelta()
+		} else {
+			a.arm(&a.coalesceT, w)
+		}
 	}
 	if a.holding {
 		a.holding = false

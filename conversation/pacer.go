@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"math"
 	"runtime/metrics"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,10 @@ const (
 	// paceStartAfter is how many intervals in a row must be behind before a window
 	// opens: a collection or a slow statement makes one interval slow, not two.
 	paceStartAfter = 2
+	// paceMinSamples: an interval with fewer goroutines scheduled says nothing (the
+	// runtime samples about one in eight): in a nearly idle process one long wait would
+	// make the mean. It counts as keeping up.
+	paceMinSamples = 50
 )
 
 // Pacer widens adaptive coalescing (CoalesceAdaptive) while the whole process is behind.
@@ -96,18 +101,16 @@ func (p *Pacer) Window() time.Duration {
 
 // Start starts looking; its first reading is where the first interval starts.
 func (p *Pacer) Start(context.Context) error {
-	p.last = nil
 	return p.loop.Start(func(stop <-chan struct{}) {
+		// Closed by the loop itself as it ends, after its last pass, so that a Stop
+		// whose context ends first cannot leave it open.
+		defer p.set(0)
 		service.Every(stop, p.clock, p.interval, func(context.Context) { p.pass() })
 	})
 }
 
 // Stop stops looking and closes the window.
-func (p *Pacer) Stop(ctx context.Context) error {
-	err := p.loop.Stop(ctx)
-	p.set(0)
-	return err
-}
+func (p *Pacer) Stop(ctx context.Context) error { return p.loop.Stop(ctx) }
 
 // pass reads the latencies of the interval that ended and moves the window.
 func (p *Pacer) pass() {
@@ -138,7 +141,7 @@ func (p *Pacer) pass() {
 }
 
 // intervalMean returns the mean latency of what was scheduled since the last pass; an
-// interval with nothing scheduled has a mean of 0. ok is false on the first pass, or
+// interval with less than paceMinSamples scheduled has a mean of 0. ok is false on the first pass, or
 // when the histogram's shape changed.
 func (p *Pacer) intervalMean(h *metrics.Float64Histogram) (time.Duration, bool) {
 	if len(p.last) != len(h.Counts) || len(h.Buckets) != len(h.Counts)+1 {
@@ -153,17 +156,19 @@ func (p *Pacer) intervalMean(h *metrics.Float64Histogram) (time.Duration, bool) 
 		if d == 0 {
 			continue
 		}
-		// The bucket's lower bound, or its upper one for the first (-Inf) bucket: the
-		// mean errs low, so a window opens only for a wait surely that long.
+		// The bucket's lower bound, or its upper one for an underflow bucket (from
+		// -Inf): the mean errs low, so a window opens only for a wait surely that long.
 		v := h.Buckets[i]
-		if i == 0 {
-			v = h.Buckets[1]
+		if math.IsInf(v, -1) {
+			v = h.Buckets[i+1]
 		}
-		v = max(v, 0)
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			continue // a bucket without a finite bound says nothing of the wait
+		}
 		n += d
-		sum += float64(d) * v
+		sum += float64(d) * max(v, 0)
 	}
-	if n == 0 {
+	if n < paceMinSamples {
 		return 0, true
 	}
 	return time.Duration(sum / float64(n) * float64(time.Second)), true

@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"math"
 	"runtime/metrics"
 	"sync"
 	"testing"
@@ -120,20 +121,33 @@ func TestPacerSkipsWhatItCannotRead(t *testing.T) {
 	p.pass()
 	require.Zero(t, p.Window())
 
-	h := &metrics.Float64Histogram{Counts: []uint64{0, 0}, Buckets: []float64{0, 1e-3, 1}}
+	h := &metrics.Float64Histogram{Counts: []uint64{0, 0, 0}, Buckets: []float64{math.Inf(-1), 0, 1e-3, math.Inf(1)}}
 	p.read = func() *metrics.Float64Histogram { return h }
 	p.pass() // the first reading
-	h.Counts = []uint64{0, 10}
+	h.Counts = []uint64{0, 0, 100}
 	p.pass()
 	p.pass()
 	require.Zero(t, p.Window(), "one interval behind, then one with nothing scheduled")
-	h.Counts[1] += 10
+	h.Counts[2] += 40
 	p.pass()
-	h.Counts[1] += 10
+	h.Counts[2] += 40
+	p.pass()
+	require.Zero(t, p.Window(), "40 late goroutines an interval: too few to say the process is behind")
+	h.Counts[2] += 100
+	p.pass()
+	h.Counts[2] += 100
+	p.pass()
+	require.Equal(t, minPaceWindow, p.Window(), "1 ms, the last bucket's lower bound")
+	h.Counts[0] += 1000
+	p.pass()
+	require.Zero(t, p.Window(), "underflow reads as 0: caught up, and 5 ms narrowed is closed")
+	h.Counts[2] += 100
+	p.pass()
+	h.Counts[2] += 100
 	p.pass()
 	require.Equal(t, minPaceWindow, p.Window())
 
-	h = &metrics.Float64Histogram{Counts: []uint64{0, 1000, 0}, Buckets: []float64{0, 1e-3, 2e-3, 1}}
+	h = &metrics.Float64Histogram{Counts: []uint64{0, 1000, 0, 0}, Buckets: []float64{0, 1e-3, 2e-3, 3e-3, 1}}
 	p.pass()
 	require.Equal(t, minPaceWindow, p.Window(), "a new shape is a first reading again: not 1000 late goroutines")
 }
