@@ -55,7 +55,7 @@ func TestMemoryReturnedAfterEnoughIsDropped(t *testing.T) {
 		m.dropped(threshold)
 		pass()
 		require.Equal(t, 3, frees(), "it counts towards the threshold")
-		require.EqualValues(t, 3, counterValue(t, reg, "chatd_memory_returned_total"))
+		require.EqualValues(t, 3, metricValue(t, reg, "chatd_memory_returned_total"))
 		require.NoError(t, m.Stop(ctx))
 
 		var none *MemoryReturner
@@ -63,12 +63,16 @@ func TestMemoryReturnedAfterEnoughIsDropped(t *testing.T) {
 	})
 }
 
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metricValue returns the value of reg's counter or gauge name, which has no labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
 		if f.GetName() == name {
+			if m := f.GetMetric()[0]; m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
 			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}

@@ -41,19 +41,6 @@ func (f *fakeLatencies) read() *metrics.Float64Histogram {
 	return &metrics.Float64Histogram{Counts: append([]uint64(nil), f.counts...), Buckets: fakeBuckets}
 }
 
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s is not registered", name)
-	return 0
-}
-
 // The pacer opens a window after two intervals in a row in which goroutines waited a
 // millisecond or more on average, doubles it while the process stays behind, up to
 // MaxPaceWindow, keeps it while the waits are moderate, narrows it by a quarter for each
@@ -79,7 +66,7 @@ func TestPacerWidensWhileTheProcessIsBehind(t *testing.T) {
 		require.Zero(t, interval(keepingUp))
 		require.Zero(t, interval(behind))
 		require.Equal(t, 5*time.Millisecond, interval(behind), "two in a row: the window opens")
-		require.Equal(t, 5e-3, gaugeValue(t, reg, "chatd_coalesce_window_seconds"))
+		require.Equal(t, 5e-3, metricValue(t, reg, "chatd_coalesce_window_seconds"))
 		for _, want := range []time.Duration{10, 20, 40, 80, 100, 100} {
 			require.Equal(t, want*time.Millisecond, interval(behind), "still behind: it doubles, up to the bound")
 		}
@@ -97,14 +84,14 @@ func TestPacerWidensWhileTheProcessIsBehind(t *testing.T) {
 			w = p.Window()
 		}
 		require.Equal(t, 11, closed, "100 ms narrowed by a quarter each interval is under 5 ms after 11")
-		require.Zero(t, gaugeValue(t, reg, "chatd_coalesce_window_seconds"))
+		require.Zero(t, metricValue(t, reg, "chatd_coalesce_window_seconds"))
 
 		interval(behind)
 		require.NotZero(t, interval(behind))
 		reads := lat.reads
 		require.NoError(t, p.Stop(ctx))
 		require.Zero(t, p.Window(), "a stopped pacer holds nothing back")
-		require.Zero(t, gaugeValue(t, reg, "chatd_coalesce_window_seconds"))
+		require.Zero(t, metricValue(t, reg, "chatd_coalesce_window_seconds"))
 		time.Sleep(time.Second)
 		synctest.Wait()
 		require.Equal(t, reads, lat.reads, "it stopped reading")
