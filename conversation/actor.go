@@ -239,8 +239,9 @@ func (a *Actor) onTimer(f timerFire) {
 		}
 	case timerQuiet:
 		if a.quietT.fired(f) && a.quiet() {
-			a.cfg.Memory.dropped(a.journal.recent.bytes)
+			dropped := a.journal.recent.bytes + a.ring.forget()
 			a.journal.recent.forget()
+			a.cfg.Memory.dropped(dropped)
 			a.cfg.Metrics.released.Inc()
 		}
 	case timerAbandon:
@@ -251,10 +252,11 @@ func (a *Actor) onTimer(f timerFire) {
 	}
 }
 
-// quiet reports whether the actor holds messages in memory it could drop: no run is
-// active and no write waits (the recent messages are what was stored).
+// quiet reports whether the actor holds messages or replayable events in memory it
+// could drop: no run is active and no write waits (the recent messages are what was
+// stored, and a tab that missed events can have a snapshot instead).
 func (a *Actor) quiet() bool {
-	return a.cfg.QuietRelease > 0 && a.run == nil && a.journal.recent.known && !a.journal.q.Pending() && !a.stopped
+	return a.cfg.QuietRelease > 0 && a.run == nil && (a.journal.recent.known || a.ring.n > 0) && !a.journal.q.Pending() && !a.stopped
 }
 
 // checkTimers arms the timers whose condition holds and disarms the others.

@@ -104,11 +104,12 @@ type Config struct {
 	// IdleTimeout is how long an actor with no subscribers and no active run lives.
 	IdleTimeout time.Duration
 	// QuietRelease is how long an actor with no active run keeps the newest messages it
-	// holds in memory (up to 256 KiB of content, for snapshots and history) once it is
-	// quiet (its last run ended, or it loaded them): an idle tab on a long conversation
-	// then costs its connection, not
-	// the conversation. The next snapshot, history read or run reads them again, in one
-	// statement. 0 (or negative): kept for the actor's life; chatd's default is
+	// holds in memory (up to 256 KiB of content, for snapshots and history), and the
+	// events of its replay ring, once it is quiet (its last run ended, or it loaded
+	// them): an idle tab on a long conversation then costs its connection, not the
+	// conversation. The next snapshot, history read or run reads the messages again, in
+	// one statement; a tab that comes back behind the last event gets a snapshot instead
+	// of a replay. 0 (or negative): kept for the actor's life; chatd's default is
 	// DefaultQuietRelease (CHATD_QUIET_RELEASE).
 	QuietRelease time.Duration
 	// Memory is told what quiet actors drop, to hand it back to the system; nil: no one

@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	released := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chatd_conversation_memory_released_total",
-		Help: "Times a quiet conversation dropped the newest messages it kept in memory (CHATD_QUIET_RELEASE); the next snapshot or run reads them again.",
+		Help: "Times a quiet conversation dropped the newest messages and the replay ring it kept in memory (CHATD_QUIET_RELEASE); the next snapshot or run reads the messages again.",
 	})
 	memoryReturned := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chatd_memory_returned_total",

@@ -65,19 +65,44 @@ func TestQuietConversationReleasesItsMessages(t *testing.T) {
 	require.Len(t, want, 2)
 	require.Equal(t, reads, st.paths.Load(), "served from memory")
 
+	// A tab that missed the run's last two events, and one that saw them all.
+	head := tab.LastSeq()
+	comeBack := func(lastSeq int64) conversation.CatchUp {
+		t.Helper()
+		s := convtest.New()
+		_, err := m.Hello(testCtx(t), conversation.HelloRequest{Subscriber: s, Epoch: m.Epoch(), LastSeq: lastSeq})
+		require.NoError(t, err)
+		return s.AwaitCatchUp(t, 1)
+	}
+	behind := comeBack(head - 2)
+	require.NotNil(t, behind.Resumed, "replayed from the ring")
+	require.Len(t, behind.Events, 2)
+	reads = st.paths.Load()
+
 	// Nothing goes before a minute from the run's end.
 	require.NoError(t, m.clock.BlockUntilContext(testCtx(t), 1))
 	m.clock.Advance(time.Minute - time.Second)
 	require.Zero(t, m.value(t, "chatd_conversation_memory_released_total"))
 	m.clock.Advance(time.Second)
 	require.Eventually(t, func() bool { return m.value(t, "chatd_conversation_memory_released_total") == 1 }, 10*time.Second, 5*time.Millisecond)
-	// The two messages' content and their overhead, told to the memory returner.
-	require.GreaterOrEqual(t, memory.Dropped(), int64(len("hello")+len("answer to hello")))
+	// The two messages' content and their overhead, and the ring's events (the run's
+	// and the user message's, each at least its overhead), told to the memory returner.
+	require.GreaterOrEqual(t, memory.Dropped(), int64(len("hello")+len("answer to hello")+int(head)*160))
 
+	// The ring went with them: a tab behind gets a snapshot (from the database: that is
+	// the one read below), one at the last event still resumes with nothing missed.
+	atHead := comeBack(head)
+	require.NotNil(t, atHead.Resumed)
+	require.Empty(t, atHead.Events)
+	require.Equal(t, reads, st.paths.Load())
+	behind = comeBack(head - 2)
+	require.Nil(t, behind.Resumed, "the events are no longer held")
+	require.NotNil(t, behind.Snapshot)
+	require.Equal(t, want, behind.Snapshot.Messages)
+	reads++
+
+	require.Equal(t, reads, st.paths.Load(), "read again, in one statement")
 	got := snapshot()
-	require.Equal(t, reads+1, st.paths.Load(), "read again, in one statement")
 	require.Equal(t, want, got, "the same snapshot")
-	require.Equal(t, reads+1, st.paths.Load())
-	snapshot()
-	require.Equal(t, reads+1, st.paths.Load(), "and kept again")
+	require.Equal(t, reads, st.paths.Load(), "and kept again")
 }

@@ -50,6 +50,16 @@ func (r *ring) push(ev *Event) {
 	r.bytes += size
 }
 
+// forget drops every event and the buffer that held them, and returns their size: a
+// quiet session's ring (a long answer is thousands of events) costs nothing until the
+// next event. A later since for an older seq finds them gone (a snapshot); one at the
+// head still finds nothing missing.
+func (r *ring) forget() int {
+	n := r.bytes
+	r.buf, r.head, r.n, r.bytes = nil, 0, 0, 0
+	return n
+}
+
 func (r *ring) dropOldest() {
 	e := &r.buf[r.head]
 	r.bytes -= e.size
