@@ -98,7 +98,8 @@ func (b *bench) idleHistories(ctx context.Context) error {
 // by per connection; connsGauge is the server's own gauge of its open connections. With
 // ids, it opens one connection to each of those sessions instead; with released, it
 // measures once every one of them dropped its messages and chatd then returned its free
-// memory (chatd_memory_returned_total), as a server left alone for a while would.
+// memory (chatd_memory_returned_total), as a server left alone for a while would. With
+// ids and -idle-last-turn, each session first streams one more turn to its tab.
 func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string, ids []string, released bool) (*idleResult, error) {
 	o := b.opts
 	time.Sleep(time.Second)
@@ -133,8 +134,28 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string,
 		return nil, err
 	}
 	defer closeAll(ss)
+	releases := len(ids)
+	if ids != nil && o.idleLastTurn > 0 {
+		// The last turn streams live, as the answer a tab was left open on: the session
+		// then holds its events for replay too, not only its messages.
+		// The sessions that drop what their hello loaded (a second after it, with the
+		// release on) have done so; after its run each drops what it keeps once more.
+		time.Sleep(1500 * time.Millisecond)
+		m, err := scrape(srv.adminAddr)
+		if err != nil {
+			return nil, err
+		}
+		releases = int(m.sum("chatd_conversation_memory_released_total")) + len(ids)
+		logf("%s idle: each session streams a last turn of %d tokens", srv.name, o.idleLastTurn)
+		if err := startRuns(ctx, ss, fmt.Sprintf("tokens=%d rate=100", o.idleLastTurn)); err != nil {
+			return nil, err
+		}
+		if err := waitRuns(ctx, ss, 1, 3*time.Minute); err != nil {
+			return nil, err
+		}
+	}
 	if released {
-		if err := awaitReturn(ctx, srv, len(ids)); err != nil {
+		if err := awaitReturn(ctx, srv, releases); err != nil {
 			return nil, err
 		}
 	}
