@@ -166,7 +166,11 @@ func (r *report) markdown() string {
 	}
 	if len(r.idleHistory) > 0 {
 		i := r.idleHistory[0]
-		w("**Idle density with histories**: %d subscribed connections, one to each of %d sessions with a finished conversation of %d turns (about %d KiB of text each), nothing streaming; with what a quiet session keeps in memory kept, then released a second after each session went quiet (CHATD_QUIET_RELEASE).", i.conns, i.sessions, r.opts.idleHistory, r.opts.idleHistory*2000/1024)
+		last := ""
+		if r.opts.idleLastTurn > 0 {
+			last = fmt.Sprintf(" and a last turn of %d tokens streamed live to the tab", r.opts.idleLastTurn)
+		}
+		w("**Idle density with histories**: %d subscribed connections, one to each of %d sessions with a finished conversation of %d turns (about %d KiB of text each)%s, nothing streaming; with what a quiet session keeps in memory kept, then released a second after each session went quiet (CHATD_QUIET_RELEASE).", i.conns, i.sessions, r.opts.idleHistory, r.opts.idleHistory*2000/1024, last)
 		w("")
 		w("| server | RSS/connection | heap in use/connection | stacks/connection | goroutines/connection | connections open (server's gauge) |")
 		w("|---|---:|---:|---:|---:|---:|")
