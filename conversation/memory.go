@@ -22,7 +22,7 @@ const (
 // snapshot at once) the actors hold thousands of histories; a minute later they drop
 // them, but Go's runtime returns freed pages only gradually, so the process would keep
 // the storm's peak for minutes. Each interval, if quiet conversations dropped at least
-// the threshold's worth of messages since the last return, or at least 1 MiB and then
+// the threshold's worth of messages and replay rings since the last return, or at least 1 MiB and then
 // nothing more for an interval (a burst of drops is over), the returner has the runtime
 // collect and return what is free at once (debug.FreeOSMemory): at most one collection
 // an interval, and only after such a release.

@@ -24,8 +24,8 @@ type Metrics struct {
 	leaseAcquired prometheus.Counter
 	leaseTakeover prometheus.Counter
 	movedAway     prometheus.Counter
-	// released counts the actors that dropped the messages they kept in memory once
-	// quiet (Config.QuietRelease).
+	// released counts the actors that dropped the messages and replay ring they kept in
+	// memory once quiet (Config.QuietRelease).
 	released prometheus.Counter
 	// memoryReturned counts the MemoryReturner's returns of memory to the system.
 	memoryReturned prometheus.Counter

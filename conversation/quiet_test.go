@@ -87,7 +87,7 @@ func TestQuietConversationReleasesItsMessages(t *testing.T) {
 	require.Eventually(t, func() bool { return m.value(t, "chatd_conversation_memory_released_total") == 1 }, 10*time.Second, 5*time.Millisecond)
 	// The two messages' content and their overhead, and the ring's events (the run's
 	// and the user message's, each at least its overhead), told to the memory returner.
-	require.GreaterOrEqual(t, memory.Dropped(), int64(len("hello")+len("answer to hello")+int(head)*160))
+	require.GreaterOrEqual(t, memory.Dropped(), int64(len("hello")+len("answer to hello")+int(head)*conversation.EventOverhead))
 
 	// The ring went with them: a tab behind gets a snapshot (from the database: that is
 	// the one read below), one at the last event still resumes with nothing missed.

@@ -80,6 +80,35 @@ func TestRingEmpty(t *testing.T) {
 	require.False(t, ok, "events 1-3 were never held")
 }
 
+// A forgotten ring holds nothing and no buffer; it answers a subscriber at the head as
+// caught up and one behind as too far behind, and takes the next events as a new ring.
+func TestRingForget(t *testing.T) {
+	r := newRing(4, 1<<20)
+	for seq := int64(1); seq <= 6; seq++ { // wrapped: head is not at the buffer's start
+		r.push(textEvent(seq, 4))
+	}
+	require.Equal(t, 4*(o+4), r.forget())
+	require.Zero(t, r.n)
+	require.Zero(t, r.bytes)
+	require.Nil(t, r.buf, "its buffer goes too")
+	require.EqualValues(t, 2, r.evicted, "forgetting is not evicting")
+
+	evs, _, ok := r.since(6, 6)
+	require.True(t, ok)
+	require.Empty(t, evs)
+	_, _, ok = r.since(5, 6)
+	require.False(t, ok, "seq 6 is gone")
+
+	for seq := int64(7); seq <= 12; seq++ {
+		r.push(textEvent(seq, 4))
+	}
+	_, _, ok = r.since(6, 12)
+	require.False(t, ok, "7 and 8 were pushed out by count")
+	evs, _, ok = r.since(8, 12)
+	require.True(t, ok)
+	require.Equal(t, texts([]*Event{textEvent(9, 4), textEvent(10, 4), textEvent(11, 4), textEvent(12, 4)}), texts(evs))
+}
+
 // The circular buffer must keep order across many wrap-arounds and mixed evictions.
 func TestRingWrapsInOrder(t *testing.T) {
 	const limit = 4*o + 60

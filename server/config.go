@@ -118,8 +118,9 @@ type Config struct {
 	// Compression negotiates permessage-deflate on the WebSocket with clients that offer
 	// it (CHATD_COMPRESSION, on|off).
 	Compression bool
-	// QuietRelease is how long a session with no active run keeps its newest messages in
-	// memory after its last run ended (CHATD_QUIET_RELEASE); 0 (off): for its life.
+	// QuietRelease is how long a session with no active run keeps its newest messages and
+	// its replay ring in memory after its last run ended (CHATD_QUIET_RELEASE); 0 (off):
+	// for its life.
 	QuietRelease time.Duration
 	// ShutdownTimeout bounds each step of a graceful shutdown: the listener's and the
 	// transport's, and on a budget of its own the conversations' storing of what they
@@ -457,7 +458,7 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	c.QuietRelease = env.offDuration("CHATD_QUIET_RELEASE", conversation.DefaultQuietRelease)
 	c.Compression = env.onOff("CHATD_COMPRESSION", false)
 	fs.Var(onOff{&c.Compression}, "compression", "on or off: negotiate permessage-deflate with WebSocket clients that offer it, for messages of 512 bytes and more (CHATD_COMPRESSION)")
-	fs.Var(offDuration{&c.QuietRelease}, "quiet-release", "drop the messages a session with no active run keeps in memory this long after its last run ended (its tabs stay; the next snapshot reads them again); off keeps them (CHATD_QUIET_RELEASE)")
+	fs.Var(offDuration{&c.QuietRelease}, "quiet-release", "drop the messages and replay ring a session with no active run keeps in memory this long after its last run ended (its tabs stay; the next snapshot reads the messages again, a tab behind the last event gets a snapshot); off keeps them (CHATD_QUIET_RELEASE)")
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
