@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/store/storetest"
@@ -73,6 +75,17 @@ func TestWebhooksDeliveredOnceAcrossAKill(t *testing.T) {
 			ids[d.ID] = true
 		}
 		return len(ids) == 2
+	}, 15*time.Second, 20*time.Millisecond)
+	// ... and recorded as refused: killed between the receiver's answer and that record,
+	// chatd would leave them claimed, for the next life to take only once the claim
+	// expires (45 s), which is not what this test is about.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM webhook_outbox WHERE locked_until IS NULL AND last_error IS NOT NULL").Scan(&n)
+		return err == nil && n == 2
 	}, 15*time.Second, 20*time.Millisecond)
 	proc.signal(syscall.SIGKILL)
 	proc.wait(15 * time.Second)
