@@ -141,8 +141,8 @@ func (p *Pacer) pass() {
 }
 
 // intervalMean returns the mean latency of what was scheduled since the last pass; an
-// interval with less than paceMinSamples scheduled has a mean of 0. ok is false on the first pass, or
-// when the histogram's shape changed.
+// interval with less than paceMinSamples scheduled has a mean of 0. ok is false on the
+// first pass, or when the histogram's shape changed.
 func (p *Pacer) intervalMean(h *metrics.Float64Histogram) (time.Duration, bool) {
 	if len(p.last) != len(h.Counts) || len(h.Buckets) != len(h.Counts)+1 {
 		p.last = append(p.last[:0], h.Counts...)
