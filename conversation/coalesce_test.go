@@ -644,6 +644,7 @@ func TestAdaptiveCoalescingHoldsForThePacersWindow(t *testing.T) {
 
 	// Text held when the window closes goes out with the actor's next pass.
 	require.NoError(t, agent.play(t, a, script.Text(" four")))
+	waitTimers(t, clock, 1) // held for a window (the pass's end, after play returned, starts it)
 	pacer.SetWindow(0)
 	require.NoError(t, agent.play(t, a, script.Text(" five")))
 	published(" four five")
