@@ -109,6 +109,17 @@ func events(frames []*conversation.Event) []event {
 	return out
 }
 
+// awaitDeltas waits for the next n deltas s receives and returns their texts.
+func awaitDeltas(t *testing.T, s *convtest.Recorder, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		ev := s.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta })
+		out = append(out, ev.Text)
+	}
+	return out
+}
+
 func deltas(s *convtest.Recorder) []string {
 	var out []string
 	for _, e := range events(s.Events()) {
@@ -591,19 +602,11 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 	burst <- struct{}{}
 	<-sent // b, c and d are queued behind it
 	close(s.release)
-	deltas := func(n int) []string {
-		var out []string
-		for range n {
-			ev := s.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta })
-			out = append(out, ev.Text)
-		}
-		return out
-	}
-	require.Equal(t, []string{"a", "bcd"}, deltas(2), "what queued while the actor was busy is one delta")
+	require.Equal(t, []string{"a", "bcd"}, awaitDeltas(t, s.Recorder, 2), "what queued while the actor was busy is one delta")
 	burst <- struct{}{}
-	require.Equal(t, []string{"e"}, deltas(1), "an actor that keeps up publishes each piece at once")
+	require.Equal(t, []string{"e"}, awaitDeltas(t, s.Recorder, 1), "an actor that keeps up publishes each piece at once")
 	burst <- struct{}{}
-	require.Equal(t, []string{"f"}, deltas(1))
+	require.Equal(t, []string{"f"}, awaitDeltas(t, s.Recorder, 1))
 	burst <- struct{}{}
 	end := s.Await(t, convtest.Terminal)
 	require.EqualValues(t, "chat.done", end.Type)
@@ -713,22 +716,14 @@ func TestEventsHeldWhileTheActorIsBehind(t *testing.T) {
 	burst <- struct{}{}
 	<-sent // b, c and d are queued behind "a"
 	close(s.release)
-	deltas := func(n int) []string {
-		var out []string
-		for range n {
-			ev := s.Await(t, func(ev *conversation.Event) bool { return ev.Type == conversation.EventDelta })
-			out = append(out, ev.Text)
-		}
-		return out
-	}
-	require.Equal(t, []string{"a", "b", "c", "d"}, deltas(4), "one delta per piece, in order")
+	require.Equal(t, []string{"a", "b", "c", "d"}, awaitDeltas(t, s.Recorder, 4), "one delta per piece, in order")
 	s.mu.Lock()
 	require.Equal(t, []string{"b", "c"}, s.held, "held while more was queued behind them; d went with them")
 	s.mu.Unlock()
 	burst <- struct{}{}
-	require.Equal(t, []string{"e"}, deltas(1))
+	require.Equal(t, []string{"e"}, awaitDeltas(t, s.Recorder, 1))
 	burst <- struct{}{}
-	require.Equal(t, []string{"f"}, deltas(1))
+	require.Equal(t, []string{"f"}, awaitDeltas(t, s.Recorder, 1))
 	burst <- struct{}{}
 	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
 	s.mu.Lock()
