@@ -102,7 +102,7 @@ func (a *Actor) flushDelta() {
 
 // publishDelta appends text to seg's text and tells the subscribers.
 func (a *Actor) publishDelta(run *runState, seg *liveMessage, text string) {
-	seg.buf.WriteString(text)
+	text = seg.add(text)
 	seg.log.Append(text)
 	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: seg.msg.ID, Text: text}))
 }

@@ -74,6 +74,15 @@ func (e *Event) Terminal() bool {
 	return e.Type == EventChatDone || e.Type == EventChatError || e.Type == EventChatCancelled
 }
 
+// delta reports whether the event is a chat.delta or tool.output and carries nothing but
+// a delta's fields (Seq, Type, RunID, RequestID, MessageID, Text): what the ring can keep
+// compact and build again.
+func (e *Event) delta() bool {
+	return (e.Type == EventDelta || e.Type == EventToolOutput) &&
+		e.Run == nil && e.Message == nil && e.Status == "" && e.Error == nil &&
+		e.Rules == nil && e.Queued == nil && e.Messages == nil && !e.HasMore && e.Leaf == nil
+}
+
 // Format is a wire format of events: one per transport protocol (protocol v1's JSON, the
 // AI SDK's stream parts). Events cache their encoding per Format, so an event fanned out
 // to many subscribers of one format is encoded once.

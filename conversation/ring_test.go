@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/chatd/chatd/chat"
+	"github.com/google/uuid"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -180,50 +183,111 @@ func TestRingGrowthAllocations(t *testing.T) {
 	}
 	next := evs[4096]
 	steady := testing.AllocsPerRun(100, func() {
-		next.Seq = r.buf[(r.head+r.n-1)%len(r.buf)].ev.Seq + 1
+		next.Seq = r.oldest + int64(r.n)
 		r.push(next)
 	})
 	require.Zero(t, steady, "a full ring pushes without allocating")
 }
 
-// One event log serves two formats: each event is encoded once per format however many
-// subscribers and replays ask, and a replay hands out the very bytes live delivery did.
+// One event log serves two formats. An event the ring keeps whole is encoded once per
+// format however many subscribers and replays ask; a delta, kept compact, is built again
+// and encoded anew for each replay, identical to what live delivery sent.
 func TestRingServesTwoFormatsFromOneLog(t *testing.T) {
 	calls := map[string]int{}
 	format := func(name string) *Format {
 		return NewFormat(name, func(e *Event) []byte {
 			calls[name]++
-			return fmt.Appendf(nil, "%s:%d:%s", name, e.Seq, e.Text)
+			return fmt.Appendf(nil, "%s:%d:%s:%s:%s:%s:%s", name, e.Seq, e.Type, e.RunID, e.RequestID, e.MessageID, e.Text)
 		})
 	}
 	ws, sse := format("ws"), format("sse")
+	run, msg := uuid.New(), uuid.New()
 
 	r := newRing(100, 1<<20)
 	counted := 0
+	live := map[int64][2]string{}
 	for seq := int64(1); seq <= 10; seq++ {
 		e := textEvent(seq, 4)
+		e.RunID, e.RequestID, e.MessageID = run, "req", msg
+		if seq%5 == 0 { // seqs 5 and 10: kept whole
+			e.Type, e.Message = EventMessageAdded, &chat.Message{ID: msg, Content: e.Text}
+		}
 		e.enc = new(encodings) // as publish does
 		// Live: three subscribers of each format.
 		for range 3 {
-			require.Equal(t, fmt.Sprintf("ws:%d:%s", seq, e.Text), string(e.Encode(ws)))
-			require.Equal(t, fmt.Sprintf("sse:%d:%s", seq, e.Text), string(e.Encode(sse)))
+			live[seq] = [2]string{string(e.Encode(ws)), string(e.Encode(sse))}
 		}
 		r.push(e)
-		counted += o + 4 + len(e.Encode(ws)) + len(e.Encode(sse))
+		counted += e.size()
+		if seq%5 == 0 {
+			counted += len(e.Encode(ws)) + len(e.Encode(sse))
+		}
 	}
 	require.Equal(t, map[string]int{"ws": 10, "sse": 10}, calls)
 
-	// Replays in both formats encode nothing again.
+	// A replay in both formats sends what live delivery sent; it encodes the deltas
+	// (seqs 6 to 9) again, not the event kept whole.
 	evs, _, ok := r.since(4, 10)
 	require.True(t, ok)
 	require.Len(t, evs, 6)
-	for _, e := range evs {
-		require.Equal(t, fmt.Sprintf("ws:%d:%s", e.Seq, e.Text), string(e.Encode(ws)))
-		require.Equal(t, fmt.Sprintf("sse:%d:%s", e.Seq, e.Text), string(e.Encode(sse)))
+	for i, e := range evs {
+		seq := int64(5 + i)
+		require.Equal(t, seq, e.Seq)
+		require.Equal(t, live[seq][0], string(e.Encode(ws)))
+		require.Equal(t, live[seq][1], string(e.Encode(sse)))
 	}
-	require.Equal(t, map[string]int{"ws": 10, "sse": 10}, calls)
+	require.Equal(t, map[string]int{"ws": 14, "sse": 14}, calls)
 
-	// The byte bound counts each event's payload and each of its encodings once: the
-	// memory the ring holds, however many subscribers shared the bytes.
+	// The byte bound counts each event's payload, and the encodings of those kept
+	// whole once each: the memory the ring holds, however many subscribers shared it.
 	require.Equal(t, counted, r.bytes)
+}
+
+// Consecutive deltas of one message share one copy of their ids; the ring keeps no
+// event and no encoding of theirs, so a delivered delta's event can be collected.
+func TestRingKeepsDeltasCompact(t *testing.T) {
+	run, a, b := uuid.New(), uuid.New(), uuid.New()
+	r := newRing(100, 1<<20)
+	seq := int64(0)
+	push := func(typ EventType, msg uuid.UUID, text string) {
+		seq++
+		e := &Event{Seq: seq, Type: typ, RunID: run, RequestID: "req", MessageID: msg, Text: text}
+		e.enc = new(encodings)
+		e.Encode(NewFormat("ws", func(e *Event) []byte { return []byte(e.Text) }))
+		r.push(e)
+	}
+	push(EventDelta, a, "one")
+	push(EventDelta, a, " two")
+	push(EventToolOutput, b, "out")
+	push(EventDelta, a, " three")
+	for i := range r.n {
+		require.Nil(t, r.buf[i].ev, "entry %d is kept compact", i)
+	}
+	require.Same(t, r.buf[0].ids, r.buf[1].ids, "deltas of one message share their ids")
+	require.NotSame(t, r.buf[1].ids, r.buf[2].ids)
+	require.NotSame(t, r.buf[2].ids, r.buf[3].ids)
+	require.Equal(t, 3*o+len("one two three")+4*len("req")+o+len("out"), r.bytes, "payload only: the encodings are not kept")
+
+	evs, _, ok := r.since(0, seq)
+	require.True(t, ok)
+	want := []Event{
+		{Seq: 1, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a, Text: "one"},
+		{Seq: 2, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a, Text: " two"},
+		{Seq: 3, Type: EventToolOutput, RunID: run, RequestID: "req", MessageID: b, Text: "out"},
+		{Seq: 4, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a, Text: " three"},
+	}
+	for i, e := range evs {
+		require.NotNil(t, e.enc, "a rebuilt event caches its encodings")
+		got := *e
+		got.enc = nil
+		require.Equal(t, want[i], got)
+	}
+
+	// A delta with anything more is kept whole.
+	seq++
+	odd := &Event{Seq: seq, Type: EventDelta, MessageID: a, Text: "x", Status: chat.MessageComplete}
+	r.push(odd)
+	evs, _, ok = r.since(seq-1, seq)
+	require.True(t, ok)
+	require.Same(t, odd, evs[0])
 }

@@ -18,6 +18,16 @@ type liveMessage struct {
 	log *journal.Stream
 }
 
+// add appends text to the message's text and returns it as a slice of that text: an
+// event of the delta keeps no copy of its own, and the replay ring, which keeps the
+// delta, holds one buffer of the message's text, not thousands of small strings.
+// (strings.Builder never changes bytes it has written, even as it grows.)
+func (l *liveMessage) add(text string) string {
+	l.buf.WriteString(text)
+	s := l.buf.String()
+	return s[len(s)-len(text):]
+}
+
 // view returns the message as a client should see it now.
 func (l *liveMessage) view() chat.Message {
 	m := l.msg

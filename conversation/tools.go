@@ -83,8 +83,7 @@ func (a *Actor) onToolOutput(run *runState, callID, text string) {
 		a.logger().Warn().Str("call_id", callID).Msg("agent sent output for a tool call that is not running")
 		return
 	}
-	text = chat.CleanText(text)
-	tool.buf.WriteString(text)
+	text = tool.add(chat.CleanText(text))
 	tool.log.Append(text)
 	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
 }
