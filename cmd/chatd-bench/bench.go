@@ -98,7 +98,11 @@ func (b *bench) startChatd(ctx context.Context, name, dbURL string, env ...strin
 		"CHATD_PPROF=on", // for -profile-dir and forceGC; the admin listener is on loopback
 		// Every simulated client comes from 127.0.0.1, thousands of them at once: the
 		// per-address and per-connection limits would measure themselves, not chatd.
+		// The total's default, three quarters of the open-file limit, would refuse the
+		// biggest scale points a machine can hold (S=6000 is 18,000 connections, a
+		// limit of 20,000 allows 15,000); the scale curve checks the limit itself.
 		"CHATD_MAX_CONNS_PER_ADDR=0",
+		"CHATD_MAX_CONNS=0",
 		"CHATD_HANDSHAKE_RATE=off",
 		"CHATD_COMMAND_RATE=off",
 	}, env...)
