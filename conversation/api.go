@@ -206,11 +206,14 @@ type (
 func call[T any](ctx context.Context, a *Actor, build func(chan result[T]) intent) (T, error) {
 	var zero T
 	reply := make(chan result[T], 1)
+	a.pending.Add(1)
 	select {
 	case a.inbox <- build(reply):
 	case <-a.done:
+		a.pending.Add(-1)
 		return zero, ErrStopped
 	case <-ctx.Done():
+		a.pending.Add(-1)
 		return zero, ctx.Err()
 	}
 	select {

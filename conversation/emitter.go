@@ -19,9 +19,11 @@ func (a *Actor) startAgent(run *runState, prepare func() (Request, error)) {
 		if err == nil {
 			err = a.callAgent(run, req)
 		}
+		a.pending.Add(1)
 		select {
 		case a.inbox <- &runEndIntent{run, err}:
 		case <-a.done:
+			a.pending.Add(-1)
 		}
 	}()
 }
@@ -201,8 +203,12 @@ func (e *emitter) post(it intent) error {
 	if e.run.ctx.Err() != nil {
 		return ErrRunEnded
 	}
+	if e.a.inline(it) {
+		return nil
+	}
 	// The inbox has room almost always: a plain send then costs one channel operation,
-	// not the three-way select, on every token.
+	// not the three-way select.
+	e.a.pending.Add(1)
 	select {
 	case e.a.inbox <- it:
 		return nil
@@ -212,8 +218,10 @@ func (e *emitter) post(it intent) error {
 	case e.a.inbox <- it:
 		return nil
 	case <-e.run.ctx.Done():
+		e.a.pending.Add(-1)
 		return ErrRunEnded
 	case <-e.a.done:
+		e.a.pending.Add(-1)
 		return ErrStopped
 	}
 }

@@ -11,3 +11,17 @@ func (p *Pacer) SetWindow(d time.Duration) { p.set(d) }
 
 // EventOverhead is what the ring counts for an event beyond its text.
 const EventOverhead = eventOverhead
+
+// HoldTurn keeps the actor from handling anything, in a pass of its loop or inline, until
+// release is called.
+func (a *Actor) HoldTurn() (release func()) {
+	a.turn.Lock()
+	return a.turn.Unlock
+}
+
+// Inlined is how many intents the actor has handled on their senders' goroutines.
+func (a *Actor) Inlined() int {
+	a.turn.Lock()
+	defer a.turn.Unlock()
+	return a.inlined
+}
