@@ -12,18 +12,27 @@ import (
 	"github.com/chatd/chatd/agent/script"
 	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/conversation/convtest"
+	"github.com/chatd/chatd/store"
 	"github.com/chatd/chatd/store/storetest"
 )
 
-// An agent's text reaching an idle actor is handled on the agent's goroutine (no hand-off
-// to the actor's loop), and is published and stored as any other.
-func TestAgentTextIsHandledInlineWhileTheActorIsIdle(t *testing.T) {
-	t.Parallel()
+// startStepping starts an actor (coalescing off) whose run's agent the test steps, with
+// one subscriber, and starts the run.
+func startStepping(t *testing.T) (*store.Store, *stepper, *conversation.Actor, *convtest.Recorder) {
+	t.Helper()
 	st := storetest.New(t)
 	agent := newStepper()
 	_, a, s := startCoalescingWith(t, conversation.Config{Store: st, Agent: agent})
 	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
 	require.NoError(t, err)
+	return st, agent, a, s
+}
+
+// An agent's text reaching an idle actor is handled on the agent's goroutine (no hand-off
+// to the actor's loop), and is published and stored as any other.
+func TestAgentTextIsHandledInlineWhileTheActorIsIdle(t *testing.T) {
+	t.Parallel()
+	st, agent, a, s := startStepping(t)
 
 	var want []string
 	for i := range 10 {
@@ -44,11 +53,7 @@ func TestAgentTextIsHandledInlineWhileTheActorIsIdle(t *testing.T) {
 // its sender does not wait for the turn, and the loop handles it once it can.
 func TestAgentTextIsQueuedWhileTheActorIsBusy(t *testing.T) {
 	t.Parallel()
-	st := storetest.New(t)
-	agent := newStepper()
-	_, a, s := startCoalescingWith(t, conversation.Config{Store: st, Agent: agent})
-	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
-	require.NoError(t, err)
+	st, agent, a, s := startStepping(t)
 	require.NoError(t, agent.play(t, a, script.Text("one")))
 	before := a.Inlined()
 
