@@ -184,18 +184,19 @@ func (s *server) keep(ctx context.Context) {
 		if err == nil {
 			err = s.list(ctx, sess)
 		}
-		firstDone()
 		if err != nil {
 			if end != nil {
 				end()
 			}
 			s.down(err)
+			firstDone() // after the status has the error: Start's caller may read it next
 			log.Warn().Err(err).Int("attempt", attempt+1).Msg("mcp server unreachable; its tools are absent until it answers")
 			if !s.sleep(ctx, backoff(attempt)) {
 				return
 			}
 			continue
 		}
+		firstDone()
 		attempt = -1 // the next failure starts the backoff over
 		log.Info().Strs("tools", s.toolNames()).Msg("mcp server connected")
 		waitErr := make(chan error, 1)
