@@ -115,23 +115,21 @@ func TestPacerSkipsWhatItCannotRead(t *testing.T) {
 	p.pass()
 	p.pass()
 	require.Zero(t, p.Window(), "one interval behind, then one with nothing scheduled")
-	h.Counts[2] += 40
-	p.pass()
-	h.Counts[2] += 40
-	p.pass()
+	// twoLate passes two intervals in which late goroutines waited in the last bucket.
+	twoLate := func(late uint64) {
+		for range 2 {
+			h.Counts[2] += late
+			p.pass()
+		}
+	}
+	twoLate(40)
 	require.Zero(t, p.Window(), "40 late goroutines an interval: too few to say the process is behind")
-	h.Counts[2] += 100
-	p.pass()
-	h.Counts[2] += 100
-	p.pass()
+	twoLate(100)
 	require.Equal(t, minPaceWindow, p.Window(), "1 ms, the last bucket's lower bound")
 	h.Counts[0] += 1000
 	p.pass()
 	require.Zero(t, p.Window(), "underflow reads as 0: caught up, and 5 ms narrowed is closed")
-	h.Counts[2] += 100
-	p.pass()
-	h.Counts[2] += 100
-	p.pass()
+	twoLate(100)
 	require.Equal(t, minPaceWindow, p.Window())
 
 	h = &metrics.Float64Histogram{Counts: []uint64{0, 1000, 0, 0}, Buckets: []float64{0, 1e-3, 2e-3, 3e-3, 1}}
