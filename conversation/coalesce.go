@@ -104,5 +104,5 @@ func (a *Actor) flushDelta() {
 func (a *Actor) publishDelta(run *runState, seg *liveMessage, text string) {
 	text = seg.add(text)
 	seg.log.Append(text)
-	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: seg.msg.ID, Text: text}))
+	a.publish(a.runEvent(run, Event{Type: EventDelta, MessageID: seg.msg.ID, Text: text, src: &seg.buf}))
 }

@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/chatd/chatd/chat"
@@ -67,6 +68,9 @@ type Event struct {
 	// enc caches the event's encodings, one per Format that asked for it; set when the
 	// event is published.
 	enc *encodings
+	// src, for a delta, is the text of its message that Text was just appended to: the
+	// ring keeps the delta as where it lies in that text.
+	src *strings.Builder
 }
 
 // Terminal reports whether the event ends a run.

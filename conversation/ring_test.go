@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/chatd/chatd/chat"
@@ -206,11 +207,11 @@ func TestRingServesTwoFormatsFromOneLog(t *testing.T) {
 	r := newRing(100, 1<<20)
 	counted := 0
 	live := map[int64][2]string{}
+	l := &liveMessage{msg: chat.Message{ID: msg}}
 	for seq := int64(1); seq <= 10; seq++ {
-		e := textEvent(seq, 4)
-		e.RunID, e.RequestID, e.MessageID = run, "req", msg
+		e := liveDelta(l, seq, EventDelta, run, fmt.Sprintf("%d...", seq))
 		if seq%5 == 0 { // seqs 5 and 10: kept whole
-			e.Type, e.Message = EventMessageAdded, &chat.Message{ID: msg, Content: e.Text}
+			e.Type, e.Message, e.src = EventMessageAdded, &chat.Message{ID: msg, Content: e.Text}, nil
 		}
 		e.enc = new(encodings) // as publish does
 		// Live: three subscribers of each format.
@@ -243,15 +244,23 @@ func TestRingServesTwoFormatsFromOneLog(t *testing.T) {
 	require.Equal(t, counted, r.bytes)
 }
 
-// Consecutive deltas of one message share one copy of their ids; the ring keeps no
-// event and no encoding of theirs, so a delivered delta's event can be collected.
+// liveDelta appends text to l's text, as a run does, and returns its delta.
+func liveDelta(l *liveMessage, seq int64, typ EventType, run uuid.UUID, text string) *Event {
+	return &Event{Seq: seq, Type: typ, RunID: run, RequestID: "req", MessageID: l.msg.ID, Text: l.add(text), src: &l.buf}
+}
+
+// Consecutive deltas of one message are one entry of their shared ids and where each
+// ends in the message's text; the ring keeps no event and no encoding of theirs, so a
+// delivered delta's event can be collected.
 func TestRingKeepsDeltasCompact(t *testing.T) {
-	run, a, b := uuid.New(), uuid.New(), uuid.New()
+	run := uuid.New()
+	a := &liveMessage{msg: chat.Message{ID: uuid.New()}}
+	b := &liveMessage{msg: chat.Message{ID: uuid.New()}}
 	r := newRing(100, 1<<20)
 	seq := int64(0)
-	push := func(typ EventType, msg uuid.UUID, text string) {
+	push := func(typ EventType, l *liveMessage, text string) {
 		seq++
-		e := &Event{Seq: seq, Type: typ, RunID: run, RequestID: "req", MessageID: msg, Text: text}
+		e := liveDelta(l, seq, typ, run, text)
 		e.enc = new(encodings)
 		e.Encode(NewFormat("ws", func(e *Event) []byte { return []byte(e.Text) }))
 		r.push(e)
@@ -260,34 +269,166 @@ func TestRingKeepsDeltasCompact(t *testing.T) {
 	push(EventDelta, a, " two")
 	push(EventToolOutput, b, "out")
 	push(EventDelta, a, " three")
-	for i := range r.n {
+	require.Equal(t, 4, r.n)
+	require.Equal(t, 3, r.entries, "a's first two deltas are one entry")
+	for i := range r.entries {
 		require.Nil(t, r.buf[i].ev, "entry %d is kept compact", i)
 	}
-	require.Same(t, r.buf[0].ids, r.buf[1].ids, "deltas of one message share their ids")
-	require.NotSame(t, r.buf[1].ids, r.buf[2].ids)
-	require.NotSame(t, r.buf[2].ids, r.buf[3].ids)
+	require.Equal(t, []uint32{0, 3, 7}, r.buf[0].run.offs)
+	require.Equal(t, []uint32{7, 13}, r.buf[2].run.offs, "a's third delta follows another message's")
 	require.Equal(t, 3*o+len("one two three")+4*len("req")+o+len("out"), r.bytes, "payload only: the encodings are not kept")
 
-	evs, _, ok := r.since(0, seq)
-	require.True(t, ok)
 	want := []Event{
-		{Seq: 1, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a, Text: "one"},
-		{Seq: 2, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a, Text: " two"},
-		{Seq: 3, Type: EventToolOutput, RunID: run, RequestID: "req", MessageID: b, Text: "out"},
-		{Seq: 4, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a, Text: " three"},
+		{Seq: 1, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a.msg.ID, Text: "one"},
+		{Seq: 2, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a.msg.ID, Text: " two"},
+		{Seq: 3, Type: EventToolOutput, RunID: run, RequestID: "req", MessageID: b.msg.ID, Text: "out"},
+		{Seq: 4, Type: EventDelta, RunID: run, RequestID: "req", MessageID: a.msg.ID, Text: " three"},
 	}
-	for i, e := range evs {
-		require.NotNil(t, e.enc, "a rebuilt event caches its encodings")
-		got := *e
-		got.enc = nil
-		require.Equal(t, want[i], got)
+	for from := int64(0); from <= seq; from++ {
+		evs, size, ok := r.since(from, seq)
+		require.True(t, ok)
+		require.Len(t, evs, int(seq-from))
+		total := 0
+		for i, e := range evs {
+			require.NotNil(t, e.enc, "a rebuilt event caches its encodings")
+			got := *e
+			got.enc = nil
+			require.Equal(t, want[int(from)+i], got, "since %d, event %d", from, i)
+			total += e.size()
+		}
+		require.Equal(t, total, size)
 	}
 
-	// A delta with anything more is kept whole.
+	// Text the message took without a delta (what a restart recovered) is in no delta.
+	a.add(" unseen")
+	push(EventDelta, a, " four")
+	evs, _, ok := r.since(seq-2, seq)
+	require.True(t, ok)
+	require.Equal(t, []string{" three", " four"}, texts(evs))
+
+	// A delta with anything more is kept whole, and so is one whose text is not the
+	// newest of its message's.
 	seq++
-	odd := &Event{Seq: seq, Type: EventDelta, MessageID: a, Text: "x", Status: chat.MessageComplete}
+	odd := liveDelta(a, seq, EventDelta, run, "x")
+	odd.Status = chat.MessageComplete
 	r.push(odd)
-	evs, _, ok = r.since(seq-1, seq)
+	seq++
+	copied := liveDelta(a, seq, EventDelta, run, "y")
+	copied.Text = string([]byte(copied.Text))
+	a.add("z")
+	r.push(copied)
+	evs, _, ok = r.since(seq-2, seq)
 	require.True(t, ok)
 	require.Same(t, odd, evs[0])
+	require.Same(t, copied, evs[1])
+}
+
+// A long run of one message's deltas is evicted from its front, delta by delta, and
+// keeps no more offsets than it holds deltas (about), however long the message grows.
+func TestRingEvictsWithinARun(t *testing.T) {
+	run := uuid.New()
+	l := &liveMessage{msg: chat.Message{ID: uuid.New()}}
+	r := newRing(10, 1<<20)
+	var seq int64
+	for seq < 5000 {
+		seq++
+		r.push(liveDelta(l, seq, EventDelta, run, fmt.Sprintf("<%d>", seq)))
+		require.LessOrEqual(t, len(r.buf[r.head].run.offs), 2*64+2)
+	}
+	require.Equal(t, 1, r.entries)
+	require.Equal(t, 10, r.n)
+	require.EqualValues(t, 4990, r.evicted)
+	_, _, ok := r.since(4989, seq)
+	require.False(t, ok)
+	evs, size, ok := r.since(4990, seq)
+	require.True(t, ok)
+	require.Len(t, evs, 10)
+	for i, e := range evs {
+		require.Equal(t, int64(4991+i), e.Seq)
+		require.Equal(t, fmt.Sprintf("<%d>", e.Seq), e.Text)
+	}
+	require.Equal(t, r.bytes, size)
+}
+
+// Whole events, runs of deltas of several messages and both bounds, mixed: every replay
+// from every point is exactly what was pushed, across many evictions.
+func TestRingMixedEntriesInOrder(t *testing.T) {
+	const limit = 6*o + 80
+	r := newRing(9, limit)
+	run := uuid.New()
+	msgs := []*liveMessage{{msg: chat.Message{ID: uuid.New()}}, {msg: chat.Message{ID: uuid.New()}}}
+	var pushed []Event
+	var seq int64
+	for i := range 600 {
+		seq++
+		var e *Event
+		switch {
+		case i%7 == 3:
+			e = textEvent(seq, 2+i%5) // no message text: kept whole
+		case i%11 == 5:
+			e = liveDelta(msgs[0], seq, EventDelta, run, strings.Repeat("w", 1+i%30))
+			e.Status = chat.MessageComplete // kept whole
+		default:
+			typ := EventDelta
+			if i%13 < 4 {
+				typ = EventToolOutput
+			}
+			e = liveDelta(msgs[(i/5)%2], seq, typ, run, fmt.Sprintf("%d;", i))
+		}
+		pushed = append(pushed, *e)
+		r.push(e)
+		require.LessOrEqual(t, r.n, 9)
+		require.True(t, r.bytes <= limit || r.n == 1)
+		oldest := seq - int64(r.n) + 1
+		require.Equal(t, oldest, r.oldest)
+		for from := oldest - 1; from <= seq; from++ {
+			evs, size, ok := r.since(from, seq)
+			require.True(t, ok)
+			require.Len(t, evs, int(seq-from))
+			total := 0
+			for j, got := range evs {
+				w := pushed[from+int64(j)]
+				require.Equal(t, w.Seq, got.Seq)
+				require.Equal(t, w.Type, got.Type)
+				require.Equal(t, w.MessageID, got.MessageID)
+				require.Equal(t, w.Text, got.Text)
+				require.Equal(t, w.Status, got.Status)
+				total += got.size()
+			}
+			require.Equal(t, total, size)
+		}
+		if oldest > 1 {
+			_, _, ok := r.since(oldest-2, seq)
+			require.False(t, ok, "seq %d was evicted", oldest-1)
+		}
+	}
+	require.Equal(t, seq-int64(r.n), r.evicted)
+}
+
+// A full ring of deltas pushes without allocating, and filling it allocates a few
+// times, not once per delta.
+func TestRingDeltaAllocations(t *testing.T) {
+	run := uuid.New()
+	l := &liveMessage{msg: chat.Message{ID: uuid.New()}}
+	l.buf.Grow(1 << 20)
+	r := newRing(4096, 1<<30)
+	var seq int64
+	next := &Event{Type: EventDelta, RunID: run, RequestID: "req", MessageID: l.msg.ID, src: &l.buf}
+	push := func() {
+		seq++
+		next.Seq, next.Text = seq, l.add("tok ")
+		r.push(next)
+	}
+	fill := testing.AllocsPerRun(1, func() {
+		for range 4096 {
+			push()
+		}
+	})
+	require.LessOrEqual(t, fill, 12.0, "the entry, its offsets doubling, the buffer")
+	steady := testing.AllocsPerRun(1000, push)
+	require.Zero(t, steady, "a full ring of deltas pushes without allocating")
+	evs, _, ok := r.since(seq-4096, seq)
+	require.True(t, ok)
+	require.Len(t, evs, 4096)
+	require.Equal(t, "tok ", evs[4095].Text)
 }

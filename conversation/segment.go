@@ -19,9 +19,9 @@ type liveMessage struct {
 }
 
 // add appends text to the message's text and returns it as a slice of that text: an
-// event of the delta keeps no copy of its own, and the replay ring, which keeps the
-// delta, holds one buffer of the message's text, not thousands of small strings.
-// (strings.Builder never changes bytes it has written, even as it grows.)
+// event of the delta keeps no copy of its own, and the replay ring keeps only where the
+// delta lies in the message's text (Event.src). (strings.Builder never changes bytes it
+// has written, even as it grows.)
 func (l *liveMessage) add(text string) string {
 	l.buf.WriteString(text)
 	s := l.buf.String()

@@ -85,7 +85,7 @@ func (a *Actor) onToolOutput(run *runState, callID, text string) {
 	}
 	text = tool.add(chat.CleanText(text))
 	tool.log.Append(text)
-	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text}))
+	a.publish(a.runEvent(run, Event{Type: EventToolOutput, MessageID: tool.msg.ID, Text: text, src: &tool.buf}))
 }
 
 func (a *Actor) onToolEnd(run *runState, callID string, res ToolResult) error {
