@@ -178,7 +178,6 @@ func runDurationSum(t *testing.T, reg *prometheus.Registry, status string) float
 // interrupts leave no active count behind.
 func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	tests := []struct {
 		name   string
 		steps  []script.Step
@@ -196,6 +195,7 @@ func TestMetricsRunsActiveReturnToZero(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			ctx := testCtx(t) // its own: a parallel subtest may wait long for its turn
 			st := newFaultStore(t)
 			a := startMetered(t, st, script.New(tc.steps...), nil)
 			t.Cleanup(st.clear) // before the actor stops: see faultSetup
