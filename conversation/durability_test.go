@@ -205,6 +205,36 @@ func TestRefusedStartsNeverReachTheModel(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// The actor keeps its runs' request ids as hashes. A new id whose hash it already has
+// costs a read, then starts its run as any new id does.
+func TestANewRequestIDWithAKnownHashStartsARun(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	agent := &countingAgent{Agent: script.PerRun(func(conversation.Request) []script.Step {
+		return []script.Step{script.Text("done")}
+	})}
+	ctx := testCtx(t)
+	a := startActorWithClock(t, st, agent, clockwork.NewFakeClock())
+	tab := convtest.New()
+	_, err := a.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
+	require.NoError(t, err)
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "hi"})
+	require.NoError(t, err)
+	tab.Await(t, func(e *conversation.Event) bool { return e.Terminal() && e.RunID == first.RunID })
+
+	a.KnowRequestHash("r2")
+	second, err := a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "hi"})
+	require.NoError(t, err)
+	require.False(t, second.Duplicate)
+	require.NotEqual(t, first.RunID, second.RunID)
+	require.EqualValues(t, "chat.done", tab.Await(t, func(e *conversation.Event) bool { return e.Terminal() && e.RunID == second.RunID }).Type)
+	require.EqualValues(t, 2, agent.calls.Load())
+
+	again, err := a.Send(ctx, conversation.SendRequest{RequestID: "r2", Content: "hi"})
+	require.NoError(t, err)
+	require.Equal(t, conversation.SendResult{RunID: second.RunID, Duplicate: true, Status: chat.RunDone}, again)
+}
+
 // holdStore holds each run start until the test lets it go, and says when one waits.
 type holdStore struct {
 	*store.Store

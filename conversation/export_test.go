@@ -25,3 +25,11 @@ func (a *Actor) Inlined() int {
 	defer a.turn.Unlock()
 	return a.inlined
 }
+
+// KnowRequestHash has the actor take id's hash for a known run's, as a new id whose hash
+// is another's would be.
+func (a *Actor) KnowRequestHash(id string) {
+	a.turn.Lock()
+	defer a.turn.Unlock()
+	a.journal.addRequest(id)
+}

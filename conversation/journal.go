@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -53,9 +54,12 @@ type sessionJournal struct {
 
 	recent recentMessages     // the newest messages, in memory: see recent.go
 	lost   map[uuid.UUID]bool // runs whose rows may include ones the actor does not track
-	// requests are the request ids of the session's runs (nil until the first send
-	// reads them); requestsComplete: all of them, so one not there is new.
-	requests         map[string]bool
+	// requests are the request ids of the session's runs, when requestsKnown (read with
+	// the session), as their hashes (requestHash), sorted: an idle session keeps 8 bytes
+	// a run instead of a map of strings. requestsComplete: all of them, so one not there
+	// is new. (A hash that matches another id's costs a statement: see Actor.send.)
+	requests         []uint64
+	requestsKnown    bool
 	requestsComplete bool
 	// agentState is the state an agent last reported in the session, when
 	// agentStateKnown: reported in this journal's life, so at least as new as what the
@@ -119,7 +123,10 @@ func (j *sessionJournal) load(owner string, check bool) (*chat.Session, error) {
 	if !o.Found {
 		return nil, nil
 	}
-	return &o.Session, nil
+	// A copy: a pointer into o would keep all of it (the request ids read) for as long as
+	// the actor keeps its session.
+	sess := o.Session
+	return &sess, nil
 }
 
 // position returns the position the next message will take.
@@ -133,7 +140,7 @@ func (j *sessionJournal) createSession(sess chat.Session, maxPerOwner int) (chat
 	created, err := j.st.SessionCreateLimited(ctx, sess, maxPerOwner)
 	if err == nil && created.Owner == sess.Owner && created.CreatedAt.Equal(chat.Timestamp(sess.CreatedAt)) {
 		// This one made it: it has no run, so every request id is new.
-		j.requests, j.requestsComplete = map[string]bool{}, true
+		j.requests, j.requestsKnown, j.requestsComplete = nil, true, true
 	}
 	if err != nil || j.lease == nil {
 		return created, err
@@ -501,9 +508,7 @@ func (j *sessionJournal) startRun(run chat.Run, user chat.Message, maxActive int
 	}
 	j.setLeaf(&user.ID, nil, true)
 	j.recent.setLatest(&run)
-	if j.requests != nil {
-		j.requests[run.RequestID] = true
-	}
+	j.addRequest(run.RequestID)
 	return active, counted, nil
 }
 
@@ -515,24 +520,45 @@ const maxKnownRequests = 1000
 // has them (at most maxKnownRequests+1: more means the actor cannot know them all), with
 // those of the runs it has queued.
 func (j *sessionJournal) knowRequests(ids []string, queued []journal.Write) {
-	j.requests = make(map[string]bool, len(ids))
+	j.requests = make([]uint64, 0, len(ids)+1)
 	for _, id := range ids {
-		j.requests[id] = true
+		j.requests = append(j.requests, requestHash(id))
 	}
+	slices.Sort(j.requests)
+	j.requests = slices.Compact(j.requests)
+	j.requestsKnown = true
 	j.requestsComplete = len(ids) <= maxKnownRequests
 	for _, w := range queued {
 		if w.Run != nil {
-			j.requests[w.Run.RequestID] = true
+			j.addRequest(w.Run.RequestID)
 		}
 	}
 }
 
-// knowsRequest reports whether the session has a run for requestID, as far as the
-// actor knows its request ids (requestsComplete: it knows them all, read when it
-// opened the session).
-func (j *sessionJournal) knowsRequest(requestID string) bool {
-	return j.requests[requestID]
+// addRequest records a run's request id, when the actor keeps them.
+func (j *sessionJournal) addRequest(id string) {
+	if !j.requestsKnown {
+		return
+	}
+	h := requestHash(id)
+	if i, found := slices.BinarySearch(j.requests, h); !found {
+		j.requests = slices.Insert(j.requests, i, h)
+	}
 }
+
+// knowsRequest reports whether the session may have a run for requestID, as far as the
+// actor knows its request ids (requestsComplete: it knows them all, read when it
+// opened the session). It can be wrong only the safe way: true for a new id whose hash
+// is another's.
+func (j *sessionJournal) knowsRequest(requestID string) bool {
+	_, found := slices.BinarySearch(j.requests, requestHash(requestID))
+	return j.requestsKnown && found
+}
+
+// requestSeed keys requestHash: ids chosen to collide in one process do not in another.
+var requestSeed = maphash.MakeSeed()
+
+func requestHash(id string) uint64 { return maphash.String(requestSeed, id) }
 
 // startRetry stores a run that regenerates the answer of run.RetryOf (it has no user
 // message of its own: it answers user, which becomes the active leaf). Errors are those
@@ -548,9 +574,7 @@ func (j *sessionJournal) startRetry(run chat.Run, user uuid.UUID, maxActive int)
 	if err == nil {
 		j.setLeaf(&user, nil, false)
 		j.recent.setLatest(&run)
-		if j.requests != nil {
-			j.requests[run.RequestID] = true
-		}
+		j.addRequest(run.RequestID)
 	}
 	return err
 }

@@ -123,16 +123,19 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 	// could start anything.
 	if a.journal.knowsRequest(req.RequestID) {
 		prev, err := a.journal.runByRequest(req.RequestID)
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			// A new id whose hash is another's: it starts a run below.
+		case err != nil:
 			// Not a new run either: the client sends it again.
 			return SendResult{}, a.storageError("read the run", err)
-		}
-		if prev.Status.Active() {
+		case prev.Status.Active():
 			// Stored as running, yet no agent drives it (none is active here): a start
 			// whose answer was lost. Start it now.
 			return a.adopt(prev)
+		default:
+			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 		}
-		return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
 	}
 
 	if req.WhileRunning == chat.DoubleTextSteer && !req.fromQueue && req.EditOf == nil {

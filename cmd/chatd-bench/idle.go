@@ -187,6 +187,13 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string,
 		connsOpen:        m1.sum(connsGauge),
 	}
 	logf("%s idle: %.1f KiB RSS and %.2f goroutines per connection", srv.name, res.rssPerConn/1024, res.goroutinesPerCon)
+	if m1.sum("go_memstats_sys_bytes") > 0 { // chatd: where the RSS that is not the heap's objects went
+		per := func(name string) float64 { return (m1.sum(name) - m0.sum(name)) / n / 1024 }
+		logf("%s idle: per connection, KiB: heap objects %.1f, heap idle not returned %.1f, span structures %.1f, GC metadata %.1f, other runtime %.1f",
+			srv.name, per("go_memstats_heap_alloc_bytes"),
+			per("go_memstats_heap_idle_bytes")-per("go_memstats_heap_released_bytes"),
+			per("go_memstats_mspan_inuse_bytes"), per("go_memstats_gc_sys_bytes"), per("go_memstats_other_sys_bytes"))
+	}
 	if o.profileDir != "" {
 		saveProfile(srv, o.profileDir, "/debug/pprof/heap", "heap")
 		saveProfile(srv, o.profileDir, "/debug/pprof/goroutine", "goroutine")
