@@ -130,7 +130,11 @@ func (b *bench) startBaselineEnv(ctx context.Context, env []string) (*server, er
 		return nil, err
 	}
 	logf("starting the baseline server")
-	return startServer(ctx, "baseline", addr, "/healthz", env, self, "-serve-baseline", addr)
+	srv, err := startServer(ctx, "baseline", addr, "/healthz", env, self, "-serve-baseline", addr)
+	if err == nil {
+		srv.adminAddr = addr // its /debug/pprof/, for -profile-dir
+	}
+	return srv, err
 }
 
 // openSessions connects S sessions of T tabs each, every tab said hello.
@@ -518,7 +522,7 @@ func (b *bench) fanoutOne(ctx context.Context, srv *server, content string, stor
 	if err := startRuns(ctx, sessions, content); err != nil {
 		return fanRow{}, err
 	}
-	if o.profileDir != "" && srv.name != "baseline" {
+	if o.profileDir != "" {
 		go func() {
 			time.Sleep(o.warmup)
 			seconds := max(int(o.window/time.Second)-1, 1)

@@ -124,7 +124,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.relaySessions, "relay-sessions", 100, "cluster: sessions streaming (at -rate) for the relay's cost")
 	fs.IntVar(&o.relayTabs, "relay-tabs", 3, "cluster: tabs per session for the relay's cost")
 	finishScale := scaleFlags(fs)
-	fs.StringVar(&o.profileDir, "profile-dir", "", "save chatd's CPU profile of each fan-out window (and what it allocated by then), and its heap and goroutine profiles with the idle connections here (go tool pprof reads them)")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "save the CPU profile of each server's fan-out window (chatd's, the baseline's and the peer's) and what it allocated by then, and chatd's heap and goroutine profiles with the idle connections here (go tool pprof reads them)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

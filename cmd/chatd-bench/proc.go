@@ -23,7 +23,8 @@ type server struct {
 	name string
 	cmd  *exec.Cmd
 	addr string
-	// adminAddr serves chatd's /metrics and /debug/pprof/ (empty for the baseline).
+	// adminAddr serves chatd's /metrics and /debug/pprof/ (the baseline's: only
+	// /debug/pprof/).
 	adminAddr string
 	peer      bool          // the Centrifuge peer, whose clients speak its protocol
 	compress  bool          // its clients offer permessage-deflate (CHATD_COMPRESSION)
