@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/internal/counter"
 	"github.com/chatd/chatd/journal"
 )
 
@@ -30,6 +31,9 @@ type Actor struct {
 	// sessions never log.
 	log     zerolog.Logger
 	logOnce sync.Once
+
+	// published counts the events it publishes (chatd_events_published_total).
+	published *counter.Slot
 
 	inbox chan intent
 	// pending counts the intents sent to the inbox (or being sent) and not yet taken by
@@ -138,6 +142,7 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		progressT: actorTimer{kind: timerProgress},
 		quietT:    actorTimer{kind: timerQuiet},
 	}
+	a.published = cfg.Metrics.eventsPublished.Slot()
 	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease)
 	a.journal.token = &a.leaseToken
 	a.unsubs.signal = make(chan struct{}, 1)

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/internal/counter"
 	"github.com/chatd/chatd/journal"
 )
 
@@ -13,7 +14,7 @@ import (
 // path (publish) only increments counters. One Metrics is shared by all the actors of a
 // process.
 type Metrics struct {
-	eventsPublished prometheus.Counter
+	eventsPublished counter.Sharded // each actor adds to its own slot: see package counter
 	ringEvictions   prometheus.Counter
 	catchUpReplay   prometheus.Counter
 	catchUpSnapshot prometheus.Counter
@@ -51,10 +52,6 @@ var endStatuses = []chat.RunStatus{chat.RunDone, chat.RunError, chat.RunCancelle
 // chatd_lease_acquisitions_total{kind} and chatd_sessions_moved_total, and the journal's
 // (journal.NewMetrics). Pass it to every actor in Config.Metrics.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	events := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "chatd_events_published_total",
-		Help: "Sequenced events the conversation actors published.",
-	})
 	evictions := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chatd_ring_evictions_total",
 		Help: "Events pushed out of the replay rings by newer ones; a client further behind is caught up with a snapshot.",
@@ -101,7 +98,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		leaseAcquired:   leases.WithLabelValues("free"),
 		leaseTakeover:   leases.WithLabelValues("takeover"),
 		movedAway:       moved,
-		eventsPublished: events,
 		ringEvictions:   evictions,
 		catchUpReplay:   catchUps.WithLabelValues("replay"),
 		catchUpSnapshot: catchUps.WithLabelValues("snapshot"),
@@ -116,6 +112,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.runDuration[s] = duration.WithLabelValues(string(s))
 	}
 	if reg != nil {
+		events := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chatd_events_published_total",
+			Help: "Sequenced events the conversation actors published.",
+		}, func() float64 { return float64(m.eventsPublished.Load()) })
 		reg.MustRegister(events, evictions, catchUps, active, duration, leases, moved, released, memoryReturned, paceWindow)
 	}
 	return m

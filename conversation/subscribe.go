@@ -140,7 +140,7 @@ func (a *Actor) publish(e Event) {
 	p := &publishedEvent{Event: e} // one allocation for the event and its encodings
 	p.Event.enc = &p.enc
 	ev := &p.Event
-	a.cfg.Metrics.eventsPublished.Inc()
+	a.published.Add(1)
 	// With more work queued, subscribers that can hold the event send it with what
 	// follows, once the inbox is empty (flushIdle).
 	behind := len(a.inbox) > 0

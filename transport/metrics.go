@@ -2,6 +2,8 @@ package transport
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatd/chatd/internal/counter"
 )
 
 // Metrics counts connections and what their writers send, whatever the transport. One
@@ -9,7 +11,7 @@ import (
 // does. A nil *Metrics counts nothing.
 type Metrics struct {
 	connectionsOpen prometheus.Gauge
-	framesSent      prometheus.Counter
+	framesSent      counter.Sharded // each outbox adds to its own slot: see package counter
 	writersStarted  prometheus.Counter
 	slowDrops       prometheus.Counter
 	rateLimited     *prometheus.CounterVec
@@ -60,10 +62,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "chatd_connections_open",
 			Help: "WebSocket connections currently open.",
 		}),
-		framesSent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "chatd_frames_sent_total",
-			Help: "Frames written to WebSockets: events, catch-up frames (snapshot, resumed, replayed events) and replies.",
-		}),
 		writersStarted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chatd_writers_started_total",
 			Help: "Writer goroutines started for a connection: for a catch-up, a close, or frames its socket did not take at once (frames it takes at once are written directly, without one).",
@@ -96,7 +94,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.rateLimited.WithLabelValues(l) // shown at 0 from the start
 	}
 	if reg != nil {
-		reg.MustRegister(m.connectionsOpen, m.framesSent, m.writersStarted, m.slowDrops, m.rateLimited, m.relayedConns, m.relayedOpen, m.relayedRequests)
+		framesSent := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chatd_frames_sent_total",
+			Help: "Frames written to WebSockets: events, catch-up frames (snapshot, resumed, replayed events) and replies.",
+		}, func() float64 { return float64(m.framesSent.Load()) })
+		reg.MustRegister(m.connectionsOpen, framesSent, m.writersStarted, m.slowDrops, m.rateLimited, m.relayedConns, m.relayedOpen, m.relayedRequests)
 	}
 	return m
 }
@@ -145,10 +147,12 @@ func (m *Metrics) ConnectionClosed() {
 	}
 }
 
-func (m *Metrics) sent(n int) {
-	if m != nil && n > 0 {
-		m.framesSent.Add(float64(n))
+// sentSlot returns where a connection counts the frames it sends (nil: nowhere).
+func (m *Metrics) sentSlot() *counter.Slot {
+	if m == nil {
+		return nil
 	}
+	return m.framesSent.Slot()
 }
 
 func (m *Metrics) writerStarted() {

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/conversation"
+	"github.com/chatd/chatd/internal/counter"
 )
 
 // DefaultSendQueueBytes is the default Budget of an Outbox (CHATD_SEND_QUEUE_BYTES).
@@ -37,6 +38,7 @@ type Outbox struct {
 	w      Writer
 	direct DirectWriter // w, if it can write without waiting; else nil
 	remote string
+	sent   *counter.Slot // where its frames sent are counted (nil: nowhere)
 
 	mu     sync.Mutex
 	frames [][]byte
@@ -132,7 +134,7 @@ func NewOutbox(opts *OutboxOptions, w Writer, remote string) *Outbox {
 	if opts.Format == nil || opts.EncodeCatchUp == nil || opts.Clock == nil || opts.Budget <= 0 {
 		panic("transport: OutboxOptions need Format, EncodeCatchUp, Clock and a positive Budget")
 	}
-	q := &Outbox{opts: opts, w: w, remote: remote}
+	q := &Outbox{opts: opts, w: w, remote: remote, sent: opts.Metrics.sentSlot()}
 	q.direct, _ = w.(DirectWriter)
 	return q
 }
@@ -290,12 +292,12 @@ func (q *Outbox) writeNow() {
 		q.replyBytes += replies
 		batch = nil
 	case Held:
-		q.opts.Metrics.sent(len(batch))
+		q.Sent(len(batch))
 		q.kicked = true
 	case Failed:
 		q.kicked = true
 	default:
-		q.opts.Metrics.sent(len(batch))
+		q.Sent(len(batch))
 	}
 	if batch != nil && q.spare == nil && cap(batch) <= idleQueueCap {
 		clear(batch)
@@ -414,7 +416,9 @@ func (q *Outbox) Dropping() bool {
 
 // Sent counts n frames written to the client. Call it once per batch, not per frame.
 func (q *Outbox) Sent(n int) {
-	q.opts.Metrics.sent(n)
+	if q.sent != nil && n > 0 {
+		q.sent.Add(uint64(n))
+	}
 }
 
 // Detach is called when the connection has ended: from now on every frame is refused
