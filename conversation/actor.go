@@ -34,6 +34,8 @@ type Actor struct {
 
 	// published counts the events it publishes (chatd_events_published_total).
 	published *counter.Slot
+	// spare is the last event published, for the next, when nothing kept it.
+	spare *publishedEvent
 
 	inbox chan intent
 	// pending counts the intents sent to the inbox (or being sent) and not yet taken by

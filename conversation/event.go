@@ -268,6 +268,16 @@ type Subscriber interface {
 	Dropped(reason DropReason)
 }
 
+// A TransientSubscriber keeps nothing of an event it is given (Deliver, Hold) but its
+// encodings (Event.Encode) once the call returns, so the actor may reuse the event's
+// memory for the next one. A subscriber that is not one may keep events as long as it
+// likes.
+type TransientSubscriber interface {
+	Subscriber
+	// KeepsNoEvents marks the subscriber; it is never called.
+	KeepsNoEvents()
+}
+
 // A HoldingSubscriber can hold the live events the actor publishes while more of its
 // work is queued behind them, and send them together once the actor has caught up: one
 // write for several events, when the process is behind, instead of one each.

@@ -75,8 +75,9 @@ func newRing(maxEvents, maxBytes int) *ring {
 	return &ring{maxEvents: maxEvents, maxBytes: maxBytes}
 }
 
-// push appends ev, whose seq must be one more than the previous push's.
-func (r *ring) push(ev *Event) {
+// push appends ev, whose seq must be one more than the previous push's, and reports
+// whether the ring keeps ev itself (or only a compact copy of a delta).
+func (r *ring) push(ev *Event) (kept bool) {
 	start, end, compact := span(ev)
 	size := ev.size()
 	if !compact {
@@ -92,19 +93,20 @@ func (r *ring) push(ev *Event) {
 	r.bytes += size
 	if !compact {
 		r.add(ringEntry{ev: ev, size: size})
-		return
+		return true
 	}
 	ids := deltaIDs{typ: ev.Type, runID: ev.RunID, requestID: ev.RequestID, messageID: ev.MessageID}
 	if r.entries > 0 {
 		last := r.buf[(r.head+r.entries-1)%len(r.buf)].run
 		if last != nil && last.text == ev.src && last.offs[len(last.offs)-1] == start && last.ids == ids {
 			last.offs = append(last.offs, end)
-			return
+			return false
 		}
 	}
 	offs := make([]uint32, 2, 16)
 	offs[0], offs[1] = start, end
 	r.add(ringEntry{run: &deltaRun{ids: ids, text: ev.src, offs: offs}})
+	return false
 }
 
 // span reports where a delta's text lies in its message's text (Event.src), when the

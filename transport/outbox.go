@@ -126,7 +126,11 @@ type CloseRequest struct {
 	Flush bool
 }
 
-var _ conversation.Subscriber = (*Outbox)(nil)
+var _ conversation.TransientSubscriber = (*Outbox)(nil)
+
+// KeepsNoEvents is conversation.TransientSubscriber's: Deliver, Hold and CatchUp keep
+// only the events' encodings.
+func (*Outbox) KeepsNoEvents() {}
 
 // NewOutbox returns the outbox of a connection from remote (an address for the logs);
 // w writes what it queues.
