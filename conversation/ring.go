@@ -117,7 +117,7 @@ func span(ev *Event) (start, end uint32, ok bool) {
 	}
 	s := ev.src.String()
 	n := len(s)
-	if n > math.MaxUint32 || n < len(ev.Text) || s[n-len(ev.Text):] != ev.Text {
+	if uint64(n) > math.MaxUint32 || n < len(ev.Text) || s[n-len(ev.Text):] != ev.Text {
 		return 0, 0, false // the same bytes: a slice of s, so this compares pointers
 	}
 	return uint32(n - len(ev.Text)), uint32(n), true
