@@ -52,11 +52,13 @@ type Store struct {
 	q *queries.Queries
 	// webhooks: a run's status change queues its webhook event (EnableWebhooks).
 	webhooks bool
+	// streamLog: StreamLogSync's parameters, reused from one interval to the next.
+	streamLog *streamLogParams
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool and closes it.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, db: pool, w: newGroupDB(pool), q: queries.New()}
+	return &Store{pool: pool, db: pool, w: newGroupDB(pool), q: queries.New(), streamLog: new(streamLogParams)}
 }
 
 // Pool returns the pool the store uses, for tests and tools that need plain SQL.
@@ -74,7 +76,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // The Store passed to fn must not be used after fn returns.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q, webhooks: s.webhooks})
+		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q, webhooks: s.webhooks, streamLog: s.streamLog})
 	})
 }
 
