@@ -280,6 +280,9 @@ func (r *run) callModel(ctx context.Context, msgs []Message, cont string) (Messa
 			case EventText:
 				streamed = true
 				blockOpen = false
+				// Grow doubles the buffer when it is full; WriteString alone grows a long
+				// answer by a quarter at a time, which allocates four times its size.
+				text.Grow(len(ev.Text))
 				text.WriteString(ev.Text)
 				return r.out.Text(ev.Text)
 			case EventReasoning:
