@@ -83,13 +83,30 @@ type (
 type emitter struct {
 	a   *Actor
 	run *runState
+	// text is the intent of the last Text, for the next, when it was handled inline:
+	// nothing refers to it then, and a token costs no allocation of its own.
+	text *textIntent
 }
 
 func (e *emitter) Text(delta string) error {
 	if delta == "" {
 		return nil
 	}
-	return e.post(&textIntent{e.run, delta})
+	it := e.text
+	e.text = nil
+	if it == nil {
+		it = new(textIntent)
+	}
+	*it = textIntent{e.run, delta}
+	if e.run.ctx.Err() != nil {
+		return ErrRunEnded
+	}
+	if e.a.inline(it) {
+		*it = textIntent{}
+		e.text = it
+		return nil
+	}
+	return e.send(it)
 }
 
 func (e *emitter) Reasoning(delta string) error {
@@ -206,6 +223,11 @@ func (e *emitter) post(it intent) error {
 	if e.a.inline(it) {
 		return nil
 	}
+	return e.send(it)
+}
+
+// send queues it in the actor's inbox.
+func (e *emitter) send(it intent) error {
 	// The inbox has room almost always: a plain send then costs one channel operation,
 	// not the three-way select.
 	e.a.pending.Add(1)
