@@ -34,8 +34,10 @@ type Actor struct {
 
 	// published counts the events it publishes (chatd_events_published_total).
 	published *counter.Slot
-	// spare is the last event published, for the next, when nothing kept it.
-	spare *publishedEvent
+	// spare is the last event published, for the next, when nothing kept it; spareEnc
+	// the buffer of its encoding, when nothing held that either.
+	spare    *publishedEvent
+	spareEnc []byte
 
 	inbox chan intent
 	// pending counts the intents sent to the inbox (or being sent) and not yet taken by
@@ -357,6 +359,7 @@ func (a *Actor) onTimer(f timerFire) {
 		if a.quietT.fired(f) && a.quiet() {
 			dropped := a.journal.recent.bytes + a.ring.forget()
 			a.journal.recent.forget()
+			a.spare, a.spareEnc = nil, nil
 			a.cfg.Memory.dropped(dropped)
 			a.cfg.Metrics.released.Inc()
 		}

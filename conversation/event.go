@@ -93,6 +93,8 @@ func (e *Event) delta() bool {
 type Format struct {
 	name   string
 	encode func(*Event) []byte
+	// appendTo, when set, encodes into the buffer it is given (NewAppendFormat).
+	appendTo func(dst []byte, e *Event) []byte
 }
 
 // NewFormat returns a format that encodes with encode. encode must not fail: an event it
@@ -100,6 +102,14 @@ type Format struct {
 // gap in the subscriber's seqs.
 func NewFormat(name string, encode func(*Event) []byte) *Format {
 	return &Format{name: name, encode: encode}
+}
+
+// NewAppendFormat returns a format that encodes by appending to dst (nil for a new
+// buffer), and may return a new slice. The actor then reuses the buffer of a delta's
+// encoding that nothing kept for the next delta's, instead of allocating a frame per
+// event (see Actor.publish).
+func NewAppendFormat(name string, appendEvent func(dst []byte, e *Event) []byte) *Format {
+	return &Format{name: name, encode: func(e *Event) []byte { return appendEvent(nil, e) }, appendTo: appendEvent}
 }
 
 // Name returns the format's name.
@@ -111,6 +121,25 @@ type encodings struct {
 	// only: no slice to allocate), more the others'.
 	first encoded
 	more  []encoded
+	// spare is a buffer nothing refers to any more (an earlier event's encoding), for
+	// the first encoding in a format that appends.
+	spare []byte
+}
+
+// maxReusedEncoding bounds the buffer an actor keeps for its next event's encoding.
+const maxReusedEncoding = 2 << 10
+
+// reusable returns a buffer for the next event's encoding, once nothing refers to this
+// event's any more: its only encoding's, when its format appends and it is small, or
+// the spare it was given and did not use.
+func (c *encodings) reusable() []byte {
+	if c.first.f == nil {
+		return c.spare
+	}
+	if c.more != nil || c.first.f.appendTo == nil || cap(c.first.b) > maxReusedEncoding {
+		return nil
+	}
+	return c.first.b[:0]
 }
 
 // publishedEvent is a published event with its encodings, allocated together.
@@ -142,7 +171,13 @@ func (e *Event) Encode(f *Format) []byte {
 			return x.b
 		}
 	}
-	b := f.encode(e)
+	var b []byte
+	if c.spare != nil && f.appendTo != nil {
+		b = f.appendTo(c.spare, e)
+		c.spare = nil
+	} else {
+		b = f.encode(e)
+	}
 	if c.first.f == nil {
 		c.first = encoded{f, b}
 	} else {
@@ -270,12 +305,15 @@ type Subscriber interface {
 
 // A TransientSubscriber keeps nothing of an event it is given (Deliver, Hold) but its
 // encodings (Event.Encode) once the call returns, so the actor may reuse the event's
-// memory for the next one. A subscriber that is not one may keep events as long as it
-// likes.
+// memory for the next one; and it says whether it still holds encodings, so that the
+// actor reuses their memory too when none does. A subscriber that is not one may keep
+// events as long as it likes.
 type TransientSubscriber interface {
 	Subscriber
-	// KeepsNoEvents marks the subscriber; it is never called.
-	KeepsNoEvents()
+	// HoldsEncodings reports whether the subscriber still held encodings of events it
+	// was given (queued, not yet written) when its last Deliver or Hold returned. The
+	// actor asks right after each.
+	HoldsEncodings() bool
 }
 
 // A HoldingSubscriber can hold the live events the actor publishes while more of its

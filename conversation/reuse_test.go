@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
@@ -47,10 +48,52 @@ func (s *frameSub) take(ev *conversation.Event) bool {
 	return true
 }
 
-// transientSub is a frameSub that says it keeps no events (as transport.Outbox does).
+// transientSub is a frameSub that says it keeps no events (as transport.Outbox does),
+// and holds no encodings.
 type transientSub struct{ *frameSub }
 
-func (transientSub) KeepsNoEvents() {}
+func (transientSub) HoldsEncodings() bool { return false }
+
+// appendSub is a transient subscriber of a format that appends to a buffer. It keeps
+// the frames it is given as they are (not copies), and says it holds them when holds is
+// set, as an outbox with frames queued does.
+type appendSub struct {
+	*frameSub
+	holds bool
+	raw   [][]byte
+}
+
+// appendFormat is the appendSubs' format: one, so that their frames are shared.
+var appendFormat = conversation.NewAppendFormat("test-append", func(dst []byte, e *conversation.Event) []byte {
+	return fmt.Appendf(dst, "%d %s %s", e.Seq, e.Type, e.Text)
+})
+
+func newAppendSub(holds bool) *appendSub {
+	s := newFrameSub()
+	s.f = appendFormat
+	return &appendSub{frameSub: s, holds: holds}
+}
+
+func (s *appendSub) Deliver(ev *conversation.Event) bool {
+	b := ev.Encode(s.f)
+	s.mu.Lock()
+	s.raw = append(s.raw, b)
+	s.mu.Unlock()
+	return s.take(ev)
+}
+
+func (s *appendSub) HoldsEncodings() bool { return s.holds }
+
+// buffers counts the distinct buffers of the frames s was given.
+func (s *appendSub) buffers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[*byte]bool{}
+	for _, b := range s.raw {
+		seen[unsafe.SliceData(b)] = true
+	}
+	return len(seen)
+}
 
 // runAndRecord streams a run of many deltas to subs and returns the text the first one's
 // frames carry, checking their seqs follow each other.
@@ -143,4 +186,39 @@ func indexOfDelta(frames []string, i int) int {
 		}
 	}
 	return -1
+}
+
+// When no subscriber holds a delta's encoding once it was delivered, the next delta is
+// encoded into the same buffer; every frame was still the event it was encoded from
+// when it was delivered (the recorded copies spell the whole answer).
+func TestDeltaEncodingsAreReusedWhenNoSubscriberHoldsThem(t *testing.T) {
+	t.Parallel()
+	s := newAppendSub(false)
+	text, _ := runAndRecord(t, s)
+	require.Contains(t, text, "<0><1><2>")
+	require.Contains(t, text, "<197><198><199>")
+	require.Less(t, s.buffers(), len(s.raw)/4, "most frames share their buffer with the one before")
+}
+
+// A subscriber that holds encodings (frames queued, not yet written) keeps them as they
+// were encoded: no later event's encoding is written into them, whichever other
+// subscribers there are.
+func TestDeltaEncodingsAreNotReusedWhileASubscriberHoldsThem(t *testing.T) {
+	t.Parallel()
+	for _, subs := range [][]*appendSub{{newAppendSub(true)}, {newAppendSub(false), newAppendSub(true)}} {
+		list := make([]conversation.Subscriber, len(subs))
+		for i, s := range subs {
+			list[i] = s
+		}
+		runAndRecord(t, list...)
+		for _, s := range subs {
+			s.mu.Lock()
+			require.Len(t, s.raw, len(s.frames))
+			for i, b := range s.raw {
+				require.Equal(t, s.frames[i], string(b), "frame %d as it was delivered", i)
+			}
+			s.mu.Unlock()
+			require.Equal(t, len(s.raw), s.buffers(), "a buffer of its own for every frame")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -56,6 +57,9 @@ type Outbox struct {
 	kicked bool
 	// detached: the connection has ended; no writer is woken again.
 	detached bool
+	// holds: frames waited or a writer ran when the last Deliver, Hold or Reply
+	// returned (HoldsEncodings). Set under mu.
+	holds atomic.Bool
 }
 
 // OutboxOptions are shared by every Outbox of a transport's server.
@@ -128,9 +132,14 @@ type CloseRequest struct {
 
 var _ conversation.TransientSubscriber = (*Outbox)(nil)
 
-// KeepsNoEvents is conversation.TransientSubscriber's: Deliver, Hold and CatchUp keep
-// only the events' encodings.
-func (*Outbox) KeepsNoEvents() {}
+// HoldsEncodings is conversation.TransientSubscriber's (Deliver, Hold and CatchUp keep
+// only the events' encodings): whether, when the last Deliver, Hold or Reply returned,
+// frames waited for a writer or one ran. Otherwise every frame was written, and the
+// transport copies what it writes (DirectWriter keeps no frames).
+func (q *Outbox) HoldsEncodings() bool { return q.holds.Load() }
+
+// noteHolds records what HoldsEncodings says. q.mu must be held.
+func (q *Outbox) noteHolds() { q.holds.Store(q.writing || len(q.frames) > 0) }
 
 // NewOutbox returns the outbox of a connection from remote (an address for the logs);
 // w writes what it queues.
@@ -202,6 +211,7 @@ func (q *Outbox) Reply(frame []byte) bool {
 func (q *Outbox) enqueue(frame []byte, budget *int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer q.noteHolds()
 	if q.closeReq != nil {
 		return false
 	}
@@ -241,6 +251,7 @@ func (q *Outbox) Hold(ev *conversation.Event) bool {
 	frame := ev.Encode(q.opts.Format)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer q.noteHolds()
 	if q.closeReq != nil {
 		return false
 	}

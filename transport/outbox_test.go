@@ -316,6 +316,41 @@ func TestOutboxWritesDirectlyWhileNoWriterRuns(t *testing.T) {
 	require.Equal(t, sent, metricOf(t, reg, "chatd_frames_sent_total"), "not counted as sent")
 }
 
+// HoldsEncodings says, after each Deliver and Hold, whether a frame may still be
+// referred to: false only when everything was written directly and no writer runs.
+func TestOutboxSaysWhenItHoldsFrames(t *testing.T) {
+	q, d, _ := newDirectOutbox(t)
+	require.True(t, q.Deliver(event(1)))
+	require.False(t, q.HoldsEncodings(), "written whole, at once")
+
+	require.True(t, q.Hold(event(1)))
+	require.True(t, q.HoldsEncodings(), "held for Release")
+	require.True(t, q.Deliver(event(1)))
+	require.False(t, q.HoldsEncodings(), "what was held left with it")
+
+	d.answer = transport.Held
+	require.True(t, q.Deliver(event(1)))
+	require.True(t, q.HoldsEncodings(), "a writer runs for what the socket did not take")
+	d.answer = transport.Written
+	require.True(t, q.Deliver(event(1)))
+	require.True(t, q.HoldsEncodings(), "queued for the running writer")
+	_, _, ok := q.Take(nil)
+	require.True(t, ok)
+	_, _, ok = q.Take(nil)
+	require.False(t, ok)
+	require.True(t, q.Deliver(event(1)))
+	require.False(t, q.HoldsEncodings(), "the writer stopped: written directly again")
+
+	d.answer = transport.NotWritten
+	require.True(t, q.Deliver(event(1)))
+	require.True(t, q.HoldsEncodings(), "not written: queued for a writer")
+
+	// A transport that cannot write directly always queues.
+	e := newOutbox(t)
+	require.True(t, e.q.Deliver(event(1)))
+	require.True(t, e.q.HoldsEncodings())
+}
+
 // A Kick (the writer's own bytes held) wakes a writer if none runs, once.
 func TestOutboxKick(t *testing.T) {
 	q, d, _ := newDirectOutbox(t)

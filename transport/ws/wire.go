@@ -383,7 +383,19 @@ func toWireRun(r *chat.Run) *wireRun {
 
 // Format is protocol version 1's JSON encoding of events. Events cache their encoding
 // per format, so an event is encoded once however many connections and replays send it.
-var Format = conversation.NewFormat("chatd.v1", EncodeEvent)
+var Format = conversation.NewAppendFormat("chatd.v1", AppendEvent)
+
+// AppendEvent is EncodeEvent into dst (nil for a new buffer): a delta's or tool
+// output's frame is appended to it, any other event's is a new buffer.
+func AppendEvent(dst []byte, ev *conversation.Event) []byte {
+	if ev.Type == conversation.EventDelta || ev.Type == conversation.EventToolOutput {
+		if dst == nil {
+			dst = make([]byte, 0, 160+len(ev.RequestID)+len(ev.Text))
+		}
+		return appendTextEvent(dst, ev)
+	}
+	return EncodeEvent(ev)
+}
 
 // EncodeEvent encodes a sequenced event. It cannot fail: the domain types always encode,
 // and if one ever did not, the event goes out without its details rather than leave a
