@@ -47,7 +47,7 @@ func TestUpOnAnEmptyDatabase(t *testing.T) {
 	// A brand-new database (not from the template): drop the schema and migrate again.
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, "DROP TABLE webhook_outbox, queued_messages, approval_rules, stream_log, workspaces, session_leases, messages, runs, sessions, schema_migrations; DROP FUNCTION session_position_max, session_request_ids")
+	_, err := pool.Exec(ctx, "DROP TABLE webhook_outbox, queued_messages, approval_rules, stream_log, workspaces, session_leases, messages, runs, sessions, schema_migrations; DROP FUNCTION session_position_max, session_request_ids; DROP TYPE stream_log_chunk")
 	require.NoError(t, err)
 	require.NoError(t, migrations.Up(ctx, pool))
 	var n int

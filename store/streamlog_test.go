@@ -176,3 +176,22 @@ func BenchmarkStreamLogSync(b *testing.B) {
 		require.NoError(b, s.StreamLogSync(ctx, chunks, nil))
 	}
 }
+
+// A chunk type made again (a migration run down and up) has another id: the statement
+// that finds the type it knew gone looks it up again and stores the interval all the
+// same.
+func TestStreamLogSyncFindsItsTypeMadeAgain(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t)
+	ctx := t.Context()
+	sess, fence := leasedSession(t, s)
+	first, second := uuid.New(), uuid.New()
+	require.NoError(t, s.StreamLogSync(ctx, []store.StreamChunk{{MessageID: first, SessionID: sess, Text: "before", Fence: fence}}, nil))
+	_, err := s.Pool().Exec(ctx, `DROP TYPE stream_log_chunk;
+		CREATE TYPE stream_log_chunk AS (message_id uuid, start_offset integer, text text, session_id uuid, fence bigint)`)
+	require.NoError(t, err)
+	require.NoError(t, s.StreamLogSync(ctx, []store.StreamChunk{{MessageID: second, SessionID: sess, Text: "after", Fence: fence}}, nil))
+	got, err := s.StreamLogRead(ctx, []uuid.UUID{first, second})
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]string{first: "before", second: "after"}, got)
+}

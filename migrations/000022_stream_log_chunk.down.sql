@@ -1,0 +1,1 @@
+DROP TYPE stream_log_chunk;
