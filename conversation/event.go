@@ -105,7 +105,7 @@ func NewFormat(name string, encode func(*Event) []byte) *Format {
 }
 
 // NewAppendFormat returns a format that encodes by appending to dst (nil for a new
-// buffer), and may return a new slice. The actor then reuses the buffer of a delta's
+// buffer), returning the extended slice, as append does. The actor then reuses the buffer of a delta's
 // encoding that nothing kept for the next delta's, instead of allocating a frame per
 // event (see Actor.publish).
 func NewAppendFormat(name string, appendEvent func(dst []byte, e *Event) []byte) *Format {
@@ -155,7 +155,9 @@ type encoded struct {
 
 // Encode returns the event in format f. A published event encodes on the first call for
 // f and hands the same bytes to every later one, so callers must not modify them. It is
-// safe for concurrent use.
+// safe for concurrent use. A TransientSubscriber may use the bytes only as long as it
+// says it holds them (HoldsEncodings): once it does not, the actor may encode its next
+// event into the same memory.
 func (e *Event) Encode(f *Format) []byte {
 	c := e.enc
 	if c == nil {
@@ -312,7 +314,9 @@ type TransientSubscriber interface {
 	Subscriber
 	// HoldsEncodings reports whether the subscriber still held encodings of events it
 	// was given (queued, not yet written) when its last Deliver or Hold returned. The
-	// actor asks right after each.
+	// actor asks right after each, and when the answer is false it may write its next
+	// event's encoding into the memory of this one's: a subscriber must never read an
+	// encoding it did not report holding.
 	HoldsEncodings() bool
 }
 

@@ -16,7 +16,9 @@ var binaryFormats = [...]int16{1, 1, 1, 1, 1, 1, 1, 1}
 // execParams runs sql with parameters the store encoded itself (in the binary format,
 // of the types oids), on a connection of the pool or in the transaction, and traces it
 // like every statement pgx runs (the statement metrics). The parameters go straight
-// into the connection's message, without pgx's encoding.
+// into the connection's message, without pgx's encoding. It always uses the extended
+// protocol's unnamed statement (whatever the connection's default_query_exec_mode),
+// which every pooler in front of PostgreSQL passes through.
 func (s *Store) execParams(ctx context.Context, sql string, values [][]byte, oids []uint32) (err error) {
 	if len(values) > len(binaryFormats) || len(oids) != len(values) {
 		return fmt.Errorf("execParams: %d parameters, %d types", len(values), len(oids))
@@ -35,7 +37,7 @@ func (s *Store) execParams(ctx context.Context, sql string, values [][]byte, oid
 	default:
 		return fmt.Errorf("execParams: no connection in a %T", s.db)
 	}
-	if t := conn.Config().Tracer; t != nil {
+	if t := s.tracer; t != nil {
 		ctx = t.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: sql})
 		var tag pgconn.CommandTag
 		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()

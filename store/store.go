@@ -54,11 +54,18 @@ type Store struct {
 	webhooks bool
 	// streamLog: StreamLogSync's parameters, reused from one interval to the next.
 	streamLog *streamLogParams
+	// tracer is the pool's query tracer, for the statements sent without pgx
+	// (execParams); read once, as the pool's Config copies the whole configuration.
+	tracer pgx.QueryTracer
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool and closes it.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, db: pool, w: newGroupDB(pool), q: queries.New(), streamLog: new(streamLogParams)}
+	s := &Store{pool: pool, db: pool, w: newGroupDB(pool), q: queries.New(), streamLog: new(streamLogParams)}
+	if pool != nil {
+		s.tracer = pool.Config().ConnConfig.Tracer
+	}
+	return s
 }
 
 // Pool returns the pool the store uses, for tests and tools that need plain SQL.
@@ -76,7 +83,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // The Store passed to fn must not be used after fn returns.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q, webhooks: s.webhooks, streamLog: s.streamLog})
+		return fn(&Store{pool: s.pool, db: tx, w: tx, q: s.q, webhooks: s.webhooks, streamLog: s.streamLog, tracer: s.tracer})
 	})
 }
 

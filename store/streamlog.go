@@ -55,10 +55,13 @@ ON CONFLICT (message_id, start_offset) DO NOTHING`
 // one interval to the next, and sends the statement with pgconn.
 func (s *Store) StreamLogSync(ctx context.Context, chunks []StreamChunk, done []uuid.UUID) error {
 	p := s.streamLog
-	if p == nil {
+	if p == nil || !p.mu.TryLock() {
+		// Another statement has the buffer (a node has one stream log, so this is
+		// rare): this one gets its own rather than wait for a round trip, or, in a
+		// transaction, for a connection that the other may be waiting for.
 		p = new(streamLogParams)
+		p.mu.Lock()
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer func() {
 		if cap(p.buf) > maxKeptParams {

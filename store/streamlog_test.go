@@ -195,3 +195,28 @@ func TestStreamLogSyncFindsItsTypeMadeAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]string{first: "before", second: "after"}, got)
 }
+
+// Statements made at once each store their own chunks: one waits for no other's buffer.
+func TestStreamLogSyncConcurrent(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t)
+	ctx := t.Context()
+	sess, fence := leasedSession(t, s)
+	ids := make([]uuid.UUID, 8)
+	errs := make(chan error, len(ids))
+	for i := range ids {
+		ids[i] = uuid.New()
+		go func() {
+			errs <- s.StreamLogSync(ctx, []store.StreamChunk{{MessageID: ids[i], SessionID: sess, Text: fmt.Sprint("chunk ", i), Fence: fence}}, nil)
+		}()
+	}
+	for range ids {
+		require.NoError(t, <-errs)
+	}
+	got, err := s.StreamLogRead(ctx, ids)
+	require.NoError(t, err)
+	require.Len(t, got, len(ids))
+	for i, id := range ids {
+		require.Equal(t, fmt.Sprint("chunk ", i), got[id])
+	}
+}

@@ -88,7 +88,10 @@ type Writer interface {
 	// Wake says that frames or a close request wait and that no writer is taking them:
 	// start one (a goroutine) or signal the one that waits (an HTTP handler). It is
 	// called with the outbox's lock held, so it must not block or call the outbox; the
-	// writer it wakes calls Take until Take returns ok false.
+	// writer it wakes calls Take until Take returns ok false. A writer must be done with
+	// a batch's frames (written, or copied) before it calls Take again: once Take says
+	// nothing is left, the actor may write its next frame into their memory
+	// (HoldsEncodings).
 	Wake()
 	// Cut ends the connection at once: a close request was not carried out within the
 	// grace period (a writer stuck on a client that does not read).
@@ -101,7 +104,8 @@ type DirectWriter interface {
 	Writer
 	// WriteNow writes frames at once, in order, in as few writes as it can. It is called
 	// only while no writer runs, with everything queued, so frames stay in order; it
-	// must not call the outbox, nor keep frames.
+	// must not call the outbox, nor keep frames or read them once it returns: the actor
+	// may write its next frame into their memory (HoldsEncodings).
 	WriteNow(frames [][]byte) WriteResult
 }
 

@@ -385,8 +385,8 @@ func toWireRun(r *chat.Run) *wireRun {
 // per format, so an event is encoded once however many connections and replays send it.
 var Format = conversation.NewAppendFormat("chatd.v1", AppendEvent)
 
-// AppendEvent is EncodeEvent into dst (nil for a new buffer): a delta's or tool
-// output's frame is appended to it, any other event's is a new buffer.
+// AppendEvent appends EncodeEvent's encoding of ev to dst (nil for a new buffer). A
+// delta's or a tool output's frame is written into dst directly.
 func AppendEvent(dst []byte, ev *conversation.Event) []byte {
 	if ev.Type == conversation.EventDelta || ev.Type == conversation.EventToolOutput {
 		if dst == nil {
@@ -394,7 +394,10 @@ func AppendEvent(dst []byte, ev *conversation.Event) []byte {
 		}
 		return appendTextEvent(dst, ev)
 	}
-	return EncodeEvent(ev)
+	if dst == nil {
+		return EncodeEvent(ev)
+	}
+	return append(dst, EncodeEvent(ev)...)
 }
 
 // EncodeEvent encodes a sequenced event. It cannot fail: the domain types always encode,
