@@ -924,7 +924,7 @@ func (e *envDefaults) offDuration(key string, def time.Duration) time.Duration {
 }
 
 func (e *envDefaults) bytes(key string, def int) int {
-	return e.bytesUpTo(key, def, 1<<31)
+	return e.bytesUpTo(key, def, maxBytes)
 }
 
 func (e *envDefaults) bytesUpTo(key string, def, most int) int {
@@ -1158,8 +1158,8 @@ func (b byteSize) Set(s string) error {
 // largeSize is a byteSize up to maxLargeBytes, for the sandbox's limits.
 type largeSize struct{ byteSize }
 
-// maxLargeBytes bounds a largeSize: 1TiB.
-const maxLargeBytes = 1 << 40
+// maxLargeBytes bounds a largeSize: 1TiB (what an int holds, on a 32-bit platform).
+const maxLargeBytes = min(1<<40, math.MaxInt)
 
 func (b largeSize) Set(s string) error {
 	n, err := parseBytesUpTo(s, maxLargeBytes)
@@ -1171,10 +1171,14 @@ func (b largeSize) Set(s string) error {
 }
 
 // parseBytes reads a byte count with an optional binary suffix: K/KiB, M/MiB, G/GiB
-// (case-insensitive, B optional), up to 2GiB.
+// (case-insensitive, B optional), up to 2GiB (maxBytes).
 func parseBytes(s string) (int, error) {
-	return parseBytesUpTo(s, 1<<31)
+	return parseBytesUpTo(s, maxBytes)
 }
+
+// maxBytes bounds a byte size: 2GiB (less one byte on a 32-bit platform, where an int
+// holds no more).
+const maxBytes = min(1<<31, math.MaxInt)
 
 func parseBytesUpTo(s string, most int) (int, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
