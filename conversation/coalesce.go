@@ -12,7 +12,8 @@ const MaxCoalescedDelta = 16 << 10
 
 // CoalesceAdaptive is Config.CoalesceDeltas's adaptive mode: text is held only while
 // more of the actor's work is queued behind it, and published once it has none; and,
-// while the process is behind, for the window its Pacer has open (Config.Pacer).
+// while the process is behind, for the window its Pacer has open (Config.Pacer), when
+// the session's text comes closer together than the window.
 const CoalesceAdaptive time.Duration = -1
 
 // heldDelta is text of the open segment that arrived within the coalescing window and is
@@ -33,6 +34,10 @@ func (a *Actor) appendDelta(run *runState, text string) {
 		return
 	}
 	h := &a.held
+	if a.cfg.CoalesceDeltas == CoalesceAdaptive && a.sendsAtOnce() {
+		a.publishDelta(run, run.seg, text)
+		return
+	}
 	if h.seg != nil && (h.seg != run.seg || h.text.Len()+len(text) > MaxCoalescedDelta) {
 		a.flushDelta()
 	}
@@ -48,6 +53,23 @@ func (a *Actor) appendDelta(run *runState, text string) {
 		return
 	}
 	a.arm(&a.coalesceT, a.cfg.CoalesceDeltas) // the window starts with its first piece
+}
+
+// sendsAtOnce reports, in adaptive mode, whether the next piece of text goes out as it
+// comes: nothing is held or queued behind it (flushIdle would publish it at the end of
+// this pass, so it goes now, without a copy), and either the process keeps up (no
+// Pacer window) or the session's text comes further apart than the window: holding it
+// would add the window to its latency and merge nothing, as with a model streaming 50
+// tokens a second and a window of 5 or 10 ms. The window's wider steps still merge.
+func (a *Actor) sendsAtOnce() bool {
+	w := a.cfg.Pacer.Window()
+	spaced := true
+	if w > 0 {
+		now := a.now()
+		spaced = now.Sub(a.lastText) >= w
+		a.lastText = now
+	}
+	return spaced && a.held.seg == nil && len(a.inbox) == 0
 }
 
 // maxBehindPasses bounds how many intents in a row the actor handles with more queued

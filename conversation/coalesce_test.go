@@ -665,27 +665,71 @@ func TestAdaptiveCoalescingHoldsForThePacersWindow(t *testing.T) {
 
 	const w = 40 * time.Millisecond
 	pacer.SetWindow(w)
+	// The first piece since the window opened: nothing says more follows within it
+	// (TestAdaptiveCoalescingHoldsOnlyWhatTheWindowCanMerge).
 	require.NoError(t, agent.play(t, a, script.Text(" two")))
+	published(" two")
 	require.NoError(t, agent.play(t, a, script.Text(" three")))
-	require.Equal(t, []string{"one"}, deltas(s), "held for the window though the actor has nothing queued")
+	require.NoError(t, agent.play(t, a, script.Text(" four")))
+	require.Equal(t, []string{"one", " two"}, deltas(s), "held for the window though the actor has nothing queued")
 	waitTimers(t, clock, 1)
 	clock.Advance(w - time.Nanosecond)
 	roundTrip(t, a)
-	require.Equal(t, []string{"one"}, deltas(s), "the window has not passed")
+	require.Equal(t, []string{"one", " two"}, deltas(s), "the window has not passed")
 	clock.Advance(time.Nanosecond)
-	published(" two three")
+	published(" three four")
 
 	// Text held when the window closes goes out with the actor's next pass (whichever
 	// comes first: the round trip's, or one for a stored write), the clock untouched.
-	require.NoError(t, agent.play(t, a, script.Text(" four")))
-	waitTimers(t, clock, 1) // held for a window
-	require.Equal(t, []string{"one", " two three"}, deltas(s))
+	require.NoError(t, agent.play(t, a, script.Text(" five")))
+	published(" five") // a window after " four"
+	require.NoError(t, agent.play(t, a, script.Text(" six")))
+	waitTimers(t, clock, 1) // held for a window: it came within one of " five"
+	require.Equal(t, []string{"one", " two", " three four", " five"}, deltas(s))
 	pacer.SetWindow(0)
 	roundTrip(t, a)
-	published(" four")
+	published(" six")
+	require.NoError(t, agent.play(t, a, script.Text(" seven")))
+	published(" seven") // closed: at once again
+	require.Equal(t, []string{"one", " two", " three four", " five", " six", " seven"}, deltas(s))
+
+	close(agent.steps)
+	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
+	requireDeltasAreStored(t, st, a, s)
+}
+
+// A window only holds text that more text follows within it: a session whose text comes
+// further apart than the window (a model's 50 tokens a second against a window of 5 or
+// 10 ms) would get the window's latency and no merging, so its text goes out at once.
+func TestAdaptiveCoalescingHoldsOnlyWhatTheWindowCanMerge(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	agent := newStepper()
+	pacer := conversation.NewPacer(clockwork.NewFakeClock(), 0, nil, nil) // not started: the test moves it
+	clock, a, s := startCoalescingWith(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: conversation.CoalesceAdaptive, Pacer: pacer})
+	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	published := func(text string) {
+		t.Helper()
+		s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == text })
+	}
+
+	const w = 10 * time.Millisecond
+	pacer.SetWindow(w)
+	require.NoError(t, agent.play(t, a, script.Text("one")))
+	published("one") // the first since the window opened: nothing came within it
+	for _, text := range []string{" two", " three"} {
+		clock.Advance(2 * w)
+		require.NoError(t, agent.play(t, a, script.Text(text)))
+		published(text) // 20 ms after the last: at once
+	}
+	clock.Advance(w - time.Millisecond)
+	require.NoError(t, agent.play(t, a, script.Text(" four")))
 	require.NoError(t, agent.play(t, a, script.Text(" five")))
-	published(" five") // closed: at once again
-	require.Equal(t, []string{"one", " two three", " four", " five"}, deltas(s))
+	waitTimers(t, clock, 1) // closer together than the window: held for it
+	require.Equal(t, []string{"one", " two", " three"}, deltas(s))
+	clock.Advance(w)
+	published(" four five")
 
 	close(agent.steps)
 	require.EqualValues(t, "chat.done", s.Await(t, convtest.Terminal).Type)
