@@ -642,24 +642,31 @@ func TestAdaptiveCoalescingMergesOnlyWhatQueued(t *testing.T) {
 	require.EqualValues(t, "chat.done", end.Type)
 }
 
+// startPaced starts an actor in adaptive mode whose Pacer the test moves (it is not
+// started), subscribed to a session with a run whose agent the test steps. published
+// waits for a delta of text: published after the pass that handled it, so awaited,
+// since a round trip's reply comes before the end of its own pass.
+func startPaced(t *testing.T) (st *store.Store, agent *stepper, pacer *conversation.Pacer, clock *clockwork.FakeClock, a *conversation.Actor, s *convtest.Recorder, published func(text string)) {
+	t.Helper()
+	st = storetest.New(t)
+	agent = newStepper()
+	pacer = conversation.NewPacer(clockwork.NewFakeClock(), 0, nil, nil)
+	clock, a, s = startCoalescingWith(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: conversation.CoalesceAdaptive, Pacer: pacer})
+	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	published = func(text string) {
+		t.Helper()
+		s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == text })
+	}
+	return st, agent, pacer, clock, a, s, published
+}
+
 // While the process is behind (its Pacer has a window open), adaptive coalescing holds
 // a session's text for the window even when the actor itself keeps up; once the window
 // closes, text goes out as the actor catches up, as before.
 func TestAdaptiveCoalescingHoldsForThePacersWindow(t *testing.T) {
 	t.Parallel()
-	st := storetest.New(t)
-	agent := newStepper()
-	pacer := conversation.NewPacer(clockwork.NewFakeClock(), 0, nil, nil) // not started: the test moves it
-	clock, a, s := startCoalescingWith(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: conversation.CoalesceAdaptive, Pacer: pacer})
-	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
-	require.NoError(t, err)
-
-	// Published after the pass that handled it: awaited, since the round trip's reply
-	// comes before the end of its own pass.
-	published := func(text string) {
-		t.Helper()
-		s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == text })
-	}
+	st, agent, pacer, clock, a, s, published := startPaced(t)
 	require.NoError(t, agent.play(t, a, script.Text("one")))
 	published("one") // the process keeps up: at once
 
@@ -703,16 +710,7 @@ func TestAdaptiveCoalescingHoldsForThePacersWindow(t *testing.T) {
 // 10 ms) would get the window's latency and no merging, so its text goes out at once.
 func TestAdaptiveCoalescingHoldsOnlyWhatTheWindowCanMerge(t *testing.T) {
 	t.Parallel()
-	st := storetest.New(t)
-	agent := newStepper()
-	pacer := conversation.NewPacer(clockwork.NewFakeClock(), 0, nil, nil) // not started: the test moves it
-	clock, a, s := startCoalescingWith(t, conversation.Config{Store: st, Agent: agent, CoalesceDeltas: conversation.CoalesceAdaptive, Pacer: pacer})
-	_, err := a.Send(testCtx(t), conversation.SendRequest{RequestID: "r1", Content: "go"})
-	require.NoError(t, err)
-	published := func(text string) {
-		t.Helper()
-		s.Await(t, func(f *conversation.Event) bool { return f.Type == "chat.delta" && f.Text == text })
-	}
+	st, agent, pacer, clock, a, s, published := startPaced(t)
 
 	const w = 10 * time.Millisecond
 	pacer.SetWindow(w)
