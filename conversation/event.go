@@ -105,9 +105,9 @@ func NewFormat(name string, encode func(*Event) []byte) *Format {
 }
 
 // NewAppendFormat returns a format that encodes by appending to dst (nil for a new
-// buffer), returning the extended slice, as append does. The actor then reuses the buffer of a delta's
-// encoding that nothing kept for the next delta's, instead of allocating a frame per
-// event (see Actor.publish).
+// buffer), returning the extended slice, as append does. The actor then reuses the
+// buffer of a delta's encoding that nothing kept for the next delta's, instead of
+// allocating a frame per event (see Actor.publish).
 func NewAppendFormat(name string, appendEvent func(dst []byte, e *Event) []byte) *Format {
 	return &Format{name: name, encode: func(e *Event) []byte { return appendEvent(nil, e) }, appendTo: appendEvent}
 }

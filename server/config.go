@@ -1158,7 +1158,7 @@ func (b byteSize) Set(s string) error {
 // largeSize is a byteSize up to maxLargeBytes, for the sandbox's limits.
 type largeSize struct{ byteSize }
 
-// maxLargeBytes bounds a largeSize: 1TiB (what an int holds, on a 32-bit platform).
+// maxLargeBytes bounds a largeSize: 1TiB, or on a 32-bit platform what an int holds.
 const maxLargeBytes = min(1<<40, math.MaxInt)
 
 func (b largeSize) Set(s string) error {
