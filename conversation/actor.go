@@ -106,9 +106,10 @@ type Actor struct {
 	progressT actorTimer // ends the window in which progress is not stored again
 	quietT    actorTimer // ends the quiet time after which the recent messages go
 	held      heldDelta
-	// lastText is when the last piece of text came while the Pacer had a window open
-	// (sendsAtOnce).
+	// lastText is when the last piece of text came while the Pacer had a window open,
+	// and textGap how long after the one before it (sendsAtOnce).
 	lastText time.Time
+	textGap  time.Duration
 	// checkedSuspended: the session's latest run was looked at for takeUpSuspended.
 	checkedSuspended bool
 	// stopCtx bounds what the actor stores as it stops (a shutdown's budget).

@@ -57,19 +57,22 @@ func (a *Actor) appendDelta(run *runState, text string) {
 
 // sendsAtOnce reports, in adaptive mode, whether the next piece of text goes out as it
 // comes: nothing is held or queued behind it (flushIdle would publish it at the end of
-// this pass, so it goes now, without a copy), and either the process keeps up (no
-// Pacer window) or the session's text comes further apart than the window: holding it
-// would add the window to its latency and merge nothing, as with a model streaming 50
-// tokens a second and a window of 5 or 10 ms. The window's wider steps still merge.
+// this pass, so it goes now, without a copy), and no window would hold it (outWindow).
 func (a *Actor) sendsAtOnce() bool {
 	w := a.cfg.Pacer.Window()
-	spaced := true
 	if w > 0 {
 		now := a.now()
-		spaced = now.Sub(a.lastText) >= w
-		a.lastText = now
+		a.textGap, a.lastText = now.Sub(a.lastText), now
 	}
-	return spaced && a.held.seg == nil && len(a.inbox) == 0
+	return a.outWindow(w) && a.held.seg == nil && len(a.inbox) == 0
+}
+
+// outWindow reports whether the Pacer's window w (0: none) leaves the session's text
+// alone: none is open, or the text comes further apart than the window. Holding such
+// text would add the window to its latency and merge nothing, as with a model streaming
+// 50 tokens a second and a window of 5 or 10 ms; the window's wider steps still merge.
+func (a *Actor) outWindow(w time.Duration) bool {
+	return w == 0 || a.textGap >= w
 }
 
 // maxBehindPasses bounds how many intents in a row the actor handles with more queued
@@ -79,9 +82,9 @@ const maxBehindPasses = 16
 
 // flushIdle runs after each of the loop's passes. Once nothing is queued behind the
 // last intent (the actor has caught up), or after maxBehindPasses passes without that,
-// it publishes the held text in adaptive mode (unless the Pacer's window is open: then
-// the end of a window does, started now if none runs) and has the subscribers send the
-// events they held while it was behind.
+// it publishes the held text in adaptive mode (unless the Pacer's window is open and the
+// text comes closer together than it: then the end of a window does, started now if
+// none runs) and has the subscribers send the events they held while it was behind.
 func (a *Actor) flushIdle() {
 	if len(a.inbox) != 0 {
 		if a.behindPasses++; a.behindPasses < maxBehindPasses {
@@ -90,10 +93,10 @@ func (a *Actor) flushIdle() {
 	}
 	a.behindPasses = 0
 	if a.held.seg != nil && a.cfg.CoalesceDeltas == CoalesceAdaptive {
-		// The window is read here only, once the actor has caught up: the text waits for
-		// the window's end (a window that is running, or one that starts now), or goes
-		// at once when none is open.
-		if w := a.cfg.Pacer.Window(); w == 0 {
+		// The window is read here, once the actor has caught up: the text waits for the
+		// window's end (a window that is running, or one that starts now), or goes at
+		// once when none is open or the text comes further apart than the window.
+		if w := a.cfg.Pacer.Window(); a.outWindow(w) {
 			a.flushDelta()
 		} else {
 			a.arm(&a.coalesceT, w)
