@@ -40,6 +40,11 @@ type Actor struct {
 	spareEnc []byte
 
 	inbox chan intent
+	// loopState says whether the loop has a goroutine (loopRunning, loopPoked) or gave
+	// it back while the actor had nothing to do (loopParked): a quiet session costs no
+	// goroutine and no stack. Whatever sends to the inbox, timerC, unsubs.signal or the
+	// journal's signal pokes it afterwards (poke), which starts the loop again.
+	loopState atomic.Int32
 	// pending counts the intents sent to the inbox (or being sent) and not yet taken by
 	// a pass: an intent is handled on its sender's goroutine (inline) only while none is.
 	pending atomic.Int64
@@ -137,7 +142,7 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		epoch:    epoch,
 		cfg:      cfg,
 		inbox:    make(chan intent, cfg.InboxSize),
-		timerC:   make(chan timerFire),
+		timerC:   make(chan timerFire, timerKinds),
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 		onStop:   onStop,
@@ -151,10 +156,11 @@ func Start(cfg Config, id uuid.UUID, onStop func(a *Actor, stop func())) *Actor 
 		quietT:    actorTimer{kind: timerQuiet},
 	}
 	a.published = cfg.Metrics.eventsPublished.Slot()
-	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease)
+	a.journal = newSessionJournal(cfg.Store, cfg.Journal, id, cfg.Metrics, a.logger, cfg.Lease, a.poke)
 	a.journal.token = &a.leaseToken
 	a.unsubs.signal = make(chan struct{}, 1)
-	go a.loop()
+	a.loopState.Store(loopRunning)
+	go a.loop(true)
 	return a
 }
 
@@ -186,12 +192,34 @@ func (a *Actor) Wait(ctx context.Context) error {
 	}
 }
 
-func (a *Actor) loop() {
-	a.turn.Lock()
-	a.checkTimers()
-	a.turn.Unlock()
-	for a.pass() {
+// The loop's states (Actor.loopState).
+const (
+	loopParked  int32 = iota // no goroutine: the next poke starts one
+	loopRunning              // a goroutine runs the loop
+	loopPoked                // one does, and something was sent since it last looked
+	loopStopped              // the actor stopped: nothing starts the loop again
+)
+
+// loop makes the actor's passes until it stops, or until it parks (park).
+func (a *Actor) loop(first bool) {
+	if first {
+		a.turn.Lock()
+		a.checkTimers()
+		a.turn.Unlock()
 	}
+	for {
+		more, parkable := a.pass()
+		if !more {
+			break
+		}
+		if parkable && a.park() {
+			if a.cfg.onParked != nil {
+				a.cfg.onParked()
+			}
+			return
+		}
+	}
+	a.loopState.Store(loopStopped)
 	// Stopped: no intent is handled inline any more, but the turn is held so that what
 	// follows is ordered after the last one.
 	a.turn.Lock()
@@ -229,9 +257,45 @@ func (a *Actor) loop() {
 	close(a.finished)
 }
 
+// park gives the loop's goroutine back, reporting true, unless something was sent to the
+// actor that the loop has not taken yet. Whoever sends something next starts the loop
+// again (poke). Between the two, intents are handled inline as ever.
+//
+// The senders put first and poke after; park clears the pokes first and looks after, so
+// what is sent is either seen here or pokes a loop that parked (the swap and the
+// compare-and-swap order the two).
+func (a *Actor) park() bool {
+	a.loopState.Swap(loopRunning)
+	if len(a.inbox) > 0 || len(a.timerC) > 0 || len(a.unsubs.signal) > 0 || len(a.journal.q.Signal()) > 0 {
+		return false
+	}
+	return a.loopState.CompareAndSwap(loopRunning, loopParked)
+}
+
+// poke has the loop take what was just sent to the actor: it starts the loop's goroutine
+// when the loop parked, and otherwise tells it not to park before it has looked.
+func (a *Actor) poke() {
+	for {
+		switch a.loopState.Load() {
+		case loopParked:
+			if a.loopState.CompareAndSwap(loopParked, loopRunning) {
+				go a.loop(false)
+				return
+			}
+		case loopRunning:
+			if a.loopState.CompareAndSwap(loopRunning, loopPoked) {
+				return
+			}
+		default: // poked already, or stopped
+			return
+		}
+	}
+}
+
 // pass waits for the next thing to do and does it, holding the actor's turn. It reports
-// false once the actor has stopped (in this pass, or in an intent handled inline).
-func (a *Actor) pass() bool {
+// more false once the actor has stopped (in this pass, or in an intent handled inline),
+// and parkable when the actor was left with nothing that keeps its loop busy: no run.
+func (a *Actor) pass() (more, parkable bool) {
 	var (
 		it   intent
 		fire timerFire
@@ -259,7 +323,7 @@ func (a *Actor) pass() bool {
 		a.pending.Add(-1)
 	}
 	if a.stopped { // in an intent handled inline; one taken now is left unanswered, as in the inbox
-		return false
+		return false, false
 	}
 	switch what {
 	case gotIntent:
@@ -272,7 +336,7 @@ func (a *Actor) pass() bool {
 		a.takeUnsubscribes()
 	}
 	a.afterPass()
-	return !a.stopped
+	return !a.stopped, a.run == nil
 }
 
 // afterPass is what follows each intent, timer or signal the actor handles.
@@ -338,6 +402,7 @@ func (a *Actor) wakeLoop() {
 	case a.unsubs.signal <- struct{}{}:
 	default:
 	}
+	a.poke()
 }
 
 func (a *Actor) onTimer(f timerFire) {

@@ -126,6 +126,7 @@ func (a *Actor) Unsubscribe(_ context.Context, sub Subscriber) {
 	case a.unsubs.signal <- struct{}{}:
 	default:
 	}
+	a.poke()
 }
 
 // Stop ends the actor for a server shutdown: the active run is suspended for the next
@@ -209,6 +210,7 @@ func call[T any](ctx context.Context, a *Actor, build func(chan result[T]) inten
 	a.pending.Add(1)
 	select {
 	case a.inbox <- build(reply):
+		a.poke()
 	case <-a.done:
 		a.pending.Add(-1)
 		return zero, ErrStopped

@@ -185,6 +185,10 @@ type Config struct {
 	// its end. Every report is published at once; the latest is stored with the run's
 	// end or suspension in any case.
 	ProgressStoreInterval time.Duration
+
+	// onParked, when set, is called each time the actor's loop gives its goroutine
+	// back (tests).
+	onParked func()
 }
 
 // withDefaults returns c with its zero fields filled in.

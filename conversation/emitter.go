@@ -22,6 +22,7 @@ func (a *Actor) startAgent(run *runState, prepare func() (Request, error)) {
 		a.pending.Add(1)
 		select {
 		case a.inbox <- &runEndIntent{run, err}:
+			a.poke()
 		case <-a.done:
 			a.pending.Add(-1)
 		}
@@ -233,11 +234,13 @@ func (e *emitter) send(it intent) error {
 	e.a.pending.Add(1)
 	select {
 	case e.a.inbox <- it:
+		e.a.poke()
 		return nil
 	default:
 	}
 	select {
 	case e.a.inbox <- it:
+		e.a.poke()
 		return nil
 	case <-e.run.ctx.Done():
 		e.a.pending.Add(-1)

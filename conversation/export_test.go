@@ -33,3 +33,10 @@ func (a *Actor) KnowRequestHash(id string) {
 	defer a.turn.Unlock()
 	a.journal.addRequest(id)
 }
+
+// OnParked has the actors started with c call f each time their loop gives its goroutine
+// back.
+func OnParked(c *Config, f func()) { c.onParked = f }
+
+// Parked reports whether the actor's loop has no goroutine now.
+func (a *Actor) Parked() bool { return a.loopState.Load() == loopParked }

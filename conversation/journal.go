@@ -74,10 +74,11 @@ type sessionJournal struct {
 	token *atomic.Int64
 }
 
-func newSessionJournal(st Store, w *journal.Writer, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, lease *LeaseConfig) *sessionJournal {
+// notify is called after each signal of the queue (journal.QueueConfig.Notify).
+func newSessionJournal(st Store, w *journal.Writer, session uuid.UUID, metrics *Metrics, log func() *zerolog.Logger, lease *LeaseConfig, notify func()) *sessionJournal {
 	return &sessionJournal{
 		st: st, session: session, metrics: metrics, log: log, w: w, lease: lease,
-		q: w.Open(journal.QueueConfig{Session: session, Store: st, Leased: lease != nil, Log: log}),
+		q: w.Open(journal.QueueConfig{Session: session, Store: st, Leased: lease != nil, Log: log, Notify: notify}),
 	}
 }
 

@@ -12,6 +12,9 @@ const (
 	timerCoalesce                      // publish the held text delta
 	timerProgress                      // store the run's latest progress
 	timerQuiet                         // drop what a quiet actor keeps in memory
+
+	// timerKinds is how many there are: Actor.timerC has room for a fire of each.
+	timerKinds = iota
 )
 
 // timerFire is a timer's expiry, delivered to the actor's loop.
@@ -45,6 +48,7 @@ func (a *Actor) arm(t *actorTimer, d time.Duration) {
 	wake := func() {
 		select {
 		case a.timerC <- f:
+			a.poke()
 		case <-a.done:
 		}
 	}

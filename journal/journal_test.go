@@ -350,3 +350,40 @@ func TestAFencedOutQueueLeavesNothingBehind(t *testing.T) {
 	require.Zero(t, gauge(t, e.reg, "chatd_journal_queued_writes"))
 	require.EqualValues(t, 1, value(t, e.reg, "chatd_fenced_writes_total"))
 }
+
+// A queue calls Notify after each signal, from the goroutine that sent it, with the
+// signal already there to take: an actor whose loop gave its goroutine back while it had
+// nothing to do learns from it that it has.
+func TestQueueNotifiesAfterItSignals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s, fence := e.session()
+	run := chat.Run{ID: uuid.New(), SessionID: s, RequestID: "r1", Status: chat.RunRunning, StartedAt: time.Now(), LastActivityAt: time.Now()}
+	user := chat.Message{ID: uuid.New(), SessionID: s, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "hi", Status: chat.MessageComplete, CreatedAt: time.Now()}
+	require.NoError(t, e.st.RunStart(store.WithFence(t.Context(), fence), run, user, 0))
+
+	var q *journal.Queue
+	signalled := make(chan bool, 16) // whether the signal was there when Notify was called
+	q = e.w.Open(journal.QueueConfig{Session: s, Store: e.st.Store, Leased: true, Notify: func() {
+		select {
+		case <-q.Signal():
+			signalled <- true
+		default:
+			signalled <- false
+		}
+	}})
+	q.SetFence(fence)
+	ended := run
+	ended.Status = chat.RunDone
+	require.NoError(t, q.Add(journal.Write{Run: &ended}))
+	select {
+	case ok := <-signalled:
+		require.True(t, ok, "Notify is called after the signal is sent")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Notify was not called for the write's outcome")
+	}
+	require.True(t, q.Await())
+	got, err := e.st.RunGet(t.Context(), run.ID)
+	require.NoError(t, err)
+	require.Equal(t, chat.RunDone, got.Status)
+}

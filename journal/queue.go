@@ -45,6 +45,7 @@ type Queue struct {
 	fence     atomic.Int64
 	fencedOut atomic.Bool
 	signal    chan struct{}
+	onSignal  func() // QueueConfig.Notify
 
 	mu sync.Mutex
 	// items are the queued writes, oldest first; items[0] is in flight while inFlight.
@@ -75,11 +76,15 @@ type QueueConfig struct {
 	Leased bool
 	// Log returns the session's logger (built on first use).
 	Log func() *zerolog.Logger
+	// Notify, when set, is called after each signal is sent (Signal), from the
+	// goroutine that sent it: a receiver that does not always wait on Signal learns
+	// there that it has something to take.
+	Notify func()
 }
 
 // Open returns the write queue of a session.
 func (w *Writer) Open(cfg QueueConfig) *Queue {
-	q := &Queue{w: w, st: cfg.Store, session: cfg.Session, leased: cfg.Leased, log: cfg.Log, signal: make(chan struct{}, 1), base: context.Background()}
+	q := &Queue{w: w, st: cfg.Store, session: cfg.Session, leased: cfg.Leased, log: cfg.Log, signal: make(chan struct{}, 1), onSignal: cfg.Notify, base: context.Background()}
 	if q.log == nil {
 		l := w.cfg.Logger.With().Str("session_id", cfg.Session.String()).Logger()
 		q.log = func() *zerolog.Logger { return &l }
@@ -472,6 +477,9 @@ func (q *Queue) notify() {
 	select {
 	case q.signal <- struct{}{}:
 	default:
+	}
+	if q.onSignal != nil {
+		q.onSignal()
 	}
 }
 
