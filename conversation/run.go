@@ -370,6 +370,9 @@ func (a *Actor) finish(run *runState, status chat.RunStatus, info *chat.ErrorInf
 	run.cancel()
 	a.run = nil
 	a.lastCalls = run.calls
+	if len(run.calls) == 0 {
+		a.lastCalls = nil // an empty map, kept among the run's garbage, is not worth its span
+	}
 	clear(run.approvals) // the agent's waits end with its context
 
 	msgStatus := map[chat.RunStatus]chat.MessageStatus{

@@ -153,6 +153,7 @@ func (q *Queue) writeLoop(done chan struct{}) {
 		q.mu.Lock()
 		if len(q.items) == 0 || q.halted {
 			q.busy = false
+			q.done = nil // not kept by an idle queue: the next writer makes its own
 			q.mu.Unlock()
 			q.notify()
 			return

@@ -111,6 +111,9 @@ var _ transport.Writer = (*conn)(nil)
 
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, stop := context.WithCancel(context.Background())
+	// Its Done channel is made on first use, which would be a command's, in a run: made
+	// now, it does not stay behind among the run's garbage when the connection is idle.
+	ctx.Done()
 	c := &conn{s: s, ws: ws, req: newUpgrade(r), ctx: ctx, stop: stop, pongs: new(atomic.Int64)}
 	c.out = transport.NewOutbox(&s.out, c, r.RemoteAddr)
 	if s.cfg.CommandRate != rate.Inf {
