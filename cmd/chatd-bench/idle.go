@@ -146,12 +146,16 @@ func (b *bench) measureIdle(ctx context.Context, srv *server, connsGauge string,
 			return nil, err
 		}
 		releases = int(m.sum("chatd_conversation_memory_released_total")) + len(ids)
-		logf("%s idle: each session streams a last turn of %d tokens", srv.name, o.idleLastTurn)
-		if err := startRuns(ctx, ss, fmt.Sprintf("tokens=%d rate=100", o.idleLastTurn)); err != nil {
-			return nil, err
-		}
-		if err := waitRuns(ctx, ss, 1, 3*time.Minute); err != nil {
-			return nil, err
+		waves := max(1, min(o.idleLastTurnWaves, len(ss)))
+		logf("%s idle: each session streams a last turn of %d tokens (in %d waves)", srv.name, o.idleLastTurn, waves)
+		for w := range waves {
+			wave := ss[w*len(ss)/waves : (w+1)*len(ss)/waves]
+			if err := startRuns(ctx, wave, fmt.Sprintf("tokens=%d rate=100", o.idleLastTurn)); err != nil {
+				return nil, err
+			}
+			if err := waitRuns(ctx, wave, 1, 3*time.Minute); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if released {

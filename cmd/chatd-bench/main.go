@@ -44,8 +44,9 @@ type options struct {
 	cores       []int // the cores sweep's core counts
 	// idleHistory is the turns of each session's conversation in the idle scenario with
 	// histories (0: skipped), over idleHistorySessions sessions; idleLastTurn the tokens
-	// of one more turn each session streams live before it goes idle (0: none).
-	idleHistory, idleHistorySessions, idleLastTurn int
+	// of one more turn each session streams live before it goes idle (0: none), in
+	// idleLastTurnWaves waves one after another.
+	idleHistory, idleHistorySessions, idleLastTurn, idleLastTurnWaves int
 
 	stormDown     time.Duration
 	stormCoalesce time.Duration
@@ -112,6 +113,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.idleHistory, "idle-history", 30, "idle density with histories: turns of each session's conversation (about 2 KiB of text each), measured with CHATD_QUIET_RELEASE off and 1s; 0 skips it")
 	fs.IntVar(&o.idleHistorySessions, "idle-history-sessions", 2000, "idle density with histories: sessions (one tab each)")
 	fs.IntVar(&o.idleLastTurn, "idle-last-turn", 300, "idle density with histories: tokens of a last turn each session streams live to its tab before it goes idle, as a tab left open after an answer (0: none)")
+	fs.IntVar(&o.idleLastTurnWaves, "idle-last-turn-waves", 1, "idle density with histories: the last turns stream in this many waves, one after another, so that at most sessions/waves stream at once (1: all at once)")
 	fs.DurationVar(&o.stormDown, "storm-down", time.Second, "reconnect storm: how long every client stays disconnected")
 	stormCoalesce := fs.String("storm-coalesce", "adaptive", "reconnect storm: runs on the fan-out of chatd with this CHATD_COALESCE_DELTAS (the first measured if it is not)")
 	fs.DurationVar(&o.stormSpread, "storm-spread", 2*time.Second, "reconnect storm: the reconnects are spread over this long")

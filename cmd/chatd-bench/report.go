@@ -169,6 +169,9 @@ func (r *report) markdown() string {
 		last := ""
 		if r.opts.idleLastTurn > 0 {
 			last = fmt.Sprintf(" and a last turn of %d tokens streamed live to the tab", r.opts.idleLastTurn)
+			if r.opts.idleLastTurnWaves > 1 {
+				last += fmt.Sprintf(" (in %d waves, one after another)", r.opts.idleLastTurnWaves)
+			}
 		}
 		w("**Idle density with histories**: %d subscribed connections, one to each of %d sessions with a finished conversation of %d turns (about %d KiB of text each)%s, nothing streaming; with what a quiet session keeps in memory kept, then released a second after each session went quiet (CHATD_QUIET_RELEASE).", i.conns, i.sessions, r.opts.idleHistory, r.opts.idleHistory*2000/1024, last)
 		w("")
