@@ -110,6 +110,15 @@ func (e *env) interval() error {
 	}
 }
 
+// running starts a run in session s under fence, and returns it.
+func (e *env) running(s uuid.UUID, fence int64) chat.Run {
+	e.t.Helper()
+	run := chat.Run{ID: uuid.New(), SessionID: s, RequestID: "r1", Status: chat.RunRunning, StartedAt: time.Now(), LastActivityAt: time.Now()}
+	user := chat.Message{ID: uuid.New(), SessionID: s, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "hi", Status: chat.MessageComplete, CreatedAt: time.Now()}
+	require.NoError(e.t, e.st.RunStart(store.WithFence(e.t.Context(), fence), run, user, 0))
+	return run
+}
+
 func (e *env) logged(ids ...uuid.UUID) map[uuid.UUID]string {
 	e.t.Helper()
 	texts, err := e.st.StreamLogRead(e.t.Context(), ids)
@@ -271,9 +280,7 @@ func TestHaltedQueuesAreRetriedWhenTheDatabaseAnswers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s, fence := e.session()
-	run := chat.Run{ID: uuid.New(), SessionID: s, RequestID: "r1", Status: chat.RunRunning, StartedAt: time.Now(), LastActivityAt: time.Now()}
-	user := chat.Message{ID: uuid.New(), SessionID: s, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "hi", Status: chat.MessageComplete, CreatedAt: time.Now()}
-	require.NoError(t, e.st.RunStart(store.WithFence(t.Context(), fence), run, user, 0))
+	run := e.running(s, fence)
 
 	fs := &failStore{Store: e.st.Store, failing: true}
 	q := e.w.Open(journal.QueueConfig{Session: s, Store: fs, Leased: true})
@@ -358,9 +365,7 @@ func TestQueueNotifiesAfterItSignals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s, fence := e.session()
-	run := chat.Run{ID: uuid.New(), SessionID: s, RequestID: "r1", Status: chat.RunRunning, StartedAt: time.Now(), LastActivityAt: time.Now()}
-	user := chat.Message{ID: uuid.New(), SessionID: s, RunID: &run.ID, Position: 1, Role: chat.RoleUser, Content: "hi", Status: chat.MessageComplete, CreatedAt: time.Now()}
-	require.NoError(t, e.st.RunStart(store.WithFence(t.Context(), fence), run, user, 0))
+	run := e.running(s, fence)
 
 	var q *journal.Queue
 	signalled := make(chan bool, 16) // whether the signal was there when Notify was called
