@@ -41,8 +41,8 @@ type Actor struct {
 
 	inbox chan intent
 	// loopState says whether the loop has a goroutine (loopRunning, loopPoked) or gave
-	// it back while the actor had nothing to do (loopParked): a quiet session costs no
-	// goroutine and no stack. Whatever sends to the inbox, timerC, unsubs.signal or the
+	// it back while the actor had nothing to do between runs (loopParked): a quiet
+	// session costs no goroutine and no stack. Whatever sends to the inbox, timerC, unsubs.signal or the
 	// journal's signal pokes it afterwards (poke), which starts the loop again.
 	loopState atomic.Int32
 	// pending counts the intents sent to the inbox (or being sent) and not yet taken by
@@ -202,20 +202,23 @@ const (
 
 // loop makes the actor's passes until it stops, or until it parks (park).
 func (a *Actor) loop(first bool) {
+	a.turn.Lock()
 	if first {
-		a.turn.Lock()
 		a.checkTimers()
-		a.turn.Unlock()
+	}
+	// A loop started again looks first: what it was started for may have been taken by
+	// the loop before it, after the poke was on its way.
+	idle := !first && a.run == nil && !a.stopped
+	a.turn.Unlock()
+	if idle && a.parked() {
+		return
 	}
 	for {
 		more, parkable := a.pass()
 		if !more {
 			break
 		}
-		if parkable && a.park() {
-			if a.cfg.onParked != nil {
-				a.cfg.onParked()
-			}
+		if parkable && a.parked() {
 			return
 		}
 	}
@@ -257,19 +260,36 @@ func (a *Actor) loop(first bool) {
 	close(a.finished)
 }
 
+// parked parks the loop (park), reporting whether it did.
+func (a *Actor) parked() bool {
+	if !a.park() {
+		return false
+	}
+	if a.cfg.onParked != nil {
+		a.cfg.onParked()
+	}
+	return true
+}
+
 // park gives the loop's goroutine back, reporting true, unless something was sent to the
 // actor that the loop has not taken yet. Whoever sends something next starts the loop
-// again (poke). Between the two, intents are handled inline as ever.
+// again (poke). Between the two, intents are handled inline as ever, and a run they
+// start streams with the loop parked until something is sent to it.
 //
 // The senders put first and poke after; park clears the pokes first and looks after, so
 // what is sent is either seen here or pokes a loop that parked (the swap and the
-// compare-and-swap order the two).
+// compare-and-swap order the two). A poke between the two, for something the loop took
+// already, has it look again.
 func (a *Actor) park() bool {
-	a.loopState.Swap(loopRunning)
-	if len(a.inbox) > 0 || len(a.timerC) > 0 || len(a.unsubs.signal) > 0 || len(a.journal.q.Signal()) > 0 {
-		return false
+	for {
+		a.loopState.Swap(loopRunning)
+		if len(a.inbox) > 0 || len(a.timerC) > 0 || len(a.unsubs.signal) > 0 || len(a.journal.q.Signal()) > 0 {
+			return false
+		}
+		if a.loopState.CompareAndSwap(loopRunning, loopParked) {
+			return true
+		}
 	}
-	return a.loopState.CompareAndSwap(loopRunning, loopParked)
 }
 
 // poke has the loop take what was just sent to the actor: it starts the loop's goroutine
@@ -286,7 +306,13 @@ func (a *Actor) poke() {
 			if a.loopState.CompareAndSwap(loopRunning, loopPoked) {
 				return
 			}
-		default: // poked already, or stopped
+		case loopPoked:
+			// Written, not only read, so that what was sent is ordered before the
+			// loop's next look (park's swap reads it).
+			if a.loopState.CompareAndSwap(loopPoked, loopPoked) {
+				return
+			}
+		default: // stopped
 			return
 		}
 	}

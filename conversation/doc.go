@@ -1,5 +1,5 @@
 // Package conversation is the ConversationModel: one actor goroutine per session that owns
-// everything live about it. With no run, the actor gives its goroutine back once it has
+// everything live about it. Between runs, the actor gives its goroutine back once it has
 // nothing to do (Actor.park), and whatever reaches it next starts the loop again.
 //
 // The actor serializes intents (hello, send, cancel, decide, history, unsubscribe, and
