@@ -233,14 +233,15 @@ func TestLimitMemoryFiles(t *testing.T) {
 // Memory that only a mapping holds, its pages in no page table (dropped from it), counts
 // where chatd may follow /proc/PID/map_files (as root); elsewhere it is not counted (see
 // the README). The looks are slower here, so that the first comes once the pages are
-// dropped: while they are being written, they count as any process's pages do.
+// dropped: while they are being written, they count as any process's pages do. (Two
+// seconds: on a loaded 2-core machine, 500 ms did not always cover writing 100 MB.)
 func TestLimitMemoryOnlyMapped(t *testing.T) {
-	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{TotalMemory: 64 << 20}, WatchEvery: 500 * time.Millisecond, DiskEvery: 500 * time.Millisecond})
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{TotalMemory: 64 << 20}, WatchEvery: slowLooks, DiskEvery: slowLooks})
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	installHelper(t, p, sb)
 	for _, what := range []string{"memfd-mapped-only", "shared"} {
-		out, res := helped(t, sb, what, 100_000_000, "2s")
+		out, res := helped(t, sb, what, 100_000_000, "6s")
 		if os.Geteuid() == 0 {
 			require.Equal(t, -1, res.ExitCode, "%s: %s", what, out)
 			require.Contains(t, res.Exceeded, "of memory together, over the limit of 64 MiB", what)
@@ -251,6 +252,10 @@ func TestLimitMemoryOnlyMapped(t *testing.T) {
 		}
 	}
 }
+
+// slowLooks is how often the tests that need their helper's memory written before the
+// first look have the sandbox look.
+const slowLooks = 2 * time.Second
 
 // helped runs helper in sb (see installHelper), making size bytes of what and holding
 // them for hold, and returns its output and result.
@@ -269,7 +274,7 @@ func helped(t *testing.T, sb sandbox.Sandbox, what string, size int, hold string
 // not: the sandbox's own process reports it from the command's IPC namespace. The looks
 // are slower here, so that the first comes once the segment is detached.
 func TestLimitMemorySysV(t *testing.T) {
-	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{TotalMemory: 64 << 20}, WatchEvery: 500 * time.Millisecond, DiskEvery: 500 * time.Millisecond})
+	p := newProvider(t, bwrap.Config{Limits: &bwrap.Limits{TotalMemory: 64 << 20}, WatchEvery: slowLooks, DiskEvery: slowLooks})
 	sb, err := p.Create(context.Background())
 	require.NoError(t, err)
 	installHelper(t, p, sb)
