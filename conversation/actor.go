@@ -42,8 +42,9 @@ type Actor struct {
 	inbox chan intent
 	// loopState says whether the loop has a goroutine (loopRunning, loopPoked) or gave
 	// it back while the actor had nothing to do between runs (loopParked): a quiet
-	// session costs no goroutine and no stack. Whatever sends to the inbox, timerC, unsubs.signal or the
-	// journal's signal pokes it afterwards (poke), which starts the loop again.
+	// session costs no goroutine and no stack. Whatever sends to the inbox, timerC,
+	// unsubs.signal or the journal's signal pokes it afterwards (poke), which starts
+	// the loop again.
 	loopState atomic.Int32
 	// pending counts the intents sent to the inbox (or being sent) and not yet taken by
 	// a pass: an intent is handled on its sender's goroutine (inline) only while none is.
