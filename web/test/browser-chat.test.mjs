@@ -154,8 +154,10 @@ test('Shift+Enter is a new line, Enter sends', async () => {
 test('a message sent while a reply streams is queued, with a cancel, and starts when the reply ends', async () => {
   const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await openApp(context, env.srv);
-  const sessionId = await send(page, 'hello there');
-  await waitStreaming(page, 20);
+  // A reply that waits for an approval holds its run open however slow the machine: a
+  // reply left to stream could end before the cancel below, and start "first in line".
+  const sessionId = await send(page, 'please approve this');
+  await page.waitForSelector('[data-testid=approval][data-state=awaiting_approval]', { timeout: WAIT });
   for (const text of ['first in line', 'second in line']) {
     await page.fill('[data-testid=composer-input]', text);
     await page.press('[data-testid=composer-input]', 'Enter');
