@@ -181,13 +181,17 @@ test('a message sent while a reply streams is queued, with a cancel, and starts 
 test('a queued message sent now steers the reply: the assistant reads it at its next step, in the same run', async () => {
   const context = await env.browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await openApp(context, env.srv);
-  // The demo calls its tool half way through (after about two seconds): the step boundary.
-  const sessionId = await send(page, 'use a tool please');
-  await waitStreaming(page, 0);
+  // The demo's tool call waits for an approval: the step boundary (the call's result) comes
+  // after the steer however slow the machine is. A call that needs none could come and go,
+  // and the run end, before the steer reached chatd.
+  const sessionId = await send(page, 'please approve this');
+  await page.waitForSelector('[data-testid=approval][data-state=awaiting_approval]', { timeout: WAIT });
   await page.fill('[data-testid=composer-input]', 'and what about tomorrow');
   await page.press('[data-testid=composer-input]', 'Enter');
   await page.waitForSelector('[data-testid=message-queued][data-status=queued] >> text=and what about tomorrow', { timeout: WAIT });
   await page.click('[data-testid=message-queued] [data-testid=queued-steer]');
+  await page.waitForSelector('[data-testid=message-queued][data-status=steering]', { timeout: WAIT });
+  await page.click('[data-testid=approve]');
   // Given to the reply as a user turn of the same run, after the tool's result; the
   // assistant answers it there.
   await page.waitForSelector('[data-testid=message-user] >> text=and what about tomorrow', { timeout: WAIT });
