@@ -512,6 +512,9 @@ func TestEvictionRacesHello(t *testing.T) {
 
 	evicted := 0
 	for i := 1; i <= iterations; i++ {
+		// Each round's waits have their own bound (runOnce's too): all 200 rounds under
+		// -race on a loaded machine can take longer than one wait may.
+		ctx = testCtx(t)
 		// Make the actor idle and wait for its eviction timer.
 		cur.Unsubscribe(ctx, s)
 		require.NoError(t, e.clock.BlockUntilContext(ctx, 1))
