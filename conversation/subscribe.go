@@ -119,6 +119,11 @@ func (a *Actor) history(before int64, limit int) (HistoryPage, error) {
 	if before < 0 {
 		return HistoryPage{}, errorf(CodeBadRequest, "before must be a message position")
 	}
+	// Over HTTP no hello loaded the session first: its active leaf would be unknown, and
+	// the page (and the memory of the newest messages it fills) empty.
+	if err := a.load(); err != nil {
+		return HistoryPage{}, a.loadError(err)
+	}
 	msgs, more, err := a.journal.messagesBefore(before, limit)
 	if err != nil {
 		return HistoryPage{}, a.storageError("read history", err)

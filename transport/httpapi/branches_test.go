@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -84,4 +86,33 @@ func TestBranchesOverHTTP(t *testing.T) {
 		require.Equal(t, want, r.status, "%s: %s", body, r.body)
 	}
 	require.Equal(t, http.StatusNotFound, e.do(http.MethodPost, "/v1/sessions/"+id+"/branch", bob, []byte(`{"messageId":"`+q2.ID+`"}`)).status)
+}
+
+// A session that no actor holds (the process restarted, or its actor was evicted) is read
+// from the database: its actor loads it first, so the page is the stored active path,
+// and the tab that says hello after the read sees the same.
+func TestMessagesOfASessionNotInMemory(t *testing.T) {
+	t.Parallel()
+	first := newEnv(t, nil)
+	c := first.chat(alice, "q1")
+	id := c.State.SessionID
+	first.send(c, "r2", "q2")
+	want := wstest.Contents(c.State.Sorted())
+	require.Equal(t, []string{"q1", "ok: q1", "q2", "ok: q2"}, want)
+	c.WS.CloseNow()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, first.hub.Shutdown(ctx))
+
+	e := newEnv(t, first.st) // the next process, on the same database
+	page := e.messages(alice, id, "")
+	require.Equal(t, want, wstest.Contents(page.Messages))
+	require.False(t, page.HasMore)
+	require.Equal(t, want, wstest.Contents(e.tab(alice, id).State.Sorted()), "the read left the actor's memory right")
+
+	again := newEnv(t, first.st)
+	page = e.messages(alice, id, "?limit=2")
+	require.Equal(t, want[2:], wstest.Contents(page.Messages))
+	require.True(t, page.HasMore)
+	require.Equal(t, want, wstest.Contents(again.messages(alice, id, "").Messages), "a third node")
 }
