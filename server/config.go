@@ -135,6 +135,12 @@ type Config struct {
 	// on|off). Off by default: profiles show the process's internals to whoever can
 	// reach the admin listener, and a CPU profile or trace costs while it runs.
 	Pprof bool
+	// AdminToken, when set, is what the admin listener's erasure (DELETE /users/{id})
+	// needs as a bearer token (CHATD_ADMIN_TOKEN; no flag, so it never shows in a process
+	// list). Without it an erasure is taken only from a loopback address: an admin
+	// listener bound to the pod's address for Prometheus must not let the pod network
+	// erase users.
+	AdminToken string
 	// CoalesceDeltas merges the text a segment streams within this long into one
 	// chat.delta; 0 sends every piece as it comes; conversation.CoalesceAdaptive (the
 	// default, "adaptive") merges only what queued while a session's actor was busy
@@ -462,6 +468,7 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.IdleEvict, "idle-evict", env.duration("CHATD_IDLE_EVICT", conversation.DefaultIdleTimeout), "evict a session idle this long (CHATD_IDLE_EVICT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("CHATD_SHUTDOWN_TIMEOUT", 10*time.Second), "bound on a graceful shutdown (CHATD_SHUTDOWN_TIMEOUT)")
 	c.Pprof = env.onOff("CHATD_PPROF", false)
+	c.AdminToken = env.str("CHATD_ADMIN_TOKEN", "")
 	fs.Var(onOff{&c.Pprof}, "pprof", "on or off: serve net/http/pprof under /debug/pprof/ on the admin listener (CHATD_PPROF)")
 	c.StreamSync = env.offDuration("CHATD_STREAM_SYNC", journal.DefaultStreamSync)
 	fs.Var(offDuration{&c.StreamSync}, "stream-sync", "store the text runs are streaming this often, e.g. 50ms, or off: a crash loses at most this much of it (CHATD_STREAM_SYNC)")

@@ -25,7 +25,7 @@ import (
 // Erasure leaves nothing of a user: after DELETE /v1/users/me, no row of any table holds
 // their id or a text they wrote, nor does any file under the sandbox directory; their live
 // tab was closed with 4004; another user is untouched; a second call removes nothing; the
-// admin listener erases another user the same way.
+// admin listener erases another user the same way, given CHATD_ADMIN_TOKEN.
 func TestErasureLeavesNothingOfTheUser(t *testing.T) {
 	model := agenttest.NewToolCaller(t)
 	env := toolCallerEnv(model, "")
@@ -36,6 +36,8 @@ func TestErasureLeavesNothingOfTheUser(t *testing.T) {
 	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
 	t.Cleanup(hooks.Close)
 	env["CHATD_WEBHOOK_URL"], env["CHATD_WEBHOOK_SECRET"] = hooks.URL, webhookSecret // events stay pending
+	adminToken := "admin-" + uuid.NewString()
+	env["CHATD_ADMIN_TOKEN"] = adminToken
 	m, _ := startInProcess(t, env)
 	st := openStore(t, m.cfg.DatabaseURL)
 	base := "http://" + m.Addr()
@@ -151,10 +153,48 @@ func TestErasureLeavesNothingOfTheUser(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, map[string]any{"liveSessions": 0.0, "sessions": 0.0, "runs": 0.0, "streamChunks": 0.0, "webhookEvents": 0.0}, body["erased"])
 
-	// The admin listener erases any user.
-	status, body = do(http.MethodDelete, "http://"+m.AdminAddr()+"/users/"+other, "")
+	// The admin listener erases any user, given its token.
+	for _, tok := range []string{"", "admin-wrong", token(other)} {
+		status, body = do(http.MethodDelete, "http://"+m.AdminAddr()+"/users/"+other, tok)
+		require.Equal(t, http.StatusUnauthorized, status, "token %q: %v", tok, body)
+		require.Equal(t, "unauthorized", body["error"].(map[string]any)["code"])
+	}
+	require.NotEmpty(t, searchDB(other), "a refused erasure removed nothing")
+	status, body = do(http.MethodDelete, "http://"+m.AdminAddr()+"/users/"+other, adminToken)
 	require.Equal(t, http.StatusOK, status, "%v", body)
 	require.EqualValues(t, 2, body["erased"].(map[string]any)["liveSessions"])
 	require.Equal(t, websocket.StatusCode(4004), bob.ExpectClose())
 	require.Empty(t, searchDB(other))
+}
+
+// Without CHATD_ADMIN_TOKEN the admin listener's erasure is taken only from the machine
+// itself: an admin listener bound to the pod's address for Prometheus does not let the
+// pod network erase users. With a token, only the token counts, wherever from.
+func TestAdminErasureNeedsLoopbackOrToken(t *testing.T) {
+	for _, c := range []struct {
+		remote, token, auth string
+		want                int
+	}{
+		{"127.0.0.1:5000", "", "", 0},
+		{"[::1]:5000", "", "", 0},
+		{"[::ffff:127.0.0.1]:5000", "", "", 0},
+		{"10.0.0.7:5000", "", "", http.StatusForbidden},
+		{"[2001:db8::1]:5000", "", "", http.StatusForbidden},
+		{"10.0.0.7:5000", "s3cret", "Bearer s3cret", 0},
+		{"10.0.0.7:5000", "s3cret", "Bearer s3cre", http.StatusUnauthorized},
+		{"127.0.0.1:5000", "s3cret", "", http.StatusUnauthorized},
+		{"127.0.0.1:5000", "s3cret", "s3cret", http.StatusUnauthorized},
+	} {
+		r := httptest.NewRequest(http.MethodDelete, "/users/bob", nil)
+		r.RemoteAddr = c.remote
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		status, code, msg := adminAllowed(r, c.token)
+		require.Equal(t, c.want, status, "%+v: %s", c, msg)
+		if status != 0 {
+			require.Equal(t, "unauthorized", code)
+			require.Contains(t, msg, "CHATD_ADMIN_TOKEN")
+		}
+	}
 }

@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +69,14 @@ func (m *Server) webhookStatus(w http.ResponseWriter, r *http.Request) {
 // their own DELETE /v1/users/me does (DELETE /users/ for the anonymous user).
 func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
+	if status, code, msg := adminAllowed(r, m.cfg.AdminToken); status != 0 {
+		if status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="chatd admin"`)
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+		return
+	}
 	e, err := m.sessions.Erase(r.Context(), r.PathValue("id"))
 	if err != nil {
 		code, msg := "internal", err.Error()
@@ -76,4 +88,22 @@ func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"erased": e})
+}
+
+// adminAllowed says whether r may use the admin listener's erasure: with token set, it
+// must carry it as a bearer token; without, it must come from a loopback address. It
+// returns 0 when allowed, else the status, code and message to answer.
+func adminAllowed(r *http.Request, token string) (status int, code, msg string) {
+	if token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return http.StatusUnauthorized, conversation.CodeUnauthorized, "the admin listener's erasure needs Authorization: Bearer <CHATD_ADMIN_TOKEN>"
+		}
+		return 0, "", ""
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if ip, perr := netip.ParseAddr(host); err == nil && perr == nil && ip.Unmap().IsLoopback() {
+		return 0, "", ""
+	}
+	return http.StatusForbidden, conversation.CodeUnauthorized, "erasure over the admin listener from another machine needs CHATD_ADMIN_TOKEN set, and the request to carry it as a bearer token"
 }
