@@ -199,3 +199,26 @@ func TestSnapshotIncludesTheOpenSegment(t *testing.T) {
 	c.ReadToSeq(a.State.LastSeq)
 	e.requireConverged(a.State.SessionID, a, b, c)
 }
+
+// A hello with an epoch but no lastSeq, or a lastSeq but no epoch (the schema's
+// dependentRequired), fails with bad_request: an epoch alone must not have the ring
+// replayed from its start to a client that has none of the messages loaded before the
+// ring's first event. Like any failed hello it leaves the connection open for another.
+func TestHalfAHelloIsRefused(t *testing.T) {
+	t.Parallel()
+	e, obs := catchupEnv(t, 5, nil)
+	for name, h := range map[string]map[string]any{
+		"epoch alone":   {"epoch": obs.State.Epoch},
+		"lastSeq alone": {"lastSeq": obs.State.LastSeq},
+	} {
+		c := e.dial()
+		h["type"], h["sessionId"], h["requestId"] = "hello", obs.State.SessionID, "h1"
+		c.SendUnchecked(h)
+		f := c.Read()
+		require.Equal(t, "error", f.Type, "%s: %s", name, f.Raw)
+		require.Equal(t, "bad_request", f.Code, name)
+		require.Equal(t, "h1", f.RequestID, name)
+		require.Equal(t, "snapshot", c.Hello(obs.State.SessionID).Type, name)
+		require.Empty(t, wstest.Diff(obs.State.Sorted(), c.State.Sorted()), name)
+	}
+}

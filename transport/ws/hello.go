@@ -94,6 +94,13 @@ func (c *conn) hello(f clientFrame) {
 		}
 		create = true
 	}
+	if (f.Epoch != "") != (f.LastSeq != nil) {
+		// Half a position: an epoch alone would have the ring replayed from its start to
+		// a client that has none of the messages loaded before it.
+		c.helloFailure = conversation.CodeBadRequest
+		c.replyError(f.RequestID, conversation.CodeBadRequest, "epoch and lastSeq go together: send both (from the stream you followed) or neither")
+		return
+	}
 	var lastSeq int64
 	if f.LastSeq != nil {
 		if *f.LastSeq < 0 {
