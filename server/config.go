@@ -75,9 +75,10 @@ type Config struct {
 	// CHATD_COMMAND_BURST). rate.Inf is off.
 	CommandRate  rate.Limit
 	CommandBurst int
-	// MaxConnsPerUser bounds the connections of one authenticated user, the anonymous
-	// user of CHATD_AUTH=none excepted; MaxConnsPerAddr those from one remote address. One
-	// more is closed with 4029. 0 is no limit (CHATD_MAX_CONNS_PER_USER,
+	// MaxConnsPerUser bounds the WebSocket connections of one authenticated user, the
+	// anonymous user of CHATD_AUTH=none excepted: one more is closed with 4029.
+	// MaxConnsPerAddr bounds the TCP connections from one remote address, of every kind:
+	// one more is answered HTTP 429 and closed. 0 is no limit (CHATD_MAX_CONNS_PER_USER,
 	// CHATD_MAX_CONNS_PER_ADDR).
 	MaxConnsPerUser int
 	MaxConnsPerAddr int
@@ -452,7 +453,7 @@ func readConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.IntVar(&c.CommandBurst, "command-burst", env.int("CHATD_COMMAND_BURST", ws.DefaultCommandBurst), "commands a connection may send at once within its rate (CHATD_COMMAND_BURST)")
 	fs.IntVar(&c.MaxConnsPerUser, "max-conns-per-user", env.int("CHATD_MAX_CONNS_PER_USER", ws.DefaultMaxConnsPerUser), "connections per authenticated user, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_USER)")
 	fs.IntVar(&c.MaxRunsPerUser, "max-runs-per-user", env.int("CHATD_MAX_RUNS_PER_USER", conversation.DefaultMaxRunsPerUser), "active runs per authenticated user, 0 for no limit; more are answered rate_limited (CHATD_MAX_RUNS_PER_USER)")
-	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "connections per remote address, 0 for no limit; more are closed with 4029 (CHATD_MAX_CONNS_PER_ADDR)")
+	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", env.int("CHATD_MAX_CONNS_PER_ADDR", ws.DefaultMaxConnsPerAddr), "TCP connections per remote address (an IPv6 client by its /64), 0 for no limit; one more is answered HTTP 429 and closed (CHATD_MAX_CONNS_PER_ADDR)")
 	fs.IntVar(&c.MaxConns, "max-conns", env.int("CHATD_MAX_CONNS", defaultMaxConns()), "connections the listener holds, 0 for no limit; more are answered 503 (CHATD_MAX_CONNS; default: 3/4 of the open-file limit)")
 	fs.IntVar(&c.MaxSessionsPerUser, "max-sessions-per-user", env.int("CHATD_MAX_SESSIONS_PER_USER", defaultMaxSessionsPerUser), "live sessions per authenticated user, 0 for no limit; more are refused too_many_sessions (CHATD_MAX_SESSIONS_PER_USER)")
 	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", env.duration("CHATD_HTTP_READ_TIMEOUT", defaultHTTPReadTimeout), "bound on reading a request, its body included (CHATD_HTTP_READ_TIMEOUT)")
