@@ -68,7 +68,12 @@ type conn struct {
 	helloMu       sync.Mutex
 	hellosPending int  // hellos queued or being answered
 	helloExpired  bool // the deadline passed
-	helloed       atomic.Bool
+	helloGen      int  // counts the deadline's armings: a timer armed before the last one does nothing
+	helloStopped  bool // the deadline is over: the connection said hello, or ended
+	// helloServerFailed: the hello being answered failed on the server's side (storage,
+	// internal). Worker only until helloSettled reads it under helloMu.
+	helloServerFailed bool
+	helloed           atomic.Bool
 	// helloFailure is the code of the last hello that failed without closing the
 	// connection, "" for none; commands queued behind it get it too. Worker only.
 	helloFailure string
@@ -147,7 +152,7 @@ func (c *conn) serve() {
 
 	// Cancelling ctx ends the command the worker is on and drops the queued ones.
 	c.cut()
-	c.helloTimer.Stop()
+	c.stopHelloDeadline()
 	c.stopPings()
 	c.stopExpiry()
 	// Gone: refuse frames from now on instead of queueing them for nobody until the

@@ -16,14 +16,35 @@ import (
 // the deadline, unless one arrived in time and is queued or being answered: that one
 // decides.
 func (c *conn) armHelloDeadline() {
+	c.helloMu.Lock()
+	defer c.helloMu.Unlock()
+	c.armHelloDeadlineLocked()
+}
+
+// armHelloDeadlineLocked arms the deadline from now; a timer armed before it no longer
+// counts. c.helloMu is held.
+func (c *conn) armHelloDeadlineLocked() {
+	c.helloGen++
+	gen := c.helloGen
 	c.helloTimer = c.s.clock.AfterFunc(c.s.cfg.HelloTimeout, func() {
 		c.helloMu.Lock()
 		defer c.helloMu.Unlock()
+		if gen != c.helloGen {
+			return // armed again meanwhile (a hello the server failed)
+		}
 		c.helloExpired = true
 		if c.hellosPending == 0 && !c.helloed.Load() {
 			c.out.Close(disconnectNoHello, true)
 		}
 	})
+}
+
+// stopHelloDeadline stops the deadline for good: the connection said hello, or ended.
+func (c *conn) stopHelloDeadline() {
+	c.helloMu.Lock()
+	defer c.helloMu.Unlock()
+	c.helloStopped = true
+	c.helloTimer.Stop()
 }
 
 // helloArrived counts a hello the reader queued for the worker.
@@ -39,9 +60,22 @@ func (c *conn) helloSettled() {
 	c.helloMu.Lock()
 	defer c.helloMu.Unlock()
 	c.hellosPending--
+	if c.helloed.Load() || c.helloStopped {
+		return
+	}
+	if c.helloServerFailed {
+		// The server failed this hello (its database was unavailable, say): the client did
+		// nothing wrong and may say hello again, so it has the whole deadline again,
+		// from this answer. A client that says nothing more is closed then.
+		c.helloServerFailed = false
+		c.helloExpired = false
+		c.helloTimer.Stop()
+		c.armHelloDeadlineLocked()
+		return
+	}
 	// Past the deadline, the hello that arrived in time has decided: a connection that
-	// queued more hellos behind a failing one does not get to hold the deadline off.
-	if c.helloExpired && !c.helloed.Load() {
+	// queued more hellos behind one it got wrong does not get to hold the deadline off.
+	if c.helloExpired {
 		c.out.Close(disconnectNoHello, true)
 	}
 }
@@ -126,7 +160,7 @@ func (c *conn) hello(f clientFrame) {
 		if ee.Lease.Addr != "" && c.startRelay(f, ee.Lease.Addr) {
 			ok = true
 			c.helloed.Store(true)
-			c.helloTimer.Stop()
+			c.stopHelloDeadline()
 			c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Str("node", ee.Lease.Node).Str("node_addr", ee.Lease.Addr).Msg("hello relayed to the session's node")
 			return
 		}
@@ -153,6 +187,10 @@ func (c *conn) hello(f clientFrame) {
 	}
 	if err != nil {
 		c.helloFailure = replyCode(err)
+		switch c.helloFailure {
+		case conversation.CodeStorage, conversation.CodeInternal:
+			c.helloServerFailed = true // see helloSettled
+		}
 		if c.helloFailure == conversation.CodeTooManySessions {
 			c.s.cfg.Metrics.RateLimited(transport.LimitSessions)
 		}
@@ -163,7 +201,7 @@ func (c *conn) hello(f clientFrame) {
 	c.actor = actor
 	c.armExpiry(expiresAt)
 	c.helloed.Store(true)
-	c.helloTimer.Stop()
+	c.stopHelloDeadline()
 	c.logEvent(c.s.log.Debug()).Str("session_id", id.String()).Bool("resumed", res.Resumed).Int("replayed", res.Replayed).Int64("last_seq", res.LastSeq).Msg("hello")
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/agent/script"
+	"github.com/chatd/chatd/conversation"
 	"github.com/chatd/chatd/transport/ws"
 	"github.com/chatd/chatd/transport/wstest"
 )
@@ -350,4 +352,59 @@ func TestHelloDeadlineDuringASlowHello(t *testing.T) {
 	reply := bad.Read()
 	require.Equal(t, "bad_request", reply.Code)
 	require.Equal(t, websocket.StatusCode(4000), bad.ExpectClose())
+}
+
+// A hello the server fails (its database unavailable) is not the client's fault: the
+// client may say hello again, as the protocol says, and has the whole deadline again from
+// each such answer, however long the outage lasts. One that then says nothing is closed
+// a deadline after the last answer.
+func TestHelloDeadlineAfterAHelloTheServerFailed(t *testing.T) {
+	t.Parallel()
+	var down atomic.Bool
+	e := livenessEnv(t, envOptions{
+		conv: func(c *conversation.Config) {
+			c.Store = slowStore{Store: c.Store, wait: func(context.Context) error {
+				if down.Load() {
+					return errors.New("the database is unavailable")
+				}
+				return nil
+			}}
+		},
+		// No ping within the test's 42 s: its timeout would race the clock's advances.
+		wsConfig: func(c *ws.Config) { c.PingInterval = 24 * time.Hour },
+	})
+	ctx := waitContext(t)
+	hello := func(c *wstest.Client, id string) {
+		t.Helper()
+		c.Send(map[string]any{"type": "hello", "requestId": id})
+		f := c.Read()
+		require.Equal(t, "error", f.Type, "%s", f.Raw)
+		require.Equal(t, "storage", f.Code, "%s", f.Raw)
+	}
+	// settled waits until the worker is done with the failed hello (and has armed the
+	// deadline again): a command behind it is answered after it.
+	settled := func(c *wstest.Client, id string) {
+		t.Helper()
+		c.Send(map[string]any{"type": "history.fetch", "requestId": id})
+		require.Equal(t, "storage", c.ReadReply(id).Code)
+	}
+
+	down.Store(true)
+	retrying := e.dial()
+	silent := e.dial()
+	// Each connection arms a hello timer and a ping timer.
+	require.NoError(t, e.WSClock.BlockUntilContext(ctx, 4))
+	hello(retrying, "h1")
+	hello(silent, "s1")
+	settled(silent, "s2")
+	for i := range 3 {
+		e.WSClock.Advance(ws.DefaultHelloTimeout - time.Second)
+		hello(retrying, fmt.Sprintf("h%d", i+2))
+		settled(retrying, fmt.Sprintf("q%d", i+2))
+	}
+	// Three deadlines after the first hello, one after the last answer to each.
+	require.Equal(t, websocket.StatusCode(4000), silent.ExpectClose())
+	down.Store(false)
+	require.Equal(t, "snapshot", retrying.Hello("").Type)
+	require.Equal(t, "ack", retrying.Chat("r1", "at last").Type, "the connection stays open")
 }
