@@ -101,8 +101,14 @@ func (a *Actor) send(req SendRequest) (SendResult, error) {
 			return SendResult{RunID: a.run.info.ID, Duplicate: true, Status: a.run.info.Status}, nil
 		}
 		// A retry of an older request is still a duplicate, not a second run.
-		if prev, err := a.journal.runByRequest(req.RequestID); err == nil {
+		prev, err := a.journal.runByRequest(req.RequestID)
+		if err == nil {
 			return SendResult{RunID: prev.ID, Duplicate: true, Status: prev.Status}, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) && a.doubleText(req) == chat.DoubleTextInterrupt {
+			// The database did not answer: the message could not be stored now, and the
+			// run it would interrupt is left alone rather than cancelled for nothing.
+			return SendResult{}, a.storageError("read the session's runs", err)
 		}
 		if req.EditOf != nil && a.doubleText(req) != chat.DoubleTextInterrupt {
 			// An edit starts another branch: it neither waits nor steers.

@@ -407,3 +407,42 @@ func TestRefusedSendIsNoOutage(t *testing.T) {
 		})
 	}
 }
+
+// A message sent with whileRunning interrupt while the database does not answer leaves
+// the active run alone: the message cannot be stored, so nothing is cancelled for it.
+// Sent again once the database answers, it interrupts as usual.
+func TestInterruptWhileTheDatabaseIsDownCancelsNothing(t *testing.T) {
+	t.Parallel()
+	gate := script.NewGate()
+	st, a, live := faultSetup(t, script.PerRun(func(req conversation.Request) []script.Step {
+		if req.Content == "first" {
+			return []script.Step{script.Text("partial"), gate.Wait(), script.Text(" rest")}
+		}
+		return []script.Step{script.Text("second answer")}
+	}), nil)
+	ctx := context.Background()
+	first, err := a.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "first"})
+	require.NoError(t, err)
+	live.Await(t, func(e *conversation.Event) bool { return e.Type == "chat.delta" })
+
+	st.set("RunByRequest", failBefore, -1)
+	st.set("RunStart", failBefore, -1)
+	interrupt := conversation.SendRequest{RequestID: "r2", Content: "second", WhileRunning: chat.DoubleTextInterrupt}
+	_, err = a.Send(ctx, interrupt)
+	requireCode(t, err, conversation.CodeStorage)
+	info, err := a.Run(ctx, first.RunID)
+	require.NoError(t, err)
+	require.Equal(t, chat.RunRunning, info.Status, "the run goes on")
+	for _, e := range live.Events() {
+		require.NotEqual(t, "chat.cancelled", string(e.Type))
+	}
+
+	st.clear()
+	res, err := a.Send(ctx, interrupt)
+	require.NoError(t, err)
+	require.NotEqual(t, first.RunID, res.RunID)
+	end := live.Await(t, func(e *conversation.Event) bool { return convtest.Terminal(e) && e.RunID == res.RunID })
+	require.EqualValues(t, "chat.done", end.Type)
+	require.NoError(t, a.Flush(ctx))
+	require.Empty(t, convtest.Diff(stored(t, st.Store, a.SessionID()), live.Messages()))
+}
