@@ -250,8 +250,6 @@ func (a *Actor) decide(req DecideRequest) (DecideResult, error) {
 		if err := a.journal.update(m, nil); err != nil {
 			a.logger().Error().Err(err).Msg("store an approval")
 		}
-		v := tool.view()
-		a.publish(a.runEvent(run, Event{Type: EventToolUpdate, Message: &v}))
 	} else {
 		t := *tool.msg.Tool
 		t.Decision = d
@@ -264,11 +262,16 @@ func (a *Actor) decide(req DecideRequest) (DecideResult, error) {
 	// while the database still says it waits (a crash would ask, and run it, again). A
 	// decision the database did not take (it failed, or refused it: the lease's fence)
 	// is not heard: the run ends, as on any write of it that cannot be stored.
+	// An approval is announced (tool.update) only once stored too.
 	switch a.awaitStored(run, "store a decision") {
 	case errWriteRefused:
 		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the run ended")
 	case errWriteWaits:
-		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the database is unavailable")
+		return DecideResult{}, errorf(CodeStorage, "could not store the decision: the database is unavailable, and the run ended with error storage (resume it once the database answers)")
+	}
+	if req.Approved {
+		v := tool.view()
+		a.publish(a.runEvent(run, Event{Type: EventToolUpdate, Message: &v}))
 	}
 	if rule != nil {
 		// The call is approved either way; a rule that could not be stored is not made.

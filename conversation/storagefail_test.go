@@ -348,8 +348,8 @@ func TestRunStartLostThenRetried(t *testing.T) {
 }
 
 // A decision the database cannot store is not heard: the approved call does not run
-// while the database still says it waits for a person. The decider is told, and the
-// run ends as a storage error.
+// while the database still says it waits for a person, and no tab is told it was
+// approved. The decider is told, and the run ends as a storage error.
 func TestUnstoredDecisionIsNotHeard(t *testing.T) {
 	t.Parallel()
 	decided := make(chan conversation.Decision, 1)
@@ -368,6 +368,10 @@ func TestUnstoredDecisionIsNotHeard(t *testing.T) {
 	end := live.Await(t, convtest.Terminal)
 	require.EqualValues(t, "chat.error", end.Type)
 	require.Equal(t, "storage", end.Run.Error.Code)
+	for _, e := range live.Events() {
+		// The approval was never stored, so it was never announced either.
+		require.False(t, e.Type == "tool.update" && e.Message != nil && e.Message.Tool != nil && e.Message.Tool.Decision != nil, "announced: %+v", e.Message)
+	}
 	select {
 	case d := <-decided:
 		t.Fatalf("the agent heard the decision %+v", d)
