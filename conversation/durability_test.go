@@ -469,3 +469,58 @@ func TestARefusedHelloLeavesAParkedRunAlone(t *testing.T) {
 	require.NoError(t, err, "the same actor still holds the run")
 	require.Equal(t, res.RunID, decided.RunID)
 }
+
+// A history read is the first thing an actor does for a session read over HTTP (no
+// hello): like a hello, it takes up the session's run that no actor drives, here one a
+// decision waits on, suspended when its last actor stopped. Otherwise the node would hold
+// the session's lease with its run stalled until the actor was evicted.
+func TestAHistoryReadTakesUpARunNoActorDrives(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ctx := testCtx(t)
+	continued := make(chan bool, 1)
+	agent := script.PerRun(func(req conversation.Request) []script.Step {
+		if req.Checkpoint == nil {
+			return []script.Step{script.AwaitOnly("c1", "t", `{}`, nil), script.Hang()}
+		}
+		continued <- true
+		return []script.Step{script.Hang()}
+	})
+	start := func(id uuid.UUID) *conversation.Actor {
+		a := conversation.Start(conversation.Config{
+			Store: st, Agent: agent, Clock: clockwork.NewFakeClock(), SuspendOnStop: true,
+			Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		}, id, nil)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, a.Stop(ctx))
+			require.NoError(t, a.Wait(ctx))
+		})
+		return a
+	}
+	first := start(uuid.New())
+	tab := convtest.New()
+	_, err := first.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
+	require.NoError(t, err)
+	res, err := first.Send(ctx, conversation.SendRequest{RequestID: "r1", Content: "go"})
+	require.NoError(t, err)
+	tab.Await(t, func(f *conversation.Event) bool {
+		return f.Type == conversation.EventRunStatus && f.Run.Status == chat.RunAwaitingApproval
+	})
+	require.NoError(t, first.Stop(ctx))
+	require.NoError(t, first.Wait(ctx))
+
+	second := start(first.SessionID())
+	page, err := second.History(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 2, "the message, and the call waiting for its decision")
+	select {
+	case <-continued:
+	case <-ctx.Done():
+		t.Fatal("the read did not take the run up")
+	}
+	decided, err := second.Decide(ctx, res.RunID, "c1", false)
+	require.NoError(t, err)
+	require.Equal(t, res.RunID, decided.RunID)
+}

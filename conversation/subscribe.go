@@ -120,9 +120,15 @@ func (a *Actor) history(before int64, limit int) (HistoryPage, error) {
 		return HistoryPage{}, errorf(CodeBadRequest, "before must be a message position")
 	}
 	// Over HTTP no hello loaded the session first: its active leaf would be unknown, and
-	// the page (and the memory of the newest messages it fills) empty.
+	// the page (and the memory of the newest messages it fills) empty. As at a hello, a
+	// run no actor drives is taken up once the session is this node's.
 	if err := a.load(); err != nil {
 		return HistoryPage{}, a.loadError(err)
+	}
+	if a.session != nil {
+		if err := a.takeUpSuspended(); err != nil {
+			return HistoryPage{}, a.storageError("continue the session's run", err)
+		}
 	}
 	msgs, more, err := a.journal.messagesBefore(before, limit)
 	if err != nil {
