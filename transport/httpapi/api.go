@@ -195,7 +195,12 @@ var statuses = map[string]int{
 	conversation.CodeConflict:     http.StatusConflict,
 	conversation.CodeStorage:      http.StatusServiceUnavailable,
 	conversation.CodeInternal:     http.StatusInternalServerError,
+	codeMoved:                     http.StatusServiceUnavailable,
 }
+
+// codeMoved answers a request for a session another node holds, which could not be
+// relayed there (unreachable, or the request was relayed already): retry.
+const codeMoved = "moved"
 
 type wireError struct {
 	Error struct {
@@ -208,10 +213,13 @@ type wireError struct {
 // other error as internal (logged). A client that went away gets nothing.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *conversation.Error
+	var ee *conversation.ElsewhereError
 	switch {
 	case errors.As(err, &ce):
 	case r.Context().Err() != nil:
 		return
+	case errors.As(err, &ee):
+		ce = &conversation.Error{Code: codeMoved, Message: "the session is held by another chatd node that could not be reached from this one; retry"}
 	default:
 		a.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
 		ce = &conversation.Error{Code: conversation.CodeInternal, Message: "internal error"}
