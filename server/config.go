@@ -138,9 +138,9 @@ type Config struct {
 	Pprof bool
 	// AdminToken, when set, is what the admin listener's erasure (DELETE /users/{id})
 	// needs as a bearer token (CHATD_ADMIN_TOKEN; no flag, so it never shows in a process
-	// list). Without it an erasure is taken only from a loopback address: an admin
-	// listener bound to the pod's address for Prometheus must not let the pod network
-	// erase users.
+	// list). Without it an erasure is taken only on an admin listener bound to a loopback
+	// address, from a loopback address: one bound to the pod's address for Prometheus must
+	// not let the pod network erase users.
 	AdminToken string
 	// CoalesceDeltas merges the text a segment streams within this long into one
 	// chat.delta; 0 sends every piece as it comes; conversation.CoalesceAdaptive (the

@@ -167,30 +167,38 @@ func TestErasureLeavesNothingOfTheUser(t *testing.T) {
 	require.Empty(t, searchDB(other))
 }
 
-// Without CHATD_ADMIN_TOKEN the admin listener's erasure is taken only from the machine
-// itself: an admin listener bound to the pod's address for Prometheus does not let the
-// pod network erase users. With a token, only the token counts, wherever from.
+// Without CHATD_ADMIN_TOKEN the admin listener's erasure is taken only on a loopback
+// listener from a loopback peer: an admin listener bound to the pod's address for
+// Prometheus does not let the pod network (or a sidecar relaying it) erase users. With a
+// token, only the token counts, wherever from.
 func TestAdminErasureNeedsLoopbackOrToken(t *testing.T) {
+	const local = "127.0.0.1:9090"
 	for _, c := range []struct {
-		remote, token, auth string
-		want                int
+		listener, remote, token, auth string
+		want                          int
 	}{
-		{"127.0.0.1:5000", "", "", 0},
-		{"[::1]:5000", "", "", 0},
-		{"[::ffff:127.0.0.1]:5000", "", "", 0},
-		{"10.0.0.7:5000", "", "", http.StatusForbidden},
-		{"[2001:db8::1]:5000", "", "", http.StatusForbidden},
-		{"10.0.0.7:5000", "s3cret", "Bearer s3cret", 0},
-		{"10.0.0.7:5000", "s3cret", "Bearer s3cre", http.StatusUnauthorized},
-		{"127.0.0.1:5000", "s3cret", "", http.StatusUnauthorized},
-		{"127.0.0.1:5000", "s3cret", "s3cret", http.StatusUnauthorized},
+		{local, "127.0.0.1:5000", "", "", 0},
+		{"[::1]:9090", "[::1]:5000", "", "", 0},
+		{local, "[::ffff:127.0.0.1]:5000", "", "", 0},
+		{local, "10.0.0.7:5000", "", "", http.StatusForbidden},
+		{local, "[2001:db8::1]:5000", "", "", http.StatusForbidden},
+		// On a pod's address a loopback peer may be a sidecar relaying anyone.
+		{"10.0.0.2:9090", "127.0.0.6:5000", "", "", http.StatusForbidden},
+		{"[::]:9090", "127.0.0.1:5000", "", "", http.StatusForbidden},
+		{"10.0.0.2:9090", "10.0.0.7:5000", "s3cret", "Bearer s3cret", 0},
+		{"10.0.0.2:9090", "10.0.0.7:5000", "s3cret", "bearer s3cret", 0},
+		{"10.0.0.2:9090", "10.0.0.7:5000", "s3cret", "Bearer s3cre", http.StatusUnauthorized},
+		{"10.0.0.2:9090", "10.0.0.7:5000", "s3cret", "Bearer s3crett", http.StatusUnauthorized},
+		{local, "127.0.0.1:5000", "s3cret", "", http.StatusUnauthorized},
+		{local, "127.0.0.1:5000", "s3cret", "s3cret", http.StatusUnauthorized},
+		{local, "127.0.0.1:5000", "s3cret", "Basic s3cret", http.StatusUnauthorized},
 	} {
 		r := httptest.NewRequest(http.MethodDelete, "/users/bob", nil)
 		r.RemoteAddr = c.remote
 		if c.auth != "" {
 			r.Header.Set("Authorization", c.auth)
 		}
-		status, code, msg := adminAllowed(r, c.token)
+		status, code, msg := adminAllowed(r, c.listener, c.token)
 		require.Equal(t, c.want, status, "%+v: %s", c, msg)
 		if status != 0 {
 			require.Equal(t, "unauthorized", code)

@@ -23,7 +23,7 @@ func newRegistry() *prometheus.Registry {
 
 // adminHandler serves the admin listener: GET /metrics, /debug/pprof/ when configured,
 // /mcp (the MCP servers' state, docs/tools.md), /webhooks (docs/webhooks.md), DELETE
-// /users/{id} (erasure, docs/http.md: with CHATD_ADMIN_TOKEN or from loopback only), and
+// /users/{id} (erasure, docs/http.md: with CHATD_ADMIN_TOKEN, or on loopback only), and
 // /healthz and /readyz (the public listener's, so a probe may use either). Nothing
 // else: the API, the WebSocket and the app are only on the public listener.
 func (m *Server) adminHandler(reg *prometheus.Registry) http.Handler {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -69,7 +70,7 @@ func (m *Server) webhookStatus(w http.ResponseWriter, r *http.Request) {
 // their own DELETE /v1/users/me does (DELETE /users/ for the anonymous user).
 func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	if status, code, msg := adminAllowed(r, m.cfg.AdminToken); status != 0 {
+	if status, code, msg := adminAllowed(r, m.AdminAddr(), m.cfg.AdminToken); status != 0 {
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="chatd admin"`)
 		}
@@ -90,20 +91,31 @@ func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"erased": e})
 }
 
-// adminAllowed says whether r may use the admin listener's erasure: with token set, it
-// must carry it as a bearer token; without, it must come from a loopback address. It
-// returns 0 when allowed, else the status, code and message to answer.
-func adminAllowed(r *http.Request, token string) (status int, code, msg string) {
+// adminAllowed says whether r, made to the admin listener at listener (its bound
+// address), may use its erasure. With token set, r must carry it as a bearer token.
+// Without, both the listener and r's peer must be loopback addresses: a listener bound to
+// a pod's address takes no erasure at all, since a proxy or sidecar on the machine can
+// make any caller's connection come from loopback. It returns 0 when allowed, else the
+// status, code and message to answer.
+func adminAllowed(r *http.Request, listener, token string) (status int, code, msg string) {
 	if token != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		// Hashed first, so that the comparison's time does not tell the token's length.
+		want, have := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(want[:], have[:]) != 1 {
 			return http.StatusUnauthorized, conversation.CodeUnauthorized, "the admin listener's erasure needs Authorization: Bearer <CHATD_ADMIN_TOKEN>"
 		}
 		return 0, "", ""
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if ip, perr := netip.ParseAddr(host); err == nil && perr == nil && ip.Unmap().IsLoopback() {
+	if isLoopback(listener) && isLoopback(r.RemoteAddr) {
 		return 0, "", ""
 	}
-	return http.StatusForbidden, conversation.CodeUnauthorized, "erasure over the admin listener from another machine needs CHATD_ADMIN_TOKEN set, and the request to carry it as a bearer token"
+	return http.StatusForbidden, conversation.CodeUnauthorized, "erasure over an admin listener that is not on a loopback address needs CHATD_ADMIN_TOKEN set, and the request to carry it as a bearer token"
+}
+
+// isLoopback reports whether hostport's host is a loopback IP address.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	ip, perr := netip.ParseAddr(host)
+	return err == nil && perr == nil && ip.Unmap().IsLoopback()
 }
