@@ -348,8 +348,8 @@ func TestRunStartLostThenRetried(t *testing.T) {
 }
 
 // A decision the database cannot store is not heard: the approved call does not run
-// while the database still says it waits for a person, and no tab is told it was
-// approved. The decider is told, and the run ends as a storage error.
+// while the database still says it waits for a person, and no tool.update announces the
+// approval. The decider is told, and the run ends as a storage error.
 func TestUnstoredDecisionIsNotHeard(t *testing.T) {
 	t.Parallel()
 	decided := make(chan conversation.Decision, 1)

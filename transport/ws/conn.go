@@ -64,7 +64,8 @@ type conn struct {
 
 	// The hello deadline (hello.go). A hello that arrived in time is never cut off by the
 	// deadline while it waits for the worker or is being answered; one that then fails
-	// closes the connection.
+	// closes the connection, unless the server failed it (storage, internal): then the
+	// deadline starts again from its answer. helloMu guards these and helloTimer.
 	helloMu       sync.Mutex
 	hellosPending int  // hellos queued or being answered
 	helloExpired  bool // the deadline passed

@@ -122,7 +122,7 @@ func (c *conn) hello(f clientFrame) {
 	} else {
 		id, err = uuid.NewRandom()
 		if err != nil {
-			c.helloFailure = conversation.CodeInternal
+			c.helloFailure, c.helloServerFailed = conversation.CodeInternal, true
 			c.replyError(f.RequestID, conversation.CodeInternal, "could not generate a session id")
 			return
 		}

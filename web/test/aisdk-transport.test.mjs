@@ -465,8 +465,8 @@ test('a connection that goes silent mid-reply (no reset, no FIN) is taken for de
     const before = shown(chat).length;
     const at = performance.now();
     proxy.freeze();
-    // Text already past the proxy when it froze may still arrive: the recovery is the
-    // text after the reconnect.
+    // Text already past the proxy when it froze may still arrive: wait for the reconnect
+    // (which cannot come before idleTimeoutMs of silence) and text beyond the freeze.
     await chat.waitFor((c) => t.reconnects.length > 0 && shown(c).length > before, 20000, 'text after the reconnect');
     const recovery = Math.round(performance.now() - at);
     await sent;
@@ -478,7 +478,7 @@ test('a connection that goes silent mid-reply (no reset, no FIN) is taken for de
     assert.equal(t.reconnects.length, 1, 'one reconnect, for the frozen connection');
     assert.match(String(t.reconnects[0].error?.message), /no byte for 800 ms/);
     assert.ok(recovery >= 800, `not before the timeout: ${recovery} ms`);
-    console.log(`# a silent connection replaced: ${recovery} ms from the freeze to the next text (idleTimeoutMs 800)`);
+    console.log(`# a silent connection replaced: ${recovery} ms from the freeze to the reconnect and new text (idleTimeoutMs 800)`);
   } finally {
     await proxy.close();
     await srv.stop();
