@@ -221,4 +221,11 @@ func TestHalfAHelloIsRefused(t *testing.T) {
 		require.Equal(t, "snapshot", c.Hello(obs.State.SessionID).Type, name)
 		require.Empty(t, wstest.Diff(obs.State.Sorted(), c.State.Sorted()), name)
 	}
+	// Both, with an empty epoch (a client that has followed nothing yet), are a position
+	// that matches no stream: a snapshot.
+	c := e.dial()
+	c.Send(map[string]any{"type": "hello", "sessionId": obs.State.SessionID, "epoch": "", "lastSeq": 0})
+	f := c.Read()
+	require.Equal(t, "snapshot", f.Type, "%s", f.Raw)
+	require.Empty(t, wstest.Diff(obs.State.Sorted(), c.State.Sorted()))
 }

@@ -128,9 +128,10 @@ func (c *conn) hello(f clientFrame) {
 		}
 		create = true
 	}
-	if (f.Epoch != "") != (f.LastSeq != nil) {
-		// Half a position: an epoch alone would have the ring replayed from its start to
-		// a client that has none of the messages loaded before it.
+	if (f.Epoch != nil) != (f.LastSeq != nil) {
+		// Half a position (the schema's dependentRequired): an epoch alone would have the
+		// ring replayed from its start to a client that has none of the messages loaded
+		// before it. Both, even an empty epoch, are a position.
 		c.helloFailure = conversation.CodeBadRequest
 		c.replyError(f.RequestID, conversation.CodeBadRequest, "epoch and lastSeq go together: send both (from the stream you followed) or neither")
 		return
@@ -147,7 +148,7 @@ func (c *conn) hello(f clientFrame) {
 	req := conversation.HelloRequest{
 		Owner:      owner,
 		Create:     create,
-		Epoch:      f.Epoch,
+		Epoch:      deref(f.Epoch),
 		LastSeq:    lastSeq,
 		Subscriber: c.out,
 		Format:     Format,

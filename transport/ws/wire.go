@@ -53,7 +53,7 @@ type clientFrame struct {
 	Type       string  `json:"type"`
 	RequestID  *string `json:"requestId"`
 	SessionID  *string `json:"sessionId"`
-	Epoch      string  `json:"epoch"`
+	Epoch      *string `json:"epoch"`
 	LastSeq    *int64  `json:"lastSeq"`
 	Token      string  `json:"token"`
 	Content    *string `json:"content"`
