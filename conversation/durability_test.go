@@ -486,20 +486,8 @@ func TestAHistoryReadTakesUpARunNoActorDrives(t *testing.T) {
 		continued <- true
 		return []script.Step{script.Hang()}
 	})
-	start := func(id uuid.UUID) *conversation.Actor {
-		a := conversation.Start(conversation.Config{
-			Store: st, Agent: agent, Clock: clockwork.NewFakeClock(), SuspendOnStop: true,
-			Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-		}, id, nil)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			require.NoError(t, a.Stop(ctx))
-			require.NoError(t, a.Wait(ctx))
-		})
-		return a
-	}
-	first := start(uuid.New())
+	// With leases, as a node runs it: the read is what acquires the session here.
+	first := startNode(t, st, agent, clockwork.NewFakeClock(), "n1", uuid.New())
 	tab := convtest.New()
 	_, err := first.Hello(ctx, conversation.HelloRequest{Create: true, Subscriber: tab})
 	require.NoError(t, err)
@@ -511,7 +499,7 @@ func TestAHistoryReadTakesUpARunNoActorDrives(t *testing.T) {
 	require.NoError(t, first.Stop(ctx))
 	require.NoError(t, first.Wait(ctx))
 
-	second := start(first.SessionID())
+	second := startNode(t, st, agent, clockwork.NewFakeClock(), "n2", first.SessionID())
 	page, err := second.History(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page.Messages, 2, "the message, and the call waiting for its decision")
