@@ -62,8 +62,14 @@ func (m *Server) webhookStatus(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "storage", "message": err.Error()}})
+	writeAdminError(w, http.StatusServiceUnavailable, "storage", err.Error())
+}
+
+// writeAdminError answers an admin request with status and an error body, in the API's
+// shape.
+func writeAdminError(w http.ResponseWriter, status int, code, msg string) {
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
 // eraseUser is the admin listener's DELETE /users/{id}: everything of user id goes, as
@@ -74,8 +80,7 @@ func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="chatd admin"`)
 		}
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+		writeAdminError(w, status, code, msg)
 		return
 	}
 	e, err := m.sessions.Erase(r.Context(), r.PathValue("id"))
@@ -84,8 +89,7 @@ func (m *Server) eraseUser(w http.ResponseWriter, r *http.Request) {
 		if ce := (*conversation.Error)(nil); errors.As(err, &ce) {
 			code, msg = ce.Code, ce.Message
 		}
-		w.WriteHeader(httpapi.Status(code))
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+		writeAdminError(w, httpapi.Status(code), code, msg)
 		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"erased": e})

@@ -192,7 +192,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // already, or a node that cannot be reached, is answered moved: the client retries.
 func (h *Handler) relay(w http.ResponseWriter, r *http.Request, addr string) {
 	moved := func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, errorf("moved", "the chat is held by another chatd node; retry"))
+		writeError(w, errorf(httpapi.CodeMoved, "the chat is held by another chatd node; retry"))
 	}
 	if h.cfg.Relay == nil || transport.Relayed(r) != "" || addr == "" {
 		moved(w, r)

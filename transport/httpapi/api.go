@@ -195,12 +195,12 @@ var statuses = map[string]int{
 	conversation.CodeConflict:     http.StatusConflict,
 	conversation.CodeStorage:      http.StatusServiceUnavailable,
 	conversation.CodeInternal:     http.StatusInternalServerError,
-	codeMoved:                     http.StatusServiceUnavailable,
+	CodeMoved:                     http.StatusServiceUnavailable,
 }
 
-// codeMoved answers a request for a session another node holds, which could not be
+// CodeMoved answers a request for a session another node holds, which could not be
 // relayed there (unreachable, or the request was relayed already): retry.
-const codeMoved = "moved"
+const CodeMoved = "moved"
 
 type wireError struct {
 	Error struct {
@@ -219,7 +219,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case r.Context().Err() != nil:
 		return
 	case errors.As(err, &ee):
-		ce = &conversation.Error{Code: codeMoved, Message: "the session is held by another chatd node that could not be reached from this one; retry"}
+		ce = &conversation.Error{Code: CodeMoved, Message: "the session is held by another chatd node that could not be reached from this one; retry"}
 	default:
 		a.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
 		ce = &conversation.Error{Code: conversation.CodeInternal, Message: "internal error"}
